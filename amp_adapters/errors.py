@@ -1,0 +1,75 @@
+"""Errors raised by the core: each names the offending value and what to do."""
+from __future__ import annotations
+
+import difflib
+from typing import Iterable
+
+
+def close_matches(name: str, known: Iterable[str], n: int = 3) -> list[str]:
+    """Up to ``n`` names from ``known`` that look like ``name`` (case-insensitive)."""
+    known = list(known)
+    lowered = {k.lower(): k for k in known}
+    hits = difflib.get_close_matches(name.lower(), list(lowered), n=n, cutoff=0.6)
+    return [lowered[h] for h in hits]
+
+
+def _hint(name: str, known: Iterable[str]) -> str:
+    hits = close_matches(name, known)
+    return f" Did you mean {', '.join(repr(h) for h in hits)}?" if hits else ""
+
+
+class AmpConfigError(ValueError):
+    """A policy, list or scaler setting is invalid. Base class of the config errors."""
+
+
+class UnknownOpError(AmpConfigError):
+    """An op name that the framework (or the canonical vocabulary) does not know."""
+
+    def __init__(self, name: str, where: str, known: Iterable[str]):
+        self.name = name
+        super().__init__(
+            f"unknown op {name!r} for {where}.{_hint(name, known)} "
+            f"Run `amp-adapters lists --framework ...` to see the known names."
+        )
+
+
+class ConflictingOpError(AmpConfigError):
+    """One op was put in two categories by the same set of overrides."""
+
+    def __init__(self, name: str, categories: Iterable[str]):
+        self.name = name
+        cats = sorted(categories)
+        super().__init__(
+            f"op {name!r} is listed in more than one category ({', '.join(cats)}); "
+            f"keep it in exactly one list."
+        )
+
+
+class UnknownChoiceError(AmpConfigError):
+    """A dtype, level, preset or other enumerated setting is not one of the allowed values."""
+
+    def __init__(self, what: str, value: object, allowed: Iterable[str]):
+        allowed = list(allowed)
+        hint = _hint(str(value), allowed)
+        super().__init__(
+            f"unknown {what} {value!r}; expected one of {', '.join(map(repr, allowed))}.{hint}"
+        )
+
+
+class OverflowGuardError(RuntimeError):
+    """Raised by a backend after ``max_consecutive_skips`` overflow steps in a row.
+
+    Skipping forever while the scale collapses hides a real bug (an inf in the
+    data, a diverged model); this names the parameters whose gradients were
+    non-finite so the user can look at them.
+    """
+
+    def __init__(self, skips: int, scale: float, param_names: Iterable[str]):
+        self.param_names = list(param_names)
+        names = ", ".join(self.param_names[:10]) or "(none found on the last check)"
+        more = f" and {len(self.param_names) - 10} more" if len(self.param_names) > 10 else ""
+        super().__init__(
+            f"{skips} overflow steps in a row (loss scale now {scale:g}); the optimizer "
+            f"has not updated since. Non-finite gradients in: {names}{more}. Check the "
+            f"data and the loss for inf/nan, or raise max_consecutive_skips."
+        )

@@ -1,0 +1,164 @@
+"""Cast decisions: (op, input dtypes, device kernels, policy) -> run dtype and casts.
+
+Pure functions, the single place where precision is decided (DESIGN.md, "Cast
+decisions"). A backend walks its graph, asks ``plan_op`` for each op and
+inserts the casts it returns; it never decides anything itself.
+
+Dtypes are numpy-style strings ("float16", "bfloat16", "float32", "float64");
+``None`` stands for an input that is never cast (integers, or a slot the op
+table keeps in fp32, such as batch-norm statistics).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import AbstractSet, Mapping, Optional, Sequence
+
+from .oplists import CATEGORIES, canonical_defaults, load_table
+from .policy import Policy
+
+_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
+_AMP_DTYPES = frozenset({"float16", "bfloat16", "float32"})  # what lower/fp32 ops may cast
+
+
+@dataclass(frozen=True)
+class Category:
+    """Which category an op falls in under a policy, and why."""
+
+    op: str
+    canonical: Optional[str]
+    category: str  # lower | fp32 | promote | follow
+    reason: str
+
+
+@dataclass(frozen=True)
+class OpDecision:
+    """How one op runs: the row of a cast report.
+
+    ``run_dtype`` is the dtype the kernel computes in (None when the op has no
+    floating input); ``casts[i]`` is the dtype input ``i`` is cast to, or None.
+    ``emulated``: no low-precision kernel here, so the backend computes in
+    float32 and rounds inputs and outputs through ``low_dtype``.
+    """
+
+    op: str
+    canonical: Optional[str]
+    category: str
+    input_dtypes: tuple[Optional[str], ...]
+    run_dtype: Optional[str]
+    casts: tuple[Optional[str], ...]
+    emulated: bool
+    low_dtype: Optional[str]
+    reason: str
+
+    @property
+    def num_casts(self) -> int:
+        return sum(c is not None for c in self.casts)
+
+
+def widest(dtypes: Sequence[Optional[str]]) -> Optional[str]:
+    """The widest floating dtype in ``dtypes``, independent of order.
+
+    float16 with bfloat16 gives float32 (neither holds the other); None and
+    non-floating dtypes are ignored; no floating dtype gives None.
+    """
+    floats = {d for d in dtypes if d in _RANK}
+    if not floats:
+        return None
+    top = max(_RANK[d] for d in floats)
+    at_top = {d for d in floats if _RANK[d] == top}
+    return at_top.pop() if len(at_top) == 1 else "float32"
+
+
+def categorize(policy: Policy, framework: str, op: str,
+               attrs: Optional[Mapping[str, object]] = None) -> Category:
+    """The category of ``op`` (a ``framework`` op name) under ``policy``, with the reason.
+
+    Precedence: a conditional-fp32 rule of the policy, the policy's overrides
+    of the framework's names, the policy's overrides of canonical names, the
+    canonical defaults, the native framework-only lists, else ``follow``.
+    """
+    table = load_table(framework)
+    canonical = table.canonical(op, attrs)
+    rule = table.conditional.get(op)
+    key = str(attrs.get(rule.attr)) if rule and attrs and rule.attr in attrs else None
+    return _categorize(policy, framework, op, canonical, key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _categorize(policy: Policy, framework: str, op: str, canonical: Optional[str],
+                attr_value: Optional[str]) -> Category:
+    if not policy.enabled:
+        return Category(op, canonical, "follow", "O0: mixed precision is off")
+    fw_ops = policy.framework_ops(framework)
+    for rule_op, attr, values in fw_ops.conditional_fp32:
+        if rule_op == op and attr_value in values:
+            return Category(op, canonical, "fp32",
+                            f"Policy.{framework}_ops conditional_fp32: {attr}={attr_value}")
+    cat = fw_ops.category(op)
+    if cat:
+        return Category(op, canonical, cat, f"listed in Policy.{framework}_ops.{cat}")
+    if canonical is not None:
+        cat = policy.ops.category(canonical)
+        if cat:
+            return Category(op, canonical, cat, f"{canonical!r} listed in Policy.ops.{cat}")
+        if not policy.ops.replace:
+            cat = canonical_defaults(policy.dtype)[canonical]
+            return Category(op, canonical, cat,
+                            f"canonical op {canonical!r} is {cat} by default for {policy.dtype}")
+    elif not fw_ops.replace:
+        cat = load_table(framework).native.get(policy.dtype, {}).get(op)
+        if cat:
+            return Category(op, None, cat, f"native {framework} {policy.dtype} list: {cat}")
+    return Category(op, canonical, "follow", "in no list: follows its inputs")
+
+
+def plan_op(policy: Policy, framework: str, op: str,
+            input_dtypes: Sequence[Optional[str]], *,
+            lowp_kernels: Optional[AbstractSet[str]] = None,
+            attrs: Optional[Mapping[str, object]] = None) -> OpDecision:
+    """Decide how ``op`` runs given its ``input_dtypes``.
+
+    ``lowp_kernels``: the framework op names that have a ``policy.dtype``
+    kernel on the current device; None means every op has one (a GPU). An op
+    that would run in low precision without a kernel runs in float32 (or is
+    emulated when ``policy.emulate``), instead of crashing.
+    """
+    dtypes = tuple(input_dtypes)
+    cat = categorize(policy, framework, op, attrs)
+    reason = cat.reason
+    low = policy.dtype
+    if not policy.enabled:
+        target = widest(dtypes)
+    elif cat.category == "fp32":
+        target = "float32"
+    elif cat.category == "lower" or (policy.level == "O2" and widest(dtypes) is not None):
+        target = low
+        if cat.category != "lower":
+            reason += f"; O2: every op not in fp32 runs in {low}"
+    else:  # promote, follow: the widest input wins, whatever the order
+        target = widest(dtypes)
+    emulated = False
+    if policy.enabled and target == low and lowp_kernels is not None and op not in lowp_kernels:
+        target = "float32"
+        if policy.emulate:
+            emulated = True
+            reason += (f"; EMULATED {low}: no {low} kernel for {op} on this device, so it "
+                       f"computes in float32 on values rounded through {low}")
+        else:
+            reason += f"; no {low} kernel for {op} on this device: runs in float32"
+    castable = _AMP_DTYPES if cat.category in ("lower", "fp32") else frozenset(_RANK)
+    casts = tuple(target if d in castable and target is not None and d != target else None
+                  for d in dtypes)
+    return OpDecision(op=op, canonical=cat.canonical, category=cat.category, input_dtypes=dtypes,
+                      run_dtype=target, casts=casts, emulated=emulated,
+                      low_dtype=low if policy.enabled else None, reason=reason)
+
+
+def effective_lists(policy: Policy, framework: str) -> dict[str, list[str]]:
+    """{category: sorted op names} for every op ``framework``'s table knows, under ``policy``."""
+    table = load_table(framework)
+    out: dict[str, list[str]] = {c: [] for c in CATEGORIES}
+    for op in sorted(table.names | policy.framework_ops(framework).names()):
+        out[categorize(policy, framework, op).category].append(op)
+    return out

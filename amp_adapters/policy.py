@@ -1,0 +1,223 @@
+"""Policy: everything that decides precision, as one immutable value.
+
+A ``Policy`` is the low-precision dtype, the level (O0 fp32 baseline, O1 op
+lists, O2 low-precision parameters with fp32 master weights), user overrides
+of the op lists, the loss scale to start from, and whether fp16 is emulated.
+The same policy (an object, a preset name or a TOML file) drives both
+backends, so both make the same decisions.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional
+
+from .errors import AmpConfigError, ConflictingOpError, UnknownChoiceError, UnknownOpError
+from .oplists import CATEGORIES, FRAMEWORKS, canonical_ops, load_table
+from .scaler import DynamicLossScale, LossScale, NoOpLossScale, loss_scale_from_config
+
+DTYPES = ("float16", "bfloat16", "float32")
+LEVELS = ("O0", "O1", "O2")
+
+# A conditional-fp32 rule, as in mxnet.contrib.amp: (op, attribute, values that force fp32).
+ConditionalRule = tuple[str, str, tuple[str, ...]]
+
+
+@dataclass(frozen=True)
+class OpLists:
+    """User overrides of the op categories, for canonical or for one framework's names.
+
+    With ``replace=False`` (the default) they extend the defaults: a listed op
+    moves to its new category. With ``replace=True`` the defaults are dropped
+    and every op not listed here follows its inputs.
+    """
+
+    lower: frozenset[str] = frozenset()
+    fp32: frozenset[str] = frozenset()
+    promote: frozenset[str] = frozenset()
+    follow: frozenset[str] = frozenset()
+    conditional_fp32: tuple[ConditionalRule, ...] = ()
+    replace: bool = False
+
+    def __post_init__(self) -> None:
+        for cat in CATEGORIES:
+            value = getattr(self, cat)
+            if isinstance(value, str):
+                raise AmpConfigError(f"OpLists.{cat} must be a collection of op names, not the "
+                                     f"string {value!r} (write [{value!r}])")
+            object.__setattr__(self, cat, frozenset(value))
+        seen: dict[str, list[str]] = {}
+        for cat in CATEGORIES:
+            for name in getattr(self, cat):
+                seen.setdefault(name, []).append(cat)
+        for name, cats in sorted(seen.items()):
+            if len(cats) > 1:
+                raise ConflictingOpError(name, cats)
+        rules = []
+        for rule in self.conditional_fp32:
+            if len(rule) != 3 or isinstance(rule[2], str):
+                raise AmpConfigError(f"conditional rule {rule!r} must be (op, attribute, [values])")
+            rules.append((str(rule[0]), str(rule[1]), tuple(map(str, rule[2]))))
+        object.__setattr__(self, "conditional_fp32", tuple(rules))
+
+    def category(self, name: str) -> Optional[str]:
+        """The category this override puts ``name`` in, or None."""
+        for cat in CATEGORIES:
+            if name in getattr(self, cat):
+                return cat
+        return None
+
+    def names(self) -> set[str]:
+        return {n for cat in CATEGORIES for n in getattr(self, cat)} | {
+            r[0] for r in self.conditional_fp32}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str) -> "OpLists":
+        d = dict(d)
+        allowed = (*CATEGORIES, "conditional_fp32", "replace")
+        for key in d:
+            if key not in allowed:
+                raise UnknownChoiceError(f"key in {where}", key, allowed)
+        d["conditional_fp32"] = tuple(
+            (r["op"], r["attr"], tuple(r["values"])) if isinstance(r, Mapping) else tuple(r)
+            for r in d.get("conditional_fp32", ()))
+        return cls(**d)
+
+
+def _default_loss_scale(dtype: str) -> LossScale:
+    return DynamicLossScale() if dtype == "float16" else NoOpLossScale()
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What runs in which precision, and how the loss is scaled.
+
+    ``ops`` overrides canonical op names (shared by both frameworks);
+    ``mxnet_ops`` / ``paddle_ops`` override that framework's op names and win
+    over ``ops``. ``loss_scale`` defaults to dynamic scaling for float16 and
+    none for bfloat16/float32. ``emulate`` rounds through fp16 at op
+    boundaries where the device has no fp16 kernel (labelled as emulation).
+    """
+
+    dtype: str = "float16"
+    level: str = "O1"
+    ops: OpLists = field(default_factory=OpLists)
+    mxnet_ops: OpLists = field(default_factory=OpLists)
+    paddle_ops: OpLists = field(default_factory=OpLists)
+    loss_scale: Optional[LossScale] = None
+    emulate: bool = False
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise UnknownChoiceError("dtype", self.dtype, DTYPES)
+        if self.level not in LEVELS:
+            raise UnknownChoiceError("level", self.level, LEVELS)
+        if (self.dtype == "float32") != (self.level == "O0"):
+            raise AmpConfigError(
+                f"level {self.level!r} with dtype {self.dtype!r}: O0 is the float32 baseline "
+                f"and needs dtype='float32'; O1/O2 need float16 or bfloat16")
+        for name in ("ops", "mxnet_ops", "paddle_ops"):
+            if not isinstance(getattr(self, name), OpLists):
+                raise AmpConfigError(f"Policy.{name} must be an OpLists, "
+                                     f"got {type(getattr(self, name)).__name__}")
+        unknown = sorted(self.ops.names() - canonical_ops())
+        if unknown:
+            raise UnknownOpError(unknown[0], "the canonical vocabulary (Policy.ops)",
+                                 canonical_ops())
+        if self.loss_scale is None:
+            object.__setattr__(self, "loss_scale", _default_loss_scale(self.dtype))
+
+    @property
+    def enabled(self) -> bool:
+        """False for the O0 fp32 baseline: no casts, no scaling."""
+        return self.level != "O0"
+
+    def framework_ops(self, framework: str) -> OpLists:
+        """The overrides of ``framework``'s own op names."""
+        if framework not in FRAMEWORKS:
+            raise UnknownChoiceError("framework", framework, FRAMEWORKS)
+        return getattr(self, f"{framework}_ops")
+
+    def validate_for(self, framework: str, registry: Optional[Iterable[str]] = None) -> None:
+        """Check ``framework``'s override names against its live op ``registry``.
+
+        Backends call this with the framework's registered op names; without a
+        registry the names are checked against the op table.
+        """
+        table = load_table(framework)
+        known = set(registry) if registry is not None else set(table.names)
+        for name in sorted(self.framework_ops(framework).names()):
+            if name not in known:
+                raise UnknownOpError(name, f"{framework} (Policy.{framework}_ops)", known)
+
+    def replace(self, **changes: Any) -> "Policy":
+        """A copy with ``changes`` applied (validated like a new policy)."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def preset(cls, name: str, **changes: Any) -> "Policy":
+        """A named policy: O0, O1, O1-bf16, O2, O2-bf16 (``changes`` override its fields)."""
+        if name not in PRESETS:
+            raise UnknownChoiceError("preset", name, PRESETS)
+        return cls(**{**PRESETS[name], **changes})
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str = "policy") -> "Policy":
+        """A policy from the structure of a policy file (see ``from_file``)."""
+        d = dict(d)
+        allowed = ("preset", "dtype", "level", "emulate", "ops", "loss_scale")
+        for key in d:
+            if key not in allowed:
+                raise UnknownChoiceError(f"key in {where}", key, allowed)
+        kw: dict[str, Any] = {}
+        if "preset" in d:
+            preset = d.pop("preset")
+            if preset not in PRESETS:
+                raise UnknownChoiceError(f"preset in {where}", preset, PRESETS)
+            kw.update(PRESETS[preset])
+        ops = dict(d.pop("ops", {}))
+        for fw in FRAMEWORKS:
+            if fw in ops:
+                kw[f"{fw}_ops"] = OpLists.from_dict(ops.pop(fw), f"{where} [ops.{fw}]")
+        kw["ops"] = OpLists.from_dict(ops, f"{where} [ops]")
+        if "loss_scale" in d:
+            kw["loss_scale"] = loss_scale_from_config(d.pop("loss_scale"))
+        kw.update(d)
+        return cls(**kw)
+
+    @classmethod
+    def from_file(cls, path: "str | Path") -> "Policy":
+        """Load a TOML policy file; one file drives both frameworks.
+
+        ```toml
+        preset = "O1"            # optional starting point
+        dtype = "float16"        # float16 | bfloat16 | float32
+        level = "O1"             # O0 | O1 | O2
+        emulate = false
+        [ops]                    # canonical names: lower, fp32, promote, follow, replace
+        fp32 = ["matmul"]
+        [ops.mxnet]              # MXNet op names (same keys, plus conditional_fp32)
+        [ops.paddle]             # Paddle op names
+        [loss_scale]             # kind = dynamic | static | none, plus the scaler fields
+        init_scale = 65536
+        ```
+        """
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text("utf-8"))
+        except FileNotFoundError:
+            raise AmpConfigError(f"policy file {str(path)!r} does not exist") from None
+        except tomllib.TOMLDecodeError as e:
+            raise AmpConfigError(f"policy file {str(path)!r} is not valid TOML: {e}") from None
+        return cls.from_dict(data, where=str(path))
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "O0": {"dtype": "float32", "level": "O0"},
+    "O1": {"dtype": "float16", "level": "O1"},
+    "O1-bf16": {"dtype": "bfloat16", "level": "O1"},
+    "O2": {"dtype": "float16", "level": "O2"},
+    "O2-bf16": {"dtype": "bfloat16", "level": "O2"},
+}
