@@ -1,0 +1,150 @@
+"""The cast planner: categories, run dtypes, casts, device awareness, emulation."""
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amp_adapters import OpLists, Policy, categorize, effective_lists, plan_op, widest
+from amp_adapters.oplists import load_table
+
+O1 = Policy.preset("O1")
+F32, F16, BF16 = "float32", "float16", "bfloat16"
+
+
+def test_gemm_runs_low_and_casts_only_what_differs():
+    d = plan_op(O1, "mxnet", "FullyConnected", (F32, F16, F32))
+    assert (d.category, d.canonical, d.run_dtype) == ("lower", "linear", F16)
+    assert d.casts == (F16, None, F16) and d.num_casts == 2
+
+
+def test_fp32_op_casts_low_inputs_up():
+    d = plan_op(O1, "paddle", "softmax", (F16,))
+    assert (d.category, d.run_dtype, d.casts) == ("fp32", F32, (F32,))
+
+
+def test_promote_runs_in_the_widest_input():
+    d = plan_op(O1, "paddle", "elementwise_add", (F16, F32))
+    assert (d.category, d.run_dtype, d.casts) == ("promote", F32, (F32, None))
+    assert plan_op(O1, "paddle", "elementwise_add", (F16, F16)).run_dtype == F16
+    assert plan_op(O1, "paddle", "concat", (F16, BF16)).run_dtype == F32  # neither holds the other
+
+
+def test_follow_keeps_the_input_dtype():
+    d = plan_op(O1, "mxnet", "relu", (F16,))
+    assert (d.category, d.run_dtype, d.casts) == ("follow", F16, (None,))
+
+
+def test_none_inputs_and_float64_are_never_cast_by_lists():
+    d = plan_op(O1, "paddle", "batch_norm", (F16, None, None, None, None))
+    assert d.run_dtype == F16 and d.casts == (None,) * 5
+    assert plan_op(O1, "paddle", "matmul_v2", ("float64", F32)).casts == (None, F16)
+    assert plan_op(O1, "mxnet", "Embedding", ("int64", F32)).casts == (None, None)
+
+
+dtype = st.sampled_from([F16, BF16, F32, "float64", "int32", None])
+some_ops = st.sampled_from(["elementwise_add", "concat", "matmul_v2", "softmax", "relu",
+                            "stack", "where", "scale", "unknown_op"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(some_ops, st.lists(dtype, min_size=1, max_size=4), st.booleans(),
+       st.sampled_from(["O1", "O2", "O1-bf16"]))
+def test_order_of_inputs_never_changes_the_decision(op, dtypes, emulate, preset):
+    policy = Policy.preset(preset, emulate=emulate)
+    kernels = frozenset({"elementwise_add", "concat", "relu"})
+    first = plan_op(policy, "paddle", op, dtypes, lowp_kernels=kernels)
+    for perm in itertools.permutations(range(len(dtypes))):
+        d = plan_op(policy, "paddle", op, [dtypes[i] for i in perm], lowp_kernels=kernels)
+        assert (d.run_dtype, d.emulated, d.category) == (first.run_dtype, first.emulated,
+                                                         first.category)
+        assert d.casts == tuple(first.casts[i] for i in perm)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(dtype, max_size=5))
+def test_widest_is_symmetric_and_the_maximum(dtypes):
+    w = widest(dtypes)
+    assert w == widest(list(reversed(dtypes)))
+    floats = [d for d in dtypes if d in (F16, BF16, F32, "float64")]
+    assert (w is None) == (not floats)
+
+
+def test_no_kernel_on_this_device_stays_fp32_and_says_why():
+    d = plan_op(O1, "mxnet", "FullyConnected", (F32, F32, F32), lowp_kernels=frozenset())
+    assert (d.category, d.run_dtype, d.casts, d.emulated) == ("lower", F32, (None,) * 3, False)
+    assert "no float16 kernel for FullyConnected on this device" in d.reason
+
+
+def test_follow_op_without_kernel_casts_low_input_up():
+    d = plan_op(O1, "paddle", "relu", (F16,), lowp_kernels=frozenset({"scale"}))
+    assert (d.run_dtype, d.casts) == (F32, (F32,))
+
+
+def test_emulation_is_a_decision():
+    policy = Policy.preset("O1", emulate=True)
+    d = plan_op(policy, "mxnet", "FullyConnected", (F32, F32), lowp_kernels=frozenset())
+    assert (d.run_dtype, d.emulated, d.low_dtype) == (F32, True, F16)
+    assert "EMULATED float16" in d.reason
+    # with a kernel, the real thing runs: no emulation
+    assert not plan_op(policy, "mxnet", "FullyConnected", (F32, F32)).emulated
+
+
+def test_o2_runs_every_non_fp32_op_low():
+    o2 = Policy.preset("O2")
+    assert plan_op(o2, "paddle", "elementwise_add", (F32, F16)).run_dtype == F16
+    assert plan_op(o2, "paddle", "relu", (F32,)).run_dtype == F16
+    assert plan_op(o2, "paddle", "layer_norm", (F16,)).run_dtype == F32
+
+
+def test_o0_changes_nothing():
+    d = plan_op(Policy.preset("O0"), "mxnet", "FullyConnected", (F32, F32))
+    assert (d.run_dtype, d.num_casts) == (F32, 0)
+
+
+def test_conditional_ops_depend_on_attributes():
+    assert categorize(O1, "mxnet", "Activation", {"act_type": "softrelu"}).category == "fp32"
+    assert categorize(O1, "mxnet", "Activation", {"act_type": "relu"}).category == "follow"
+    policy = Policy(mxnet_ops=OpLists(conditional_fp32=(("Activation", "act_type", ("relu",)),)))
+    c = categorize(policy, "mxnet", "Activation", {"act_type": "relu"})
+    assert c.category == "fp32" and "conditional_fp32" in c.reason
+
+
+def test_overrides_precedence():
+    policy = Policy(ops=OpLists(fp32={"matmul"}, lower={"softmax"}),
+                    paddle_ops=OpLists(lower={"matmul_v2"}))
+    assert categorize(policy, "paddle", "matmul").category == "fp32"       # canonical override
+    assert categorize(policy, "mxnet", "dot").category == "fp32"           # shared by both
+    assert categorize(policy, "paddle", "matmul_v2").category == "lower"   # framework wins
+    assert categorize(policy, "paddle", "softmax").category == "lower"
+
+
+def test_replace_drops_the_defaults():
+    policy = Policy(ops=OpLists(lower={"softmax"}, replace=True))
+    assert categorize(policy, "paddle", "matmul_v2").category == "follow"
+    assert categorize(policy, "paddle", "softmax").category == "lower"
+    only = Policy(paddle_ops=OpLists(fp32={"scale"}, replace=True))
+    assert categorize(only, "paddle", "fake_quantize_dequantize_abs_max").category == "follow"
+    assert categorize(only, "paddle", "matmul_v2").category == "lower"  # canonical stays
+
+
+def test_native_framework_only_lists_are_kept():
+    assert categorize(O1, "mxnet", "linalg_gemm2").category == "fp32"
+    assert categorize(O1, "paddle", "lookup_table").category == "follow"  # canonical embedding
+    assert categorize(O1, "paddle", "bilinear_interp_v2").category == "fp32"
+
+
+def test_effective_lists_partition_the_table():
+    for fw in ("mxnet", "paddle"):
+        lists = effective_lists(O1, fw)
+        names = [n for cat in lists.values() for n in cat]
+        assert len(names) == len(set(names)) == len(load_table(fw).names)
+
+
+@pytest.mark.parametrize("fw", ["mxnet", "paddle"])
+def test_key_ops_agree_across_frameworks(fw):
+    by_canonical = {}
+    for op, canon in load_table(fw).canonical_of.items():
+        by_canonical.setdefault(canon, set()).add(categorize(O1, fw, op).category)
+    assert all(len(cats) == 1 for cats in by_canonical.values())
+    assert by_canonical["matmul"] == {"lower"} and by_canonical["softmax"] == {"fp32"}
