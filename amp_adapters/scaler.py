@@ -3,7 +3,9 @@
 Each loss scale is a frozen dataclass whose ``adjust(found_inf)`` returns the
 next state; nothing here touches a framework or a device, so one trajectory
 can be replayed in MXNet, Paddle and plain Python and compared step by step.
-Scale arithmetic is done in float32, as the natives' device kernels do it.
+The scale is a float32 value and each move is rounded once to float32, as the
+natives' kernels do (torch multiplies by a double factor; Paddle stores its
+ratios as float32, which ``from_paddle`` reproduces by rounding them).
 
 - ``DynamicLossScale``: grows after ``growth_interval`` clean steps, backs off
   after ``hysteresis`` overflows in a row, kept within ``[min_scale, max_scale]``.
@@ -35,10 +37,9 @@ def _f32(x: float) -> float:
         return float(np.float32(x))
 
 
-def _mul_f32(a: float, b: float) -> float:
-    """float32 product, as computed by the natives' scale-update kernels."""
-    with np.errstate(over="ignore", under="ignore"):
-        return float(np.float32(a) * np.float32(b))
+def _mul_f32(scale: float, factor: float) -> float:
+    """``scale * factor`` rounded once to float32 (inf if it overflows float32)."""
+    return _f32(scale * factor)
 
 
 def _check_steps(obj: Any, *names: str) -> None:
@@ -117,7 +118,8 @@ class DynamicLossScale(_StateDictMixin):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
                 raise AmpConfigError(f"{name}.{field} must be a number, got {value!r}")
-            object.__setattr__(self, field, _f32(value))
+            is_scale = field in ("scale", "min_scale", "max_scale")
+            object.__setattr__(self, field, _f32(value) if is_scale else float(value))
         if not self.growth_factor > 1:
             raise AmpConfigError(f"{name}.growth_factor must be > 1, got {self.growth_factor!r}")
         if not 0 < self.backoff_factor < 1:
@@ -179,10 +181,10 @@ class DynamicLossScale(_StateDictMixin):
     def from_paddle(cls, init_loss_scaling: float = 2.0**16, incr_every_n_steps: int = 2000,
                     decr_every_n_nan_or_inf: int = 1, incr_ratio: float = 2.0,
                     decr_ratio: float = 0.5, **kw: Any) -> "DynamicLossScale":
-        """Paddle's ``update_loss_scaling`` op semantics: floor 1, no ceiling."""
+        """Paddle's ``update_loss_scaling`` op semantics: floor 1, no ceiling, float32 ratios."""
         return cls(scale=init_loss_scaling, growth_interval=incr_every_n_steps,
-                   hysteresis=decr_every_n_nan_or_inf, growth_factor=incr_ratio,
-                   backoff_factor=decr_ratio, min_scale=1.0, max_scale=math.inf, **kw)
+                   hysteresis=decr_every_n_nan_or_inf, growth_factor=_f32(incr_ratio),
+                   backoff_factor=_f32(decr_ratio), min_scale=1.0, max_scale=math.inf, **kw)
 
     @classmethod
     def from_mxnet(cls, **kw: Any) -> "DynamicLossScale":
