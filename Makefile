@@ -20,7 +20,7 @@ $(VENV3)/.installed: setup.cfg pyproject.toml
 	touch $@
 
 demo: $(VENV)/.installed
-	$(VENV)/bin/amp-adapters demo
+	$(VENV)/bin/amp-adapters demo --framework numpy --k-log2 24
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q

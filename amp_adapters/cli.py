@@ -2,7 +2,8 @@
 
     amp-adapters lists --framework mxnet --dtype float16 [--policy FILE]
     amp-adapters explain softmax --framework paddle [--policy FILE] [--attr act_type=softrelu]
-    amp-adapters demo [--steps N] [--k-log2 24]
+    amp-adapters demo [--framework mxnet|paddle|both|numpy] [--policy FILE] [--steps N]
+                      [--plot out.png] [--k-log2 0]
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from .errors import AmpConfigError, UnknownOpError
 from .oplists import CATEGORIES, FRAMEWORKS, LOW_DTYPES, load_table
 from .planner import categorize, effective_lists
 from .policy import Policy
+from .scaler import DynamicLossScale
 
 
 def _policy(args: argparse.Namespace) -> Policy:
@@ -51,12 +53,37 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+# O1 fp16, emulated where the device has no fp16 kernel; a short growth interval so the
+# dynamic loss scale visibly grows into overflows and backs off within the demo.
+DEMO_POLICY = Policy.preset("O1", emulate=True, loss_scale=DynamicLossScale(growth_interval=100))
+
+
 def _demo(args: argparse.Namespace) -> int:
     from . import demo
 
+    policy = Policy.from_file(args.policy) if args.policy else DEMO_POLICY
+    frameworks = ("mxnet", "paddle") if args.framework == "both" else (args.framework,)
     k = 2.0**args.k_log2
-    print(f"Training 4 runs of {args.steps} steps (fp16 emulated in numpy) ...", flush=True)
-    print(demo.format_table(demo.run(k=k, steps=args.steps), k))
+    data = demo.digits_data(args.steps)
+    every = max(1, args.steps // 5)
+    results = []
+    for fw in frameworks:
+        for pol in (Policy.preset("O0"), policy):
+            label = f"{fw} {'fp32' if not pol.enabled else pol.dtype + ' ' + pol.level}"
+
+            def progress(step: int, loss: float, scale: float, label: str = label) -> None:
+                if (step + 1) % every == 0:
+                    print(f"  {label}: step {step + 1}/{args.steps}  loss {loss:.3f}  "
+                          f"scale {scale:g}", flush=True)
+
+            results.append(demo.train(fw, pol, data, k=k, on_step=progress))
+    print(f"\nMLP 64-64-10 on digits, {args.steps} steps, batch 64"
+          + (f", loss / 2**{args.k_log2}, lr x 2**{args.k_log2}" if args.k_log2 else "")
+          + " (emulated: fp16 rounding at op boundaries, fp32 arithmetic; no fp16 kernel here)")
+    print(demo.format_table(results))
+    if args.plot:
+        demo.plot(results, args.plot)
+        print(f"\nfigure written to {args.plot}")
     return 0
 
 
@@ -73,10 +100,15 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--framework", required=True, choices=FRAMEWORKS)
         p.add_argument("--dtype", default="float16", choices=LOW_DTYPES)
         p.add_argument("--policy", metavar="FILE", help="a TOML policy file (its dtype wins)")
-    p = sub.add_parser("demo", help="train an MLP in fp32 and emulated fp16 with loss scaling")
+    p = sub.add_parser("demo", help="train one MLP in each framework, in fp32 and with AMP")
+    p.add_argument("--framework", default="both", choices=("both", "mxnet", "paddle", "numpy"))
+    p.add_argument("--policy", metavar="FILE",
+                   help="a TOML policy file (default: O1 fp16, emulated where there is no "
+                        "fp16 kernel, dynamic loss scale growing every 100 steps)")
     p.add_argument("--steps", type=int, default=800)
-    p.add_argument("--k-log2", type=int, default=24,
-                   help="divide the loss by 2**K (and multiply the learning rate by it)")
+    p.add_argument("--plot", metavar="PNG", help="write loss curves and the loss scale here")
+    p.add_argument("--k-log2", type=int, default=0,
+                   help="divide the loss by 2**K and multiply the learning rate by it")
     return parser
 
 
