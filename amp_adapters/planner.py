@@ -55,6 +55,11 @@ class OpDecision:
     def num_casts(self) -> int:
         return sum(c is not None for c in self.casts)
 
+    @property
+    def precision(self) -> Optional[str]:
+        """The dtype whose numerics the op has: ``low_dtype`` when emulated, else ``run_dtype``."""
+        return self.low_dtype if self.emulated else self.run_dtype
+
 
 def widest(dtypes: Sequence[Optional[str]]) -> Optional[str]:
     """The widest floating dtype in ``dtypes``, independent of order.

@@ -3,7 +3,10 @@
 A backend builds a ``CastReport`` from the ``OpDecision``s it applied. Two
 frameworks' reports for the same model under the same policy must agree on
 the canonical columns; ``compare`` lists where they do not, and names the
-canonical ops that one framework's model does not have.
+canonical ops that one framework's model does not have. Ops are compared by
+``precision`` (an emulated fp16 op counts as fp16), so a CPU that runs an op
+in real fp16 and one that emulates it agree, while an op that fell back to
+fp32 does not agree with one that ran in fp16.
 """
 from __future__ import annotations
 
@@ -25,12 +28,12 @@ class CastReport:
         """Casts the plan asks for (before a backend collapses duplicates)."""
         return sum(d.num_casts for d in self.decisions)
 
-    def run_dtypes(self) -> dict[str, frozenset[Optional[str]]]:
-        """{canonical op: the run dtypes its instances got}; ops without one are left out."""
+    def precisions(self) -> dict[str, frozenset[Optional[str]]]:
+        """{canonical op: the precisions its instances got}; ops without one are left out."""
         out: dict[str, set[Optional[str]]] = {}
         for d in self.decisions:
             if d.canonical is not None:
-                out.setdefault(d.canonical, set()).add(d.run_dtype)
+                out.setdefault(d.canonical, set()).add(d.precision)
         return {k: frozenset(v) for k, v in out.items()}
 
     def format(self) -> str:
@@ -53,7 +56,7 @@ def compare(a: CastReport, b: CastReport) -> list[str]:
     A canonical op present in only one report is listed as absent from the
     other, so a missing op is never mistaken for agreement.
     """
-    ra, rb = a.run_dtypes(), b.run_dtypes()
+    ra, rb = a.precisions(), b.precisions()
     out = []
     for op in sorted(set(ra) | set(rb)):
         if op not in rb:

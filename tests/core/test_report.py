@@ -42,3 +42,16 @@ def test_emulated_rows_are_labelled():
     d = plan_op(Policy.preset("O1", emulate=True), "mxnet", "FullyConnected",
                 ("float32", "float32"), lowp_kernels=frozenset())
     assert "float32 (emulated float16)" in CastReport("mxnet", (d,)).format()
+
+
+def test_emulated_and_real_low_precision_agree_but_fallback_does_not():
+    emulate = Policy.preset("O1", emulate=True)
+    emulated = CastReport("mxnet", (plan_op(emulate, "mxnet", "FullyConnected",
+                                            ("float32", "float32"), lowp_kernels=frozenset()),))
+    real = CastReport("paddle", (plan_op(emulate, "paddle", "fc", ("float32", "float32")),))
+    fallback = CastReport("paddle", (plan_op(O1, "paddle", "fc", ("float32", "float32"),
+                                             lowp_kernels=frozenset()),))
+    assert emulated.decisions[0].precision == "float16" == real.decisions[0].precision
+    assert compare(emulated, real) == []
+    assert compare(emulated, fallback) == [
+        "linear: mxnet runs it in ['float16'], paddle in ['float32']"]
