@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Optional, Sequence
 
@@ -59,6 +60,7 @@ DEMO_POLICY = Policy.preset("O1", emulate=True, loss_scale=DynamicLossScale(grow
 
 
 def _demo(args: argparse.Namespace) -> int:
+    os.environ.setdefault("GLOG_minloglevel", "2")  # Paddle's C++ INFO lines are noise here
     from . import demo
 
     policy = Policy.from_file(args.policy) if args.policy else DEMO_POLICY

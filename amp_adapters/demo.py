@@ -82,6 +82,13 @@ class TrainResult:
         return sum(a != b for a, b in zip(self.scales, self.scales[1:]))
 
 
+def evaluate(data: DigitsData, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray,
+             b2: np.ndarray) -> float:
+    """Test accuracy of trained weights, computed in numpy fp32 the same way for every framework."""
+    h = np.maximum(data.x_test @ w1 + b1, 0)
+    return float(((h @ w2 + b2).argmax(1) == data.y_test).mean())
+
+
 def mode_label(policy: Policy, emulated: bool) -> str:
     """``fp32``, or the dtype with ``(emulated)`` when no low-precision kernel ran."""
     if not policy.enabled:
@@ -142,9 +149,8 @@ def train_numpy(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float =
         times.append(time.perf_counter() - t0)
         if on_step:
             on_step(step, losses[-1], scales[-1])
-    h = np.maximum(data.x_test @ w1 + b1, 0)
-    accuracy = float(((h @ w2 + b2).argmax(1) == data.y_test).mean())
-    return TrainResult("numpy", mode_label(policy, policy.enabled), accuracy, tuple(losses),
+    return TrainResult("numpy", mode_label(policy, policy.enabled),
+                       evaluate(data, w1, b1, w2, b2), tuple(losses),
                        tuple(scales), state.skipped_steps, 0, float(np.median(times)),
                        float(np.mean(zero_frac)))
 
