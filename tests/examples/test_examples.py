@@ -1,0 +1,54 @@
+"""Every example runs on CPU as a user runs it (a subprocess), in well under a minute each."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("mxnet", reason="the examples need MXNet and Paddle")
+pytest.importorskip("paddle", reason="the examples need MXNet and Paddle")
+pytest.importorskip("sklearn", reason="the examples train on scikit-learn's digits")
+
+EXAMPLES = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+
+
+def run(script, *args, cwd=None):
+    env = dict(os.environ, GLOG_minloglevel="2", FLAGS_enable_pir_api="0")
+    r = subprocess.run([sys.executable, os.path.join(EXAMPLES, script), *args], cwd=cwd,
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout
+
+
+def accuracies(out):
+    return [float(a) for a in re.findall(r"final accuracy (\d\.\d+)", out)]
+
+
+def test_gluon_train_imperative_and_hybridized():
+    out = run("gluon_train.py")
+    assert "imperative:" in out and "hybridized:" in out
+    assert len(accuracies(out)) == 2 and min(accuracies(out)) > 0.85
+
+
+def test_paddle_static_o1_and_o2():
+    out = run("paddle_static.py")
+    assert "O1:" in out and "O2:" in out
+    assert len(accuracies(out)) == 2 and min(accuracies(out)) > 0.85
+
+
+def test_gradient_clipping_clips_the_unscaled_gradients():
+    lines = [line for line in run("gluon_clipping.py").splitlines() if line.startswith("step")]
+    assert len(lines) == 5
+    for line in lines:
+        before, after = map(float, re.search(r"norm ([\d.]+) -> ([\d.]+)", line).groups())
+        assert before > 10 and after == pytest.approx(1.0, abs=1e-3)  # true norm, clipped to 1
+
+
+def test_checkpoint_resume_continues_the_exact_trajectory(tmp_path):
+    first = run("checkpoint_resume.py", "save", str(tmp_path / "ck"))
+    resumed = run("checkpoint_resume.py", "resume", str(tmp_path / "ck"))
+    full = run("checkpoint_resume.py", "full")
+    assert first.strip().splitlines()[-1] == full.strip().splitlines()[0]
+    assert resumed.strip().splitlines()[-1] == full.strip().splitlines()[-1]
+    assert "after step 40" in resumed
