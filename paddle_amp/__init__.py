@@ -1,0 +1,25 @@
+"""paddle_amp: ``paddle.static.amp.decorate`` for legacy static programs, on the shared core.
+
+Every precision decision comes from ``amp_adapters.plan_op`` and every
+loss-scale move equals ``DynamicLossScale.adjust``; this package only
+translates them into program ops. Works on Paddle 2.6.2 and 3.3.1 with the
+legacy program IR (``FLAGS_enable_pir_api=0``).
+
+    opt = paddle_amp.decorate(paddle.optimizer.Adam(1e-3))   # native arguments work too
+    opt.minimize(loss)
+    exe.run(startup); opt.amp_init(place)
+    for batch in data:
+        exe.run(main, feed=batch)
+        opt.check_guard()        # OverflowGuardError after max_consecutive_skips overflows
+    opt.loss_scale()             # DynamicLossScale(scale=..., good_steps=..., skipped_steps=...)
+"""
+from amp_adapters import CastReport, OverflowGuardError, Policy
+
+from .decorator import OptimizerWithMixedPrecision, cast_report, decorate
+from .lists import AutoMixedPrecisionLists
+from .rewrite import fp16_guard
+
+CustomOpLists = AutoMixedPrecisionLists  # the native alias
+
+__all__ = ["AutoMixedPrecisionLists", "CastReport", "CustomOpLists", "OptimizerWithMixedPrecision",
+           "OverflowGuardError", "Policy", "cast_report", "decorate", "fp16_guard"]

@@ -1,0 +1,266 @@
+"""``decorate``: the native ``paddle.static.amp.decorate``, driven by the core policy.
+
+The returned optimizer rewrites the program (``rewrite.Rewriter``), scales the
+loss, and replaces the native unscale/update with ``scaling.LossScaling``: a
+true skip on overflow for every optimizer, and the core's state machine.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Optional
+
+import numpy as np
+import paddle
+from paddle.base import core, framework
+
+from amp_adapters import (AmpConfigError, CastReport, DynamicLossScale, LossScale,
+                          NoOpLossScale, OpLists, Policy, StaticLossScale,
+                          UnknownChoiceError)
+
+from .env import current_device, require_legacy_static
+from .kernels import lowp_kernels
+from .lists import check_lists
+from .rewrite import Rewriter
+from .scaling import LossScaling
+
+# The reports of rewritten programs, for ``cast_report``; a program's entry dies with it.
+_REPORTS: "weakref.WeakKeyDictionary[framework.Program, CastReport]" = weakref.WeakKeyDictionary()
+
+# The native argument sets: the new ``decorate`` and the old fluid fp16 overload, which is
+# selected (as natively) by passing use_pure_fp16, use_fp16_guard or use_bf16.
+_NEW_DEFAULTS = dict(init_loss_scaling=2.0**16, incr_every_n_steps=2000,
+                     decr_every_n_nan_or_inf=1, incr_ratio=2.0, decr_ratio=0.5)
+_LOW_DTYPES = ("float16", "bfloat16")
+_OLD_DEFAULTS = dict(init_loss_scaling=2.0**15, incr_every_n_steps=1000,
+                     decr_every_n_nan_or_inf=2, incr_ratio=2.0, decr_ratio=0.8)
+
+
+def cast_report(program) -> CastReport:
+    """The cast decisions applied to ``program`` (after ``minimize``/``backward``)."""
+    try:
+        return _REPORTS[program]
+    except KeyError:
+        raise ValueError("this program was not rewritten by paddle_amp: call minimize() or "
+                         "backward() of a paddle_amp-decorated optimizer on it first") from None
+
+
+class OptimizerWithMixedPrecision:
+    """The decorated optimizer: the native methods, plus loss-scale state and the guard.
+
+    Build with ``minimize(loss)`` (or ``backward`` + ``apply_gradients``), run the
+    startup program, call ``amp_init(place)``, then run steps. ``check_guard()``
+    after a step raises ``OverflowGuardError`` after ``max_consecutive_skips``
+    overflows in a row (one small host read; call it every step or every few).
+    """
+
+    def __init__(self, optimizer, policy: Policy, use_guard: bool, black_varnames):
+        self._optimizer = optimizer
+        self.policy = policy
+        self._use_guard = use_guard
+        self._black_varnames = frozenset(black_varnames)
+        self._scaling = LossScaling(policy.loss_scale)
+        self._rewriter: Optional[Rewriter] = None
+        self._low_params: frozenset[str] = frozenset()
+        self._train_program = None
+        self._startup_program = None
+        self._scaled_loss = None
+        self._place = None
+
+    def __getattr__(self, name):  # the wrapped optimizer's other methods (set_lr, state_dict...)
+        return getattr(self.__dict__["_optimizer"], name)
+
+    # -- building ---------------------------------------------------------------------------
+
+    def _new_rewriter(self) -> Rewriter:
+        kernels = lowp_kernels(current_device(), self.policy.dtype) \
+            if self.policy.enabled else frozenset()
+        return Rewriter(self.policy, kernels, self._use_guard, self._black_varnames)
+
+    def backward(self, loss, startup_program=None, parameter_list=None, no_grad_set=None,
+                 callbacks=None):
+        """Rewrite ``loss``'s program, scale the loss, append the backward pass.
+
+        Returns the (param, scaled grad) list, as the native does."""
+        require_legacy_static("paddle_amp backward()")
+        if self._train_program is not None:
+            raise RuntimeError("this decorated optimizer already built a program; decorate a "
+                               "new optimizer for another program")
+        program = loss.block.program
+        self._train_program, self._startup_program = program, startup_program
+        self._rewriter = self._new_rewriter()
+        with framework.program_guard(program, startup_program):
+            if self.policy.enabled:
+                self._low_params = self._rewriter.low_params(program, self._optimizer.type)
+                self._rewriter.set_low_params(program, self._low_params)
+                _REPORTS[program] = self._rewriter.rewrite(program)
+            self._scaling.create_vars()
+            block = program.global_block()
+            if loss.dtype != core.VarDesc.VarType.FP32:
+                loss = loss.astype("float32")
+            self._scaled_loss = self._scaling.scale_loss(block, loss)
+            return self._optimizer.backward(self._scaled_loss, startup_program, parameter_list,
+                                            no_grad_set, callbacks)
+
+    def apply_gradients(self, params_grads):
+        """Unscale, check, update on finite steps only, and advance the loss-scale state."""
+        if self._train_program is None:
+            raise RuntimeError("call backward() (or minimize()) before apply_gradients()")
+        return self._scaling.apply(self._train_program, params_grads, self._optimizer)
+
+    def apply_optimize(self, loss, startup_program, params_grads):
+        """``apply_gradients`` under ``loss``'s program, as the native does."""
+        with framework.program_guard(loss.block.program, startup_program):
+            return self.apply_gradients(params_grads)
+
+    def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
+        """``backward`` then ``apply_optimize``; returns (optimize ops, params_grads)."""
+        params_grads = self.backward(loss, startup_program, parameter_list, no_grad_set)
+        return self.apply_optimize(loss, startup_program, params_grads), params_grads
+
+    # -- running ----------------------------------------------------------------------------
+
+    def amp_init(self, place, scope=None, test_program=None, use_fp16_test=False):
+        """After the startup program: convert O2's low-precision parameters in ``scope``.
+
+        ``test_program`` (a separate eval program, built without this optimizer) is
+        rewritten under the same policy for O2 (its parameters are now low precision)
+        or when ``use_fp16_test``; a ``clone(for_test=True)`` of the decorated program
+        needs nothing."""
+        if self._train_program is None:
+            raise RuntimeError("call minimize() before amp_init()")
+        self._place = place
+        scope = scope or paddle.static.global_scope()
+        for name in sorted(self._low_params):
+            var = scope.find_var(name)
+            if var is None:
+                raise RuntimeError(f"parameter {name!r} is not in the scope: run the startup "
+                                   f"program before amp_init()")
+            tensor = var.get_tensor()
+            tensor.set(_to_low(tensor, self.policy.dtype), place)
+        derived = test_program is not None and test_program.global_block().has_var(
+            self._scaling.vars["scale"].name)  # a clone of the decorated program: rewritten
+        if test_program is not None and not derived and (self.policy.level == "O2"
+                                                         or use_fp16_test):
+            rewriter = Rewriter(self.policy, self._rewriter.kernels, self._use_guard,
+                                self._black_varnames)
+            rewriter.set_low_params(test_program, self._low_params)
+            _REPORTS[test_program] = rewriter.rewrite(test_program)
+
+    def _built(self, what: str) -> LossScaling:
+        if not self._scaling.vars:
+            raise RuntimeError(f"call minimize() (or backward()) before {what}()")
+        return self._scaling
+
+    def get_loss_scaling(self):
+        """The loss-scale var (fetch it to see the scale each step)."""
+        return self._built("get_loss_scaling").vars["scale"]
+
+    def get_scaled_loss(self):
+        """The scaled loss var (loss * scale)."""
+        return self._scaled_loss
+
+    def cast_report(self) -> CastReport:
+        """The cast decisions applied to the training program."""
+        return cast_report(self._train_program)
+
+    def loss_scale(self, scope=None) -> LossScale:
+        """The current loss-scale state (scale, good/bad/total/skipped steps) from ``scope``."""
+        return self._built("loss_scale").read(scope or paddle.static.global_scope())
+
+    def state_dict(self, scope=None) -> dict:
+        """The loss-scale state as a plain dict (``amp_adapters`` format, JSON-serialisable)."""
+        return self.loss_scale(scope).state_dict()
+
+    def load_state_dict(self, state_dict: dict, scope=None) -> None:
+        """Restore a ``state_dict()`` into ``scope`` (after the startup program / load)."""
+        self._built("load_state_dict").write(scope or paddle.static.global_scope(), state_dict,
+                            self._place or framework._current_expected_place())
+
+    def check_guard(self, scope=None) -> None:
+        """Raise ``OverflowGuardError`` naming the parameters with non-finite gradients after
+        ``max_consecutive_skips`` overflow steps in a row; else return. One host read."""
+        self._built("check_guard").check_guard(scope or paddle.static.global_scope())
+
+
+def _to_low(tensor, dtype: str):
+    """The fp32 ``tensor`` as a numpy array of ``dtype`` (bf16 as its uint16 bit pattern)."""
+    values = np.asarray(tensor, dtype=np.float32)
+    if dtype == "float16":
+        return values.astype(np.float16)
+    bits = values.view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
+
+
+def _loss_scale(dtype: str, dynamic: Optional[bool], args: dict) -> LossScale:
+    """The loss scale the native arguments describe (bf16 needs none, as natively)."""
+    if dtype == "bfloat16":
+        return NoOpLossScale()
+    if dynamic is None or dynamic:
+        return DynamicLossScale.from_paddle(**args)
+    return StaticLossScale(scale=args["init_loss_scaling"])
+
+
+def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weight=None,
+             init_loss_scaling=None, incr_every_n_steps=None, decr_every_n_nan_or_inf=None,
+             incr_ratio=None, decr_ratio=None, use_dynamic_loss_scaling=None,
+             use_pure_fp16=None, use_fp16_guard=None, use_bf16=None, *,
+             use_amp_guard=None, policy: Optional[Policy] = None, emulate: bool = False):
+    """Decorate ``optimizer`` for mixed-precision training of a static (legacy IR) program.
+
+    Takes both native argument sets: the new one (``level``, ``dtype``,
+    ``master_weight``, ``use_amp_guard``; defaults 2**16, 2000, 1, 2.0, 0.5) and
+    the old fluid fp16 overload (``use_pure_fp16``, ``use_fp16_guard``,
+    ``use_bf16``; defaults 2**15, 1000, 2, 2.0, 0.8). The loss-scaling arguments
+    map onto ``DynamicLossScale.from_paddle`` (``use_dynamic_loss_scaling=False``:
+    a static scale, overflow steps still skipped). A ``policy`` wins over all of
+    them. ``emulate=True`` rounds through fp16 where the device has no fp16 kernel.
+    """
+    require_legacy_static("paddle_amp.decorate")
+    if not isinstance(optimizer, paddle.optimizer.Optimizer):
+        raise TypeError(f"decorate() needs a paddle.optimizer.Optimizer, got "
+                        f"{type(optimizer).__name__}")
+    if isinstance(level, (int, float)) and not isinstance(level, bool):
+        raise TypeError(f"level={level!r} looks like the old positional init_loss_scaling; "
+                        f"pass the loss-scaling arguments by keyword")
+    old = any(a is not None for a in (use_pure_fp16, use_fp16_guard, use_bf16))
+    given = dict(init_loss_scaling=init_loss_scaling, incr_every_n_steps=incr_every_n_steps,
+                 decr_every_n_nan_or_inf=decr_every_n_nan_or_inf, incr_ratio=incr_ratio,
+                 decr_ratio=decr_ratio)
+    args = {k: (v if v is not None else (_OLD_DEFAULTS if old else _NEW_DEFAULTS)[k])
+            for k, v in given.items()}
+    for k in ("init_loss_scaling", "incr_ratio", "decr_ratio"):
+        if isinstance(args[k], bool) or not isinstance(args[k], (int, float)) or \
+                not math.isfinite(args[k]):
+            raise TypeError(f"{k} must be a finite number, got {args[k]!r}")
+    if old:
+        level = "O2" if use_pure_fp16 else "O1"
+        dtype = "bfloat16" if use_bf16 else "float16"
+        use_guard = bool(use_pure_fp16) if use_fp16_guard is None else bool(use_fp16_guard)
+    else:
+        use_guard = bool(use_amp_guard)
+    if not isinstance(level, str) or not isinstance(dtype, str):
+        raise TypeError(f"level and dtype must be strings, got {level!r} and {dtype!r}")
+    if dtype not in _LOW_DTYPES:
+        raise UnknownChoiceError("dtype", dtype, _LOW_DTYPES)
+    lists = check_lists(amp_lists, dtype)
+    if policy is None:
+        level = level.upper()
+        if level == "O0":
+            policy = Policy.preset("O0")
+        else:
+            policy = Policy(dtype=dtype, level=level, paddle_ops=lists.paddle_ops,
+                            loss_scale=_loss_scale(dtype, use_dynamic_loss_scaling, args),
+                            emulate=bool(emulate))
+    elif not isinstance(policy, Policy):
+        raise TypeError(f"policy must be an amp_adapters.Policy, got {type(policy).__name__}")
+    elif emulate and not policy.emulate:
+        policy = policy.replace(emulate=True)
+    if policy.paddle_ops != OpLists():
+        policy.validate_for("paddle", core.get_all_op_names())
+    if policy.level == "O2" and hasattr(optimizer, "_multi_precision"):
+        optimizer._multi_precision = master_weight is not False
+    if policy.enabled and not isinstance(policy.loss_scale, (DynamicLossScale, StaticLossScale,
+                                                             NoOpLossScale)):
+        raise AmpConfigError(f"unsupported loss scale {policy.loss_scale!r}")
+    return OptimizerWithMixedPrecision(optimizer, policy, use_guard, lists.black_varnames)

@@ -1,0 +1,77 @@
+"""The demo's Paddle trainer: the digits MLP as a static program, fp32 or under an AMP policy."""
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import numpy as np
+import paddle
+
+from amp_adapters import Policy
+from amp_adapters.demo import DigitsData, OnStep, TrainResult, evaluate, mode_label
+
+from .decorator import cast_report, decorate
+from .rewrite import is_forward
+
+
+def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float = 1.0,
+                 on_step: Optional[OnStep] = None) -> TrainResult:
+    """Train fc-relu-fc on ``data`` with SGD (loss / k, lr x k) in a fresh program and scope.
+
+    ``policy`` O0 is the plain fp32 program (no ``decorate``). One host sync per
+    step (fetching the loss); the scale is read from the scope. ``casts`` counts
+    the forward cast ops in the program, emulation's round trips included.
+    """
+    was_dynamic = paddle.in_dynamic_mode()
+    paddle.enable_static()
+    try:
+        return _train(policy, data, lr, k, on_step)
+    finally:
+        if was_dynamic:
+            paddle.disable_static()
+
+
+def _param(name: str, value: np.ndarray) -> paddle.ParamAttr:
+    return paddle.ParamAttr(name=name, initializer=paddle.nn.initializer.Assign(value))
+
+
+def _train(policy: Policy, data: DigitsData, lr: float, k: float,
+           on_step: Optional[OnStep]) -> TrainResult:
+    main, startup, scope = paddle.static.Program(), paddle.static.Program(), paddle.static.Scope()
+    amp = policy.enabled
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+        x = paddle.static.data("x", [None, 64], "float32")
+        y = paddle.static.data("y", [None, 1], "int64")
+        h = paddle.static.nn.fc(x, data.w1.shape[1], activation="relu",
+                                weight_attr=_param("w1", data.w1), bias_attr=_param("b1", data.b1))
+        logits = paddle.static.nn.fc(h, 10, weight_attr=_param("w2", data.w2),
+                                     bias_attr=_param("b2", data.b2))
+        loss = paddle.mean(paddle.nn.functional.cross_entropy(logits, y))
+        opt = paddle.optimizer.SGD(learning_rate=lr * k)
+        if amp:
+            opt = decorate(opt, policy=policy)
+        opt.minimize(loss * (1.0 / k))
+    place = paddle.CPUPlace()
+    exe = paddle.static.Executor(place)
+    losses, scales, times = [], [], []
+    with paddle.static.scope_guard(scope):
+        exe.run(startup)
+        if amp:
+            opt.amp_init(place, scope=scope)
+        for step, idx in enumerate(data.batches):
+            t0 = time.perf_counter()
+            scale = opt.loss_scale(scope).scale if amp else 1.0
+            feed = {"x": data.x_train[idx], "y": data.y_train[idx].reshape(-1, 1)}
+            (value,) = exe.run(main, feed=feed, fetch_list=[loss])
+            losses.append(float(np.asarray(value).reshape(())))
+            scales.append(scale)
+            times.append(time.perf_counter() - t0)
+            if on_step:
+                on_step(step, losses[-1], scale)
+        weights = [np.array(scope.find_var(n).get_tensor()) for n in ("w1", "b1", "w2", "b2")]
+        skipped = opt.loss_scale(scope).skipped_steps if amp else 0
+    report = cast_report(main) if amp else None
+    emulated = bool(report and any(d.emulated for d in report.decisions))
+    casts = sum(op.type == "cast" and is_forward(op) for op in main.global_block().ops)
+    return TrainResult("paddle", mode_label(policy, emulated), evaluate(data, *weights),
+                       tuple(losses), tuple(scales), skipped, casts, float(np.median(times)))

@@ -1,0 +1,307 @@
+"""Program rewrite: ask the core planner about every forward op, insert what it says.
+
+For each forward op of a legacy program block, ``plan_op`` gets the op type
+and its input dtypes (None for non-floating inputs and for the slots the op
+table keeps in fp32) and answers with a run dtype and per-input casts. This
+module only carries that out:
+
+- a cast goes in front of each input the plan names, reusing one cast var per
+  (value, dtype) until the value is overwritten, so a weight is cast once per
+  step however often it is used; a cast of a cast reads the original value;
+- outputs of an op that runs in the low dtype are declared in that dtype
+  (statistics outputs of the normalisation ops stay fp32);
+- an ``emulated`` op computes in fp32 on inputs and outputs rounded through
+  the low dtype (two casts), so values and, through the casts' gradients,
+  gradients carry fp16 rounding, overflow and underflow;
+- a control-flow op's sub-block is left in fp32: low-precision values it
+  reads are cast back to fp32 (renamed inside the sub-block too).
+
+The backward pass is generated afterwards by ``append_backward``, so gradient
+casts come from the forward casts for free.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from typing import AbstractSet, Iterator, Optional
+
+from paddle.base import core, framework, unique_name
+
+from amp_adapters import CastReport, OpDecision, OpLists, Policy, plan_op
+from amp_adapters.oplists import load_table
+
+from .env import VARTYPE_OF, dtype_name
+
+logger = logging.getLogger("paddle_amp")
+
+# The native fp16_guard name scope: code written for the native guard works unchanged.
+GUARD_PATTERN = "__use_fp16__"
+_ROLE = core.op_proto_and_checker_maker.kOpRoleAttrName()
+_NOT_FORWARD = int(core.op_proto_and_checker_maker.OpRole.Backward) | int(
+    core.op_proto_and_checker_maker.OpRole.Optimize) | int(
+    core.op_proto_and_checker_maker.OpRole.LRSched)
+_IO_OPS = frozenset({"feed", "fetch", "fetch_v2", "read", "create_py_reader"})
+_LOW = ("float16", "bfloat16")
+_SHORT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64"}
+
+
+@contextlib.contextmanager
+def fp16_guard() -> Iterator[None]:
+    """Ops built inside run in low precision when decorated with ``use_fp16_guard`` (O2)."""
+    with framework.name_scope(prefix=GUARD_PATTERN):
+        yield
+
+
+def is_forward(op) -> bool:
+    """True for an op of the forward pass (not backward, optimizer or LR schedule)."""
+    return not op.has_attr(_ROLE) or not int(op.attr(_ROLE)) & _NOT_FORWARD
+
+
+def force_fp32(policy: Policy, op_type: str) -> Policy:
+    """``policy`` with ``op_type`` moved to the fp32 list (outside fp16_guard, black varnames)."""
+    ops = policy.paddle_ops
+    return policy.replace(paddle_ops=OpLists(
+        lower=ops.lower - {op_type}, fp32=ops.fp32 | {op_type}, promote=ops.promote - {op_type},
+        follow=ops.follow - {op_type}, conditional_fp32=ops.conditional_fp32,
+        replace=ops.replace))
+
+
+def _ops_within(op) -> list:
+    """Every op in ``op``'s sub-block, and in theirs, recursively."""
+    out = []
+    for inner in op._block_attr("sub_block").ops:
+        out.append(inner)
+        if inner.has_attr("sub_block"):
+            out.extend(_ops_within(inner))
+    return out
+
+
+@dataclasses.dataclass
+class Rewriter:
+    """Rewrites the global block of programs under one policy on one device's kernels.
+
+    ``use_guard``: only ops built inside ``fp16_guard()`` may leave fp32.
+    ``black_varnames``: ops reading or writing these vars run in fp32.
+    """
+
+    policy: Policy
+    kernels: Optional[AbstractSet[str]]  # ops with a low kernel on the device; None: all (GPU)
+    use_guard: bool = False
+    black_varnames: AbstractSet[str] = frozenset()
+
+    def __post_init__(self) -> None:
+        self._table = load_table("paddle")
+        self._forced: dict[str, Policy] = {}
+        self._logged: set[str] = set()
+
+    # -- decisions ---------------------------------------------------------------------------
+
+    def _policy_for(self, op) -> tuple[Policy, str]:
+        """The policy that decides ``op``: forced to fp32 outside the guard or on black vars."""
+        why = ""
+        if self.use_guard and GUARD_PATTERN not in (op.attr("op_namescope") or ""):
+            why = "outside fp16_guard"
+        elif self.black_varnames & set(op.input_arg_names + op.output_arg_names):
+            why = "uses a custom_black_varnames var"
+        if not why:
+            return self.policy, ""
+        if op.type not in self._forced:
+            self._forced[op.type] = force_fp32(self.policy, op.type)
+        return self._forced[op.type], why
+
+    def _attrs(self, op) -> Optional[dict]:
+        rules = {r[0] for r in self.policy.paddle_ops.conditional_fp32}
+        if op.type in self._table.conditional or op.type in rules:
+            return {name: op.attr(name) for name in op.attr_names}
+        return None
+
+    def plan(self, block, op, slots) -> OpDecision:
+        """The core's decision for ``op`` given the current dtypes of its input ``slots``."""
+        keep = self._table.keep_fp32_inputs.get(op.type, ())
+        dtypes = [None if slot in keep else dtype_name(block._find_var_recursive(name))
+                  for slot, name in slots]
+        policy, why = self._policy_for(op)
+        decision = plan_op(policy, "paddle", op.type, dtypes, lowp_kernels=self.kernels,
+                           attrs=self._attrs(op))
+        if why:
+            decision = dataclasses.replace(decision, reason=f"{decision.reason} ({why})")
+        self._log(op.type, decision, policy, dtypes)
+        return decision
+
+    def _log(self, op_type: str, d: OpDecision, policy: Policy, dtypes) -> None:
+        if (op_type in self._logged or self.kernels is None or op_type in self.kernels
+                or d.run_dtype != "float32"):
+            return
+        if d.emulated or plan_op(policy, "paddle", op_type, dtypes).run_dtype in _LOW:
+            self._logged.add(op_type)
+            logger.info("%s: %s", op_type, d.reason)
+
+    # -- rewrite ------------------------------------------------------------------------------
+
+    def set_low_params(self, program, names: AbstractSet[str]) -> None:
+        """Declare the parameters ``names`` in the low dtype (O2; ``amp_init`` converts values)."""
+        block = program.global_block()
+        for name in names:
+            if block.has_var(name):
+                block.var(name).desc.set_dtype(VARTYPE_OF[self.policy.dtype])
+
+    def low_params(self, program, optimizer_type: str) -> frozenset[str]:
+        """O2: the parameters every consumer would read in the low dtype, and the optimizer
+        can update in it on this device (else they stay fp32 and are cast once per step)."""
+        if self.policy.level != "O2" or (self.kernels is not None
+                                          and optimizer_type not in self.kernels):
+            return frozenset()
+        block = program.global_block()
+        low = {p.name for p in block.all_parameters()}
+        for op in block.ops:
+            if not is_forward(op) or op.type in _IO_OPS:
+                continue
+            keep = self._table.keep_fp32_inputs.get(op.type, ())
+            policy, _ = self._policy_for(op)
+            for slot in op.input_names:
+                for name in op.input(slot):
+                    if name in low and (slot in keep or op.has_attr("sub_block") or plan_op(
+                            policy, "paddle", op.type, ("float32",),
+                            lowp_kernels=self.kernels).run_dtype != self.policy.dtype):
+                        low.discard(name)
+        return frozenset(low)
+
+    def rewrite(self, program) -> CastReport:
+        """Rewrite the forward ops of ``program``'s global block; return the decisions."""
+        block = program.global_block()
+        self._cast_of: dict[tuple[str, str], str] = {}
+        self._origin: dict[str, str] = {}
+        self._rounded: set[str] = set()
+        decisions = []
+        i = 0
+        while i < len(block.ops):
+            op = block.ops[i]
+            if not is_forward(op) or op.type in _IO_OPS:
+                i += 1
+                continue
+            if op.has_attr("sub_block"):
+                i = self._control_flow(block, i, op, decisions) + 1
+                continue
+            slots = [(slot, name) for slot in op.input_names for name in op.input(slot)]
+            d = self.plan(block, op, slots)
+            decisions.append(d)
+            role = op.attr(_ROLE) if op.has_attr(_ROLE) else 0
+            if op.type == "cast":  # a cast before a cast is a chain: only fix the attribute
+                op._set_attr("in_dtype", block._var_recursive(op.input("X")[0]).dtype)
+            else:
+                for (slot, name), target in zip(slots, d.casts):
+                    if target is not None:
+                        i = self._rename_in(block, i, op, name, self._cast(block, i, name, target,
+                                                                           role))
+                if d.emulated:
+                    for (slot, name), dtype in zip(slots, d.input_dtypes):
+                        name = self._current(op, slot, name, slots)
+                        if dtype is not None:
+                            i = self._rename_in(block, i, op, name,
+                                                self._round(block, i, name, role))
+            i = self._outputs(block, i, op, d, role)
+            i += 1
+        return CastReport("paddle", tuple(decisions))
+
+    def _control_flow(self, block, i: int, op, decisions: list) -> int:
+        """A control-flow op (cond, while): its sub-block is not rewritten and runs in fp32,
+        so low-precision values it reads are cast to fp32, in the op and its sub-blocks."""
+        slots = [(slot, name) for slot in op.input_names for name in op.input(slot)]
+        policy = self._forced.setdefault(op.type, force_fp32(self.policy, op.type))
+        dtypes = [dtype_name(block._find_var_recursive(name)) for _, name in slots]
+        d = plan_op(policy, "paddle", op.type, dtypes, lowp_kernels=self.kernels)
+        decisions.append(dataclasses.replace(d, reason=f"{d.reason} (control flow: its "
+                                                       f"sub-block runs in float32)"))
+        role = op.attr(_ROLE) if op.has_attr(_ROLE) else 0
+        for (_, name), target in zip(slots, d.casts):
+            if target is not None:
+                new, inserted = self._cast(block, i, name, target, role)
+                i += inserted
+                for each in [op, *_ops_within(op)]:
+                    each._rename_input(name, new)
+        return i
+
+    @staticmethod
+    def _current(op, slot, name, slots) -> str:
+        """The name input ``name`` of ``slot`` has now (a cast may have renamed it)."""
+        names = op.input(slot)
+        pos = [n for s, n in slots if s == slot].index(name)
+        return names[pos]
+
+    @staticmethod
+    def _rename_in(block, i: int, op, old: str, new: tuple[str, int]) -> int:
+        name, inserted = new
+        if name != old:
+            op._rename_input(old, name)
+        return i + inserted
+
+    def _cast(self, block, i: int, name: str, target: str, role) -> tuple[str, int]:
+        """A var holding ``name`` in ``target`` and how many ops were inserted before ``i``."""
+        src = self._origin.get(name, name)
+        if dtype_name(block._var_recursive(src)) == target:
+            return src, 0
+        if (src, target) in self._cast_of:
+            return self._cast_of[(src, target)], 0
+        out = self._insert_cast(block, i, src, target, f"{src}.cast_{_SHORT[target]}", role)
+        self._cast_of[(src, target)] = out
+        self._origin[out] = src
+        return out, 1
+
+    def _round(self, block, i: int, name: str, role) -> tuple[str, int]:
+        """``name`` rounded through the low dtype (emulation), as a float32 var."""
+        low = self.policy.dtype
+        src = self._origin.get(name, name)
+        if name in self._rounded or dtype_name(block._var_recursive(src)) == low:
+            return name, 0
+        if (name, "round") in self._cast_of:
+            return self._cast_of[(name, "round")], 0
+        mid = self._insert_cast(block, i, name, low, f"{name}.emul_{_SHORT[low]}", role)
+        out = self._insert_cast(block, i + 1, mid, "float32", f"{name}.emul", role)
+        self._cast_of[(name, "round")] = out
+        self._rounded.add(out)
+        return out, 2
+
+    @staticmethod
+    def _insert_cast(block, i: int, src: str, target: str, stem: str, role) -> str:
+        var = block._var_recursive(src)
+        out = block.create_var(name=unique_name.generate(stem), dtype=VARTYPE_OF[target],
+                               shape=var.shape, lod_level=var.lod_level, persistable=False,
+                               stop_gradient=var.stop_gradient)
+        block._insert_op(i, type="cast", inputs={"X": [var]}, outputs={"Out": [out]},
+                         attrs={"in_dtype": var.dtype, "out_dtype": out.dtype, _ROLE: role})
+        return out.name
+
+    def _outputs(self, block, i: int, op, d: OpDecision, role) -> int:
+        """Declare or round ``op``'s floating outputs; forget casts of overwritten values."""
+        for name in op.output_arg_names:
+            for key in [k for k in self._cast_of if k[0] == name]:
+                del self._cast_of[key]
+            for cast in [c for c, src in self._origin.items() if src == name]:
+                del self._origin[cast]
+            self._rounded.discard(name)
+        if op.type == "cast" or d.run_dtype is None:
+            return i
+        slots = ["Y"] if op.type in self._table.keep_fp32_inputs else op.output_names
+        for slot in slots:
+            for name in op.output(slot):
+                var = block._find_var_recursive(name)
+                if dtype_name(var) != "float32":
+                    continue
+                if d.run_dtype in _LOW:
+                    var.desc.set_dtype(VARTYPE_OF[d.run_dtype])
+                elif d.emulated:
+                    raw = block.create_var(name=unique_name.generate(f"{name}.raw"),
+                                           dtype=var.dtype, shape=var.shape,
+                                           lod_level=var.lod_level, persistable=False,
+                                           stop_gradient=var.stop_gradient)
+                    op._rename_output(name, raw.name)
+                    mid = self._insert_cast(block, i + 1, raw.name, d.low_dtype,
+                                            f"{name}.emul_{_SHORT[d.low_dtype]}", role)
+                    block._insert_op(i + 2, type="cast", inputs={"X": [mid]},
+                                     outputs={"Out": [var]},
+                                     attrs={"in_dtype": VARTYPE_OF[d.low_dtype],
+                                            "out_dtype": var.dtype, _ROLE: role})
+                    self._rounded.add(name)
+                    i += 2
+        return i

@@ -1,0 +1,91 @@
+"""Small models and run helpers shared by the Paddle tests."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import paddle
+
+
+# Our own state vars: they move on every step by design; everything else persistable is
+# parameters and optimizer state, which a skipped step must leave bit-identical.
+AMP_STATE_PREFIXES = ("loss_scaling", "amp_")
+
+
+@dataclasses.dataclass
+class Static:
+    main: paddle.static.Program
+    startup: paddle.static.Program
+    scope: paddle.static.Scope
+    exe: paddle.static.Executor
+
+    @classmethod
+    def new(cls, seed: int = 7) -> "Static":
+        main, startup = paddle.static.Program(), paddle.static.Program()
+        main.random_seed = startup.random_seed = seed
+        return cls(main, startup, paddle.static.Scope(),
+                   paddle.static.Executor(paddle.CPUPlace()))
+
+    def run(self, feed, fetch_list=()):
+        return self.exe.run(self.main, feed=feed, fetch_list=list(fetch_list))
+
+    def state(self) -> dict[str, np.ndarray]:
+        """Every persistable tensor of the main program except the AMP state: params + optimizer."""
+        out = {}
+        for var in self.main.list_vars():
+            if (var.persistable and var.type == paddle.base.core.VarDesc.VarType.LOD_TENSOR
+                    and not var.name.startswith(AMP_STATE_PREFIXES)):
+                found = self.scope.find_var(var.name)
+                if found is not None and found.get_tensor()._is_initialized():
+                    out[var.name] = np.array(found.get_tensor()).copy()
+        return out
+
+
+def mlp(in_dim: int = 8, hidden: int = 16, out_dim: int = 1, loss_factor: float = 1.0):
+    """x -> fc(relu) -> fc -> mean squared error (times ``loss_factor``). Returns (x, y, loss)."""
+    x = paddle.static.data("x", [None, in_dim], "float32")
+    y = paddle.static.data("y", [None, out_dim], "float32")
+    h = paddle.static.nn.fc(x, hidden, activation="relu")
+    out = paddle.static.nn.fc(h, out_dim)
+    diff = out - y
+    loss = paddle.mean(diff * diff)
+    if loss_factor != 1.0:
+        loss = paddle.scale(loss, loss_factor)
+    return x, y, loss
+
+
+def batch(step: int, in_dim: int = 8, out_dim: int = 1, n: int = 4, overflow: bool = False):
+    """Deterministic data for ``step``; ``overflow`` puts an inf in the input."""
+    rng = np.random.RandomState(step)
+    x = rng.rand(n, in_dim).astype("float32")
+    if overflow:
+        x[0, 0] = np.inf
+    return {"x": x, "y": rng.rand(n, out_dim).astype("float32")}
+
+
+def forward_ops(program, op_type: str):
+    """The forward ops of ``op_type`` in ``program``'s global block."""
+    from paddle_amp.rewrite import is_forward
+    return [op for op in program.global_block().ops if op.type == op_type and is_forward(op)]
+
+
+RESUME_STEPS = 10
+RESUME_OVERFLOWS = (2, 5, 6)
+
+
+def resume_build(paddle_amp):
+    """The checkpoint model: MLP + Adam, a scale that grows every 2 clean steps."""
+    _, _, loss = mlp()
+    opt = paddle_amp.decorate(paddle.optimizer.Adam(0.01), init_loss_scaling=8.0,
+                              incr_every_n_steps=2, decr_every_n_nan_or_inf=1)
+    opt.minimize(loss)
+    return opt
+
+
+def resume_run(env: Static, opt, steps) -> list[dict]:
+    """Run ``steps``; the loss-scale state after each."""
+    out = []
+    for step in steps:
+        env.run(batch(step, overflow=step in RESUME_OVERFLOWS))
+        out.append(opt.state_dict())
+    return out

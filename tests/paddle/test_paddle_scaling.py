@@ -1,0 +1,175 @@
+"""Loss scaling in the program: true skips, the core state machine step by step, the guard."""
+import math
+
+import numpy as np
+import paddle
+import pytest
+
+import paddle_amp
+from amp_adapters import DynamicLossScale, OverflowGuardError, Policy, StaticLossScale
+from paddle_helpers import batch, mlp
+
+OPTIMIZERS = {
+    "sgd_l2": lambda: paddle.optimizer.SGD(0.1, weight_decay=paddle.regularizer.L2Decay(0.01)),
+    "momentum": lambda: paddle.optimizer.Momentum(0.1, momentum=0.9,
+                                                  weight_decay=paddle.regularizer.L2Decay(0.01)),
+    "adam": lambda: paddle.optimizer.Adam(0.01),
+    "adamw": lambda: paddle.optimizer.AdamW(0.01, weight_decay=0.1),
+}
+
+
+def _same(a: dict, b: dict) -> list:
+    return [k for k in a if not np.array_equal(a[k], b[k], equal_nan=True)]
+
+
+@pytest.mark.parametrize("overflow", ["inf_input", "nan_label"])
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_overflow_step_is_skipped_for_real(static, name, overflow):
+    _, _, loss = mlp()
+    opt = paddle_amp.decorate(OPTIMIZERS[name]())
+    opt.minimize(loss)
+    static.exe.run(static.startup)
+    for step in range(2):
+        static.run(batch(step))
+    before = static.state()
+    assert any("moment" in k or "velocity" in k for k in before) or name == "sgd_l2"
+    # Adam and AdamW skip inside their kernel; SGD and Momentum run in a conditional block
+    main_ops = {op.type for op in static.main.global_block().ops}
+    assert ({"adam", "adamw"} & main_ops != set()) == name.startswith("adam")
+    bad = batch(2, overflow=overflow == "inf_input")
+    if overflow == "nan_label":
+        bad["y"][1, 0] = np.nan
+    static.run(bad)
+    after = static.state()
+    assert not _same(before, after), "parameters or optimizer state moved on an overflow step"
+    state = opt.loss_scale()
+    assert (state.skipped_steps, state.total_steps, state.scale) == (1, 3, 2.0**15)
+    static.run(batch(3))
+    assert _same(after, static.state()), "the next finite step updates again"
+
+
+def test_native_moves_weights_on_overflow_with_momentum(static):
+    """What the true skip fixes: the native zeroes the grads and still runs Momentum."""
+    _, _, loss = mlp()
+    paddle.static.amp.decorate(OPTIMIZERS["momentum"]()).minimize(loss)
+    static.exe.run(static.startup)
+    static.run(batch(0))
+    before = static.state()
+    static.run(batch(1, overflow=True))
+    assert _same(before, static.state())
+
+
+PATTERN = [0, 0, 1, 0, 1, 1, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 0]
+
+CONFIGS = {
+    "new_defaults": lambda: dict(),
+    "old_defaults": lambda: dict(use_pure_fp16=False),
+    "paddle_args": lambda: dict(init_loss_scaling=8.0, incr_every_n_steps=2,
+                                decr_every_n_nan_or_inf=2, incr_ratio=4.0, decr_ratio=0.25),
+    # floors, ceilings and hysteresis that the native update_loss_scaling op cannot express
+    "min_max_hysteresis": lambda: dict(policy=Policy(loss_scale=DynamicLossScale(
+        scale=12.0, growth_interval=2, hysteresis=2, min_scale=0.75, max_scale=16.0,
+        backoff_factor=0.25))),
+    # within what update_loss_scaling + a clip compute exactly: 24 capped at 16, 1 raised to 3
+    "native_op_plus_clip": lambda: dict(policy=Policy(loss_scale=DynamicLossScale(
+        scale=12.0, growth_interval=2, hysteresis=2, min_scale=3.0, max_scale=16.0,
+        backoff_factor=0.25))),
+    "torch_no_floor": lambda: dict(policy=Policy(loss_scale=DynamicLossScale.from_torch(
+        init_scale=2.0, growth_interval=3, backoff_factor=0.125))),
+    "growth_to_inf_is_refused": lambda: dict(policy=Policy(loss_scale=DynamicLossScale(
+        scale=2.0**125, growth_interval=1, max_scale=math.inf))),
+    "static": lambda: dict(use_dynamic_loss_scaling=False, init_loss_scaling=128.0),
+}
+
+
+# which configs Paddle's fused update_loss_scaling op computes exactly (else elementary ops)
+FUSED = {"new_defaults", "old_defaults", "paddle_args", "native_op_plus_clip",
+         "growth_to_inf_is_refused"}
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_state_follows_core_machine_step_by_step(static, config):
+    # a tiny loss keeps scale * gradients finite even at scale 2**127
+    _, _, loss = mlp(loss_factor=1e-30)
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.01), **CONFIGS[config]())
+    opt.minimize(loss)
+    static.exe.run(static.startup)
+    fused = any(op.type == "update_loss_scaling" for op in static.main.global_block().ops)
+    assert fused == (config in FUSED)
+    expected = opt.policy.loss_scale
+    assert opt.loss_scale() == expected
+    scales = [expected.scale]
+    for step, found_inf in enumerate(PATTERN):
+        fetch = [loss, opt.get_scaled_loss(), opt.get_loss_scaling()]
+        plain, scaled, scale = static.run(batch(step, overflow=bool(found_inf)), fetch)
+        if not found_inf:  # the scale this step used is the one the last step left (no lag)
+            assert scaled == plain * np.float32(expected.scale), f"step {step}: stale scale"
+        expected = expected.adjust(bool(found_inf))
+        assert scale[0] == np.float32(expected.scale)
+        assert opt.loss_scale() == expected, f"step {step}"
+        scales.append(expected.scale)
+    if config == "min_max_hysteresis":
+        assert 16.0 in scales and 0.75 in scales  # 24 capped at 16; 0.5 raised to 0.75
+    if config == "native_op_plus_clip":
+        assert 16.0 in scales and 3.0 in scales
+    if config == "torch_no_floor":
+        assert min(scales) < 1.0
+    if config == "growth_to_inf_is_refused":
+        assert max(scales) == np.float32(2.0**127)
+    if config == "static":
+        assert isinstance(expected, StaticLossScale) and set(scales) == {128.0}
+
+
+def test_guard_names_the_params_with_non_finite_grads(static):
+    _, _, loss = mlp()
+    policy = Policy(loss_scale=DynamicLossScale(max_consecutive_skips=3))
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), policy=policy)
+    opt.minimize(loss)
+    static.exe.run(static.startup)
+    static.run(batch(0))
+    for step in range(1, 3):
+        static.run(batch(step, overflow=True))
+        opt.check_guard()
+    static.run(batch(3, overflow=True))
+    with pytest.raises(OverflowGuardError, match="3 overflow steps in a row") as err:
+        opt.check_guard()
+    first_weight = static.main.global_block().all_parameters()[0].name
+    assert first_weight in err.value.param_names
+
+
+def test_state_dict_round_trip(static):
+    _, _, loss = mlp()
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), init_loss_scaling=64.0)
+    opt.minimize(loss)
+    static.exe.run(static.startup)
+    static.run(batch(0, overflow=True))
+    saved = opt.state_dict()
+    assert saved["kind"] == "dynamic" and saved["scale"] == 32.0 and saved["skipped_steps"] == 1
+    static.run(batch(1))
+    opt.load_state_dict(saved)
+    assert opt.state_dict() == saved
+    with pytest.raises(ValueError, match="growth_interval"):
+        opt.load_state_dict({**saved, "growth_interval": 7})
+    with pytest.raises(ValueError, match="'static' loss scale"):
+        opt.load_state_dict(StaticLossScale().state_dict())
+    assert opt.state_dict() == saved  # nothing half-loaded
+
+
+@pytest.mark.skipif(not paddle.__version__.startswith("2."),
+                    reason="Paddle 3.3.1's ClipGradByGlobalNorm calls paddle.sqrt, which rejects "
+                           "legacy-IR Variables, even without AMP")
+@pytest.mark.parametrize("name", ["momentum", "adam"])
+def test_global_norm_clipping_is_skipped_with_the_update(static, name):
+    _, _, loss = mlp()
+    clip = paddle.nn.ClipGradByGlobalNorm(1.0)
+    inner = paddle.optimizer.Momentum(0.1, grad_clip=clip) if name == "momentum" else \
+        paddle.optimizer.Adam(0.01, grad_clip=clip)
+    opt = paddle_amp.decorate(inner, init_loss_scaling=2.0**10)
+    opt.minimize(loss)
+    static.exe.run(static.startup)
+    static.run(batch(0))
+    before = static.state()
+    static.run(batch(1, overflow=True))
+    assert not _same(before, static.state())
+    static.run(batch(2))
+    assert _same(before, static.state())
