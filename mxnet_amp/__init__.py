@@ -1,0 +1,40 @@
+"""mxnet_amp: a drop-in replacement for ``mxnet.contrib.amp`` driven by ``amp_adapters``.
+
+``import mxnet_amp as amp`` instead of ``from mxnet.contrib import amp``::
+
+    amp.init()                                  # or init(policy="O1-bf16"), init(emulate=True)
+    amp.init_trainer(trainer)                   # DynamicLossScale by default (none for bf16)
+    with amp.scale_loss(loss, trainer) as scaled:
+        autograd.backward(scaled)
+    amp.unscale(trainer)                        # optional, before clipping; once per step
+    trainer.step(batch_size)                    # skipped on overflow, on every device
+    amp.loss_scale(trainer), amp.last_step_skipped(trainer), amp.state_dict(trainer)
+    amp.cast_report(net); amp.convert_hybrid_block(net); amp.reset()
+
+Differences from the native that matter: the op lists extend the defaults and
+are checked before anything is patched; ``mx.np``/``mx.npx`` are patched too;
+ops without a low-precision kernel on the device stay float32 (or are
+emulated) instead of crashing; ``reset()`` undoes ``init``; overflow is
+checked on every device with one host sync per step, also with
+``update_on_kvstore=True``; the loss scale is configurable, checkpointable and
+readable; the new scale is used by the very next step.
+"""
+from amp_adapters import (DynamicLossScale, NoOpLossScale, OverflowGuardError, Policy,
+                          StaticLossScale)
+
+from .convert import convert_hybrid_block, convert_model, convert_symbol
+from .lists import (list_conditional_fp32_ops, list_fp32_ops, list_loss_output_functions,
+                    list_lp16_fp32_ops, list_lp16_ops, list_widest_type_cast)
+from .patching import active_policy, init, reset
+from .report import cast_report
+from .trainer import (init_trainer, last_step_skipped, load_state_dict, loss_scale, scale_loss,
+                      state_dict, unscale)
+
+__all__ = [
+    "init", "reset", "active_policy", "init_trainer", "scale_loss", "unscale", "loss_scale",
+    "last_step_skipped", "state_dict", "load_state_dict", "convert_symbol", "convert_model",
+    "convert_hybrid_block", "cast_report", "list_lp16_ops", "list_fp32_ops",
+    "list_lp16_fp32_ops", "list_conditional_fp32_ops", "list_widest_type_cast",
+    "list_loss_output_functions", "Policy", "DynamicLossScale", "StaticLossScale",
+    "NoOpLossScale", "OverflowGuardError",
+]

@@ -1,0 +1,108 @@
+"""Thin MXNet glue shared by the backend: the op registry, dtype names and casts.
+
+Every helper here translates, none decides: precision decisions come from
+``amp_adapters.plan_op``. The cast helpers capture MXNet's own ``amp_cast`` /
+``amp_multicast`` at import time, so they keep working while ops are patched.
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import inspect
+import threading
+from typing import Any, Optional
+
+import numpy as np
+import mxnet as mx
+from mxnet import ndarray as nd
+from mxnet import symbol as sym
+from mxnet.base import _LIB, check_call, py_str
+from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
+
+_ND_AMP_CAST, _SYM_AMP_CAST = nd.amp_cast, sym.amp_cast
+_SYM_AMP_MULTICAST = sym.amp_multicast
+_BF16 = np.dtype([("bfloat16", np.uint16)])  # how MXNet 1.x spells bfloat16 in numpy
+FLOATS = ("float16", "bfloat16", "float32", "float64")
+ROUNDED = ("float16", "bfloat16", "float32")  # what emulation rounds through the low dtype
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def unpatched():
+    """Inside this block patched ops call straight through (probes, our own casts)."""
+    prev = getattr(_local, "bypass", False)
+    _local.bypass = True
+    try:
+        yield
+    finally:
+        _local.bypass = prev
+
+
+def bypassed() -> bool:
+    return getattr(_local, "bypass", False)
+
+
+@functools.lru_cache(maxsize=None)
+def registry() -> frozenset[str]:
+    """Every op name registered in this MXNet build (``MXListAllOpNames``)."""
+    plist, size = ctypes.POINTER(ctypes.c_char_p)(), ctypes.c_uint()
+    check_call(_LIB.MXListAllOpNames(ctypes.byref(size), ctypes.byref(plist)))
+    return frozenset(py_str(plist[i]) for i in range(size.value))
+
+
+def dtype_name(dtype: Any) -> str:
+    """numpy-style dtype string of an MXNet dtype ('bfloat16' for MXNet's structured bf16)."""
+    if dtype == _BF16 or dtype == "bfloat16":
+        return "bfloat16"
+    return np.dtype(dtype).name
+
+
+def is_symbol(x: Any) -> bool:
+    return isinstance(x, sym.Symbol)
+
+
+def is_tensor(x: Any) -> bool:
+    """An NDArray or Symbol, legacy or numpy flavour (np.ndarray and _Symbol subclass them)."""
+    return isinstance(x, (nd.NDArray, sym.Symbol))
+
+
+def tensor_dtype(x: Any) -> Optional[str]:
+    """The dtype of an NDArray, or of a variable Symbol that declares one (Gluon parameters
+    do); None for any other Symbol, whose dtype is known only after type inference."""
+    if not is_symbol(x):
+        return dtype_name(x.dtype)
+    code = x.attr("__dtype__") if x.get_children() is None else None
+    return dtype_name(_DTYPE_MX_TO_NP[int(code)]) if code not in (None, "-1") else None
+
+
+def cast(x: Any, dtype: str) -> Any:
+    """``x`` cast to ``dtype``, differentiably (the gradient is cast back on the way down).
+
+    Arrays and symbols get ``amp_cast`` (a no-op on integers and on values that
+    already have ``dtype``; numpy-flavoured symbols go through a legacy view);
+    numpy-flavoured arrays, which legacy ops refuse, use ``astype``.
+    """
+    if isinstance(x, mx.numpy.ndarray):
+        return x.astype(dtype)
+    mx_dtype = _BF16 if dtype == "bfloat16" else dtype
+    if isinstance(x, mx.symbol.numpy._Symbol):
+        return _SYM_AMP_CAST(x.as_nd_ndarray(), dtype=mx_dtype).as_np_ndarray()
+    return (_SYM_AMP_CAST if is_symbol(x) else _ND_AMP_CAST)(x, dtype=mx_dtype)
+
+
+def multicast_widest(xs: list) -> list:
+    """Symbols cast to the widest floating dtype among them, decided when the graph runs."""
+    np_flavour = isinstance(xs[0], mx.symbol.numpy._Symbol)
+    legacy = [x.as_nd_ndarray() if np_flavour else x for x in xs]
+    out = _SYM_AMP_MULTICAST(*legacy, num_outputs=len(legacy))
+    return [out[i].as_np_ndarray() if np_flavour else out[i] for i in range(len(xs))]
+
+
+@functools.lru_cache(maxsize=None)
+def input_names(op: str) -> tuple[str, ...]:
+    """The names of a legacy op's inputs, in order (from its generated Python signature)."""
+    fn = getattr(sym.op, op, None) or getattr(sym._internal, op, None)
+    if fn is None:
+        return ()
+    return tuple(inspect.signature(fn).parameters)

@@ -1,0 +1,67 @@
+"""From ``init``'s arguments (native list names, or an explicit policy) to one ``Policy``."""
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence, Union
+
+from amp_adapters import AmpConfigError, OpLists, Policy, UnknownChoiceError
+
+from ._mx import dtype_name, registry
+
+PolicyLike = Union[Policy, str, "os.PathLike[str]"]
+_TARGET_DTYPES = ("float16", "bfloat16")
+
+
+def resolve_policy(target_dtype: object = "float16",
+                   target_precision_ops: Optional[Sequence[str]] = None,
+                   conditional_fp32_ops: Optional[Sequence[tuple]] = None,
+                   fp32_ops: Optional[Sequence[str]] = None, *,
+                   policy: Optional[PolicyLike] = None, emulate: bool = False) -> Policy:
+    """The policy ``init``/``convert_*`` run under, validated against MXNet's op registry.
+
+    The native list arguments map onto ``Policy.mxnet_ops`` and EXTEND the
+    defaults (a listed op moves to that category; the native replaced the
+    whole list). An explicit ``policy`` (a ``Policy``, a preset name such as
+    ``"O1"``, or a TOML file path) wins over ``target_dtype``; combining it
+    with list arguments is an error, since one of them would be ignored.
+    Raises ``UnknownOpError`` / ``ConflictingOpError`` before anything is patched.
+    """
+    given = {"target_precision_ops": target_precision_ops, "fp32_ops": fp32_ops,
+             "conditional_fp32_ops": conditional_fp32_ops}
+    if policy is not None:
+        if any(v is not None for v in given.values()):
+            raise AmpConfigError("pass op lists either in policy= (Policy.mxnet_ops) or as "
+                                 "target_precision_ops/fp32_ops/conditional_fp32_ops, not both")
+        resolved = as_policy(policy)
+    else:
+        dtype = target_dtype if isinstance(target_dtype, str) else dtype_name(target_dtype)
+        if dtype not in _TARGET_DTYPES:
+            raise UnknownChoiceError("target_dtype", target_dtype, _TARGET_DTYPES)
+        for name, value in given.items():
+            if isinstance(value, str):
+                raise AmpConfigError(f"{name} must be a list of op names, not the string "
+                                     f"{value!r} (write [{value!r}])")
+        ops = OpLists(lower=target_precision_ops or (), fp32=fp32_ops or (),
+                      conditional_fp32=tuple(conditional_fp32_ops or ()))
+        resolved = Policy(dtype=dtype, level="O1", mxnet_ops=ops)
+    if emulate and not resolved.emulate:
+        resolved = resolved.replace(emulate=True)
+    resolved.validate_for("mxnet", registry())
+    if resolved.level == "O2":
+        raise AmpConfigError("level O2 (float16 parameters with float32 master weights) is not "
+                             "supported by mxnet_amp.init; use O1, or net.cast('float16') with "
+                             "an optimizer created with multi_precision=True")
+    return resolved
+
+
+def as_policy(policy: PolicyLike) -> Policy:
+    """A ``Policy`` from a Policy, a preset name or a TOML policy file path."""
+    if isinstance(policy, Policy):
+        return policy
+    if isinstance(policy, (str, os.PathLike)):
+        text = os.fspath(policy)
+        if text.endswith(".toml") or os.path.sep in text:
+            return Policy.from_file(text)
+        return Policy.preset(text)
+    raise AmpConfigError(f"policy must be a Policy, a preset name or a TOML file path, "
+                         f"got {type(policy).__name__}")

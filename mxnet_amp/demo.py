@@ -1,0 +1,79 @@
+"""The demo's Gluon trainer: the digits MLP, fp32 or under an AMP policy (amp_adapters.demo)."""
+from __future__ import annotations
+
+import json
+import time
+from typing import Optional
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon
+
+from amp_adapters import Policy
+from amp_adapters.demo import DigitsData, OnStep, TrainResult, evaluate, mode_label
+
+from .patching import init, reset
+from .report import block_graph, cast_report
+from .trainer import init_trainer, loss_scale, scale_loss
+
+
+def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float = 1.0,
+                 on_step: Optional[OnStep] = None) -> TrainResult:
+    """Train a hybridized Dense-ReLU-Dense on ``data`` with SGD (loss / k, lr x k).
+
+    ``policy`` O0 is the plain fp32 baseline (no ``init`` at all); otherwise
+    ``init(policy=...)`` is active for this run only. One host sync per step
+    (reading the loss). ``casts`` counts the cast nodes in the traced forward graph,
+    emulation's round trips included.
+    """
+    ctx = mx.cpu()
+    hidden = data.w1.shape[1]
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(hidden, activation="relu", in_units=64), gluon.nn.Dense(10, in_units=hidden))
+    net.initialize(ctx=ctx)
+    for layer, w, b in ((net[0], data.w1, data.b1), (net[1], data.w2, data.b2)):
+        layer.weight.set_data(mx.nd.array(w.T, ctx=ctx))  # Dense stores (out, in)
+        layer.bias.set_data(mx.nd.array(b, ctx=ctx))
+    amp = policy.enabled
+    if amp:
+        init(policy=policy)
+    try:
+        net.hybridize(static_alloc=True, static_shape=True)
+        trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": lr * k})
+        if amp:
+            init_trainer(trainer)
+        loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+        x_all = mx.nd.array(data.x_train, ctx=ctx)
+        y_all = mx.nd.array(data.y_train, ctx=ctx)
+        losses, scales, times = [], [], []
+        for step, idx in enumerate(data.batches):
+            t0 = time.perf_counter()
+            rows = mx.nd.array(idx, ctx=ctx)
+            x, y = mx.nd.take(x_all, rows), mx.nd.take(y_all, rows)
+            scale = loss_scale(trainer).scale if amp else 1.0
+            with autograd.record():
+                loss = loss_fn(net(x), y).mean() / k
+                if amp:
+                    with scale_loss(loss, trainer) as scaled:
+                        autograd.backward(scaled)
+            if not amp:
+                loss.backward()
+            trainer.step(1)
+            losses.append(float(loss.asscalar()) * k)  # the host sync of the step
+            scales.append(scale)
+            times.append(time.perf_counter() - t0)
+            if on_step:
+                on_step(step, losses[-1], scale)
+        report = cast_report(net) if amp else None
+        casts = sum(n["op"] in ("amp_cast", "amp_multicast")
+                    for n in json.loads(block_graph(net)[1].tojson(remove_amp_cast=False))["nodes"])
+        skipped = loss_scale(trainer).skipped_steps if amp else 0
+    finally:
+        if amp:
+            reset()
+    weights = [p.data().asnumpy() for p in (net[0].weight, net[0].bias, net[1].weight,
+                                            net[1].bias)]
+    accuracy = evaluate(data, weights[0].T, weights[1], weights[2].T, weights[3])
+    emulated = bool(report and any(d.emulated for d in report.decisions))
+    return TrainResult("mxnet", mode_label(policy, emulated), accuracy, tuple(losses),
+                       tuple(scales), skipped, casts, float(np.median(times)))

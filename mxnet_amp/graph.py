@@ -1,0 +1,162 @@
+"""Symbol graphs: the plan of every op (for reports) and the rewrite with casts (for convert).
+
+Both walk the graph in topological order with dtypes from MXNet's type
+inference and ask ``amp_adapters.plan_op`` about each op; neither decides
+anything itself. ``amp_cast``/``amp_multicast`` nodes already in a graph (the
+casts ``init`` inserted while tracing) are looked through: an op is reported
+with the dtypes its inputs had before those casts, and the casts the plan asks
+for. No host sync: type inference runs on the graph, not on data.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Optional
+
+import mxnet as mx
+
+from amp_adapters import OpDecision, OpLists, Policy, plan_op
+from amp_adapters.oplists import load_table
+
+from ._mx import FLOATS, ROUNDED, cast, dtype_name, input_names, unpatched
+from .kernels import KernelSet, log_fallback
+
+_CASTS = ("amp_cast", "amp_multicast")
+_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
+
+
+@dataclass(frozen=True)
+class Node:
+    """One op of a graph: its symbol, op name, attributes, input and output entry names."""
+
+    symbol: mx.sym.Symbol
+    name: str
+    op: str
+    attrs: Mapping[str, str]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+def nodes(sym: mx.sym.Symbol) -> Iterator[Node]:
+    """Every node of ``sym`` in topological order (variables have op 'null')."""
+    ops = {n["name"]: n for n in json.loads(sym.tojson(remove_amp_cast=False))["nodes"]}
+    internals = sym.get_internals()
+    names = internals.list_outputs()
+    i = 0
+    while i < len(names):
+        s = internals[i]
+        j = i + 1
+        while j < len(names) and internals[j].name == s.name and ops[s.name]["op"] != "null":
+            j += 1
+        node = ops[s.name]
+        children = s.get_children()
+        yield Node(s, s.name, node["op"], node.get("attrs", {}),
+                   tuple(children.list_outputs()) if children is not None else (),
+                   tuple(names[i:j]))
+        i = j
+
+
+def entry_dtypes(sym: mx.sym.Symbol, known: Mapping[str, str]) -> dict[str, Optional[str]]:
+    """{entry name: dtype} by type inference from the ``known`` input dtypes."""
+    internals = sym.get_internals()
+    _, types, _ = internals.infer_type_partial(**known)
+    return {n: (dtype_name(t) if t is not None else None)
+            for n, t in zip(internals.list_outputs(), types)}
+
+
+def _slot_dtypes(op: str, dtypes: list[Optional[str]]) -> list[Optional[str]]:
+    """Input dtypes as the planner wants them: None for non-floats and never-cast slots."""
+    keep = set(load_table("mxnet").keep_fp32_inputs.get(op, ()))
+    names = input_names(op)
+    return [None if (d not in FLOATS or (i < len(names) and names[i] in keep)) else d
+            for i, d in enumerate(dtypes)]
+
+
+def plan_graph(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
+               ctx: mx.Context) -> list[OpDecision]:
+    """The decision for every op of ``sym`` (looking through existing AMP casts)."""
+    dtypes = entry_dtypes(sym, known)
+    origin: dict[str, str] = {}
+    out = []
+    kernels = KernelSet(ctx, policy.dtype)
+    for n in nodes(sym):
+        if n.op in _CASTS:
+            for k, o in enumerate(n.outputs):
+                src = n.inputs[k if n.op == "amp_multicast" else 0]
+                origin[o] = origin.get(src, src)
+            continue
+        if n.op == "null":
+            continue
+        ins = _slot_dtypes(n.op, [dtypes.get(origin.get(e, e)) for e in n.inputs])
+        out.append(plan_op(policy, "mxnet", n.op, ins, lowp_kernels=kernels, attrs=n.attrs))
+    return out
+
+
+def _fp32_policy(policy: Policy, op: str) -> Policy:
+    """``policy`` with ``op`` moved to fp32 (a node the user excluded from low precision)."""
+    o = policy.mxnet_ops
+    lists = {c: getattr(o, c) - {op} for c in ("lower", "promote", "follow")}
+    return policy.replace(mxnet_ops=OpLists(fp32=o.fp32 | {op}, replace=o.replace,
+                                            conditional_fp32=o.conditional_fp32, **lists))
+
+
+def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: mx.Context,
+            excluded: frozenset[str] = frozenset()) -> mx.sym.Symbol:
+    """A copy of ``sym`` (without AMP casts) with the casts the plan asks for inserted.
+
+    A value is cast at most once per dtype (a weight shared by several ops gets
+    one cast), and a cast back to a value's source dtype reuses the source
+    (cast chains collapse). Emulated ops round inputs and outputs through the
+    low dtype.
+    """
+    sym = mx.sym.load_json(sym.tojson())  # drops amp_cast nodes a traced graph may have
+    kernels = KernelSet(ctx, policy.dtype)
+    value: dict[str, mx.sym.Symbol] = {}
+    dtype: dict[str, Optional[str]] = dict(known)
+    source: dict[str, str] = {}  # entry made by a cast -> the entry it was cast from
+
+    def cast_entry(e: str, to: str) -> str:
+        if dtype.get(e) == to:
+            return e
+        src = source.get(e)
+        if src is not None and dtype.get(src) == to and _RANK[dtype[e]] >= _RANK[to]:
+            return src  # a widening cast undone: the source itself
+        key = f"{e}->{to}"
+        if key not in value:
+            value[key], dtype[key], source[key] = cast(value[e], to), to, e
+        return key
+
+    with unpatched():
+        for n in nodes(sym):
+            if n.op == "null":
+                value[n.name] = n.symbol
+                continue
+            pol = _fp32_policy(policy, n.op) if n.name in excluded else policy
+            ins = list(n.inputs)
+            d = plan_op(pol, "mxnet", n.op, _slot_dtypes(n.op, [dtype.get(e) for e in ins]),
+                        lowp_kernels=kernels, attrs=n.attrs)
+            if d.emulated or (d.category == "lower" and d.run_dtype == "float32"):
+                log_fallback(n.op, ctx, d.reason)
+            for i, target in enumerate(d.casts):
+                if d.emulated and d.input_dtypes[i] in ROUNDED:
+                    ins[i] = cast_entry(cast_entry(ins[i], d.low_dtype), "float32")
+                elif target is not None:
+                    ins[i] = cast_entry(ins[i], target)
+            outs = n.symbol._gen_atomic_symbol()(*[value[e] for e in ins], name=n.name)
+            inferred = _output_dtypes(n, [dtype.get(e) for e in ins])
+            for k, o in enumerate(n.outputs):
+                value[o] = outs[k] if len(n.outputs) > 1 else outs
+                dtype[o] = inferred[k]
+                if d.emulated and dtype[o] in ROUNDED:
+                    o_round = cast_entry(cast_entry(o, d.low_dtype), "float32")
+                    value[o], dtype[o] = value[o_round], "float32"
+    heads = sym.list_outputs()
+    return value[heads[0]] if len(heads) == 1 else mx.sym.Group([value[h] for h in heads])
+
+
+def _output_dtypes(n: Node, in_dtypes: list[Optional[str]]) -> list[Optional[str]]:
+    """Output dtypes of one node given its input dtypes (type inference on the node alone)."""
+    names = [f"__amp_in{i}" for i in range(len(in_dtypes))]
+    mini = n.symbol._gen_atomic_symbol()(*[mx.sym.var(v) for v in names])
+    _, types, _ = mini.infer_type_partial(**{v: d for v, d in zip(names, in_dtypes) if d})
+    return [dtype_name(t) if t is not None else None for t in types]

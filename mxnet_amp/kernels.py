@@ -1,0 +1,132 @@
+"""Which ops have a low-precision kernel on a device, found by probing it once.
+
+MXNet 1.9.1's CPU build has no float16 GEMM/convolution (FullyConnected,
+Convolution, dot, batch_dot, np.matmul, ...) while elementwise ops, softmax,
+LayerNorm and reductions work in float16. Rather than a hand-kept table, each
+op the planner asks about is run once on a tiny input of the target dtype on
+that device; the answer is cached per (device type, dtype, op). The probe
+waits on its result: one host sync per op per device type, once per process.
+"""
+from __future__ import annotations
+
+import collections.abc
+import logging
+from typing import Callable, Iterator
+
+import mxnet as mx
+from mxnet import autograd
+from mxnet import ndarray as nd
+
+from ._mx import cast, unpatched
+
+logger = logging.getLogger("mxnet_amp")
+
+_Make = Callable[..., "nd.NDArray"]
+
+
+def _np(make: _Make) -> _Make:
+    return lambda *shape: make(*shape).as_np_ndarray()
+
+
+# op -> a call on tiny inputs built by make(*shape) in the probed dtype.
+_RECIPES: dict[str, Callable[[_Make], object]] = {
+    "FullyConnected": lambda a: nd.FullyConnected(a(2, 3), a(4, 3), a(4), num_hidden=4),
+    "Convolution": lambda a: nd.Convolution(a(1, 1, 3, 3), a(1, 1, 1, 1), a(1), kernel=(1, 1),
+                                            num_filter=1),
+    "Deconvolution": lambda a: nd.Deconvolution(a(1, 1, 3, 3), a(1, 1, 1, 1), a(1),
+                                                kernel=(1, 1), num_filter=1),
+    "RNN": lambda a: nd.RNN(a(1, 1, 1), a(4), a(1, 1, 1), state_size=1, num_layers=1,
+                            mode="rnn_tanh"),
+    "dot": lambda a: nd.dot(a(2, 2), a(2, 2)),
+    "batch_dot": lambda a: nd.batch_dot(a(1, 2, 2), a(1, 2, 2)),
+    "_linalg_gemm": lambda a: nd.linalg.gemm(a(2, 2), a(2, 2), a(2, 2)),
+    "_linalg_gemm2": lambda a: nd.linalg.gemm2(a(2, 2), a(2, 2)),
+    "_npi_matmul": lambda a: mx.np.matmul(_np(a)(2, 2), _np(a)(2, 2)),
+    "_np_dot": lambda a: mx.np.dot(_np(a)(2, 2), _np(a)(2, 2)),
+    "_npi_einsum": lambda a: mx.np.einsum("ij,jk->ik", _np(a)(2, 2), _np(a)(2, 2)),
+    "_npx_batch_dot": lambda a: mx.npx.batch_dot(_np(a)(1, 2, 2), _np(a)(1, 2, 2)),
+    "_npx_fully_connected": lambda a: mx.npx.fully_connected(
+        _np(a)(2, 3), _np(a)(4, 3), _np(a)(4), num_hidden=4),
+    "_npx_convolution": lambda a: mx.npx.convolution(
+        _np(a)(1, 1, 3, 3), _np(a)(1, 1, 1, 1), _np(a)(1), kernel=(1, 1), num_filter=1),
+    "_npx_deconvolution": lambda a: mx.npx.deconvolution(
+        _np(a)(1, 1, 3, 3), _np(a)(1, 1, 1, 1), _np(a)(1), kernel=(1, 1), num_filter=1),
+    "_npx_rnn": lambda a: mx.npx.rnn(_np(a)(1, 1, 1), _np(a)(4), _np(a)(1, 1, 1), state_size=1,
+                                     num_layers=1, mode="rnn_tanh"),
+}
+
+
+def _generic(op: str) -> Callable[[_Make], object]:
+    """A unary, then binary, call of the legacy op ``op`` (for ops without a recipe)."""
+    def call(a: _Make) -> object:
+        fn = getattr(nd, op, None) or getattr(nd._internal, op)
+        try:
+            return fn(a(2, 2))
+        except (TypeError, mx.base.MXNetError):
+            return fn(a(2, 2), a(2, 2))
+    return call
+
+
+def _runs(recipe: Callable[[_Make], object], ctx: mx.Context, dtype: str) -> bool:
+    def make(*shape: int) -> nd.NDArray:
+        return cast(nd.ones(shape, ctx=ctx), dtype)
+    try:
+        with unpatched(), autograd.pause(), ctx:
+            out = recipe(make)
+            for o in out if isinstance(out, (list, tuple)) else [out]:
+                o.wait_to_read()  # host sync: errors surface here, once per op
+        return True
+    except (mx.base.MXNetError, TypeError, AttributeError, ValueError):
+        return False
+
+
+_probed: dict[tuple[str, str, str], bool] = {}
+
+
+def has_kernel(op: str, ctx: mx.Context, dtype: str) -> bool:
+    """True if ``op`` computes in ``dtype`` on ``ctx``'s device type (probed once, cached).
+
+    An op the probe cannot call even in float32 (no recipe, unusual arity) is
+    assumed to have the kernel: it is not a GEMM/conv, whose recipes are known.
+    """
+    key = (ctx.device_type, dtype, op)
+    if key not in _probed:
+        recipe = _RECIPES.get(op) or _generic(op)
+        _probed[key] = _runs(recipe, ctx, dtype) or not _runs(recipe, ctx, "float32")
+    return _probed[key]
+
+
+class KernelSet(collections.abc.Set):
+    """The ops with a ``dtype`` kernel on ``ctx``, as the ``lowp_kernels`` set of ``plan_op``.
+
+    Membership is probed lazily on first ask; iterating lists the ops probed so far.
+    """
+
+    def __init__(self, ctx: mx.Context, dtype: str):
+        self.ctx, self.dtype = ctx, dtype
+
+    def __contains__(self, op: object) -> bool:
+        return isinstance(op, str) and has_kernel(op, self.ctx, self.dtype)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(op for (dev, dt, op), ok in _probed.items()
+                           if ok and dev == self.ctx.device_type and dt == self.dtype))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+_logged: set[tuple[str, str]] = set()
+
+
+def log_fallback(op: str, ctx: mx.Context, reason: str) -> None:
+    """Log, once per op and device type, that ``op`` does not run in low precision here."""
+    key = (op, ctx.device_type)
+    if key not in _logged:
+        _logged.add(key)
+        logger.warning("%s on %s: %s", op, ctx, reason)
+
+
+def forget_fallback_logs() -> None:
+    """Let the next ``init`` log its fallbacks again (called by ``reset``)."""
+    _logged.clear()

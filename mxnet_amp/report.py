@@ -1,0 +1,49 @@
+"""``cast_report``: what every op of a hybridized block runs in, and why."""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import mxnet as mx
+from mxnet.gluon import HybridBlock
+
+from amp_adapters import CastReport
+
+from ._mx import dtype_name
+from .config import PolicyLike, as_policy
+from .graph import plan_graph
+from .patching import active_policy
+
+
+def block_graph(block: Any) -> tuple[list, mx.sym.Symbol]:
+    """The (inputs, symbol) a hybridized block traced, or a clear error."""
+    if not isinstance(block, HybridBlock):
+        raise TypeError(f"expected a gluon HybridBlock, got {type(block).__name__}")
+    if not block._cached_graph:
+        raise RuntimeError("the block has no traced graph yet: call block.hybridize() and run "
+                           "one forward pass first")
+    return block._cached_graph
+
+
+def block_context(block: HybridBlock) -> mx.Context:
+    """The context of the block's first parameter (where it runs)."""
+    for p in block.collect_params().values():
+        return p.list_ctx()[0]
+    return mx.current_context()
+
+
+def cast_report(block: HybridBlock, *, policy: Optional[PolicyLike] = None,
+                input_dtype: str = "float32", ctx: Optional[mx.Context] = None) -> CastReport:
+    """Per op of the block's traced graph: framework name, canonical name, input dtypes, run dtype.
+
+    Uses the policy of ``init`` unless ``policy`` is given, the block's context
+    unless ``ctx`` is, and ``input_dtype`` for the data inputs. An op that stays
+    float32 for lack of a kernel, or is emulated, says so in its ``reason``.
+    """
+    chosen = as_policy(policy) if policy is not None else active_policy()
+    if chosen is None:
+        raise RuntimeError("no AMP policy: call mxnet_amp.init() first or pass policy=")
+    inputs, sym = block_graph(block)
+    known = {i.name: input_dtype for i in inputs}
+    known.update({name: dtype_name(p.dtype) for name, p in block.collect_params().items()})
+    return CastReport("mxnet", tuple(plan_graph(sym, known, chosen, ctx or block_context(block))))
+

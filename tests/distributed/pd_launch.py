@@ -1,0 +1,166 @@
+"""Launch N Paddle static-graph data-parallel workers on CPU (gloo) on 127.0.0.1 only.
+
+Usage (CLI):  python pd_launch.py [--nproc 2] [--timeout 90] -- _pd_worker.py MODE [args...]
+Usage (API):  results = launch([sys.executable, "_pd_worker.py", "reduced"], nproc=2)
+
+Sets what `python -m paddle.distributed.launch` would set for a collective job
+(PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM, PADDLE_TRAINER_ENDPOINTS, PADDLE_CURRENT_ENDPOINT,
+PADDLE_DISTRI_BACKEND=gloo, PADDLE_RANK_IN_NODE, PADDLE_LOCAL_DEVICE_IDS), every endpoint on
+127.0.0.1 with a free ephemeral port, plus AMP_GLOO_HTTP (gloo's HTTP rendezvous store, served
+on 127.0.0.1 by a thread of this launcher) and
+AMP_DIST_OUT (one JSON result file per rank). Each worker runs in its own process group and is
+killed (SIGTERM, then SIGKILL) on timeout, on error and on return.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _gloo_kv import GlooRendezvous  # noqa: E402
+
+LOOPBACK = "127.0.0.1"
+
+
+def free_ports(n):
+    socks, ports = [], []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((LOOPBACK, 0))
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+    finally:
+        for s in socks:
+            s.close()
+    return ports
+
+
+class LaunchError(RuntimeError):
+    pass
+
+
+def _raise_on_sigterm():
+    """SIGTERM -> SystemExit in the main thread, so launch()'s `finally` still kills the process
+    groups it started (each child has its own session, so nobody else would)."""
+    import threading
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
+def _kill(procs, grace=3.0):
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace
+    for p in procs:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+
+
+def worker_env(rank, nproc, endpoints, tmp, gloo_http, extra_env=None):
+    env = dict(os.environ)
+    env.update({
+        "PADDLE_TRAINER_ID": str(rank),
+        "PADDLE_TRAINERS_NUM": str(nproc),
+        "PADDLE_TRAINER_ENDPOINTS": ",".join(endpoints),
+        "PADDLE_CURRENT_ENDPOINT": endpoints[rank],
+        "PADDLE_DISTRI_BACKEND": "gloo",
+        "PADDLE_RANK_IN_NODE": str(rank),
+        "PADDLE_LOCAL_DEVICE_IDS": "",
+        "PADDLE_WORLD_DEVICE_IDS": "",
+        "AMP_GLOO_HTTP": gloo_http,                 # paddle 2.6 gloo rendezvous (HTTP store)
+        "PADDLE_MASTER": endpoints[0],              # paddle 3.x TCPStore (rank 0 serves it)
+        "GLOO_SOCKET_IFNAME": "lo",                 # paddle 3.x gloo pairs on loopback
+        "AMP_DIST_OUT": os.path.join(tmp, f"rank{rank}.json"),
+        "OMP_NUM_THREADS": "1",
+        "CPU_NUM": "1",
+        "GLOG_v": "0",
+        "GLOG_minloglevel": "2",           # gloo/paddle INFO lines otherwise flood the logs
+        "PYTHONUNBUFFERED": "1",
+    })
+    env.update(extra_env or {})
+    return env
+
+
+def launch(worker_argv, nproc=2, timeout=90.0, extra_env=None, keep_logs=False):
+    """Run one job; return the ranks' JSON results (list by rank). Raises LaunchError."""
+    _raise_on_sigterm()
+    tmp = tempfile.mkdtemp(prefix="pddist_")
+    endpoints = [f"{LOOPBACK}:{p}" for p in free_ports(nproc)]
+    procs, logs = [], []
+    t0 = time.monotonic()
+    store = GlooRendezvous()
+    try:
+        for r in range(nproc):
+            log = open(os.path.join(tmp, f"rank{r}.log"), "w+b")
+            logs.append((f"rank{r}", log))
+            procs.append(subprocess.Popen(list(worker_argv), env=worker_env(r, nproc, endpoints, tmp, store.endpoint, extra_env),
+                                          stdout=log, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True))
+        while True:
+            codes = [p.poll() for p in procs]
+            if any(c not in (None, 0) for c in codes):
+                raise LaunchError(f"worker exited with {codes}\n" + _tails(logs))
+            if all(c == 0 for c in codes):
+                break
+            if time.monotonic() - t0 > timeout:
+                raise LaunchError(f"timeout after {timeout}s\n" + _tails(logs))
+            time.sleep(0.05)
+        out = []
+        for r in range(nproc):
+            with open(os.path.join(tmp, f"rank{r}.json")) as f:
+                out.append(json.load(f))
+        return out
+    finally:
+        _kill(procs)
+        store.close()
+        for _, log in logs:
+            log.close()
+        if not keep_logs:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _tails(logs, n=3000):
+    parts = []
+    for name, log in logs:
+        log.flush()
+        log.seek(0)
+        parts.append(f"--- {name} ---\n" + log.read().decode(errors="replace")[-n:])
+    return "\n".join(parts)
+
+
+def main(argv=None):
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nproc", type=int, default=2)
+    ap.add_argument("--timeout", type=float, default=90.0)
+    ap.add_argument("cmd", nargs=argparse.REMAINDER)
+    a = ap.parse_args(argv)
+    cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
+    if cmd and cmd[0].endswith(".py"):
+        cmd = [sys.executable] + cmd
+    t0 = time.monotonic()
+    res = launch(cmd, a.nproc, a.timeout)
+    print(json.dumps({"elapsed_s": round(time.monotonic() - t0, 2), "workers": res}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,59 @@
+"""convert_symbol / convert_model: a graph rewrite driven by plan_op, device-aware."""
+import json
+
+import numpy as np
+import pytest
+import mxnet as mx
+
+import mxnet_amp as amp
+from amp_adapters import UnknownOpError
+
+
+def _ops(sym):
+    return [n["op"] for n in json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
+            if n["op"] != "null"]
+
+
+def _net():
+    data, w = mx.sym.var("data"), mx.sym.var("w")
+    h = mx.sym.relu(data, name="act")
+    y = mx.sym.FullyConnected(h, w, no_bias=True, num_hidden=3, name="fc1") + \
+        mx.sym.FullyConnected(h, w, no_bias=True, num_hidden=3, name="fc2")
+    return mx.sym.softmax(y, name="sm")
+
+
+def _run(sym, args):
+    exe = sym.bind(mx.cpu(), {k: mx.nd.array(v) for k, v in args.items()})
+    return exe.forward()[0]
+
+
+def test_lower_op_with_a_cpu_kernel_runs_in_float16_and_others_in_float32():
+    sym = amp.convert_symbol(_net(), target_dtype_ops=["relu"], ctx=mx.cpu())
+    internals = sym.get_internals()
+    _, types, _ = internals.infer_type(data="float32", w="float32")
+    dtypes = dict(zip(internals.list_outputs(), types))
+    assert dtypes["act_output"] == np.float16  # relu has a float16 CPU kernel
+    assert dtypes["fc1_output"] == np.float32  # FullyConnected has none: float32
+    assert dtypes["sm_output"] == np.float32
+    rs = np.random.RandomState(0)
+    args = {"data": rs.uniform(-1, 1, (2, 4)), "w": rs.uniform(-1, 1, (3, 4))}
+    np.testing.assert_allclose(_run(sym, args).asnumpy(), _run(_net(), args).asnumpy(),
+                               rtol=1e-2, atol=1e-3)
+
+
+def test_emulated_rewrite_casts_a_shared_weight_once():
+    sym = amp.convert_symbol(_net(), emulate=True, ctx=mx.cpu())
+    ops = _ops(sym)
+    # data, relu output (shared by both FCs) and the shared weight: one round trip each,
+    # plus the rounded output of each FC
+    assert ops.count("amp_cast") == 2 * (2 + 2)
+    assert ops.count("FullyConnected") == 2
+
+
+def test_convert_model_validates_names_and_keeps_params():
+    args = {"w": mx.nd.ones((3, 4))}
+    with pytest.raises(UnknownOpError, match="'relux'"):
+        amp.convert_model(_net(), args, {}, target_dtype_ops=["relux"])
+    sym, arg_params, aux_params = amp.convert_model(_net(), args, {}, target_dtype_ops=["relu"])
+    assert arg_params is args and aux_params == {}
+    assert "amp_cast" in _ops(sym)

@@ -1,0 +1,116 @@
+"""init / reset: validation before patching, clear errors, a complete undo, numpy ops patched."""
+import sys
+
+import numpy as np
+import pytest
+import mxnet as mx
+from mxnet import gluon
+
+import mxnet_amp as amp
+from amp_adapters import AmpConfigError, ConflictingOpError, Policy, UnknownOpError
+from mxnet_testutil import batch, mlp
+
+_PREFIXES = ("mxnet.ndarray", "mxnet.symbol", "mxnet.numpy", "mxnet.numpy_extension")
+
+
+def _op_functions():
+    return {(name, attr): value for name, mod in list(sys.modules.items())
+            if mod is not None and name.startswith(_PREFIXES)
+            for attr, value in list(vars(mod).items()) if callable(value)}
+
+
+def test_reset_undoes_init_completely():
+    before = _op_functions()
+    amp.init()
+    patched = {k for k, v in _op_functions().items() if before.get(k) is not v}
+    assert {("mxnet.ndarray", "FullyConnected"), ("mxnet.symbol", "FullyConnected"),
+            ("mxnet.numpy", "matmul"), ("mxnet.numpy.multiarray", "matmul"),
+            ("mxnet.numpy_extension", "fully_connected"), ("mxnet.ndarray", "softmax"),
+            ("mxnet.symbol.numpy", "exp")} <= patched
+    amp.reset()
+    assert _op_functions() == before
+    assert amp.active_policy() is None
+
+
+def test_unknown_op_is_named_and_nothing_is_patched():
+    before = _op_functions()
+    with pytest.raises(UnknownOpError, match="'FullyConected'.*Did you mean 'FullyConnected'"):
+        amp.init(fp32_ops=["FullyConected"])
+    assert _op_functions() == before and amp.active_policy() is None
+    assert amp.init(fp32_ops=["FullyConnected"]).mxnet_ops.fp32 == {"FullyConnected"}
+
+
+def test_op_in_two_lists_is_named():
+    with pytest.raises(ConflictingOpError, match="'relu'.*fp32, lower"):
+        amp.init(target_precision_ops=["relu"], fp32_ops=["relu"])
+    assert amp.active_policy() is None
+    amp.init(target_precision_ops=["relu"])
+    assert "relu" in amp.list_lp16_ops("float16")
+    assert "FullyConnected" in amp.list_lp16_ops("float16")  # the lists extend the defaults
+
+
+def test_second_init_with_another_policy_is_an_error():
+    amp.init()
+    amp.init()  # the same policy again: fine
+    with pytest.raises(AmpConfigError, match="different policy.*reset"):
+        amp.init(target_dtype="bfloat16")
+    amp.reset()
+    assert amp.init(target_dtype="bfloat16").dtype == "bfloat16"
+
+
+def test_explicit_policy_wins_and_lists_with_it_are_refused(tmp_path):
+    assert amp.init("float16", policy="O1-bf16").dtype == "bfloat16"
+    amp.reset()
+    path = tmp_path / "policy.toml"
+    path.write_text('preset = "O1"\n[ops.mxnet]\nfp32 = ["dot"]\n')
+    assert "dot" in amp.init(policy=str(path)).mxnet_ops.fp32
+    amp.reset()
+    with pytest.raises(AmpConfigError, match="not both"):
+        amp.init(fp32_ops=["dot"], policy=Policy())
+    with pytest.raises(UnknownOpError, match="'dott'"):
+        amp.init(policy=Policy(mxnet_ops=amp.Policy().mxnet_ops.__class__(fp32={"dott"})))
+
+
+def test_trainer_api_errors_name_the_problem():
+    net = mlp()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    with pytest.raises(TypeError, match="Trainer, got SGD"):
+        amp.init_trainer(mx.optimizer.SGD())
+    with pytest.raises(TypeError, match="Trainer, got list"):
+        amp.init_trainer([trainer])
+    x, y = batch(0)
+    with pytest.raises(RuntimeError, match="init_trainer"):
+        with amp.scale_loss(net(x), trainer):
+            pass
+    with pytest.raises(RuntimeError, match="init_trainer"):
+        amp.unscale(trainer)
+    with pytest.raises(AmpConfigError, match="loss_scale must be"):
+        amp.init_trainer(trainer, "dynamic")
+    amp.init_trainer(trainer)
+    with amp.scale_loss(net(x), trainer) as scaled:
+        assert np.allclose(scaled.asnumpy(), net(x).asnumpy() * 2.0**16)
+
+
+def test_numpy_ops_are_patched_imperative_and_hybridized():
+    amp.init()
+    mx.npx.set_np()
+    a = mx.np.ones((2, 2), dtype="float16")
+    out = a @ a  # no float16 GEMM on CPU: runs in float32 instead of failing
+    assert out.dtype == np.float32 and float(out[0, 0]) == 2.0
+    assert mx.np.exp(a).dtype == np.float32  # fp32 op
+    assert (a + mx.np.ones((2, 2))).dtype == np.float32  # promote: the widest wins
+    assert mx.npx.relu(a).dtype == np.float16  # follow
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(3, in_units=4))
+    net.initialize()
+    net.hybridize()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    amp.init_trainer(trainer)
+    x = mx.np.ones((2, 4))
+    with mx.autograd.record():
+        with amp.scale_loss(net(x).sum(), trainer) as scaled:
+            scaled.backward()
+    trainer.step(2)
+    report = amp.cast_report(net)
+    assert [d.op for d in report.decisions] == ["FullyConnected"]
+    assert report.decisions[0].run_dtype == "float32"
