@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Optional
+from typing import AbstractSet, Iterator, Mapping, Optional
 
 import mxnet as mx
 
@@ -101,8 +101,11 @@ def _fp32_policy(policy: Policy, op: str) -> Policy:
 
 
 def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: mx.Context,
-            excluded: frozenset[str] = frozenset()) -> mx.sym.Symbol:
+            excluded: frozenset[str] = frozenset(),
+            kernels: Optional[AbstractSet[str]] = None) -> mx.sym.Symbol:
     """A copy of ``sym`` (without AMP casts) with the casts the plan asks for inserted.
+
+    ``kernels``: the ops with a ``policy.dtype`` kernel; by default probed on ``ctx``.
 
     A value is cast at most once per dtype (a weight shared by several ops gets
     one cast), and a cast back to a value's source dtype reuses the source
@@ -110,7 +113,7 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: m
     low dtype.
     """
     sym = mx.sym.load_json(sym.tojson())  # drops amp_cast nodes a traced graph may have
-    kernels = KernelSet(ctx, policy.dtype)
+    kernels = KernelSet(ctx, policy.dtype) if kernels is None else kernels
     value: dict[str, mx.sym.Symbol] = {}
     dtype: dict[str, Optional[str]] = dict(known)
     source: dict[str, str] = {}  # entry made by a cast -> the entry it was cast from
