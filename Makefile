@@ -20,7 +20,7 @@ $(VENV3)/.installed: setup.cfg pyproject.toml
 	touch $@
 
 demo: $(VENV)/.installed
-	$(VENV)/bin/amp-adapters demo --plot demo.png
+	$(VENV)/bin/amp-adapters demo --plot docs/demo.png
 
 test: $(VENV)/.installed
 	$(PY) -m pytest -q

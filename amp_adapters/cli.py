@@ -79,9 +79,11 @@ def _demo(args: argparse.Namespace) -> int:
                           f"scale {scale:g}", flush=True)
 
             results.append(demo.train(fw, pol, data, k=k, on_step=progress))
+    emulated = any("emulated" in r.mode for r in results)
     print(f"\nMLP 64-64-10 on digits, {args.steps} steps, batch 64"
           + (f", loss / 2**{args.k_log2}, lr x 2**{args.k_log2}" if args.k_log2 else "")
-          + " (emulated: fp16 rounding at op boundaries, fp32 arithmetic; no fp16 kernel here)")
+          + (" (emulated: fp16 rounding at op boundaries, fp32 arithmetic, where this device "
+             "has no fp16 kernel)" if emulated else ""))
     print(demo.format_table(results))
     if args.plot:
         demo.plot(results, args.plot)

@@ -17,8 +17,8 @@ from typing import AbstractSet, Mapping, Optional, Sequence
 from .oplists import CATEGORIES, canonical_defaults, load_table
 from .policy import Policy
 
-_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
-_AMP_DTYPES = frozenset({"float16", "bfloat16", "float32"})  # what lower/fp32 ops may cast
+FLOAT_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}  # widest wins
+AMP_DTYPES = frozenset({"float16", "bfloat16", "float32"})  # the dtypes AMP casts between
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,9 @@ class OpDecision:
     ``run_dtype`` is the dtype the kernel computes in (None when the op has no
     floating input); ``casts[i]`` is the dtype input ``i`` is cast to, or None.
     ``emulated``: no low-precision kernel here, so the backend computes in
-    float32 and rounds inputs and outputs through ``low_dtype``.
+    float32 and rounds inputs and outputs through ``low_dtype``. ``fell_back``:
+    the op would run in ``low_dtype`` but has no kernel here, so it runs in
+    float32 (a backend logs that once).
     """
 
     op: str
@@ -48,6 +50,7 @@ class OpDecision:
     run_dtype: Optional[str]
     casts: tuple[Optional[str], ...]
     emulated: bool
+    fell_back: bool
     low_dtype: Optional[str]
     reason: str
 
@@ -67,11 +70,11 @@ def widest(dtypes: Sequence[Optional[str]]) -> Optional[str]:
     float16 with bfloat16 gives float32 (neither holds the other); None and
     non-floating dtypes are ignored; no floating dtype gives None.
     """
-    floats = {d for d in dtypes if d in _RANK}
+    floats = {d for d in dtypes if d in FLOAT_RANK}
     if not floats:
         return None
-    top = max(_RANK[d] for d in floats)
-    at_top = {d for d in floats if _RANK[d] == top}
+    top = max(FLOAT_RANK[d] for d in floats)
+    at_top = {d for d in floats if FLOAT_RANK[d] == top}
     return at_top.pop() if len(at_top) == 1 else "float32"
 
 
@@ -83,23 +86,28 @@ def categorize(policy: Policy, framework: str, op: str,
     of the framework's names, the policy's overrides of canonical names, the
     canonical defaults, the native framework-only lists, else ``follow``.
     """
-    table = load_table(framework)
-    canonical = table.canonical(op, attrs)
-    rule = table.conditional.get(op)
-    key = str(attrs.get(rule.attr)) if rule and attrs and rule.attr in attrs else None
-    return _categorize(policy, framework, op, canonical, key)
+    canonical = load_table(framework).canonical(op, attrs)
+    return _categorize(policy, framework, op, canonical,
+                       _matched_rule(policy.framework_ops(framework).conditional_fp32, op, attrs))
+
+
+def _matched_rule(rules, op: str, attrs: Optional[Mapping[str, object]]) -> Optional[str]:
+    """``"attr=value"`` of the first conditional-fp32 rule ``op`` with ``attrs`` matches."""
+    for rule_op, attr, values in rules:
+        if rule_op == op and attrs and attr in attrs and str(attrs[attr]) in values:
+            return f"{attr}={attrs[attr]}"
+    return None
 
 
 @functools.lru_cache(maxsize=4096)
 def _categorize(policy: Policy, framework: str, op: str, canonical: Optional[str],
-                attr_value: Optional[str]) -> Category:
+                matched_rule: Optional[str]) -> Category:
     if not policy.enabled:
         return Category(op, canonical, "follow", "O0: mixed precision is off")
     fw_ops = policy.framework_ops(framework)
-    for rule_op, attr, values in fw_ops.conditional_fp32:
-        if rule_op == op and attr_value in values:
-            return Category(op, canonical, "fp32",
-                            f"Policy.{framework}_ops conditional_fp32: {attr}={attr_value}")
+    if matched_rule:
+        return Category(op, canonical, "fp32",
+                        f"Policy.{framework}_ops conditional_fp32: {matched_rule}")
     cat = fw_ops.category(op)
     if cat:
         return Category(op, canonical, cat, f"listed in Policy.{framework}_ops.{cat}")
@@ -121,20 +129,27 @@ def _categorize(policy: Policy, framework: str, op: str, canonical: Optional[str
 def plan_op(policy: Policy, framework: str, op: str,
             input_dtypes: Sequence[Optional[str]], *,
             lowp_kernels: Optional[AbstractSet[str]] = None,
-            attrs: Optional[Mapping[str, object]] = None) -> OpDecision:
+            attrs: Optional[Mapping[str, object]] = None,
+            force_fp32: Optional[str] = None) -> OpDecision:
     """Decide how ``op`` runs given its ``input_dtypes``.
 
     ``lowp_kernels``: the framework op names that have a ``policy.dtype``
     kernel on the current device; None means every op has one (a GPU). An op
     that would run in low precision without a kernel runs in float32 (or is
-    emulated when ``policy.emulate``), instead of crashing.
+    emulated when ``policy.emulate``), instead of crashing. ``force_fp32``: a
+    reason to run this one op in fp32 whatever its category (outside
+    ``fp16_guard``, a black-listed variable). An op with a float64 input is
+    left alone: AMP does not touch float64 computations.
     """
     dtypes = tuple(input_dtypes)
     cat = categorize(policy, framework, op, attrs)
-    reason = cat.reason
-    low = policy.dtype
-    if not policy.enabled:
+    if force_fp32 and policy.enabled:
+        cat = Category(op, cat.canonical, "fp32", force_fp32)
+    reason, low = cat.reason, policy.dtype
+    if not policy.enabled or "float64" in dtypes:
         target = widest(dtypes)
+        if policy.enabled:
+            reason += "; a float64 input: AMP leaves this op alone"
     elif cat.category == "fp32":
         target = "float32"
     elif cat.category == "lower" or (policy.level == "O2" and widest(dtypes) is not None):
@@ -143,7 +158,7 @@ def plan_op(policy: Policy, framework: str, op: str,
             reason += f"; O2: every op not in fp32 runs in {low}"
     else:  # promote, follow: the widest input wins, whatever the order
         target = widest(dtypes)
-    emulated = False
+    emulated = fell_back = False
     if policy.enabled and target == low and lowp_kernels is not None and op not in lowp_kernels:
         target = "float32"
         if policy.emulate:
@@ -151,12 +166,13 @@ def plan_op(policy: Policy, framework: str, op: str,
             reason += (f"; EMULATED {low}: no {low} kernel for {op} on this device, so it "
                        f"computes in float32 on values rounded through {low}")
         else:
+            fell_back = True
             reason += f"; no {low} kernel for {op} on this device: runs in float32"
-    castable = _AMP_DTYPES if cat.category in ("lower", "fp32") else frozenset(_RANK)
-    casts = tuple(target if d in castable and target is not None and d != target else None
+    leave = not policy.enabled or "float64" in dtypes
+    casts = tuple(target if not leave and d in AMP_DTYPES and d != target else None
                   for d in dtypes)
     return OpDecision(op=op, canonical=cat.canonical, category=cat.category, input_dtypes=dtypes,
-                      run_dtype=target, casts=casts, emulated=emulated,
+                      run_dtype=target, casts=casts, emulated=emulated, fell_back=fell_back,
                       low_dtype=low if policy.enabled else None, reason=reason)
 
 

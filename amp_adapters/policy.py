@@ -16,7 +16,8 @@ from typing import Any, Iterable, Mapping, Optional
 
 from .errors import AmpConfigError, ConflictingOpError, UnknownChoiceError, UnknownOpError
 from .oplists import CATEGORIES, FRAMEWORKS, canonical_ops, load_table
-from .scaler import DynamicLossScale, LossScale, NoOpLossScale, loss_scale_from_config
+from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale,
+                     loss_scale_from_config)
 
 DTYPES = ("float16", "bfloat16", "float32")
 LEVELS = ("O0", "O1", "O2")
@@ -30,8 +31,11 @@ class OpLists:
     """User overrides of the op categories, for canonical or for one framework's names.
 
     With ``replace=False`` (the default) they extend the defaults: a listed op
-    moves to its new category. With ``replace=True`` the defaults are dropped
-    and every op not listed here follows its inputs.
+    moves to its new category. With ``replace=True`` the defaults of this level
+    are dropped: for ``Policy.ops``, canonical ops not listed follow their
+    inputs (framework-only names keep their native lists); for a framework's
+    lists, its framework-only names not listed follow their inputs (names with
+    a canonical op keep the canonical decision).
     """
 
     lower: frozenset[str] = frozenset()
@@ -42,6 +46,8 @@ class OpLists:
     replace: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.replace, bool):
+            raise AmpConfigError(f"OpLists.replace must be true or false, got {self.replace!r}")
         for cat in CATEGORIES:
             value = getattr(self, cat)
             if isinstance(value, str):
@@ -126,8 +132,14 @@ class Policy:
         if unknown:
             raise UnknownOpError(unknown[0], "the canonical vocabulary (Policy.ops)",
                                  canonical_ops())
+        if not isinstance(self.emulate, bool):
+            raise AmpConfigError(f"Policy.emulate must be true or false, got {self.emulate!r}")
         if self.loss_scale is None:
             object.__setattr__(self, "loss_scale", _default_loss_scale(self.dtype))
+        elif not isinstance(self.loss_scale, (DynamicLossScale, StaticLossScale, NoOpLossScale)):
+            raise AmpConfigError(
+                f"Policy.loss_scale must be a DynamicLossScale, StaticLossScale or "
+                f"NoOpLossScale (or None for the dtype's default), got {self.loss_scale!r}")
 
     @property
     def enabled(self) -> bool:

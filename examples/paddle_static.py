@@ -1,6 +1,7 @@
 """A Paddle static program with mixed precision: `paddle_amp.decorate` instead of
-`paddle.static.amp.decorate`, at O1 (op lists, from the shared policy file) and O2 (fp16
-parameters with fp32 master weights, `amp_init`).
+`paddle.static.amp.decorate`, at O1 (the shared policy file) and O2 (the native arguments:
+fp16 parameters with fp32 master weights through `amp_init` where the device has fp16
+kernels; on a CPU the parameters stay fp32 and the fp16 ops are emulated).
 
     python examples/paddle_static.py [--policy examples/policy.toml]
 """
@@ -40,7 +41,7 @@ def train(level: str, policy: Policy, steps: int = 300) -> float:
     place = paddle.CPUPlace()
     exe = paddle.static.Executor(place)
     exe.run(startup)
-    optimizer.amp_init(place, test_program=test_program)     # O2: parameters to fp16
+    optimizer.amp_init(place, test_program=test_program)     # O2 on a GPU: params to fp16
     rng = np.random.default_rng(0)
     for step in range(steps):
         idx = rng.integers(0, 1400, 64)

@@ -20,11 +20,13 @@ from mxnet import symbol as sym
 from mxnet.base import _LIB, check_call, py_str
 from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
+from amp_adapters.planner import AMP_DTYPES
+
 _ND_AMP_CAST, _SYM_AMP_CAST = nd.amp_cast, sym.amp_cast
 _SYM_AMP_MULTICAST = sym.amp_multicast
 _BF16 = np.dtype([("bfloat16", np.uint16)])  # how MXNet 1.x spells bfloat16 in numpy
 FLOATS = ("float16", "bfloat16", "float32", "float64")
-ROUNDED = ("float16", "bfloat16", "float32")  # what emulation rounds through the low dtype
+ROUNDED = AMP_DTYPES  # what emulation rounds through the low dtype
 _local = threading.local()
 
 

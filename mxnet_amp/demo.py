@@ -47,10 +47,10 @@ def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float 
         y_all = mx.nd.array(data.y_train, ctx=ctx)
         losses, scales, times = [], [], []
         for step, idx in enumerate(data.batches):
+            scale = loss_scale(trainer).scale if amp else 1.0  # telemetry, not timed
             t0 = time.perf_counter()
             rows = mx.nd.array(idx, ctx=ctx)
             x, y = mx.nd.take(x_all, rows), mx.nd.take(y_all, rows)
-            scale = loss_scale(trainer).scale if amp else 1.0
             with autograd.record():
                 loss = loss_fn(net(x), y).mean() / k
                 if amp:

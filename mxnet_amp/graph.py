@@ -15,14 +15,14 @@ from typing import AbstractSet, Iterator, Mapping, Optional
 
 import mxnet as mx
 
-from amp_adapters import OpDecision, OpLists, Policy, plan_op
+from amp_adapters import OpDecision, Policy, plan_op
+from amp_adapters.planner import FLOAT_RANK
 from amp_adapters.oplists import load_table
 
 from ._mx import FLOATS, ROUNDED, cast, dtype_name, input_names, unpatched
 from .kernels import KernelSet, log_fallback
 
 _CASTS = ("amp_cast", "amp_multicast")
-_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
 
 
 @dataclass(frozen=True)
@@ -92,14 +92,6 @@ def plan_graph(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     return out
 
 
-def _fp32_policy(policy: Policy, op: str) -> Policy:
-    """``policy`` with ``op`` moved to fp32 (a node the user excluded from low precision)."""
-    o = policy.mxnet_ops
-    lists = {c: getattr(o, c) - {op} for c in ("lower", "promote", "follow")}
-    return policy.replace(mxnet_ops=OpLists(fp32=o.fp32 | {op}, replace=o.replace,
-                                            conditional_fp32=o.conditional_fp32, **lists))
-
-
 def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: mx.Context,
             excluded: frozenset[str] = frozenset(),
             kernels: Optional[AbstractSet[str]] = None) -> mx.sym.Symbol:
@@ -122,7 +114,8 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: m
         if dtype.get(e) == to:
             return e
         src = source.get(e)
-        if src is not None and dtype.get(src) == to and _RANK[dtype[e]] >= _RANK[to]:
+        if src is not None and dtype.get(src) == to and \
+                FLOAT_RANK[dtype[e]] >= FLOAT_RANK[to]:
             return src  # a widening cast undone: the source itself
         key = f"{e}->{to}"
         if key not in value:
@@ -134,11 +127,11 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: m
             if n.op == "null":
                 value[n.name] = n.symbol
                 continue
-            pol = _fp32_policy(policy, n.op) if n.name in excluded else policy
             ins = list(n.inputs)
-            d = plan_op(pol, "mxnet", n.op, _slot_dtypes(n.op, [dtype.get(e) for e in ins]),
-                        lowp_kernels=kernels, attrs=n.attrs)
-            if d.emulated or (d.category == "lower" and d.run_dtype == "float32"):
+            d = plan_op(policy, "mxnet", n.op, _slot_dtypes(n.op, [dtype.get(e) for e in ins]),
+                        lowp_kernels=kernels, attrs=n.attrs,
+                        force_fp32="excluded by the caller" if n.name in excluded else None)
+            if d.emulated or d.fell_back:
                 log_fallback(n.op, ctx, d.reason)
             for i, target in enumerate(d.casts):
                 if d.emulated and d.input_dtypes[i] in ROUNDED:

@@ -179,9 +179,11 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
         dtypes = [None if name in keep_fp32 else (k or "float32")
                   for (_, _, name), k in zip(slots, known)]
         attrs = {k: v for k, v in kwargs.items() if not is_tensor(v)}
+        attrs.update((name, a) for name, a in zip(arg_names, args)  # attributes by position
+                     if not is_tensor(a) and not isinstance(a, (list, tuple)))
         d = plan_op(policy, "mxnet", op, dtypes, lowp_kernels=KernelSet(ctx, policy.dtype),
                     attrs=attrs)
-        if d.emulated or (d.category == "lower" and d.run_dtype == "float32"):
+        if d.emulated or d.fell_back:
             log_fallback(op, ctx, d.reason)
         with unpatched():
             _cast_inputs(d, slots, dtypes, known)

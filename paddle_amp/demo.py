@@ -59,8 +59,8 @@ def _train(policy: Policy, data: DigitsData, lr: float, k: float,
         if amp:
             opt.amp_init(place, scope=scope)
         for step, idx in enumerate(data.batches):
+            scale = opt.loss_scale(scope).scale if amp else 1.0  # telemetry, not timed
             t0 = time.perf_counter()
-            scale = opt.loss_scale(scope).scale if amp else 1.0
             feed = {"x": data.x_train[idx], "y": data.y_train[idx].reshape(-1, 1)}
             (value,) = exe.run(main, feed=feed, fetch_list=[loss])
             losses.append(float(np.asarray(value).reshape(())))

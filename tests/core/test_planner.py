@@ -38,7 +38,9 @@ def test_follow_keeps_the_input_dtype():
 def test_none_inputs_and_float64_are_never_cast_by_lists():
     d = plan_op(O1, "paddle", "batch_norm", (F16, None, None, None, None))
     assert d.run_dtype == F16 and d.casts == (None,) * 5
-    assert plan_op(O1, "paddle", "matmul_v2", ("float64", F32)).casts == (None, F16)
+    d = plan_op(O1, "paddle", "matmul_v2", ("float64", F32))  # AMP leaves float64 alone
+    assert (d.run_dtype, d.casts) == ("float64", (None, None)) and "float64" in d.reason
+    assert plan_op(Policy.preset("O2"), "paddle", "relu", ("float64",)).casts == (None,)
     assert plan_op(O1, "mxnet", "Embedding", ("int64", F32)).casts == (None, None)
 
 
@@ -73,6 +75,7 @@ def test_widest_is_symmetric_and_the_maximum(dtypes):
 def test_no_kernel_on_this_device_stays_fp32_and_says_why():
     d = plan_op(O1, "mxnet", "FullyConnected", (F32, F32, F32), lowp_kernels=frozenset())
     assert (d.category, d.run_dtype, d.casts, d.emulated) == ("lower", F32, (None,) * 3, False)
+    assert d.fell_back and not plan_op(O1, "mxnet", "FullyConnected", (F32, F32)).fell_back
     assert "no float16 kernel for FullyConnected on this device" in d.reason
 
 
@@ -108,6 +111,22 @@ def test_conditional_ops_depend_on_attributes():
     policy = Policy(mxnet_ops=OpLists(conditional_fp32=(("Activation", "act_type", ("relu",)),)))
     c = categorize(policy, "mxnet", "Activation", {"act_type": "relu"})
     assert c.category == "fp32" and "conditional_fp32" in c.reason
+
+
+def test_user_conditional_rule_on_any_op_and_attribute():
+    rule = (("Pooling", "pool_type", ("max",)),)
+    policy = Policy(mxnet_ops=OpLists(conditional_fp32=rule))
+    assert plan_op(policy, "mxnet", "Pooling", (F16,), attrs={"pool_type": "max"}).run_dtype == F32
+    assert plan_op(policy, "mxnet", "Pooling", (F16,), attrs={"pool_type": "avg"}).run_dtype == F16
+    paddle = Policy(paddle_ops=OpLists(conditional_fp32=(("pool2d", "pooling_type", ("max",)),)))
+    assert categorize(paddle, "paddle", "pool2d", {"pooling_type": "max"}).category == "fp32"
+
+
+def test_force_fp32_overrides_the_category_for_one_op():
+    d = plan_op(O1, "paddle", "matmul_v2", (F16, F16), force_fp32="outside fp16_guard")
+    assert (d.category, d.run_dtype, d.casts, d.reason) == ("fp32", F32, (F32, F32),
+                                                            "outside fp16_guard")
+    assert plan_op(O1, "paddle", "matmul_v2", (F16, F16)).run_dtype == F16
 
 
 def test_overrides_precedence():

@@ -31,6 +31,16 @@ def test_bad_dtype_or_level_is_named(kwargs, needle):
         Policy(**kwargs)
 
 
+@pytest.mark.parametrize("build, needle", [
+    (lambda: Policy(emulate="false"), "emulate"),
+    (lambda: Policy(loss_scale="garbage"), "loss_scale"),
+    (lambda: OpLists(replace="false"), "replace"),
+])
+def test_wrong_types_are_named(build, needle):
+    with pytest.raises(AmpConfigError, match=needle):
+        build()
+
+
 def test_unknown_preset_suggests():
     with pytest.raises(UnknownChoiceError, match="O1-bf16"):
         Policy.preset("O1-bf61")

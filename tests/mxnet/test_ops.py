@@ -69,3 +69,12 @@ def test_a_traced_weight_is_cast_once_not_per_use():
     assert len(weight_casts) == 1
     fcs = [n for n in nodes if n["op"] == "FullyConnected"]
     assert fcs[0]["inputs"][1] == fcs[1]["inputs"][1]  # both read the same rounded weight
+
+
+def test_conditional_attribute_passed_by_position():
+    """mx.nd.Activation(x, "softrelu"): the attribute decides, however it is passed."""
+    amp.init()
+    x = mx.nd.ones((2, 3), dtype="float16")
+    assert mx.nd.Activation(x, "softrelu").dtype == np.float32
+    assert mx.nd.Activation(x, act_type="softrelu").dtype == np.float32
+    assert mx.nd.Activation(x, "relu").dtype == np.float16
