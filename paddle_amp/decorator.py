@@ -22,7 +22,7 @@ from .env import current_device, require_legacy_static
 from .kernels import lowp_kernels
 from .lists import check_lists
 from .rewrite import Rewriter
-from .scaling import LossScaling
+from .scaling import LossScaling, resolve_ring_id
 
 # The reports of rewritten programs, for ``cast_report``; a program's entry dies with it.
 _REPORTS: "weakref.WeakKeyDictionary[framework.Program, CastReport]" = weakref.WeakKeyDictionary()
@@ -54,12 +54,13 @@ class OptimizerWithMixedPrecision:
     overflows in a row (one small host read; call it every step or every few).
     """
 
-    def __init__(self, optimizer, policy: Policy, use_guard: bool, black_varnames):
+    def __init__(self, optimizer, policy: Policy, use_guard: bool, black_varnames,
+                 found_inf_ring_id=None):
         self._optimizer = optimizer
         self.policy = policy
         self._use_guard = use_guard
         self._black_varnames = frozenset(black_varnames)
-        self._scaling = LossScaling(policy.loss_scale)
+        self._scaling = LossScaling(policy.loss_scale, found_inf_ring_id)
         self._rewriter: Optional[Rewriter] = None
         self._low_params: frozenset[str] = frozenset()
         self._train_program = None
@@ -156,6 +157,11 @@ class OptimizerWithMixedPrecision:
         """The loss-scale var (fetch it to see the scale each step)."""
         return self._built("get_loss_scaling").vars["scale"]
 
+    @property
+    def found_inf_ring_id(self) -> Optional[int]:
+        """The ring ``found_inf`` is all-reduced over (None: not reduced), once built."""
+        return self._scaling.ring_id
+
     def get_scaled_loss(self):
         """The scaled loss var (loss * scale)."""
         return self._scaled_loss
@@ -205,7 +211,8 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
              init_loss_scaling=None, incr_every_n_steps=None, decr_every_n_nan_or_inf=None,
              incr_ratio=None, decr_ratio=None, use_dynamic_loss_scaling=None,
              use_pure_fp16=None, use_fp16_guard=None, use_bf16=None, *,
-             use_amp_guard=None, policy: Optional[Policy] = None, emulate: bool = False):
+             use_amp_guard=None, policy: Optional[Policy] = None, emulate: bool = False,
+             found_inf_ring_id=None):
     """Decorate ``optimizer`` for mixed-precision training of a static (legacy IR) program.
 
     Takes both native argument sets: the new one (``level``, ``dtype``,
@@ -215,8 +222,24 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
     map onto ``DynamicLossScale.from_paddle`` (``use_dynamic_loss_scaling=False``:
     a static scale, overflow steps still skipped). A ``policy`` wins over all of
     them. ``emulate=True`` rounds through fp16 where the device has no fp16 kernel.
+
+    ``found_inf_ring_id`` (data parallel): every worker must take the same skip
+    decision and scale step, but each checks its own gradients, which differ
+    when the gradient all-reduce comes after the check. So the overflow flag is
+    all-reduced (max) over this collective ring, in the graph, right after the
+    check and before the scale update and the (skipped) optimizer: one 4-byte
+    collective a step, no host sync. ``None`` (default): on, ring 0, when
+    ``paddle.distributed.get_world_size() > 1`` or ``PADDLE_TRAINERS_NUM > 1``
+    when ``minimize``/``apply_gradients`` builds the program; an int: that ring;
+    ``False``: off (one process, or a program that all-reduces the gradients
+    before the check, or parameter-server mode, which has no ring). The ring's
+    communicator is the caller's (NCCL on GPU, gloo on CPU), as for the gradient
+    all-reduce. ``check_guard`` then raises on every worker at the same step, but
+    names only the parameters whose gradients were not finite on that worker.
     """
     require_legacy_static("paddle_amp.decorate")
+    if found_inf_ring_id is not None:
+        resolve_ring_id(found_inf_ring_id)  # TypeError now rather than at minimize()
     if not isinstance(optimizer, paddle.optimizer.Optimizer):
         raise TypeError(f"decorate() needs a paddle.optimizer.Optimizer, got "
                         f"{type(optimizer).__name__}")
@@ -263,4 +286,5 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
     if policy.enabled and not isinstance(policy.loss_scale, (DynamicLossScale, StaticLossScale,
                                                              NoOpLossScale)):
         raise AmpConfigError(f"unsupported loss scale {policy.loss_scale!r}")
-    return OptimizerWithMixedPrecision(optimizer, policy, use_guard, lists.black_varnames)
+    return OptimizerWithMixedPrecision(optimizer, policy, use_guard, lists.black_varnames,
+                                       found_inf_ring_id)

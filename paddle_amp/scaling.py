@@ -21,12 +21,21 @@ After the backward pass:
 4. on overflow, each parameter's "gradient was finite" flag is recorded, so
    the guard (``check_guard``) can name the culprits without an extra pass.
 
+Data parallel: when each worker checks its *local* gradients (the check runs
+before the gradient all-reduce), one worker's inf would make only that worker
+skip and back off, and the workers' parameters and scales would drift apart.
+So ``found_inf`` is all-reduced (max) over the ring right after
+``check_finite_and_unscale`` and before everything that reads it (see
+``reduce_found_inf``): every worker then takes the same decision and keeps a
+bit-identical scale state.
+
 No host sync happens in the step; reading the state back is a scope read.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Callable, Optional
 
 import numpy as np
@@ -43,13 +52,19 @@ _COUNTER_DTYPE = {"good_steps": "int32", "bad_steps": "int32", "total_steps": "i
                   "skipped_steps": "int64", "consecutive_skips": "int64"}
 _BOOL = VarType.BOOL
 _INT64 = VarType.INT64
+_INT32 = VarType.INT32
 
 
 class LossScaling:
-    """The in-program loss scale of one decorated program, starting from ``initial``."""
+    """The in-program loss scale of one decorated program, starting from ``initial``.
 
-    def __init__(self, initial: LossScale):
+    ``found_inf_ring_id``: see ``resolve_ring_id`` (None: auto, an int: that ring, False: off).
+    """
+
+    def __init__(self, initial: LossScale, found_inf_ring_id=None):
         self.initial = initial
+        self.found_inf_ring_id = found_inf_ring_id
+        self.ring_id: Optional[int] = None  # the ring found_inf was reduced over, once built
         self.fields = tuple(f.name for f in dataclasses.fields(initial))  # type: ignore[arg-type]
         self.counters = tuple(c for c in _COUNTERS if c in self.fields)
         self.vars: dict[str, framework.Variable] = {}
@@ -93,6 +108,9 @@ class LossScaling:
                 shape=[len(grads)], value=True, dtype="bool", persistable=True,
                 name=unique_name.generate("amp_grad_finite"))
             found_inf = self._unscale(block, grads)
+            self.ring_id = resolve_ring_id(self.found_inf_ring_id)
+            if self.ring_id is not None:  # before the scale update, SkipUpdate and the guard
+                found_inf = reduce_found_inf(block, found_inf, self.ring_id)
             _cond_block(program, block, found_inf, lambda sub: self._overflow_branch(sub, grads))
         if hasattr(optimizer, "_set_auxiliary_var"):  # Adam-family kernels then skip themselves
             optimizer._set_auxiliary_var("found_inf", found_inf)
@@ -272,6 +290,51 @@ class LossScaling:
             finite = np.asarray(_tensor(scope, self.vars["grad_finite"])).ravel()
             bad = [n for n, ok in zip(self.param_names, finite) if not ok]
             raise OverflowGuardError(state.consecutive_skips, state.scale, bad)
+
+
+def resolve_ring_id(setting) -> Optional[int]:
+    """The ring to all-reduce ``found_inf`` over, or None for no reduction.
+
+    ``None`` (auto): ring 0 when this process is one of several data-parallel
+    workers (``paddle.distributed.get_world_size() > 1`` or ``PADDLE_TRAINERS_NUM > 1``,
+    as ``python -m paddle.distributed.launch`` sets), else no reduction. ``False``: never.
+    ``True``: ring 0. An int >= 0: that ring (it must be initialised when the program runs).
+    """
+    if setting is None:
+        try:
+            world = int(paddle.distributed.get_world_size())
+        except Exception:  # noqa: BLE001 - a build without the distributed env: use the env var
+            world = 1
+        world = max(world, int(os.environ.get("PADDLE_TRAINERS_NUM", "1") or 1))
+        return 0 if world > 1 else None
+    if setting is False:
+        return None
+    if setting is True:
+        return 0
+    if isinstance(setting, (int, np.integer)) and setting >= 0:
+        return int(setting)
+    raise TypeError(f"found_inf_ring_id must be None (auto), False (off), True or a ring id "
+                    f"(int >= 0), got {setting!r}")
+
+
+def reduce_found_inf(block, found_inf, ring_id: int):
+    """``found_inf`` (bool[1]) OR-ed over every worker of ``ring_id``: a new bool[1] var.
+
+    One in-graph all-reduce (max) of an int32 cast of the flag (the CPU/gloo kernels
+    have no bool), appended to ``block``: no host sync, 4 bytes per step. The op is
+    ``c_allreduce_max`` where registered (Paddle 2.6), else ``all_reduce`` with
+    ``reduce_type`` 1 = max (Paddle 3.x, which dropped ``c_allreduce_*``); like any
+    collective it needs the ring's communicator (NCCL on GPU, gloo on CPU) at run time.
+    """
+    ops = _Ops(block)
+    as_int = ops.unary("cast", found_inf, _INT32, in_dtype=_BOOL, out_dtype=_INT32)
+    if "c_allreduce_max" in framework.OpProtoHolder.instance().op_proto_map:
+        block.append_op(type="c_allreduce_max", inputs={"X": [as_int]}, outputs={"Out": [as_int]},
+                        attrs={"ring_id": ring_id, "use_calc_stream": True})
+    else:
+        block.append_op(type="all_reduce", inputs={"x": [as_int]}, outputs={"out": [as_int]},
+                        attrs={"ring_id": ring_id, "reduce_type": 1})
+    return ops.unary("cast", as_int, _BOOL, in_dtype=_INT32, out_dtype=_BOOL)
 
 
 def _writes_state(block, op) -> bool:

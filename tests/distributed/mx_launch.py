@@ -95,8 +95,9 @@ def launch(worker_argv, num_workers=2, num_servers=1, timeout=90.0, extra_env=No
     """launch_once(), retried `retries` more times (fresh port, fresh processes) on a TIMEOUT only.
 
     Rarely (2 of ~50 jobs, only seen while the machine was loaded) a job hung with nothing in
-    any log; the workers dump their Python stacks after $AMP_DIST_STACKS_AFTER s (default 60) to
-    show where. A worker that fails is never retried.
+    any log; a worker can arm faulthandler.dump_traceback_later() to show where (the research
+    prototype, tests/distributed/_mx_worker.py in git history, did). A worker that fails is
+    never retried.
     """
     for attempt in range(retries + 1):
         try:

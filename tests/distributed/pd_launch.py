@@ -1,15 +1,18 @@
 """Launch N Paddle static-graph data-parallel workers on CPU (gloo) on 127.0.0.1 only.
 
-Usage (CLI):  python pd_launch.py [--nproc 2] [--timeout 90] -- _pd_worker.py MODE [args...]
-Usage (API):  results = launch([sys.executable, "_pd_worker.py", "reduced"], nproc=2)
+Usage (CLI):  python pd_launch.py [--nproc 2] [--timeout 90] -- WORKER.py [args...]
+Usage (API):  results = launch([sys.executable, "/abs/path/WORKER.py", ...], nproc=2)
+(the worker used by the tests: tests/paddle/paddle_dist_worker.py)
 
 Sets what `python -m paddle.distributed.launch` would set for a collective job
 (PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM, PADDLE_TRAINER_ENDPOINTS, PADDLE_CURRENT_ENDPOINT,
 PADDLE_DISTRI_BACKEND=gloo, PADDLE_RANK_IN_NODE, PADDLE_LOCAL_DEVICE_IDS), every endpoint on
 127.0.0.1 with a free ephemeral port, plus AMP_GLOO_HTTP (gloo's HTTP rendezvous store, served
 on 127.0.0.1 by a thread of this launcher) and
-AMP_DIST_OUT (one JSON result file per rank). Each worker runs in its own process group and is
-killed (SIGTERM, then SIGKILL) on timeout, on error and on return.
+AMP_DIST_OUT (one JSON result file per rank). Workers run in the job's temporary directory (so
+nothing they write, e.g. paddle's http.log, lands in the repository), each in its own process
+group, and are killed (SIGTERM, then SIGKILL) on timeout, on error and on return; the directory
+is removed afterwards.
 """
 from __future__ import annotations
 
@@ -100,8 +103,11 @@ def worker_env(rank, nproc, endpoints, tmp, gloo_http, extra_env=None):
     return env
 
 
-def launch(worker_argv, nproc=2, timeout=90.0, extra_env=None, keep_logs=False):
-    """Run one job; return the ranks' JSON results (list by rank). Raises LaunchError."""
+def launch(worker_argv, nproc=2, timeout=90.0, extra_env=None, keep_logs=False, cwd=None):
+    """Run one job; return the ranks' JSON results (list by rank). Raises LaunchError.
+
+    The workers' working directory is ``cwd``, by default the job's temporary directory
+    (give the worker script as an absolute path)."""
     _raise_on_sigterm()
     tmp = tempfile.mkdtemp(prefix="pddist_")
     endpoints = [f"{LOOPBACK}:{p}" for p in free_ports(nproc)]
@@ -113,7 +119,7 @@ def launch(worker_argv, nproc=2, timeout=90.0, extra_env=None, keep_logs=False):
             log = open(os.path.join(tmp, f"rank{r}.log"), "w+b")
             logs.append((f"rank{r}", log))
             procs.append(subprocess.Popen(list(worker_argv), env=worker_env(r, nproc, endpoints, tmp, store.endpoint, extra_env),
-                                          stdout=log, stderr=subprocess.STDOUT,
+                                          stdout=log, stderr=subprocess.STDOUT, cwd=cwd or tmp,
                                           stdin=subprocess.DEVNULL, start_new_session=True))
         while True:
             codes = [p.poll() for p in procs]
@@ -156,7 +162,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
     if cmd and cmd[0].endswith(".py"):
-        cmd = [sys.executable] + cmd
+        cmd = [sys.executable, os.path.abspath(cmd[0])] + cmd[1:]
     t0 = time.monotonic()
     res = launch(cmd, a.nproc, a.timeout)
     print(json.dumps({"elapsed_s": round(time.monotonic() - t0, 2), "workers": res}, indent=1))

@@ -18,8 +18,9 @@ INJECT_STEP, STEPS = 2, 5
 
 def init_kvstore_eagerly(trainer, kv):
     """Gluon initialises the kvstore keys lazily in the first step, where a worker can pull
-    before rank 0's initial weights landed (an MXNet race, seen ~1 run in 8; see
-    tests/distributed/_mx_worker.py). Init, wait, barrier, re-pull."""
+    before rank 0's initial weights landed (an MXNet race, seen ~1 run in 8 in the research
+    prototype, tests/distributed/_mx_worker.py --lazy-init in git history). Init, wait,
+    barrier, re-pull."""
     trainer._init_kvstore()
     if trainer._params_to_init:
         trainer._init_params()
