@@ -46,6 +46,7 @@ def train(level: str, policy: Policy, steps: int = 300) -> float:
     for step in range(steps):
         idx = rng.integers(0, 1400, 64)
         (value,) = exe.run(main, feed={"x": x_all[idx], "y": y_all[idx, None]}, fetch_list=[loss])
+        optimizer.check_guard()  # raises OverflowGuardError after too many skips in a row
         if step % 100 == 0:
             state = optimizer.loss_scale()
             print(f"  step {step:3d}  loss {float(np.asarray(value).reshape(())):.3f}  "

@@ -88,7 +88,6 @@ class OptimizerWithMixedPrecision:
             raise RuntimeError("this decorated optimizer already built a program; decorate a "
                                "new optimizer for another program")
         program = loss.block.program
-        self._train_program, self._startup_program = program, startup_program
         self._rewriter = self._new_rewriter()
         with framework.program_guard(program, startup_program):
             if self.policy.enabled:
@@ -100,8 +99,10 @@ class OptimizerWithMixedPrecision:
             if loss.dtype != core.VarDesc.VarType.FP32:
                 loss = loss.astype("float32")
             self._scaled_loss = self._scaling.scale_loss(block, loss)
-            return self._optimizer.backward(self._scaled_loss, startup_program, parameter_list,
-                                            no_grad_set, callbacks)
+            params_grads = self._optimizer.backward(self._scaled_loss, startup_program,
+                                                    parameter_list, no_grad_set, callbacks)
+        self._train_program, self._startup_program = program, startup_program  # built
+        return params_grads
 
     def apply_gradients(self, params_grads):
         """Unscale, check, update on finite steps only, and advance the loss-scale state."""
@@ -132,13 +133,14 @@ class OptimizerWithMixedPrecision:
             raise RuntimeError("call minimize() before amp_init()")
         self._place = place
         scope = scope or paddle.static.global_scope()
+        missing = sorted(n for n in self._low_params if scope.find_var(n) is None)
+        if missing:  # checked before anything is converted: no half-converted scope
+            raise RuntimeError(f"parameters {missing} are not in the scope: run the startup "
+                               f"program before amp_init()")
         for name in sorted(self._low_params):
-            var = scope.find_var(name)
-            if var is None:
-                raise RuntimeError(f"parameter {name!r} is not in the scope: run the startup "
-                                   f"program before amp_init()")
-            tensor = var.get_tensor()
-            tensor.set(_to_low(tensor, self.policy.dtype), place)
+            tensor = scope.find_var(name).get_tensor()
+            if str(tensor._dtype()).removeprefix("paddle.") != self.policy.dtype:
+                tensor.set(_to_low(tensor, self.policy.dtype), place)  # not twice: bf16 bits
         derived = test_program is not None and test_program.global_block().has_var(
             self._scaling.vars["scale"].name)  # a clone of the decorated program: rewritten
         if test_program is not None and not derived and (self.policy.level == "O2"
@@ -266,6 +268,13 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
         raise TypeError(f"level and dtype must be strings, got {level!r} and {dtype!r}")
     if dtype not in _LOW_DTYPES:
         raise UnknownChoiceError("dtype", dtype, _LOW_DTYPES)
+    if policy is not None and amp_lists is not None:
+        if getattr(amp_lists, "paddle_ops", None) != OpLists():
+            raise AmpConfigError(
+                "decorate() got both policy= and amp_lists= with custom op lists: put the op "
+                "lists in the policy (Policy(paddle_ops=OpLists(...))); amp_lists may then "
+                "carry only custom_black_varnames")
+        dtype = policy.dtype if policy.dtype in _LOW_DTYPES else dtype
     lists = check_lists(amp_lists, dtype)
     if policy is None:
         level = level.upper()
@@ -283,8 +292,5 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
         policy.validate_for("paddle", core.get_all_op_names())
     if policy.level == "O2" and hasattr(optimizer, "_multi_precision"):
         optimizer._multi_precision = master_weight is not False
-    if policy.enabled and not isinstance(policy.loss_scale, (DynamicLossScale, StaticLossScale,
-                                                             NoOpLossScale)):
-        raise AmpConfigError(f"unsupported loss scale {policy.loss_scale!r}")
     return OptimizerWithMixedPrecision(optimizer, policy, use_guard, lists.black_varnames,
                                        found_inf_ring_id)

@@ -63,6 +63,8 @@ def _train(policy: Policy, data: DigitsData, lr: float, k: float,
             t0 = time.perf_counter()
             feed = {"x": data.x_train[idx], "y": data.y_train[idx].reshape(-1, 1)}
             (value,) = exe.run(main, feed=feed, fetch_list=[loss])
+            if amp:
+                opt.check_guard(scope)  # stop, naming the culprits, instead of skipping forever
             losses.append(float(np.asarray(value).reshape(())))
             scales.append(scale)
             times.append(time.perf_counter() - t0)

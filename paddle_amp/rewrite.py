@@ -28,8 +28,8 @@ from typing import AbstractSet, Iterator, Optional
 
 from paddle.base import core, framework, unique_name
 
-from amp_adapters import CastReport, OpDecision, OpLists, Policy, plan_op
-from amp_adapters.oplists import load_table
+from amp_adapters import CastReport, OpDecision, Policy, plan_op
+from amp_adapters.oplists import LOW_DTYPES, load_table
 
 from .env import VARTYPE_OF, dtype_name
 
@@ -42,7 +42,7 @@ _NOT_FORWARD = int(core.op_proto_and_checker_maker.OpRole.Backward) | int(
     core.op_proto_and_checker_maker.OpRole.Optimize) | int(
     core.op_proto_and_checker_maker.OpRole.LRSched)
 _IO_OPS = frozenset({"feed", "fetch", "fetch_v2", "read", "create_py_reader"})
-_LOW = ("float16", "bfloat16")
+_LOW = LOW_DTYPES
 _SHORT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64"}
 
 
@@ -56,15 +56,6 @@ def fp16_guard() -> Iterator[None]:
 def is_forward(op) -> bool:
     """True for an op of the forward pass (not backward, optimizer or LR schedule)."""
     return not op.has_attr(_ROLE) or not int(op.attr(_ROLE)) & _NOT_FORWARD
-
-
-def force_fp32(policy: Policy, op_type: str) -> Policy:
-    """``policy`` with ``op_type`` moved to the fp32 list (outside fp16_guard, black varnames)."""
-    ops = policy.paddle_ops
-    return policy.replace(paddle_ops=OpLists(
-        lower=ops.lower - {op_type}, fp32=ops.fp32 | {op_type}, promote=ops.promote - {op_type},
-        follow=ops.follow - {op_type}, conditional_fp32=ops.conditional_fp32,
-        replace=ops.replace))
 
 
 def _ops_within(op) -> list:
@@ -92,23 +83,17 @@ class Rewriter:
 
     def __post_init__(self) -> None:
         self._table = load_table("paddle")
-        self._forced: dict[str, Policy] = {}
         self._logged: set[str] = set()
 
     # -- decisions ---------------------------------------------------------------------------
 
-    def _policy_for(self, op) -> tuple[Policy, str]:
-        """The policy that decides ``op``: forced to fp32 outside the guard or on black vars."""
-        why = ""
+    def _forced_fp32(self, op) -> Optional[str]:
+        """Why ``op`` must run in fp32 whatever its category (outside the guard, black vars)."""
         if self.use_guard and GUARD_PATTERN not in (op.attr("op_namescope") or ""):
-            why = "outside fp16_guard"
-        elif self.black_varnames & set(op.input_arg_names + op.output_arg_names):
-            why = "uses a custom_black_varnames var"
-        if not why:
-            return self.policy, ""
-        if op.type not in self._forced:
-            self._forced[op.type] = force_fp32(self.policy, op.type)
-        return self._forced[op.type], why
+            return "outside fp16_guard"
+        if self.black_varnames & set(op.input_arg_names + op.output_arg_names):
+            return "uses a custom_black_varnames var"
+        return None
 
     def _attrs(self, op) -> Optional[dict]:
         rules = {r[0] for r in self.policy.paddle_ops.conditional_fp32}
@@ -121,21 +106,12 @@ class Rewriter:
         keep = self._table.keep_fp32_inputs.get(op.type, ())
         dtypes = [None if slot in keep else dtype_name(block._find_var_recursive(name))
                   for slot, name in slots]
-        policy, why = self._policy_for(op)
-        decision = plan_op(policy, "paddle", op.type, dtypes, lowp_kernels=self.kernels,
-                           attrs=self._attrs(op))
-        if why:
-            decision = dataclasses.replace(decision, reason=f"{decision.reason} ({why})")
-        self._log(op.type, decision, policy, dtypes)
+        decision = plan_op(self.policy, "paddle", op.type, dtypes, lowp_kernels=self.kernels,
+                           attrs=self._attrs(op), force_fp32=self._forced_fp32(op))
+        if (decision.emulated or decision.fell_back) and op.type not in self._logged:
+            self._logged.add(op.type)  # once per op type and program
+            logger.info("%s: %s", op.type, decision.reason)
         return decision
-
-    def _log(self, op_type: str, d: OpDecision, policy: Policy, dtypes) -> None:
-        if (op_type in self._logged or self.kernels is None or op_type in self.kernels
-                or d.run_dtype != "float32"):
-            return
-        if d.emulated or plan_op(policy, "paddle", op_type, dtypes).run_dtype in _LOW:
-            self._logged.add(op_type)
-            logger.info("%s: %s", op_type, d.reason)
 
     # -- rewrite ------------------------------------------------------------------------------
 
@@ -158,11 +134,11 @@ class Rewriter:
             if not is_forward(op) or op.type in _IO_OPS:
                 continue
             keep = self._table.keep_fp32_inputs.get(op.type, ())
-            policy, _ = self._policy_for(op)
+            forced = self._forced_fp32(op)
             for slot in op.input_names:
                 for name in op.input(slot):
                     if name in low and (slot in keep or op.has_attr("sub_block") or plan_op(
-                            policy, "paddle", op.type, ("float32",),
+                            self.policy, "paddle", op.type, ("float32",), force_fp32=forced,
                             lowp_kernels=self.kernels).run_dtype != self.policy.dtype):
                         low.discard(name)
         return frozenset(low)
@@ -208,11 +184,10 @@ class Rewriter:
         """A control-flow op (cond, while): its sub-block is not rewritten and runs in fp32,
         so low-precision values it reads are cast to fp32, in the op and its sub-blocks."""
         slots = [(slot, name) for slot in op.input_names for name in op.input(slot)]
-        policy = self._forced.setdefault(op.type, force_fp32(self.policy, op.type))
         dtypes = [dtype_name(block._find_var_recursive(name)) for _, name in slots]
-        d = plan_op(policy, "paddle", op.type, dtypes, lowp_kernels=self.kernels)
-        decisions.append(dataclasses.replace(d, reason=f"{d.reason} (control flow: its "
-                                                       f"sub-block runs in float32)"))
+        d = plan_op(self.policy, "paddle", op.type, dtypes, lowp_kernels=self.kernels,
+                    force_fp32="control flow: its sub-block runs in float32")
+        decisions.append(d)
         role = op.attr(_ROLE) if op.has_attr(_ROLE) else 0
         for (_, name), target in zip(slots, d.casts):
             if target is not None:

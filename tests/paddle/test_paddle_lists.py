@@ -217,3 +217,15 @@ def test_control_flow_reads_fp32_copies(static):
     feed = {"x": np.ones((2, 8), "float32"), "flag": np.array([True])}
     got, hv = static.run(feed, [out, h])
     assert np.array_equal(got, np.maximum(hv.astype(np.float32), 0))
+
+
+def test_policy_with_custom_op_lists_is_an_error(static):
+    from amp_adapters import AmpConfigError
+
+    lists = paddle_amp.AutoMixedPrecisionLists(custom_white_list={"scale"})
+    with pytest.raises(AmpConfigError, match="both policy= and amp_lists="):
+        paddle_amp.decorate(paddle.optimizer.SGD(0.1), amp_lists=lists,
+                            policy=Policy.preset("O1"))
+    only_varnames = paddle_amp.AutoMixedPrecisionLists(custom_black_varnames={"x"})
+    paddle_amp.decorate(paddle.optimizer.SGD(0.1), amp_lists=only_varnames,
+                        policy=Policy.preset("O1"))

@@ -89,3 +89,24 @@ def test_separate_eval_program_is_rewritten_with_use_fp16_test(static):
     evaluated, = static.exe.run(test_program, feed=feed, fetch_list=[out.name])
     trained, = static.run(feed, [out])
     assert np.array_equal(evaluated, trained)
+
+
+def test_amp_init_converts_each_low_param_once(static, monkeypatch):
+    """Planned as on a GPU (our kernel query says every kernel exists), O2 declares the fc
+    weights bf16 and amp_init converts them in the scope; a second amp_init (or one after
+    loading an O2 checkpoint) must not convert bf16 bits again."""
+    monkeypatch.setattr("paddle_amp.decorator.lowp_kernels", lambda device, dtype: None)
+    _, loss = _layernorm_model()
+    opt = paddle_amp.decorate(paddle.optimizer.Momentum(0.05, multi_precision=True),
+                              level="O2", dtype="bfloat16")
+    opt.minimize(loss)
+    static.exe.run(static.startup)
+    name = sorted(opt._low_params)[0]
+    fp32 = np.array(static.scope.find_var(name).get_tensor())
+    opt.amp_init(paddle.CPUPlace())
+    once = np.array(static.scope.find_var(name).get_tensor())
+    opt.amp_init(paddle.CPUPlace())
+    twice = np.array(static.scope.find_var(name).get_tensor())
+    expected = ((fp32.view(np.uint32) + 0x7FFF + ((fp32.view(np.uint32) >> 16) & 1)) >> 16)
+    np.testing.assert_array_equal(once, expected.astype(np.uint16))  # round to nearest even
+    np.testing.assert_array_equal(twice, once)
