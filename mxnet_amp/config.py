@@ -5,11 +5,11 @@ import os
 from typing import Optional, Sequence, Union
 
 from amp_adapters import AmpConfigError, OpLists, Policy, UnknownChoiceError
+from amp_adapters.oplists import LOW_DTYPES
 
 from ._mx import dtype_name, registry
 
 PolicyLike = Union[Policy, str, "os.PathLike[str]"]
-_TARGET_DTYPES = ("float16", "bfloat16")
 
 
 def resolve_policy(target_dtype: object = "float16",
@@ -35,8 +35,8 @@ def resolve_policy(target_dtype: object = "float16",
         resolved = as_policy(policy)
     else:
         dtype = target_dtype if isinstance(target_dtype, str) else dtype_name(target_dtype)
-        if dtype not in _TARGET_DTYPES:
-            raise UnknownChoiceError("target_dtype", target_dtype, _TARGET_DTYPES)
+        if dtype not in LOW_DTYPES:
+            raise UnknownChoiceError("target_dtype", target_dtype, LOW_DTYPES)
         for name, value in given.items():
             if isinstance(value, str):
                 raise AmpConfigError(f"{name} must be a list of op names, not the string "

@@ -28,6 +28,7 @@ class FiniteCheck:
 
     def __init__(self) -> None:
         self._key: tuple = ()
+        self._grads: list = []  # the arrays _key identifies, kept alive so ids are not reused
         self._plan: list[tuple[Any, Any, Any]] = []  # (grad view, zeros view or None, flag slot)
         self._gather: list[tuple[Any, Any]] = []      # (device flags, slice of the first device's)
         self._flags: Any = None
@@ -72,7 +73,7 @@ class FiniteCheck:
         key = tuple(id(g) for gs in grads for g in gs)
         if key != self._key:
             self._prepare(live, grads)
-            self._key = key
+            self._key, self._grads = key, grads
         with autograd.pause(), unpatched():  # plain MXNet ops, even while AMP patches them
             for g, z, slot in self._plan:
                 if z is not None:

@@ -17,6 +17,7 @@ from paddle.base import core, framework
 from amp_adapters import (AmpConfigError, CastReport, DynamicLossScale, LossScale,
                           NoOpLossScale, OpLists, Policy, StaticLossScale,
                           UnknownChoiceError)
+from amp_adapters.oplists import LOW_DTYPES
 
 from .env import current_device, require_legacy_static
 from .kernels import lowp_kernels
@@ -31,7 +32,6 @@ _REPORTS: "weakref.WeakKeyDictionary[framework.Program, CastReport]" = weakref.W
 # selected (as natively) by passing use_pure_fp16, use_fp16_guard or use_bf16.
 _NEW_DEFAULTS = dict(init_loss_scaling=2.0**16, incr_every_n_steps=2000,
                      decr_every_n_nan_or_inf=1, incr_ratio=2.0, decr_ratio=0.5)
-_LOW_DTYPES = ("float16", "bfloat16")
 _OLD_DEFAULTS = dict(init_loss_scaling=2.0**15, incr_every_n_steps=1000,
                      decr_every_n_nan_or_inf=2, incr_ratio=2.0, decr_ratio=0.8)
 
@@ -266,15 +266,15 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
         use_guard = bool(use_amp_guard)
     if not isinstance(level, str) or not isinstance(dtype, str):
         raise TypeError(f"level and dtype must be strings, got {level!r} and {dtype!r}")
-    if dtype not in _LOW_DTYPES:
-        raise UnknownChoiceError("dtype", dtype, _LOW_DTYPES)
+    if dtype not in LOW_DTYPES:
+        raise UnknownChoiceError("dtype", dtype, LOW_DTYPES)
     if policy is not None and amp_lists is not None:
         if getattr(amp_lists, "paddle_ops", None) != OpLists():
             raise AmpConfigError(
                 "decorate() got both policy= and amp_lists= with custom op lists: put the op "
                 "lists in the policy (Policy(paddle_ops=OpLists(...))); amp_lists may then "
                 "carry only custom_black_varnames")
-        dtype = policy.dtype if policy.dtype in _LOW_DTYPES else dtype
+        dtype = policy.dtype if policy.dtype in LOW_DTYPES else dtype
     lists = check_lists(amp_lists, dtype)
     if policy is None:
         level = level.upper()

@@ -13,8 +13,8 @@ import paddle
 from paddle.base import core
 
 from amp_adapters import AmpConfigError, OpLists, Policy, UnknownChoiceError, effective_lists
+from amp_adapters.oplists import LOW_DTYPES
 
-_DTYPES = ("float16", "bfloat16")
 
 
 def _names(value: Optional[Iterable[str]], arg: str) -> frozenset[str]:
@@ -40,8 +40,8 @@ class AutoMixedPrecisionLists:
                  custom_black_list: Optional[Iterable[str]] = None,
                  custom_black_varnames: Optional[Iterable[str]] = None,
                  dtype: str = "float16", custom_gray_list: Optional[Iterable[str]] = None):
-        if dtype not in _DTYPES:
-            raise UnknownChoiceError("AutoMixedPrecisionLists dtype", dtype, _DTYPES)
+        if dtype not in LOW_DTYPES:
+            raise UnknownChoiceError("AutoMixedPrecisionLists dtype", dtype, LOW_DTYPES)
         self.amp_dtype = dtype
         self.paddle_ops = OpLists(lower=_names(custom_white_list, "custom_white_list"),
                                   fp32=_names(custom_black_list, "custom_black_list"),
