@@ -17,21 +17,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-LOOPBACK = "127.0.0.1"
-
-
-def free_port() -> int:
-    """An ephemeral TCP port free on 127.0.0.1 right now (small race until the scheduler binds)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from procs import (LOOPBACK, LaunchError, LaunchTimeout, free_ports, kill_groups,  # noqa: E402
+                   log_tails, raise_on_sigterm)
 
 
 def base_env(role: str, port: int, num_workers: int, num_servers: int) -> dict:
@@ -52,42 +45,6 @@ def base_env(role: str, port: int, num_workers: int, num_servers: int) -> dict:
         "PYTHONUNBUFFERED": "1",
     })
     return env
-
-
-def _kill(procs, grace=3.0):
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + grace
-    for p in procs:
-        try:
-            p.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
-
-
-class LaunchError(RuntimeError):
-    pass
-
-
-class LaunchTimeout(LaunchError):
-    pass
-
-
-def _raise_on_sigterm():
-    """SIGTERM -> SystemExit in the main thread, so launch()'s `finally` still kills the process
-    groups it started (each child has its own session, so nobody else would)."""
-    import threading
-    if threading.current_thread() is threading.main_thread() and \
-            signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
 
 def launch(worker_argv, num_workers=2, num_servers=1, timeout=90.0, extra_env=None,
@@ -116,9 +73,9 @@ def launch_once(worker_argv, num_workers=2, num_servers=1, timeout=90.0, extra_e
     Raises LaunchError (with every process's log tail) if a worker fails or the job
     exceeds `timeout` seconds. All processes are gone when this returns or raises.
     """
-    _raise_on_sigterm()
+    raise_on_sigterm()
     tmp = tempfile.mkdtemp(prefix="mxdist_")
-    port = free_port()
+    (port,) = free_ports(1)
     procs, logs, outs = [], [], []
 
     def start(role, argv, idx=None):
@@ -146,11 +103,11 @@ def launch_once(worker_argv, num_workers=2, num_servers=1, timeout=90.0, extra_e
         while True:
             codes = [w.poll() for w in workers]
             if any(c not in (None, 0) for c in codes):
-                raise LaunchError(f"worker exited with {codes}\n" + _tails(logs))
+                raise LaunchError(f"worker exited with {codes}\n" + log_tails(logs))
             if all(c == 0 for c in codes):
                 break
             if time.monotonic() > deadline:
-                raise LaunchTimeout(f"timeout after {timeout}s\n" + _tails(logs))
+                raise LaunchTimeout(f"timeout after {timeout}s\n" + log_tails(logs))
             time.sleep(0.05)
         # servers/scheduler exit by themselves after the workers finalize; give them a moment
         for p in procs[: 1 + num_servers]:
@@ -166,22 +123,12 @@ def launch_once(worker_argv, num_workers=2, num_servers=1, timeout=90.0, extra_e
             r.setdefault("wall_s", time.monotonic() - t0)
         return results
     finally:
-        _kill(procs)
+        kill_groups(procs)
         for _, log in logs:
             log.close()
         if not keep_logs:
             import shutil
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _tails(logs, n=3000):
-    parts = []
-    for name, log in logs:
-        log.flush()
-        log.seek(0)
-        data = log.read().decode(errors="replace")
-        parts.append(f"--- {name} ---\n{data[-n:]}")
-    return "\n".join(parts)
 
 
 def main(argv=None):

@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -28,54 +26,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _gloo_kv import GlooRendezvous  # noqa: E402
-
-LOOPBACK = "127.0.0.1"
-
-
-def free_ports(n):
-    socks, ports = [], []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind((LOOPBACK, 0))
-            socks.append(s)
-            ports.append(s.getsockname()[1])
-    finally:
-        for s in socks:
-            s.close()
-    return ports
-
-
-class LaunchError(RuntimeError):
-    pass
-
-
-def _raise_on_sigterm():
-    """SIGTERM -> SystemExit in the main thread, so launch()'s `finally` still kills the process
-    groups it started (each child has its own session, so nobody else would)."""
-    import threading
-    if threading.current_thread() is threading.main_thread() and \
-            signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-
-
-def _kill(procs, grace=3.0):
-    for p in procs:
-        if p.poll() is None:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + grace
-    for p in procs:
-        try:
-            p.wait(max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
+from procs import (LOOPBACK, LaunchError, LaunchTimeout, free_ports, kill_groups,  # noqa: E402
+                   log_tails, raise_on_sigterm)
 
 
 def worker_env(rank, nproc, endpoints, tmp, gloo_http, extra_env=None):
@@ -108,7 +60,7 @@ def launch(worker_argv, nproc=2, timeout=90.0, extra_env=None, keep_logs=False, 
 
     The workers' working directory is ``cwd``, by default the job's temporary directory
     (give the worker script as an absolute path)."""
-    _raise_on_sigterm()
+    raise_on_sigterm()
     tmp = tempfile.mkdtemp(prefix="pddist_")
     endpoints = [f"{LOOPBACK}:{p}" for p in free_ports(nproc)]
     procs, logs = [], []
@@ -124,11 +76,11 @@ def launch(worker_argv, nproc=2, timeout=90.0, extra_env=None, keep_logs=False, 
         while True:
             codes = [p.poll() for p in procs]
             if any(c not in (None, 0) for c in codes):
-                raise LaunchError(f"worker exited with {codes}\n" + _tails(logs))
+                raise LaunchError(f"worker exited with {codes}\n" + log_tails(logs))
             if all(c == 0 for c in codes):
                 break
             if time.monotonic() - t0 > timeout:
-                raise LaunchError(f"timeout after {timeout}s\n" + _tails(logs))
+                raise LaunchTimeout(f"timeout after {timeout}s\n" + log_tails(logs))
             time.sleep(0.05)
         out = []
         for r in range(nproc):
@@ -136,21 +88,12 @@ def launch(worker_argv, nproc=2, timeout=90.0, extra_env=None, keep_logs=False, 
                 out.append(json.load(f))
         return out
     finally:
-        _kill(procs)
+        kill_groups(procs)
         store.close()
         for _, log in logs:
             log.close()
         if not keep_logs:
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _tails(logs, n=3000):
-    parts = []
-    for name, log in logs:
-        log.flush()
-        log.seek(0)
-        parts.append(f"--- {name} ---\n" + log.read().decode(errors="replace")[-n:])
-    return "\n".join(parts)
 
 
 def main(argv=None):
