@@ -1,7 +1,6 @@
 """Launch an MXNet dist_sync job (scheduler + servers + workers) on 127.0.0.1 only.
 
-Usage (CLI):  python mx_launch.py [--workers 2] [--servers 1] [--timeout 90] -- worker.py [args...]
-Usage (API):  results = launch([sys.executable, "worker.py", ...], num_workers=2)
+Usage:  results = launch([sys.executable, "worker.py", ...], num_workers=2)
 
 Every process gets MXNet's own DMLC environment (DMLC_ROLE, DMLC_PS_ROOT_URI=127.0.0.1,
 DMLC_PS_ROOT_PORT=<free ephemeral port>, DMLC_NUM_SERVER, DMLC_NUM_WORKER) plus
@@ -129,23 +128,3 @@ def launch_once(worker_argv, num_workers=2, num_servers=1, timeout=90.0, extra_e
         if not keep_logs:
             import shutil
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def main(argv=None):
-    import argparse
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--servers", type=int, default=1)
-    ap.add_argument("--timeout", type=float, default=90.0)
-    ap.add_argument("cmd", nargs=argparse.REMAINDER)
-    a = ap.parse_args(argv)
-    cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
-    if cmd and cmd[0].endswith(".py"):
-        cmd = [sys.executable] + cmd
-    t0 = time.monotonic()
-    res = launch(cmd, a.workers, a.servers, a.timeout)
-    print(json.dumps({"elapsed_s": round(time.monotonic() - t0, 2), "workers": res}, indent=1))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,7 +1,6 @@
 """Launch N Paddle static-graph data-parallel workers on CPU (gloo) on 127.0.0.1 only.
 
-Usage (CLI):  python pd_launch.py [--nproc 2] [--timeout 90] -- WORKER.py [args...]
-Usage (API):  results = launch([sys.executable, "/abs/path/WORKER.py", ...], nproc=2)
+Usage:  results = launch([sys.executable, "/abs/path/WORKER.py", ...], nproc=2)
 (the worker used by the tests: tests/paddle/paddle_dist_worker.py)
 
 Sets what `python -m paddle.distributed.launch` would set for a collective job
@@ -94,22 +93,3 @@ def launch(worker_argv, nproc=2, timeout=90.0, extra_env=None, keep_logs=False, 
             log.close()
         if not keep_logs:
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def main(argv=None):
-    import argparse
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nproc", type=int, default=2)
-    ap.add_argument("--timeout", type=float, default=90.0)
-    ap.add_argument("cmd", nargs=argparse.REMAINDER)
-    a = ap.parse_args(argv)
-    cmd = a.cmd[1:] if a.cmd[:1] == ["--"] else a.cmd
-    if cmd and cmd[0].endswith(".py"):
-        cmd = [sys.executable, os.path.abspath(cmd[0])] + cmd[1:]
-    t0 = time.monotonic()
-    res = launch(cmd, a.nproc, a.timeout)
-    print(json.dumps({"elapsed_s": round(time.monotonic() - t0, 2), "workers": res}, indent=1))
-
-
-if __name__ == "__main__":
-    main()
