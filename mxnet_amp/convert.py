@@ -33,8 +33,9 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
     """``sym`` (a float32 model) with the casts of the policy inserted.
 
     ``excluded_sym_names``: nodes kept in float32. ``input_dtypes``: dtypes of
-    inputs other than the float32 default (``data_names`` and parameters are
-    float32). ``ctx`` (default cpu) decides which ops have low-precision kernels.
+    inputs that are not float32 (every other input, data or parameter, is).
+    ``data_names`` is accepted for the native signature and not needed. ``ctx``
+    (default cpu) decides which ops have low-precision kernels.
     """
     if not isinstance(sym, mx.sym.Symbol):
         raise TypeError(f"convert_symbol expects a Symbol, got {type(sym).__name__}")

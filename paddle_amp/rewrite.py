@@ -257,8 +257,8 @@ class Rewriter:
             self._rounded.discard(name)
         if op.type == "cast" or d.run_dtype is None:
             return i
-        slots = ["Y"] if op.type in self._table.keep_fp32_inputs else op.output_names
-        for slot in slots:
+        keep = self._table.keep_fp32_outputs.get(op.type, ())
+        for slot in (s for s in op.output_names if s not in keep):
             for name in op.output(slot):
                 var = block._find_var_recursive(name)
                 if dtype_name(var) != "float32":

@@ -150,6 +150,16 @@ KEEP_FP32_INPUTS = {
                "fused_bn_add_activation": ["Scale", "Bias"]},
 }
 
+# outputs that stay fp32 whatever the op runs in (running and saved statistics)
+KEEP_FP32_OUTPUTS = {
+    "mxnet": {},
+    "paddle": {"batch_norm": ["MeanOut", "VarianceOut", "SavedMean", "SavedVariance",
+                              "ReserveSpace"],
+               "layer_norm": ["Mean", "Variance"],
+               "fused_bn_add_activation": ["MeanOut", "VarianceOut", "SavedMean",
+                                           "SavedVariance", "ReserveSpace"]},
+}
+
 
 def native_mxnet():
     import ctypes
@@ -215,6 +225,9 @@ def main(framework, dump=None, merge=None):
         out.append(f'{op} = {{ attr = "{attr}", values = {{ {vals} }} }}')
     out += ["", "# inputs that are never cast (statistics, affine parameters)", "[keep_fp32_inputs]"]
     for op, slots in KEEP_FP32_INPUTS[framework].items():
+        out.append(f'{op} = [{", ".join(chr(34) + s + chr(34) for s in slots)}]')
+    out += ["", "# outputs that stay fp32 (running and saved statistics)", "[keep_fp32_outputs]"]
+    for op, slots in KEEP_FP32_OUTPUTS[framework].items():
         out.append(f'{op} = [{", ".join(chr(34) + s + chr(34) for s in slots)}]')
     listed = set()
     for dtype, cats in native.items():

@@ -3,7 +3,8 @@
 ``canonical.toml`` gives every canonical op (matmul, softmax, ...) one default
 category per low-precision dtype. ``mxnet.toml`` and ``paddle.toml`` map
 framework op names onto canonical names, keep the native lists' category for
-framework-only names, and say which inputs are never cast. Loading is cached;
+framework-only names, and say which inputs are never cast and which outputs
+stay fp32. Loading is cached;
 the tables are immutable.
 """
 from __future__ import annotations
@@ -68,6 +69,7 @@ class OpTable:
     canonical_of: Mapping[str, str]                # op -> canonical op
     conditional: Mapping[str, Conditional]         # op -> attribute rule
     keep_fp32_inputs: Mapping[str, tuple[str, ...]]
+    keep_fp32_outputs: Mapping[str, tuple[str, ...]]
     native: Mapping[str, Mapping[str, str]]        # dtype -> {framework-only op: category}
     unregistered: frozenset[str]                   # listed natively, absent from a CPU registry
 
@@ -114,6 +116,8 @@ def load_table(framework: str) -> OpTable:
         conditional=MappingProxyType(conditional),
         keep_fp32_inputs=MappingProxyType(
             {op: tuple(slots) for op, slots in raw.get("keep_fp32_inputs", {}).items()}),
+        keep_fp32_outputs=MappingProxyType(
+            {op: tuple(slots) for op, slots in raw.get("keep_fp32_outputs", {}).items()}),
         native=MappingProxyType({
             dtype: _categories(cats, f"{framework}.toml [native.{dtype}]")
             for dtype, cats in raw["native"].items()}),

@@ -226,3 +226,18 @@ def test_keep_fp32_inputs_name_real_slots(native):
         assert set(slots) <= inputs, (op, slots, sorted(inputs))
         checked += 1
     assert checked >= 2
+
+
+def test_keep_fp32_outputs_name_real_slots(native):
+    table = load_table(native.framework)
+    checked = 0
+    for op, slots in table.keep_fp32_outputs.items():
+        assert op in table.names, op
+        if op in table.unregistered and op not in native.registry:
+            continue  # no kernel on this build to ask
+        from paddle.base import framework  # only Paddle's table names outputs
+        proto = framework.OpProtoHolder.instance().get_op_proto(op)
+        outputs = {o.name for o in proto.outputs}
+        assert set(slots) <= outputs and "Y" not in slots, (op, slots, sorted(outputs))
+        checked += 1
+    assert checked >= (2 if native.framework == "paddle" else 0)
