@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass
 from typing import AbstractSet, Mapping, Optional, Sequence
 
-from .oplists import CATEGORIES, canonical_defaults, load_table
+from .oplists import CATEGORIES, canonical_defaults, load_table, native_lists
 from .policy import Policy
 
 FLOAT_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}  # widest wins
@@ -83,12 +83,19 @@ def categorize(policy: Policy, framework: str, op: str,
     """The category of ``op`` (a ``framework`` op name) under ``policy``, with the reason.
 
     Precedence: a conditional-fp32 rule of the policy, the policy's overrides
-    of the framework's names, the policy's overrides of canonical names, the
-    canonical defaults, the native framework-only lists, else ``follow``.
+    of the framework's names, the policy's overrides of canonical names, then
+    the defaults: with ``defaults="shared"`` the canonical defaults and the
+    native framework-only lists, with ``defaults="native"`` the installed
+    native's default lists (and its conditional rules), exactly; an op in no
+    list gets ``policy.unlisted`` (else follow, or the native's rule). Level
+    OD keeps ``lower`` and turns every other category into fp32.
     """
     canonical = load_table(framework).canonical(op, attrs)
-    return _categorize(policy, framework, op, canonical,
-                       _matched_rule(policy.framework_ops(framework).conditional_fp32, op, attrs))
+    rules = policy.framework_ops(framework).conditional_fp32
+    if policy.defaults == "native" and policy.enabled and \
+            not policy.framework_ops(framework).replace:
+        rules = (*rules, *native_lists(framework, policy.dtype).conditional_fp32)
+    return _categorize(policy, framework, op, canonical, _matched_rule(rules, op, attrs))
 
 
 def _matched_rule(rules, op: str, attrs: Optional[Mapping[str, object]]) -> Optional[str]:
@@ -104,10 +111,17 @@ def _categorize(policy: Policy, framework: str, op: str, canonical: Optional[str
                 matched_rule: Optional[str]) -> Category:
     if not policy.enabled:
         return Category(op, canonical, "follow", "O0: mixed precision is off")
+    cat = _by_lists(policy, framework, op, canonical, matched_rule)
+    if policy.level == "OD" and cat.category != "lower":
+        return Category(op, canonical, "fp32", f"{cat.reason}; level OD: not lower, so fp32")
+    return cat
+
+
+def _by_lists(policy: Policy, framework: str, op: str, canonical: Optional[str],
+              matched_rule: Optional[str]) -> Category:
     fw_ops = policy.framework_ops(framework)
     if matched_rule:
-        return Category(op, canonical, "fp32",
-                        f"Policy.{framework}_ops conditional_fp32: {matched_rule}")
+        return Category(op, canonical, "fp32", f"conditional_fp32: {matched_rule}")
     cat = fw_ops.category(op)
     if cat:
         return Category(op, canonical, cat, f"listed in Policy.{framework}_ops.{cat}")
@@ -115,6 +129,21 @@ def _categorize(policy: Policy, framework: str, op: str, canonical: Optional[str
         cat = policy.ops.category(canonical)
         if cat:
             return Category(op, canonical, cat, f"{canonical!r} listed in Policy.ops.{cat}")
+    if policy.defaults == "native":
+        if not fw_ops.replace:
+            native = native_lists(framework, policy.dtype)
+            cat = native.category(op)
+            if policy.level == "O2" and native.o2_fp32 is not None and (
+                    cat is None or (cat == "fp32" and op not in native.o2_fp32)):
+                return Category(op, canonical, "follow", f"native {framework} O2: only "
+                                f"{sorted(native.o2_fp32)} stay fp32; O2 lowers the rest")
+            if cat:
+                return Category(op, canonical, cat, f"native {framework} {native.version} "
+                                f"{policy.dtype} default list: {cat}")
+            if policy.unlisted is None:
+                return Category(op, canonical, native.unlisted, f"in no native {framework} list: "
+                                f"{native.unlisted}, as the native does")
+    elif canonical is not None:
         if not policy.ops.replace:
             cat = canonical_defaults(policy.dtype)[canonical]
             return Category(op, canonical, cat,
@@ -123,6 +152,9 @@ def _categorize(policy: Policy, framework: str, op: str, canonical: Optional[str
         cat = load_table(framework).native.get(policy.dtype, {}).get(op)
         if cat:
             return Category(op, None, cat, f"native {framework} {policy.dtype} list: {cat}")
+    if policy.unlisted:
+        return Category(op, canonical, policy.unlisted, f"in no list: {policy.unlisted} "
+                        f"(Policy.unlisted)")
     return Category(op, canonical, "follow", "in no list: follows its inputs")
 
 
@@ -178,8 +210,11 @@ def plan_op(policy: Policy, framework: str, op: str,
 
 def effective_lists(policy: Policy, framework: str) -> dict[str, list[str]]:
     """{category: sorted op names} for every op ``framework``'s table knows, under ``policy``."""
-    table = load_table(framework)
+    if policy.defaults == "native" and policy.enabled:
+        names = native_lists(framework, policy.dtype).names
+    else:
+        names = load_table(framework).names
     out: dict[str, list[str]] = {c: [] for c in CATEGORIES}
-    for op in sorted(table.names | policy.framework_ops(framework).names()):
+    for op in sorted(names | policy.framework_ops(framework).names()):
         out[categorize(policy, framework, op).category].append(op)
     return out

@@ -9,10 +9,11 @@ backends, so both make the same decisions.
 from __future__ import annotations
 
 import dataclasses
+import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, Union
 
 from .errors import AmpConfigError, ConflictingOpError, UnknownChoiceError, UnknownOpError
 from .oplists import CATEGORIES, FRAMEWORKS, canonical_ops, load_table
@@ -20,7 +21,8 @@ from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale
                      loss_scale_from_config)
 
 DTYPES = ("float16", "bfloat16", "float32")
-LEVELS = ("O0", "O1", "O2")
+LEVELS = ("O0", "O1", "O2", "OD")
+DEFAULTS = ("shared", "native")  # the shared canonical lists, or each native's own defaults
 
 # A conditional-fp32 rule, as in mxnet.contrib.amp: (op, attribute, values that force fp32).
 ConditionalRule = tuple[str, str, tuple[str, ...]]
@@ -105,6 +107,14 @@ class Policy:
     over ``ops``. ``loss_scale`` defaults to dynamic scaling for float16 and
     none for bfloat16/float32. ``emulate`` rounds through fp16 at op
     boundaries where the device has no fp16 kernel (labelled as emulation).
+
+    ``defaults``: ``"shared"`` (the canonical lists, the same decisions in both
+    frameworks) or ``"native"`` (each framework's installed native default
+    lists, exactly: the presets ``mxnet-native`` / ``paddle-native``).
+    ``unlisted``: the category of an op that no list names (None: follow for the
+    shared lists, the native's rule for native ones; Paddle's ``use_promote``
+    is ``"promote"``). Level ``OD``: only ``lower`` ops run low precision,
+    every other op runs in fp32 (Paddle's level "OD").
     """
 
     dtype: str = "float16"
@@ -114,6 +124,8 @@ class Policy:
     paddle_ops: OpLists = field(default_factory=OpLists)
     loss_scale: Optional[LossScale] = None
     emulate: bool = False
+    defaults: str = "shared"
+    unlisted: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -132,6 +144,10 @@ class Policy:
         if unknown:
             raise UnknownOpError(unknown[0], "the canonical vocabulary (Policy.ops)",
                                  canonical_ops())
+        if self.defaults not in DEFAULTS:
+            raise UnknownChoiceError("Policy.defaults", self.defaults, DEFAULTS)
+        if self.unlisted is not None and self.unlisted not in CATEGORIES:
+            raise UnknownChoiceError("Policy.unlisted", self.unlisted, CATEGORIES)
         if not isinstance(self.emulate, bool):
             raise AmpConfigError(f"Policy.emulate must be true or false, got {self.emulate!r}")
         if self.loss_scale is None:
@@ -170,7 +186,8 @@ class Policy:
 
     @classmethod
     def preset(cls, name: str, **changes: Any) -> "Policy":
-        """A named policy: O0, O1, O1-bf16, O2, O2-bf16 (``changes`` override its fields)."""
+        """A named policy: O0, O1, O1-bf16, O2, O2-bf16, mxnet-native, paddle-native
+        (``changes`` override its fields)."""
         if name not in PRESETS:
             raise UnknownChoiceError("preset", name, PRESETS)
         return cls(**{**PRESETS[name], **changes})
@@ -232,4 +249,31 @@ PRESETS: dict[str, dict[str, Any]] = {
     "O1-bf16": {"dtype": "bfloat16", "level": "O1"},
     "O2": {"dtype": "float16", "level": "O2"},
     "O2-bf16": {"dtype": "bfloat16", "level": "O2"},
+    # each installed native's default lists, exactly: what a drop-in uses without policy=
+    "mxnet-native": {"dtype": "float16", "level": "O1", "defaults": "native"},
+    "paddle-native": {"dtype": "float16", "level": "O1", "defaults": "native"},
 }
+
+PolicyLike = Union[Policy, str, "os.PathLike[str]"]
+
+
+def resolve_policy(policy: "PolicyLike", **changes: Any) -> Policy:
+    """THE front door for ``policy=`` in every backend: a ``Policy``, a preset name
+    (``"O1"``, ``"mxnet-native"``...) or a TOML policy file path; ``changes``
+    (e.g. ``dtype=...``) are applied on top. Anything else is an error that says
+    what is accepted."""
+    if isinstance(policy, Policy):
+        resolved = policy
+    elif isinstance(policy, (str, os.PathLike)):
+        text = os.fspath(policy)
+        if text in PRESETS:
+            resolved = Policy.preset(text)
+        elif text.endswith(".toml") or os.path.sep in text or os.path.exists(text):
+            resolved = Policy.from_file(text)
+        else:
+            raise UnknownChoiceError("policy (a preset name, or a TOML file path)", text,
+                                     tuple(PRESETS))
+    else:
+        raise AmpConfigError(f"policy= must be a Policy, a preset name ({', '.join(PRESETS)}) "
+                             f"or a TOML file path, got {type(policy).__name__}")
+    return resolved.replace(**changes) if changes else resolved

@@ -123,3 +123,103 @@ def load_table(framework: str) -> OpTable:
             for dtype, cats in raw["native"].items()}),
         unregistered=frozenset(raw.get("unregistered", {}).get("names", ())),
     )
+
+
+# The distributions whose installed version picks the native preset's lists (read from
+# package metadata: the core never imports a framework).
+_DISTRIBUTIONS = {"mxnet": ("mxnet", "mxnet-cu112", "mxnet-cu117"),
+                  "paddle": ("paddlepaddle", "paddlepaddle-gpu")}
+
+
+@dataclass(frozen=True)
+class NativeLists:
+    """One native's default op lists, exactly (the data of ``mxnet-native``/``paddle-native``).
+
+    ``lower``/``fp32``/``promote``/``follow``: MXNet's FP16 (BF16), FP32,
+    WIDEST_TYPE_CASTS and FP16_FP32 lists, or Paddle's white, black and gray
+    sets. ``unlisted``: the category of an op in no list (MXNet leaves it to its
+    inputs; Paddle's O1 rewrite runs it in fp32). A name in two lists takes the
+    first of fp32 > lower > promote > follow (Paddle's precedence).
+    """
+
+    framework: str
+    version: str
+    dtype: str
+    lower: frozenset[str]
+    fp32: frozenset[str]
+    promote: frozenset[str]
+    follow: frozenset[str]
+    unlisted: str
+    conditional_fp32: tuple[tuple[str, str, tuple[str, ...]], ...]
+    loss_output: tuple[str, ...]
+    fp32_params: Mapping[str, tuple[str, ...]]
+    initializers: frozenset[str] = frozenset()
+    o2_fp32: Optional[frozenset[str]] = None  # Paddle O2 keeps only these black ops fp32
+
+    @property
+    def names(self) -> frozenset[str]:
+        return self.lower | self.fp32 | self.promote | self.follow
+
+    def category(self, op: str) -> Optional[str]:
+        """The native list ``op`` is in (by precedence), or None."""
+        for cat in ("fp32", "lower", "promote", "follow"):
+            if op in getattr(self, cat):
+                return cat
+        return None
+
+
+def installed_version(framework: str) -> Optional[str]:
+    """The installed version of ``framework`` from package metadata (no import), or None."""
+    from importlib import metadata
+    for dist in _DISTRIBUTIONS[framework]:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def native_versions(framework: str) -> tuple[str, ...]:
+    """The versions of ``framework`` whose native lists the data holds, oldest first."""
+    if framework not in FRAMEWORKS:
+        raise UnknownChoiceError("framework", framework, FRAMEWORKS)
+    return tuple(sorted(_read("native.toml")[framework], key=_version_key))
+
+
+def _version_key(v: str) -> tuple:
+    return tuple(int(p) if p.isdigit() else 0 for p in v.split(".")[:3])
+
+
+def pick_version(framework: str, version: Optional[str] = None) -> str:
+    """The data's version for ``version`` (default: the installed one): the newest known
+    version not newer than it, else the oldest; the newest when nothing is installed."""
+    known = native_versions(framework)
+    version = version or installed_version(framework)
+    if version is None:
+        return known[-1]
+    older = [v for v in known if _version_key(v) <= _version_key(version)]
+    return older[-1] if older else known[0]
+
+
+@functools.lru_cache(maxsize=None)
+def native_lists(framework: str, dtype: str, version: Optional[str] = None) -> NativeLists:
+    """The native default lists of ``framework`` for ``dtype`` (``bfloat16-lists``: Paddle's
+    ``AutoMixedPrecisionListsBF16``), for ``version`` (default: the installed version)."""
+    if dtype not in (*LOW_DTYPES, "bfloat16-lists"):
+        raise UnknownChoiceError("low-precision dtype", dtype, LOW_DTYPES)
+    picked = pick_version(framework, version)
+    raw = _read("native.toml")[framework][picked]
+    if dtype not in raw:
+        raise UnknownChoiceError(f"{framework} {picked} native lists", dtype, tuple(raw))
+    d = raw[dtype]
+    return NativeLists(
+        framework=framework, version=picked, dtype=dtype,
+        lower=frozenset(d["lower"]), fp32=frozenset(d["fp32"]),
+        promote=frozenset(d["promote"]), follow=frozenset(d["follow"]),
+        unlisted=d["unlisted"],
+        conditional_fp32=tuple((r["op"], r["attr"], tuple(r["values"]))
+                               for r in d["conditional_fp32"]),
+        loss_output=tuple(d.get("loss_output", ())),
+        fp32_params=MappingProxyType({k: tuple(v) for k, v in d["fp32_params"].items()}),
+        initializers=frozenset(d.get("initializers", ())),
+        o2_fp32=frozenset(d["o2_fp32"]) if "o2_fp32" in d else None)

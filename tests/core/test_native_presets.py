@@ -1,0 +1,141 @@
+"""The native presets (``mxnet-native``, ``paddle-native``) against the installed natives.
+
+``amp_adapters/oplists/native.toml`` must hold every default list of the
+installed ``mxnet.contrib.amp`` and ``paddle.static.amp`` exactly, and the
+planner must put each op where the native would. Each framework part skips
+with a reason when the framework is not installed; run this file under both
+Paddle versions (``make test`` and ``make test-paddle3`` do).
+"""
+import os
+
+os.environ.setdefault("FLAGS_enable_pir_api", "0")
+
+import pytest  # noqa: E402
+
+from amp_adapters import AmpConfigError, Policy, categorize, effective_lists  # noqa: E402
+from amp_adapters.oplists import (installed_version, native_lists,  # noqa: E402
+                                  native_versions, pick_version)
+from amp_adapters.policy import PRESETS, resolve_policy  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def mx_lists():
+    pytest.importorskip("mxnet")
+    from mxnet.contrib.amp.lists import symbol_bf16, symbol_fp16
+    return {"float16": (symbol_fp16, "FP16"), "bfloat16": (symbol_bf16, "BF16")}
+
+
+@pytest.fixture(scope="module")
+def pd_lists():
+    pytest.importorskip("paddle")
+    import paddle
+    paddle.enable_static()
+    return paddle.static.amp
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_mxnet_native_data_is_the_installed_lists(mx_lists, dtype):
+    mod, p = mx_lists[dtype]
+    n = native_lists("mxnet", dtype)
+    import mxnet
+    assert n.version == mxnet.__version__
+    assert n.lower == set(getattr(mod, f"{p}_FUNCS"))
+    assert n.follow == set(getattr(mod, f"{p}_FP32_FUNCS"))
+    assert n.fp32 == set(mod.FP32_FUNCS)
+    assert n.promote == set(mod.WIDEST_TYPE_CASTS)
+    assert list(n.loss_output) == sorted(mod.LOSS_OUTPUT_FUNCTIONS)
+    assert [(o, a, list(v)) for o, a, v in n.conditional_fp32] == \
+        [(o, a, list(v)) for o, a, v in mod.CONDITIONAL_FP32_FUNCS]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_mxnet_native_preset_decides_like_the_native_lists(mx_lists, dtype):
+    mod, p = mx_lists[dtype]
+    policy = Policy.preset("mxnet-native", dtype=dtype)
+    lists = effective_lists(policy, "mxnet")
+    assert lists["lower"] == sorted(getattr(mod, f"{p}_FUNCS"))
+    assert lists["fp32"] == sorted(mod.FP32_FUNCS)
+    assert lists["promote"] == sorted(mod.WIDEST_TYPE_CASTS)
+    assert lists["follow"] == sorted(getattr(mod, f"{p}_FP32_FUNCS"))
+    for op, attr, values in mod.CONDITIONAL_FP32_FUNCS:
+        for v in values:
+            assert categorize(policy, "mxnet", op, {attr: v}).category == "fp32"
+    # an op the native lists do not name follows its inputs, as natively (no wrapper)
+    assert categorize(policy, "mxnet", "_npi_exp").category == "follow"
+
+
+def test_paddle_native_data_is_the_installed_lists(pd_lists):
+    import paddle
+    for dtype in ("float16", "bfloat16"):
+        native = pd_lists.AutoMixedPrecisionLists(dtype=dtype)
+        n = native_lists("paddle", dtype)
+        assert n.version == paddle.__version__
+        assert (n.lower, n.fp32, n.promote) == (native.white_list, native.black_list,
+                                                native.gray_list)
+    bf16 = pd_lists.bf16.AutoMixedPrecisionListsBF16()
+    n = native_lists("paddle", "bfloat16-lists")
+    assert (n.lower, n.fp32, n.promote, n.initializers) == (
+        bf16.bf16_list, bf16.fp32_list, bf16.gray_list, bf16.bf16_initializer_list)
+
+
+def test_paddle_native_preset_decides_like_paddle(pd_lists):
+    native = pd_lists.AutoMixedPrecisionLists()
+    policy = Policy.preset("paddle-native")
+    for op in sorted(native.black_list):
+        assert categorize(policy, "paddle", op).category == "fp32", op
+    for op in sorted(native.white_list - native.black_list):
+        assert categorize(policy, "paddle", op).category == "lower", op
+    for op in sorted(native.gray_list - native.white_list - native.black_list):
+        assert categorize(policy, "paddle", op).category == "promote", op
+    # Paddle's O1 runs an op in no list in fp32 ("for numerical safety"); use_promote promotes
+    assert categorize(policy, "paddle", "abs").category == "fp32"
+    assert categorize(policy.replace(unlisted="promote"), "paddle", "abs").category == "promote"
+    # level OD: only white ops run low precision
+    od = policy.replace(level="OD")
+    assert categorize(od, "paddle", "matmul_v2").category == "lower"
+    assert categorize(od, "paddle", "elementwise_add").category == "fp32"
+    # O2 drops the default black list (only the extra black ops stay fp32)
+    o2 = policy.replace(level="O2")
+    assert categorize(o2, "paddle", "exp").category == "follow"
+    assert categorize(o2, "paddle", "lookup_table").category == "fp32"
+
+
+def test_version_pick():
+    assert native_versions("paddle") == ("2.6.2", "3.3.1")
+    assert pick_version("paddle", "3.0.0") == "2.6.2"
+    assert pick_version("paddle", "3.3.1") == "3.3.1"
+    assert pick_version("paddle", "9.0") == "3.3.1"
+    assert pick_version("paddle", "1.0") == "2.6.2"
+    if installed_version("paddle") in native_versions("paddle"):
+        assert pick_version("paddle") == installed_version("paddle")
+    # the two Paddle versions differ (3.3.1 has more white ops): both are held
+    assert native_lists("paddle", "float16", "2.6.2").lower < \
+        native_lists("paddle", "float16", "3.3.1").lower
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_resolve_policy_takes_every_preset_name(name):
+    assert resolve_policy(name) == Policy.preset(name)
+
+
+def test_resolve_policy_takes_a_policy_and_a_file(tmp_path):
+    p = Policy.preset("O1-bf16")
+    assert resolve_policy(p) is p
+    f = tmp_path / "p.toml"
+    f.write_text('preset = "paddle-native"\nemulate = true\n')
+    assert resolve_policy(f) == Policy.preset("paddle-native", emulate=True)
+    assert resolve_policy(str(f), dtype="bfloat16").dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("bad", ["O3", "mxnet_native", 3, None, ["O1"]])
+def test_resolve_policy_rejects_what_it_cannot_read(bad):
+    with pytest.raises(AmpConfigError, match="preset|policy"):
+        resolve_policy(bad)
+
+
+def test_native_and_shared_differ_and_policy_fields_are_validated():
+    assert Policy.preset("mxnet-native") != Policy.preset("O1")
+    with pytest.raises(AmpConfigError, match="defaults"):
+        Policy(defaults="torch")
+    with pytest.raises(AmpConfigError, match="unlisted"):
+        Policy(unlisted="lowest")
