@@ -274,6 +274,6 @@ def resolve_policy(policy: "PolicyLike", **changes: Any) -> Policy:
             raise UnknownChoiceError("policy (a preset name, or a TOML file path)", text,
                                      tuple(PRESETS))
     else:
-        raise AmpConfigError(f"policy= must be a Policy, a preset name ({', '.join(PRESETS)}) "
+        raise TypeError(f"policy= must be a Policy, a preset name ({', '.join(PRESETS)}) "
                              f"or a TOML file path, got {type(policy).__name__}")
     return resolved.replace(**changes) if changes else resolved

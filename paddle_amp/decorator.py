@@ -6,6 +6,7 @@ true skip on overflow for every optimizer, and the core's state machine.
 """
 from __future__ import annotations
 
+import logging
 import math
 import weakref
 from typing import Optional
@@ -18,6 +19,7 @@ from amp_adapters import (AmpConfigError, CastReport, DynamicLossScale, LossScal
                           NoOpLossScale, OpLists, Policy, StaticLossScale,
                           UnknownChoiceError)
 from amp_adapters.oplists import LOW_DTYPES
+from amp_adapters.policy import resolve_policy
 
 from .env import current_device, require_legacy_static
 from .kernels import lowp_kernels
@@ -26,6 +28,8 @@ from .rewrite import Rewriter
 from .scaling import LossScaling, resolve_ring_id
 
 # The reports of rewritten programs, for ``cast_report``; a program's entry dies with it.
+logger = logging.getLogger("paddle_amp")
+
 _REPORTS: "weakref.WeakKeyDictionary[framework.Program, CastReport]" = weakref.WeakKeyDictionary()
 
 # The native argument sets: the new ``decorate`` and the old fluid fp16 overload, which is
@@ -55,8 +59,9 @@ class OptimizerWithMixedPrecision:
     """
 
     def __init__(self, optimizer, policy: Policy, use_guard: bool, black_varnames,
-                 found_inf_ring_id=None):
+                 found_inf_ring_id=None, master_grad: bool = False):
         self._optimizer = optimizer
+        self._use_master_grad = master_grad
         self.policy = policy
         self._use_guard = use_guard
         self._black_varnames = frozenset(black_varnames)
@@ -108,7 +113,24 @@ class OptimizerWithMixedPrecision:
         """Unscale, check, update on finite steps only, and advance the loss-scale state."""
         if self._train_program is None:
             raise RuntimeError("call backward() (or minimize()) before apply_gradients()")
+        if self._use_master_grad:
+            params_grads = self._master_grads(params_grads)
         return self._scaling.apply(self._train_program, params_grads, self._optimizer)
+
+    def _master_grads(self, params_grads):
+        """master_grad=True: each low-precision gradient cast to an fp32 var (the master
+        gradient) that unscaling, the check, clipping and the update then read."""
+        block = self._train_program.global_block()
+        out = []
+        with self._train_program._optimized_guard([]):
+            for p, g in params_grads:
+                if g is not None and g.dtype in (core.VarDesc.VarType.FP16,
+                                                 core.VarDesc.VarType.BF16):
+                    g = g.astype("float32")
+                out.append((p, g))
+        if hasattr(self._optimizer, "_master_grad"):
+            self._optimizer._master_grad = True  # its kernels take fp32 grads for low params
+        return out
 
     def apply_optimize(self, loss, startup_program, params_grads):
         """``apply_gradients`` under ``loss``'s program, as the native does."""
@@ -210,20 +232,29 @@ def _loss_scale(dtype: str, dynamic: Optional[bool], args: dict) -> LossScale:
 
 
 def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weight=None,
-             init_loss_scaling=None, incr_every_n_steps=None, decr_every_n_nan_or_inf=None,
-             incr_ratio=None, decr_ratio=None, use_dynamic_loss_scaling=None,
-             use_pure_fp16=None, use_fp16_guard=None, use_bf16=None, *,
-             use_amp_guard=None, policy: Optional[Policy] = None, emulate: bool = False,
-             found_inf_ring_id=None):
+             master_grad=False, init_loss_scaling=None, incr_every_n_steps=None,
+             decr_every_n_nan_or_inf=None, incr_ratio=None, decr_ratio=None,
+             use_dynamic_loss_scaling=None, use_amp_guard=None, use_promote=False, *,
+             use_pure_fp16=None, use_fp16_guard=None, use_bf16=None,
+             policy=None, emulate: bool = False, found_inf_ring_id=None):
     """Decorate ``optimizer`` for mixed-precision training of a static (legacy IR) program.
 
-    Takes both native argument sets: the new one (``level``, ``dtype``,
-    ``master_weight``, ``use_amp_guard``; defaults 2**16, 2000, 1, 2.0, 0.5) and
-    the old fluid fp16 overload (``use_pure_fp16``, ``use_fp16_guard``,
-    ``use_bf16``; defaults 2**15, 1000, 2, 2.0, 0.8). The loss-scaling arguments
-    map onto ``DynamicLossScale.from_paddle`` (``use_dynamic_loss_scaling=False``:
-    a static scale, overflow steps still skipped). A ``policy`` wins over all of
-    them. ``emulate=True`` rounds through fp16 where the device has no fp16 kernel.
+    Takes both native argument sets: the new one (``level`` O0/O1/O2/OD,
+    ``dtype``, ``master_weight``, ``master_grad``, ``use_amp_guard``,
+    ``use_promote``; defaults 2**16, 2000, 1, 2.0, 0.5) and the old fluid fp16
+    overload (``use_pure_fp16``, ``use_fp16_guard``, ``use_bf16``; defaults
+    2**15, 1000, 2, 2.0, 0.8; by keyword). Without ``policy=`` the decisions are
+    the installed native's (preset ``paddle-native`` plus ``amp_lists``, whose
+    sets are read now, in-place edits included). ``use_promote=True``: an op in
+    no list runs in its widest input dtype instead of fp32 (the core's promote
+    rule). ``master_grad=True`` (O2): gradients of low-precision parameters are
+    cast to fp32 before unscaling, clipping and the update. The loss-scaling
+    arguments map onto ``DynamicLossScale.from_paddle``
+    (``use_dynamic_loss_scaling=False``: a static scale, overflow steps still
+    skipped). ``policy`` (a Policy, a preset name such as ``"O1"`` or a TOML
+    path; ``amp_adapters.resolve_policy``) wins over lists, level, dtype and the
+    scaling arguments. ``emulate=True`` rounds through fp16 where the device has
+    no fp16 kernel.
 
     ``found_inf_ring_id`` (data parallel): every worker must take the same skip
     decision and scale step, but each checks its own gradients, which differ
@@ -248,6 +279,9 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
     if isinstance(level, (int, float)) and not isinstance(level, bool):
         raise TypeError(f"level={level!r} looks like the old positional init_loss_scaling; "
                         f"pass the loss-scaling arguments by keyword")
+    for name, flag in (("master_grad", master_grad), ("use_promote", use_promote)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be True or False, got {flag!r}")
     old = any(a is not None for a in (use_pure_fp16, use_fp16_guard, use_bf16))
     given = dict(init_loss_scaling=init_loss_scaling, incr_every_n_steps=incr_every_n_steps,
                  decr_every_n_nan_or_inf=decr_every_n_nan_or_inf, incr_ratio=incr_ratio,
@@ -266,31 +300,45 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
         use_guard = bool(use_amp_guard)
     if not isinstance(level, str) or not isinstance(dtype, str):
         raise TypeError(f"level and dtype must be strings, got {level!r} and {dtype!r}")
+    dtype = dtype.lower()
     if dtype not in LOW_DTYPES:
         raise UnknownChoiceError("dtype", dtype, LOW_DTYPES)
-    if policy is not None and amp_lists is not None:
-        if getattr(amp_lists, "paddle_ops", None) != OpLists():
+    level = level.upper()
+    if level not in ("O0", "O1", "O2", "OD"):
+        raise UnknownChoiceError("level", level, ("O0", "O1", "O2", "OD"))
+    unlisted = "promote" if use_promote else None
+    if policy is not None:
+        policy = resolve_policy(policy)
+        if amp_lists is not None and policy.dtype in LOW_DTYPES:
+            dtype = policy.dtype
+    lists = check_lists(amp_lists, dtype)
+    if level == "OD" and amp_lists is not None and policy is None:
+        logger.warning("level OD: amp_lists are not used, as natively (only the default "
+                       "white list runs in %s)", dtype)
+        lists = check_lists(None, dtype)
+    if policy is None:
+        if level == "O0":
+            policy = Policy.preset("O0")
+        else:
+            policy = Policy.preset(
+                "paddle-native", dtype=dtype, level=level, unlisted=unlisted,
+                paddle_ops=lists.overrides("promote" if use_promote else "fp32"),
+                loss_scale=_loss_scale(dtype, use_dynamic_loss_scaling, args),
+                emulate=bool(emulate))
+    else:
+        if lists.overrides() != OpLists():
             raise AmpConfigError(
                 "decorate() got both policy= and amp_lists= with custom op lists: put the op "
                 "lists in the policy (Policy(paddle_ops=OpLists(...))); amp_lists may then "
                 "carry only custom_black_varnames")
-        dtype = policy.dtype if policy.dtype in LOW_DTYPES else dtype
-    lists = check_lists(amp_lists, dtype)
-    if policy is None:
-        level = level.upper()
-        if level == "O0":
-            policy = Policy.preset("O0")
-        else:
-            policy = Policy(dtype=dtype, level=level, paddle_ops=lists.paddle_ops,
-                            loss_scale=_loss_scale(dtype, use_dynamic_loss_scaling, args),
-                            emulate=bool(emulate))
-    elif not isinstance(policy, Policy):
-        raise TypeError(f"policy must be an amp_adapters.Policy, got {type(policy).__name__}")
-    elif emulate and not policy.emulate:
-        policy = policy.replace(emulate=True)
-    if policy.paddle_ops != OpLists():
-        policy.validate_for("paddle", core.get_all_op_names())
+        if emulate and not policy.emulate:
+            policy = policy.replace(emulate=True)
+        if use_promote and policy.unlisted is None:
+            policy = policy.replace(unlisted="promote")
+        if policy.paddle_ops != OpLists():  # list objects checked their names already
+            policy.validate_for("paddle", core.get_all_op_names())
     if policy.level == "O2" and hasattr(optimizer, "_multi_precision"):
         optimizer._multi_precision = master_weight is not False
-    return OptimizerWithMixedPrecision(optimizer, policy, use_guard, lists.black_varnames,
-                                       found_inf_ring_id)
+    master_grad = master_grad and policy.level == "O2"
+    return OptimizerWithMixedPrecision(optimizer, policy, use_guard, lists.black_varnames or (),
+                                       found_inf_ring_id, master_grad=master_grad)

@@ -1,9 +1,15 @@
-"""``AutoMixedPrecisionLists``: the native list arguments, as core ``OpLists``.
+"""``AutoMixedPrecisionLists`` (and the bf16 one): the native list objects, as core overrides.
 
-The native white list becomes ``lower``, the black list ``fp32`` and the gray
-list ``promote`` (run in the widest input dtype, whatever the input order).
-Names are checked against Paddle's live op registry at construction, so a typo
-fails here, with close matches, and not silently at rewrite time.
+Like the native objects they hold live, mutable sets that start from the
+installed native's default lists (``amp_adapters.oplists.native_lists``, the
+data of the ``paddle-native`` preset) and take the custom lists as the native
+does (a custom white op leaves the black/gray set, a custom black op leaves
+the white/gray set and joins ``unsupported_list``). In-place edits such as
+``amp_lists.black_list.add("matmul_v2")`` take effect: ``decorate`` reads the
+sets when it builds the policy (``overrides``). Differences, both fixes: custom
+names are checked against Paddle's op registry (an ``UnknownOpError`` with
+close matches), and ``unsupported_list`` names the ops without a low-precision
+kernel on the device actually used (the native always asks about GPU kernels).
 """
 from __future__ import annotations
 
@@ -12,72 +18,192 @@ from typing import Iterable, Optional
 import paddle
 from paddle.base import core
 
-from amp_adapters import AmpConfigError, OpLists, Policy, UnknownChoiceError, effective_lists
-from amp_adapters.oplists import LOW_DTYPES
+from amp_adapters import AmpConfigError, ConflictingOpError, OpLists, Policy
+from amp_adapters.oplists import native_lists
 
+from .env import current_device
+from .kernels import lowp_kernels
+
+_CATEGORY = (("black_list", "fp32"), ("white_list", "lower"), ("gray_list", "promote"))
+
+
+def check_amp_dtype(dtype) -> str:
+    """'float16' or 'bfloat16' (any case), else the native ValueError."""
+    if isinstance(dtype, str):
+        dtype = dtype.lower()
+    if dtype not in ("float16", "bfloat16"):
+        raise ValueError("If enable AMP, dtype should be 'float16' or 'bfloat16'.")
+    return dtype
 
 
 def _names(value: Optional[Iterable[str]], arg: str) -> frozenset[str]:
     if value is None:
         return frozenset()
     if isinstance(value, str) or not all(isinstance(v, str) for v in value):
-        raise TypeError(f"AutoMixedPrecisionLists({arg}=...) takes a list of op names, "
-                        f"got {value!r}")
+        raise TypeError(f"{arg}=... takes a list of op names (or a set), got {value!r}")
     return frozenset(value)
 
 
-class AutoMixedPrecisionLists:
-    """The native ``paddle.static.amp.AutoMixedPrecisionLists``, backed by the core lists.
+def _check_registered(dtype: str, **lists: frozenset[str]) -> None:
+    ops = OpLists(**lists)  # ConflictingOpError for a name in two lists
+    Policy(dtype=dtype, paddle_ops=ops).validate_for("paddle", core.get_all_op_names())
 
-    ``custom_white_list`` ops run in ``dtype`` (where the device has a kernel),
-    ``custom_black_list`` ops in float32, ``custom_gray_list`` ops in their
-    widest input dtype. ``custom_black_varnames``: ops reading or writing these
-    variables run in float32. An op in two lists, or one Paddle does not know,
-    raises an error that names it.
+
+def _unsupported(dtype: str) -> set[str]:
+    """Ops without a ``dtype`` kernel on the device in use (forward and backward)."""
+    device = current_device()
+    return set(core.get_all_op_names()) - set(lowp_kernels(device, dtype))
+
+
+class _Lists:
+    """What both list classes share: live sets -> core overrides."""
+
+    amp_dtype: str
+    _sets: tuple[tuple[str, str], ...] = _CATEGORY
+
+    def _defaults(self):
+        raise NotImplementedError
+
+    def _live_category(self, op: str, sets: dict) -> Optional[str]:
+        for attr, cat in self._sets:  # the native precedence: black > white > gray
+            if op in sets[attr]:
+                return cat
+        return None
+
+    def overrides(self, unlisted: str = "fp32") -> OpLists:
+        """The ops whose category the live sets change from the native defaults.
+
+        An op taken out of every list gets ``unlisted`` (Paddle O1 runs it in
+        fp32; with ``use_promote`` it is promoted)."""
+        d = self._defaults()
+        default = {"black_list": d.fp32, "white_list": d.lower, "gray_list": d.promote}
+        live = {attr: getattr(self, attr) for attr, _ in self._sets}
+        moved: dict[str, set[str]] = {"lower": set(), "fp32": set(), "promote": set(),
+                                      "follow": set()}
+        for op in set().union(*default.values(), *live.values()):
+            now = self._live_category(op, live)
+            if now != self._live_category(op, default):
+                moved[now or unlisted].add(op)
+        return OpLists(**moved)
+
+
+class AutoMixedPrecisionLists(_Lists):
+    """The native ``paddle.static.amp.AutoMixedPrecisionLists``, with live sets.
+
+    ``white_list`` ops run in ``dtype`` (where the device has a kernel),
+    ``black_list`` ops in float32, ``gray_list`` ops in their widest input
+    dtype (whatever the input order; natively the last input examined decides).
+    ``black_varnames``: ops reading or writing these vars run in float32.
     """
 
-    def __init__(self, custom_white_list: Optional[Iterable[str]] = None,
-                 custom_black_list: Optional[Iterable[str]] = None,
-                 custom_black_varnames: Optional[Iterable[str]] = None,
-                 dtype: str = "float16", custom_gray_list: Optional[Iterable[str]] = None):
-        if dtype not in LOW_DTYPES:
-            raise UnknownChoiceError("AutoMixedPrecisionLists dtype", dtype, LOW_DTYPES)
-        self.amp_dtype = dtype
-        self.paddle_ops = OpLists(lower=_names(custom_white_list, "custom_white_list"),
-                                  fp32=_names(custom_black_list, "custom_black_list"),
-                                  promote=_names(custom_gray_list, "custom_gray_list"))
-        Policy(dtype=dtype, paddle_ops=self.paddle_ops).validate_for(
-            "paddle", core.get_all_op_names())
-        self.black_varnames = _names(custom_black_varnames, "custom_black_varnames")
+    def __init__(self, custom_white_list=None, custom_black_list=None,
+                 custom_black_varnames=None, dtype="float16"):
+        self.amp_dtype = check_amp_dtype(dtype)
+        white = _names(custom_white_list, "custom_white_list")
+        black = _names(custom_black_list, "custom_black_list")
+        _check_registered(self.amp_dtype, lower=white, fp32=black)
+        self._custom_white_list = custom_white_list
+        self._custom_black_list = custom_black_list
+        d = self._defaults()
+        self.white_list = set(d.lower)
+        self.black_list = set(d.fp32)
+        self.gray_list = set(d.promote)
+        self.unsupported_list = _unsupported(self.amp_dtype)
+        self.all_list = set(core.get_all_op_names())
+        self.black_varnames = None if custom_black_varnames is None else set(
+            _names(custom_black_varnames, "custom_black_varnames"))
+        for op in white:  # as the native _update_list
+            self.black_list.discard(op) if op in self.black_list else self.gray_list.discard(op)
+            self.white_list.add(op)
+        for op in black:
+            self.white_list.discard(op) if op in self.white_list else self.gray_list.discard(op)
+            self.black_list.add(op)
+            self.unsupported_list.add(op)
 
-    def _lists(self) -> dict[str, list[str]]:
-        return effective_lists(Policy(dtype=self.amp_dtype, paddle_ops=self.paddle_ops), "paddle")
+    def _defaults(self):
+        return native_lists("paddle", self.amp_dtype)
 
     @property
-    def white_list(self) -> set[str]:
-        """Ops that run in the low dtype (the native attribute name)."""
-        return set(self._lists()["lower"])
+    def custom_ops(self) -> OpLists:
+        """The custom lists given to the constructor (what a ``policy=`` combines with)."""
+        return OpLists(lower=_names(self._custom_white_list, "custom_white_list"),
+                       fp32=_names(self._custom_black_list, "custom_black_list"))
+
+    def _update_list(self) -> None:
+        """The native hook (a no-op here: the sets are live and read at decorate time)."""
+
+
+CustomOpLists = AutoMixedPrecisionLists  # the native alias
+
+
+class AutoMixedPrecisionListsBF16(_Lists):
+    """The native ``paddle.static.amp.bf16.AutoMixedPrecisionListsBF16``: bf16_list (runs in
+    bfloat16), fp32_list, gray_list (widest input), live and editable in place."""
+
+    _sets = (("fp32_list", "fp32"), ("bf16_list", "lower"), ("gray_list", "promote"))
+
+    def __init__(self, custom_bf16_list=None, custom_fp32_list=None,
+                 custom_fp32_varnames=None):
+        self.amp_dtype = "bfloat16"
+        bf16 = _names(custom_bf16_list, "custom_bf16_list")
+        fp32 = _names(custom_fp32_list, "custom_fp32_list")
+        if bf16 & fp32:
+            raise ConflictingOpError(sorted(bf16 & fp32)[0], ["custom_bf16_list",
+                                                             "custom_fp32_list"])
+        _check_registered("bfloat16", lower=bf16, fp32=fp32)
+        self._custom_bf16_list = custom_bf16_list
+        self._custom_fp32_list = custom_fp32_list
+        d = self._defaults()
+        self.bf16_list = set(d.lower)
+        self.fp32_list = set(d.fp32)
+        self.gray_list = set(d.promote)
+        self.bf16_initializer_list = set(d.initializers)
+        self.unsupported_list = _unsupported("bfloat16")
+        self.fp32_varnames = None if custom_fp32_varnames is None else set(
+            _names(custom_fp32_varnames, "custom_fp32_varnames"))
+        for op in bf16:
+            self.fp32_list.discard(op) if op in self.fp32_list else self.gray_list.discard(op)
+            self.bf16_list.add(op)
+        for op in fp32:
+            self.bf16_list.discard(op) if op in self.bf16_list else self.gray_list.discard(op)
+            self.fp32_list.add(op)
+            self.unsupported_list.add(op)
+
+    def _defaults(self):
+        return native_lists("paddle", "bfloat16-lists")
 
     @property
-    def black_list(self) -> set[str]:
-        """Ops that always run in float32."""
-        return set(self._lists()["fp32"])
+    def black_varnames(self):
+        return self.fp32_varnames
 
     @property
-    def gray_list(self) -> set[str]:
-        """Ops that run in their widest input dtype."""
-        return set(self._lists()["promote"])
+    def custom_ops(self) -> OpLists:
+        return OpLists(lower=_names(self._custom_bf16_list, "custom_bf16_list"),
+                       fp32=_names(self._custom_fp32_list, "custom_fp32_list"))
+
+    def _update_list(self) -> None:
+        """The native hook (a no-op here: the sets are live)."""
 
 
-def check_lists(amp_lists: object, dtype: str) -> AutoMixedPrecisionLists:
-    """``amp_lists`` itself, or the defaults for None; a wrong type or dtype is an error."""
+def check_lists(amp_lists: object, dtype: str) -> _Lists:
+    """``amp_lists`` itself (a native object is converted), or the defaults for None."""
     if amp_lists is None:
         return AutoMixedPrecisionLists(dtype=dtype)
-    if isinstance(amp_lists, paddle.static.amp.AutoMixedPrecisionLists):  # the native class
-        amp_lists = AutoMixedPrecisionLists(
-            amp_lists._custom_white_list, amp_lists._custom_black_list,
-            amp_lists.black_varnames, amp_lists.amp_dtype)
-    if not isinstance(amp_lists, AutoMixedPrecisionLists):
+    native = paddle.static.amp
+    if isinstance(amp_lists, native.AutoMixedPrecisionLists):  # the native class: its live sets
+        ours = AutoMixedPrecisionLists(amp_lists._custom_white_list,
+                                       amp_lists._custom_black_list,
+                                       amp_lists.black_varnames, amp_lists.amp_dtype)
+        ours.white_list, ours.black_list, ours.gray_list = (
+            set(amp_lists.white_list), set(amp_lists.black_list), set(amp_lists.gray_list))
+        amp_lists = ours
+    elif isinstance(amp_lists, native.bf16.AutoMixedPrecisionListsBF16):
+        ours = AutoMixedPrecisionListsBF16(amp_lists._custom_bf16_list,
+                                           amp_lists._custom_fp32_list, amp_lists.fp32_varnames)
+        ours.bf16_list, ours.fp32_list, ours.gray_list = (
+            set(amp_lists.bf16_list), set(amp_lists.fp32_list), set(amp_lists.gray_list))
+        amp_lists = ours
+    if not isinstance(amp_lists, _Lists):
         raise TypeError(f"amp_lists must be a paddle_amp.AutoMixedPrecisionLists, got "
                         f"{type(amp_lists).__name__}")
     if amp_lists.amp_dtype != dtype:

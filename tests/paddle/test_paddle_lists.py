@@ -118,7 +118,7 @@ def test_op_in_two_lists_is_an_error(static):
     (lambda: paddle_amp.decorate("sgd"), "paddle.optimizer.Optimizer"),
     (lambda: paddle_amp.decorate(paddle.optimizer.SGD(0.1), amp_lists=["mul"]), "amp_lists"),
     (lambda: paddle_amp.AutoMixedPrecisionLists(custom_white_list="mul"), "list of op names"),
-    (lambda: paddle_amp.decorate(paddle.optimizer.SGD(0.1), policy="O1"), "Policy"),
+    (lambda: paddle_amp.decorate(paddle.optimizer.SGD(0.1), policy=3), "Policy"),
     (lambda: paddle_amp.decorate(paddle.optimizer.SGD(0.1), init_loss_scaling="big"),
      "init_loss_scaling"),
     (lambda: paddle_amp.decorate(paddle.optimizer.SGD(0.1), None, 1024.0), "by keyword"),
