@@ -73,3 +73,17 @@ class OverflowGuardError(RuntimeError):
             f"has not updated since. Non-finite gradients in: {names}{more}. Check the "
             f"data and the loss for inf/nan, or raise max_consecutive_skips."
         )
+
+
+class NotSupportedError(AmpConfigError, NotImplementedError):
+    """A native public name that a drop-in cannot support: the message says why and what
+    to use instead (a drop-in never answers a native name with AttributeError)."""
+
+
+def unsupported(native: str, why: str, instead: str):
+    """A stand-in for the native callable ``native`` that raises ``NotSupportedError``."""
+    def stand_in(*args, **kwargs):
+        raise NotSupportedError(f"{native} is not supported: {why}. Use {instead} instead.")
+    stand_in.__name__ = stand_in.__qualname__ = native.rsplit(".", 1)[-1]
+    stand_in.__doc__ = f"Not supported: {why}. Use {instead} instead."
+    return stand_in

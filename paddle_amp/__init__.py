@@ -15,11 +15,13 @@ legacy program IR (``FLAGS_enable_pir_api=0``).
 """
 from amp_adapters import CastReport, OverflowGuardError, Policy
 
-from .decorator import OptimizerWithMixedPrecision, cast_report, decorate
-from .lists import AutoMixedPrecisionLists
+from . import amp_nn, bf16, debugging, decorator, fp16_lists, fp16_utils  # noqa: F401
+from . import function_overload  # noqa: F401
+from .decorator import (OptimizerWithMixedPrecision, cast_model_to_fp16,
+                        cast_parameters_to_fp16, cast_report, decorate)
+from .lists import AutoMixedPrecisionLists, CustomOpLists
 from .rewrite import fp16_guard
 
-CustomOpLists = AutoMixedPrecisionLists  # the native alias
-
 __all__ = ["AutoMixedPrecisionLists", "CastReport", "CustomOpLists", "OptimizerWithMixedPrecision",
-           "OverflowGuardError", "Policy", "cast_report", "decorate", "fp16_guard"]
+           "OverflowGuardError", "Policy", "cast_model_to_fp16", "cast_parameters_to_fp16",
+           "cast_report", "decorate", "fp16_guard"]

@@ -21,9 +21,10 @@ from amp_adapters import (AmpConfigError, CastReport, DynamicLossScale, LossScal
 from amp_adapters.oplists import LOW_DTYPES
 from amp_adapters.policy import resolve_policy
 
+from .casting import cast_model, cast_parameters, dtype_of, native_policy, to_low
 from .env import current_device, require_legacy_static
 from .kernels import lowp_kernels
-from .lists import check_lists
+from .lists import AutoMixedPrecisionLists, check_amp_dtype, check_lists
 from .rewrite import Rewriter
 from .scaling import LossScaling, resolve_ring_id
 
@@ -162,7 +163,8 @@ class OptimizerWithMixedPrecision:
         for name in sorted(self._low_params):
             tensor = scope.find_var(name).get_tensor()
             if str(tensor._dtype()).removeprefix("paddle.") != self.policy.dtype:
-                tensor.set(_to_low(tensor, self.policy.dtype), place)  # not twice: bf16 bits
+                # not twice: bf16 bits
+                tensor.set(to_low(np.asarray(tensor), self.policy.dtype), place)
         derived = test_program is not None and test_program.global_block().has_var(
             self._scaling.vars["scale"].name)  # a clone of the decorated program: rewritten
         if test_program is not None and not derived and (self.policy.level == "O2"
@@ -211,15 +213,6 @@ class OptimizerWithMixedPrecision:
         """Raise ``OverflowGuardError`` naming the parameters with non-finite gradients after
         ``max_consecutive_skips`` overflow steps in a row; else return. One host read."""
         self._built("check_guard").check_guard(scope or paddle.static.global_scope())
-
-
-def _to_low(tensor, dtype: str):
-    """The fp32 ``tensor`` as a numpy array of ``dtype`` (bf16 as its uint16 bit pattern)."""
-    values = np.asarray(tensor, dtype=np.float32)
-    if dtype == "float16":
-        return values.astype(np.float16)
-    bits = values.view(np.uint32)
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
 
 
 def _loss_scale(dtype: str, dynamic: Optional[bool], args: dict) -> LossScale:
@@ -306,7 +299,6 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
     level = level.upper()
     if level not in ("O0", "O1", "O2", "OD"):
         raise UnknownChoiceError("level", level, ("O0", "O1", "O2", "OD"))
-    unlisted = "promote" if use_promote else None
     if policy is not None:
         policy = resolve_policy(policy)
         if amp_lists is not None and policy.dtype in LOW_DTYPES:
@@ -320,11 +312,9 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
         if level == "O0":
             policy = Policy.preset("O0")
         else:
-            policy = Policy.preset(
-                "paddle-native", dtype=dtype, level=level, unlisted=unlisted,
-                paddle_ops=lists.overrides("promote" if use_promote else "fp32"),
-                loss_scale=_loss_scale(dtype, use_dynamic_loss_scaling, args),
-                emulate=bool(emulate))
+            policy = native_policy(lists, dtype, level, use_promote,
+                                   loss_scale=_loss_scale(dtype, use_dynamic_loss_scaling, args),
+                                   emulate=bool(emulate))
     else:
         if lists.overrides() != OpLists():
             raise AmpConfigError(
@@ -342,3 +332,33 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
     master_grad = master_grad and policy.level == "O2"
     return OptimizerWithMixedPrecision(optimizer, policy, use_guard, lists.black_varnames or (),
                                        found_inf_ring_id, master_grad=master_grad)
+
+
+def cast_model_to_fp16(program, amp_lists=None, use_fp16_guard=True,
+                       dest_type=core.VarDesc.VarType.FP16, level="O2", use_promote=False):
+    """The native ``cast_model_to_fp16``: rewrite ``program`` in ``dest_type`` at ``level``
+    (O1, O2, OD) under ``amp_lists``; returns the parameters now declared low precision.
+    Device-aware: an op without a low-precision kernel here stays fp32."""
+    return cast_model(program, amp_lists, bool(use_fp16_guard), dtype_of(dest_type), level,
+                      use_promote)
+
+
+def cast_parameters_to_fp16(place, program, scope=None, to_fp16_var_names=None,
+                            dest_type=core.VarDesc.VarType.FP16, rewrite_master_weight=False,
+                            master_weights=None):
+    """The native ``cast_parameters_to_fp16``: convert the values of ``to_fp16_var_names``
+    (what ``cast_model_to_fp16`` returned) in ``scope``; never converts a value twice."""
+    cast_parameters(place, program, scope, to_fp16_var_names, dtype_of(dest_type),
+                    rewrite_master_weight, master_weights)
+
+
+# The native op builders (they add Paddle's own ops; the decorated optimizer does not use them:
+# its scale update is the core's state machine, DynamicLossScale.from_paddle).
+from paddle.static.amp.amp_nn import check_finite_and_unscale, update_loss_scaling  # noqa: E402
+from paddle.static.amp.function_overload import FunctionType, overload  # noqa: E402
+from amp_adapters.errors import unsupported  # noqa: E402
+
+update_role_var_grad = unsupported(
+    "paddle.static.amp.decorator.update_role_var_grad",
+    "it patches the op roles of the native O2 rewrite, which paddle_amp does not produce",
+    "paddle_amp.decorate(...).minimize(loss), which builds the backward pass after the rewrite")

@@ -37,6 +37,7 @@ logger = logging.getLogger("paddle_amp")
 
 # The native fp16_guard name scope: code written for the native guard works unchanged.
 GUARD_PATTERN = "__use_fp16__"
+BF16_GUARD_PATTERN = "__use_bf16__"  # the native bf16_guard's name scope
 _ROLE = core.op_proto_and_checker_maker.kOpRoleAttrName()
 _NOT_FORWARD = int(core.op_proto_and_checker_maker.OpRole.Backward) | int(
     core.op_proto_and_checker_maker.OpRole.Optimize) | int(
@@ -50,6 +51,13 @@ _SHORT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "
 def fp16_guard() -> Iterator[None]:
     """Ops built inside run in low precision when decorated with ``use_fp16_guard`` (O2)."""
     with framework.name_scope(prefix=GUARD_PATTERN):
+        yield
+
+
+@contextlib.contextmanager
+def bf16_guard() -> Iterator[None]:
+    """The bf16 spelling of ``fp16_guard`` (``use_bf16_guard``): the same rule."""
+    with framework.name_scope(prefix=BF16_GUARD_PATTERN):
         yield
 
 
@@ -89,7 +97,8 @@ class Rewriter:
 
     def _forced_fp32(self, op) -> Optional[str]:
         """Why ``op`` must run in fp32 whatever its category (outside the guard, black vars)."""
-        if self.use_guard and GUARD_PATTERN not in (op.attr("op_namescope") or ""):
+        scope = op.attr("op_namescope") or ""
+        if self.use_guard and GUARD_PATTERN not in scope and BF16_GUARD_PATTERN not in scope:
             return "outside fp16_guard"
         if self.black_varnames & set(op.input_arg_names + op.output_arg_names):
             return "uses a custom_black_varnames var"
@@ -122,10 +131,10 @@ class Rewriter:
             if block.has_var(name):
                 block.var(name).desc.set_dtype(VARTYPE_OF[self.policy.dtype])
 
-    def low_params(self, program, optimizer_type: str) -> frozenset[str]:
+    def low_params(self, program, optimizer_type: Optional[str]) -> frozenset[str]:
         """O2: the parameters every consumer would read in the low dtype, and the optimizer
         can update in it on this device (else they stay fp32 and are cast once per step)."""
-        if self.policy.level != "O2" or (self.kernels is not None
+        if self.policy.level != "O2" or (self.kernels is not None and optimizer_type is not None
                                           and optimizer_type not in self.kernels):
             return frozenset()
         block = program.global_block()

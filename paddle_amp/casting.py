@@ -1,0 +1,130 @@
+"""Whole-program casts without an optimizer: the native ``cast_model_to_fp16`` family.
+
+``cast_model`` rewrites a built program under the policy the native list
+object describes (the same ``native_policy`` ``decorate`` uses) and returns the
+parameters that are now declared low precision; ``cast_parameters`` converts
+their values in a scope. Precision decisions come from the core planner via
+``rewrite.Rewriter``; only the value conversion lives here.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+import numpy as np
+import paddle
+from paddle.base import core
+
+from amp_adapters import Policy
+
+from .env import DTYPE_OF, current_device
+from .kernels import lowp_kernels
+from .lists import check_lists
+from .rewrite import Rewriter
+
+_REPORTS_KEY = "_paddle_amp_cast_report"
+
+
+def native_policy(lists, dtype: str, level: str, use_promote: bool = False, **fields) -> Policy:
+    """The ``paddle-native`` policy at ``level`` with ``lists``' live sets as overrides: what
+    the native decides for these arguments (``use_promote``: unlisted ops promote)."""
+    return Policy.preset("paddle-native", dtype=dtype, level=level,
+                         unlisted="promote" if use_promote else None,
+                         paddle_ops=lists.overrides("promote" if use_promote else "fp32"),
+                         **fields)
+
+
+def dtype_of(dest_type) -> str:
+    """'float16' / 'bfloat16' from a VarType, a paddle dtype or a string."""
+    if isinstance(dest_type, str):
+        return dest_type.lower()
+    name = DTYPE_OF.get(dest_type) or str(dest_type).removeprefix("paddle.")
+    if name not in ("float16", "bfloat16"):
+        raise ValueError("If enable AMP, dtype should be 'float16' or 'bfloat16'.")
+    return name
+
+
+def cast_model(program, amp_lists=None, use_guard: bool = True, dtype: str = "float16",
+               level: str = "O2", use_promote: bool = False) -> set[str]:
+    """Rewrite ``program`` (its forward ops) in ``dtype`` at ``level``; returns the names of
+    the parameters declared ``dtype`` (convert them with ``cast_parameters``)."""
+    from .decorator import _REPORTS  # the cast_report registry
+    lists = check_lists(amp_lists, dtype)
+    policy = native_policy(lists, dtype, level.upper(), use_promote)
+    rewriter = Rewriter(policy, lowp_kernels(current_device(), dtype), use_guard,
+                        frozenset(lists.black_varnames or ()))
+    low = rewriter.low_params(program, None)
+    rewriter.set_low_params(program, low)
+    _REPORTS[program] = rewriter.rewrite(program)
+    return set(low)
+
+
+def to_low(values: np.ndarray, dtype: str) -> np.ndarray:
+    """fp32 ``values`` as ``dtype`` (bf16 as its uint16 bit pattern, rounded to nearest even)."""
+    values = np.asarray(values, dtype=np.float32)
+    if dtype == "float16":
+        return values.astype(np.float16)
+    bits = values.view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def cast_parameters(place, program, scope=None, names: Optional[Iterable[str]] = None,
+                    dtype: str = "float16", rewrite_master_weight: bool = False,
+                    master_weights: Optional[dict] = None) -> None:
+    """Convert the values of ``program``'s parameters in ``names`` to ``dtype`` in ``scope``;
+    with ``rewrite_master_weight``, their fp32 masters get the rounded values."""
+    scope = scope or paddle.static.global_scope()
+    names = set(names or ())
+    for block in program.blocks:
+        for param in block.all_parameters():
+            if param.name not in names or scope.find_var(param.name) is None:
+                continue
+            tensor = scope.find_var(param.name).get_tensor()
+            if str(tensor._dtype()).removeprefix("paddle.") == dtype:
+                continue  # converted already: never twice (bf16 bits)
+            low = to_low(np.array(tensor), dtype)
+            tensor.set(low, place)
+            master = (master_weights or {}).get(param.name)
+            if rewrite_master_weight and master is not None:
+                back = low.astype(np.float32) if dtype == "float16" else \
+                    (low.astype(np.uint32) << 16).view(np.float32)
+                scope.find_var(master.name).get_tensor().set(back, place)
+
+
+def find_true_prev_op(ops, cur_op, var_name):
+    """The one op before ``cur_op`` in ``ops`` that writes ``var_name`` (None if none);
+    two such ops are a ValueError, as natively."""
+    prev = []
+    for op in ops:
+        if op == cur_op:
+            break
+        if var_name in op.output_arg_names:
+            prev.append(op)
+    if len(prev) > 1:
+        raise ValueError(f"There must be only one previous op that outputs {var_name} variable")
+    return prev[0] if prev else None
+
+
+def find_true_post_op(ops, cur_op, var_name, search_all=False):
+    """The ops after ``cur_op`` in ``ops`` that read ``var_name`` (all of ``ops`` when
+    ``search_all``: ``cur_op`` may come from another program)."""
+    start = 0
+    if not search_all:
+        start = next((i + 1 for i, op in enumerate(ops) if op == cur_op), len(ops))
+    return [op for op in ops[start:] if var_name in op.input_arg_names]
+
+
+def find_op_index(block_desc, cur_op_desc) -> int:
+    """The index of ``cur_op_desc`` in ``block_desc``, or -1."""
+    for idx in range(block_desc.op_size()):
+        if cur_op_desc == block_desc.op(idx):
+            return idx
+    return -1
+
+
+def map_block(block, fn, parent_op=None) -> None:
+    """Call ``fn(block, parent_op)`` on ``block`` and on every sub-block of its ops."""
+    program = block.program
+    fn(block, parent_op)
+    for op in block.ops:
+        if op.has_attr("sub_block"):
+            map_block(program.block(op._block_attr_id("sub_block")), fn, op)

@@ -1,0 +1,47 @@
+"""The public names of a native module, for the drop-in conformance tests.
+
+Public: no leading underscore, and either listed in ``__all__``, or a
+submodule of the native package, or a function/class defined in the native
+package, or plain data (the list constants users read). What a module merely
+imports from elsewhere (``np``, ``logging``, ``core``...) is not its surface.
+"""
+import importlib
+import inspect
+import types
+
+
+def public_names(module_name: str, package: str) -> dict[str, str]:
+    """{name: kind} for ``module_name``; kind is module, callable or the data's type name."""
+    mod = importlib.import_module(module_name)
+    listed = set(getattr(mod, "__all__", None) or ())
+    out = {}
+    for name, value in vars(mod).items():
+        if name.startswith("_"):
+            continue
+        if isinstance(value, types.ModuleType):
+            if value.__name__.startswith(package + "."):
+                out[name] = "module"
+        elif inspect.isclass(value) or callable(value):
+            if name in listed or (getattr(value, "__module__", "") or "").startswith(package):
+                out[name] = "callable"
+        elif name in listed or isinstance(value, (list, dict, set, frozenset, tuple)):
+            out[name] = type(value).__name__
+    return out
+
+
+def missing(native_module: str, native_package: str, ours_module: str) -> list[str]:
+    """Native public names that ``ours_module`` lacks, or has as another kind of thing."""
+    ours = importlib.import_module(ours_module)
+    gaps = []
+    for name, kind in sorted(public_names(native_module, native_package).items()):
+        if not hasattr(ours, name):
+            gaps.append(f"{ours_module}.{name} (missing)")
+            continue
+        value = getattr(ours, name)
+        if kind == "module" and not isinstance(value, types.ModuleType):
+            gaps.append(f"{ours_module}.{name} (not a module)")
+        elif kind == "callable" and not callable(value):
+            gaps.append(f"{ours_module}.{name} (not callable)")
+        elif kind not in ("module", "callable") and isinstance(value, types.ModuleType):
+            gaps.append(f"{ours_module}.{name} (a module, natively {kind})")
+    return gaps
