@@ -4,10 +4,10 @@ The framework-free core: op lists as data, the cast planner, the loss-scale
 state machine and reports. It imports neither framework; ``mxnet_amp`` and
 ``paddle_amp`` translate its decisions into each framework's graph.
 """
-from .errors import (AmpConfigError, ConflictingOpError, OverflowGuardError, UnknownChoiceError,
-                     UnknownOpError)
+from .errors import (AmpConfigError, ConflictingOpError, NotSupportedError, OverflowGuardError,
+                     UnknownChoiceError, UnknownOpError)
 from .planner import Category, OpDecision, categorize, effective_lists, plan_op, widest
-from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy
+from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy, resolve_policy
 from .report import CastReport, compare
 from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale,
                      loss_scale_from_config, loss_scale_from_state_dict)
@@ -15,9 +15,9 @@ from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale
 __version__ = "0.1.0"
 
 __all__ = [
-    "AmpConfigError", "ConflictingOpError", "OverflowGuardError", "UnknownChoiceError",
+    "AmpConfigError", "ConflictingOpError", "NotSupportedError", "OverflowGuardError", "UnknownChoiceError",
     "UnknownOpError", "Category", "OpDecision", "categorize", "effective_lists", "plan_op",
-    "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
+    "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "resolve_policy", "CastReport", "compare",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
     "loss_scale_from_config", "loss_scale_from_state_dict", "__version__",
 ]

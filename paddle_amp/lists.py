@@ -75,8 +75,9 @@ class _Lists:
 
         An op taken out of every list gets ``unlisted`` (Paddle O1 runs it in
         fp32; with ``use_promote`` it is promoted)."""
-        d = self._defaults()
-        default = {"black_list": d.fp32, "white_list": d.lower, "gray_list": d.promote}
+        d = native_lists("paddle", self.amp_dtype)  # what the policy's defaults are
+        by_cat = {"fp32": d.fp32, "lower": d.lower, "promote": d.promote}
+        default = {attr: by_cat[cat] for attr, cat in self._sets}
         live = {attr: getattr(self, attr) for attr, _ in self._sets}
         moved: dict[str, set[str]] = {"lower": set(), "fp32": set(), "promote": set(),
                                       "follow": set()}
