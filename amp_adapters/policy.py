@@ -68,6 +68,8 @@ class OpLists:
             if len(rule) != 3 or isinstance(rule[2], str):
                 raise AmpConfigError(f"conditional rule {rule!r} must be (op, attribute, [values])")
             rules.append((str(rule[0]), str(rule[1]), tuple(map(str, rule[2]))))
+            if rules[-1][0] in seen:  # an op in a list and in conditional_fp32: two answers
+                raise ConflictingOpError(rules[-1][0], [*seen[rules[-1][0]], "conditional_fp32"])
         object.__setattr__(self, "conditional_fp32", tuple(rules))
 
     def category(self, name: str) -> Optional[str]:

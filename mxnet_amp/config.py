@@ -1,15 +1,14 @@
 """From ``init``'s arguments (native list names, or an explicit policy) to one ``Policy``."""
 from __future__ import annotations
 
-import os
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence
 
 from amp_adapters import AmpConfigError, OpLists, Policy, UnknownChoiceError
 from amp_adapters.oplists import LOW_DTYPES
+from amp_adapters.policy import PolicyLike
+from amp_adapters.policy import resolve_policy as resolve_policy_like
 
 from ._mx import dtype_name, registry
-
-PolicyLike = Union[Policy, str, "os.PathLike[str]"]
 
 
 def resolve_policy(target_dtype: object = "float16",
@@ -19,9 +18,11 @@ def resolve_policy(target_dtype: object = "float16",
                    policy: Optional[PolicyLike] = None, emulate: bool = False) -> Policy:
     """The policy ``init``/``convert_*`` run under, validated against MXNet's op registry.
 
-    The native list arguments map onto ``Policy.mxnet_ops`` and EXTEND the
-    defaults (a listed op moves to that category; the native replaced the
-    whole list). An explicit ``policy`` (a ``Policy``, a preset name such as
+    Without ``policy`` the defaults are the installed native's lists (preset
+    ``mxnet-native``). The native list arguments map onto ``Policy.mxnet_ops``
+    and EXTEND the defaults (a listed op moves to that category; the native
+    replaced the whole list); an op in two of them, ``conditional_fp32_ops``
+    included, is an error. An explicit ``policy`` (a ``Policy``, a preset name such as
     ``"O1"``, or a TOML file path) wins over ``target_dtype``; combining it
     with list arguments is an error, since one of them would be ignored.
     Raises ``UnknownOpError`` / ``ConflictingOpError`` before anything is patched.
@@ -32,7 +33,7 @@ def resolve_policy(target_dtype: object = "float16",
         if any(v is not None for v in given.values()):
             raise AmpConfigError("pass op lists either in policy= (Policy.mxnet_ops) or as "
                                  "target_precision_ops/fp32_ops/conditional_fp32_ops, not both")
-        resolved = as_policy(policy)
+        resolved = resolve_policy_like(policy)
     else:
         dtype = target_dtype if isinstance(target_dtype, str) else dtype_name(target_dtype)
         if dtype not in LOW_DTYPES:
@@ -43,7 +44,7 @@ def resolve_policy(target_dtype: object = "float16",
                                      f"{value!r} (write [{value!r}])")
         ops = OpLists(lower=target_precision_ops or (), fp32=fp32_ops or (),
                       conditional_fp32=tuple(conditional_fp32_ops or ()))
-        resolved = Policy(dtype=dtype, level="O1", mxnet_ops=ops)
+        resolved = Policy.preset("mxnet-native", dtype=dtype, mxnet_ops=ops)
     if emulate and not resolved.emulate:
         resolved = resolved.replace(emulate=True)
     resolved.validate_for("mxnet", registry())
@@ -52,16 +53,3 @@ def resolve_policy(target_dtype: object = "float16",
                              "supported by mxnet_amp.init; use O1, or net.cast('float16') with "
                              "an optimizer created with multi_precision=True")
     return resolved
-
-
-def as_policy(policy: PolicyLike) -> Policy:
-    """A ``Policy`` from a Policy, a preset name or a TOML policy file path."""
-    if isinstance(policy, Policy):
-        return policy
-    if isinstance(policy, (str, os.PathLike)):
-        text = os.fspath(policy)
-        if text.endswith(".toml") or os.path.sep in text:
-            return Policy.from_file(text)
-        return Policy.preset(text)
-    raise AmpConfigError(f"policy must be a Policy, a preset name or a TOML file path, "
-                         f"got {type(policy).__name__}")

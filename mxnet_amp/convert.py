@@ -1,11 +1,15 @@
-"""Mixed-precision inference graphs: convert_symbol, convert_model, convert_hybrid_block.
+"""Mixed-precision inference graphs: convert_symbol, convert_model, convert_hybrid_block,
+convert_bucketing_module.
 
 Same signatures as ``mxnet.contrib.amp``, implemented by rewriting the symbol
 graph (``graph.rewrite``: type inference, ``plan_op`` per node, ``amp_cast``
-nodes) instead of ``MXReducePrecisionSymbol``. The lists EXTEND the defaults,
-as in ``init``; the plan is device-aware for ``ctx`` (default: the block's own
-context, where the native defaults to gpu(0)). Parameters stay float32 and
-are cast inside the graph, once per dtype.
+nodes) instead of ``MXReducePrecisionSymbol``. Without ``policy=`` the lists
+are the native's defaults (preset ``mxnet-native``) and the list arguments
+EXTEND them, as in ``init``; the plan is device-aware for ``ctx`` (default: the
+block's own context, where the native defaults to gpu(0)). Parameters stay
+float32 and are cast inside the graph once per dtype, unless
+``cast_optional_params=True``: then a parameter that only feeds low-precision
+ops is declared (``__dtype__``) and returned in that dtype, as natively.
 """
 from __future__ import annotations
 
@@ -14,11 +18,34 @@ from typing import Any, Optional, Sequence
 import mxnet as mx
 from mxnet.gluon import HybridBlock, SymbolBlock
 
-from amp_adapters import AmpConfigError
-
+from ._mx import dtype_name
 from .config import PolicyLike, resolve_policy
 from .graph import rewrite
 from .report import block_context, block_graph
+
+
+def _declared_dtypes(sym: mx.sym.Symbol) -> dict[str, str]:
+    """{variable: dtype} for the variables ``sym`` declares a dtype for (``__dtype__``)."""
+    out = {}
+    for name, attrs in sym.attr_dict().items():
+        code = attrs.get("__dtype__")
+        if code not in (None, "-1"):
+            out[name] = dtype_name(mx.base._DTYPE_MX_TO_NP[int(code)])
+    return out
+
+
+def _cast_params(params: dict, dtypes: dict[str, str]) -> dict:
+    """A copy of ``params`` with each array in its declared dtype (bf16 through amp_cast)."""
+    out = {}
+    for name, array in params.items():
+        want = dtypes.get(name)
+        if want is None or dtype_name(array.dtype) == want:
+            out[name] = array
+        elif want == "bfloat16":
+            out[name] = mx.nd.amp_cast(array, dtype=want)
+        else:
+            out[name] = array.astype(want)
+    return out
 
 
 def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
@@ -34,19 +61,27 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
 
     ``excluded_sym_names``: nodes kept in float32. ``input_dtypes``: dtypes of
     inputs that are not float32 (every other input, data or parameter, is).
-    ``data_names`` is accepted for the native signature and not needed. ``ctx``
-    (default cpu) decides which ops have low-precision kernels.
+    ``data_names``: the data inputs (default, as natively: the inputs without a
+    declared ``__dtype__``); the other inputs are parameters, which
+    ``cast_optional_params`` may declare low precision. ``ctx`` (default cpu)
+    decides which ops have low-precision kernels.
     """
     if not isinstance(sym, mx.sym.Symbol):
         raise TypeError(f"convert_symbol expects a Symbol, got {type(sym).__name__}")
-    if cast_optional_params:
-        raise AmpConfigError("cast_optional_params=True is not supported: parameters stay "
-                             "float32 and are cast inside the graph")
+    if not isinstance(cast_optional_params, bool):
+        raise TypeError(f"cast_optional_params must be True or False, "
+                        f"got {cast_optional_params!r}")
     pol = resolve_policy(target_dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops,
                          policy=policy, emulate=emulate)
-    known = {name: "float32" for name in sym.list_inputs()}
+    inputs = sym.list_inputs()
+    known = {name: "float32" for name in inputs}
     known.update(input_dtypes or {})
-    return rewrite(sym, known, pol, ctx or mx.cpu(), frozenset(excluded_sym_names or ()))
+    if data_names is None:
+        attrs = sym.attr_dict()
+        data_names = [n for n in inputs if "__dtype__" not in attrs.get(n, {})]
+    params = frozenset(inputs) - set(data_names) if cast_optional_params else frozenset()
+    return rewrite(sym, known, pol, ctx or mx.cpu(), frozenset(excluded_sym_names or ()),
+                   optional_params=params)
 
 
 def convert_model(sym: mx.sym.Symbol, arg_params: dict, aux_params: dict,
@@ -55,12 +90,16 @@ def convert_model(sym: mx.sym.Symbol, arg_params: dict, aux_params: dict,
                   conditional_fp32_ops: Optional[Sequence[tuple]] = None,
                   excluded_sym_names: Optional[Sequence[str]] = None,
                   cast_optional_params: bool = False, **kw: Any) -> tuple:
-    """(converted symbol, arg_params, aux_params); the parameters are returned unchanged."""
+    """(converted symbol, arg_params, aux_params), the parameters in the dtypes the converted
+    graph declares for them (float32 unless ``cast_optional_params``), as natively. The
+    given dicts are not modified (the native overwrites their entries)."""
     if not isinstance(arg_params, dict) or not isinstance(aux_params, dict):
         raise TypeError("arg_params and aux_params must be dicts of name -> NDArray")
+    data_names = [n for n in sym.list_inputs() if n not in arg_params and n not in aux_params]
     out = convert_symbol(sym, target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
-                         excluded_sym_names, cast_optional_params=cast_optional_params, **kw)
-    return out, arg_params, aux_params
+                         excluded_sym_names, data_names, cast_optional_params, **kw)
+    dtypes = _declared_dtypes(out)
+    return out, _cast_params(arg_params, dtypes), _cast_params(aux_params, dtypes)
 
 
 def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
@@ -73,14 +112,54 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
     """A SymbolBlock running the hybridized ``block``'s graph in mixed precision, for inference.
 
     The block must have been hybridized and run once. ``ctx`` defaults to the
-    block's own context (the native defaults to gpu(0)).
+    block's own context (the native defaults to gpu(0)). With
+    ``cast_optional_params`` the parameters that only feed low-precision ops are
+    stored in that dtype.
     """
     inputs, sym = block_graph(block)
     ctx = ctx or block_context(block)
+    data_names = [i.name for i in inputs]
     converted = convert_symbol(sym, target_dtype, target_dtype_ops, fp32_ops,
-                               conditional_fp32_ops, excluded_sym_names,
-                               cast_optional_params=cast_optional_params, ctx=ctx, **kw)
+                               conditional_fp32_ops, excluded_sym_names, data_names,
+                               cast_optional_params, ctx=ctx, **kw)
+    dtypes = _declared_dtypes(converted)
     ret = SymbolBlock(converted, inputs)
-    params = {name: p._reduce() for name, p in block.collect_params().items()}
-    ret.collect_params().load_dict(params, ctx=ctx)
+    params = _cast_params({name: p._reduce() for name, p in block.collect_params().items()},
+                          dtypes)
+    for name, param in ret.collect_params().items():
+        if name in params and dtype_name(param.dtype) != dtype_name(params[name].dtype):
+            param.cast(params[name].dtype)
+    ret.collect_params().load_dict(params, ctx=ctx, cast_dtype=False)
     return ret
+
+
+def convert_bucketing_module(bucketing_mod, target_dtype: str = "float16",
+                             target_dtype_ops: Optional[Sequence[str]] = None,
+                             fp32_ops: Optional[Sequence[str]] = None,
+                             conditional_fp32_ops: Optional[Sequence[tuple]] = None,
+                             excluded_sym_names: Optional[Sequence[str]] = None,
+                             cast_optional_params: bool = False, **kw: Any):
+    """A new ``BucketingModule`` whose every bucket's symbol is converted (``convert_model``)
+    and whose parameters are in the converted graphs' dtypes, as natively."""
+    from mxnet.module import BucketingModule
+    if not isinstance(bucketing_mod, BucketingModule):
+        raise TypeError(f"convert_bucketing_module expects a BucketingModule, "
+                        f"got {type(bucketing_mod).__name__}")
+    if not bucketing_mod._buckets:
+        raise ValueError("the BucketingModule has no bucket: bind it first")
+    if not bucketing_mod.params_initialized:
+        raise ValueError("initialise the BucketingModule's parameters (init_params or "
+                         "set_params) before converting it")
+    arg_params, aux_params = bucketing_mod.get_params()
+    sym_dict = {}
+    for key, mod in bucketing_mod._buckets.items():
+        sym_dict[key], args, auxs = convert_model(
+            mod._symbol, arg_params, aux_params, target_dtype, target_dtype_ops, fp32_ops,
+            conditional_fp32_ops, excluded_sym_names, cast_optional_params, **kw)
+    return BucketingModule.load_dict(
+        sym_dict, sym_gen=bucketing_mod._sym_gen, arg_params=args, aux_params=auxs,
+        default_bucket_key=bucketing_mod._default_bucket_key, logger=bucketing_mod.logger,
+        context=bucketing_mod._context, work_load_list=bucketing_mod._work_load_list,
+        fixed_param_names=bucketing_mod._fixed_param_names,
+        state_names=bucketing_mod._state_names, group2ctxs=bucketing_mod._group2ctxs,
+        compression_params=bucketing_mod._compression_params)

@@ -94,10 +94,14 @@ def plan_graph(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
 
 def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: mx.Context,
             excluded: frozenset[str] = frozenset(),
-            kernels: Optional[AbstractSet[str]] = None) -> mx.sym.Symbol:
+            kernels: Optional[AbstractSet[str]] = None,
+            optional_params: AbstractSet[str] = frozenset()) -> mx.sym.Symbol:
     """A copy of ``sym`` (without AMP casts) with the casts the plan asks for inserted.
 
     ``kernels``: the ops with a ``policy.dtype`` kernel; by default probed on ``ctx``.
+    ``optional_params`` (the native ``cast_optional_params``): of these parameter
+    variables, the ones every consumer reads cast to one low dtype are declared in
+    that dtype instead (``__dtype__``; the casts go), so they can be stored so.
 
     A value is cast at most once per dtype (a weight shared by several ops gets
     one cast), and a cast back to a value's source dtype reuses the source
@@ -106,6 +110,21 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: m
     """
     sym = mx.sym.load_json(sym.tojson())  # drops amp_cast nodes a traced graph may have
     kernels = KernelSet(ctx, policy.dtype) if kernels is None else kernels
+    out, uses = _rewrite(sym, known, policy, ctx, excluded, kernels, {})
+    declared = {p: next(iter(u)) for p, u in uses.items()
+                if p in optional_params and len(u) == 1 and next(iter(u)) in ROUNDED_TO}
+    if declared:  # again, with those parameters already in their low dtype
+        out, _ = _rewrite(sym, {**known, **declared}, policy, ctx, excluded, kernels, declared)
+    return out
+
+
+ROUNDED_TO = ("float16", "bfloat16")
+
+
+def _rewrite(sym, known, policy, ctx, excluded, kernels, declared):
+    """``rewrite`` proper; also returns {parameter: the dtypes its consumers read it in}
+    ("raw" when one reads it uncast)."""
+    uses: dict[str, set] = {}
     value: dict[str, mx.sym.Symbol] = {}
     dtype: dict[str, Optional[str]] = dict(known)
     source: dict[str, str] = {}  # entry made by a cast -> the entry it was cast from
@@ -126,6 +145,9 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: m
         for n in nodes(sym):
             if n.op == "null":
                 value[n.name] = n.symbol
+                if n.name in declared:
+                    attrs = {k: v for k, v in n.attrs.items() if k != "__dtype__"}
+                    value[n.name] = mx.sym.var(n.name, attr=attrs, dtype=declared[n.name])
                 continue
             ins = list(n.inputs)
             d = plan_op(policy, "mxnet", n.op, _slot_dtypes(n.op, [dtype.get(e) for e in ins]),
@@ -138,6 +160,9 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: m
                     ins[i] = cast_entry(cast_entry(ins[i], d.low_dtype), "float32")
                 elif target is not None:
                     ins[i] = cast_entry(ins[i], target)
+            for orig, now in zip(n.inputs, ins):
+                uses.setdefault(orig, set()).add(
+                    "raw" if now == orig or d.emulated else dtype.get(now))
             outs = n.symbol._gen_atomic_symbol()(*[value[e] for e in ins], name=n.name)
             inferred = _output_dtypes(n, [dtype.get(e) for e in ins])
             for k, o in enumerate(n.outputs):
@@ -147,7 +172,8 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: m
                     o_round = cast_entry(cast_entry(o, d.low_dtype), "float32")
                     value[o], dtype[o] = value[o_round], "float32"
     heads = sym.list_outputs()
-    return value[heads[0]] if len(heads) == 1 else mx.sym.Group([value[h] for h in heads])
+    out = value[heads[0]] if len(heads) == 1 else mx.sym.Group([value[h] for h in heads])
+    return out, uses
 
 
 def _output_dtypes(n: Node, in_dtypes: list[Optional[str]]) -> list[Optional[str]]:

@@ -7,9 +7,9 @@ import mxnet as mx
 from mxnet.gluon import HybridBlock
 
 from amp_adapters import CastReport
+from amp_adapters.policy import PolicyLike, resolve_policy
 
 from ._mx import dtype_name
-from .config import PolicyLike, as_policy
 from .graph import plan_graph
 from .patching import active_policy
 
@@ -39,7 +39,7 @@ def cast_report(block: HybridBlock, *, policy: Optional[PolicyLike] = None,
     unless ``ctx`` is, and ``input_dtype`` for the data inputs. An op that stays
     float32 for lack of a kernel, or is emulated, says so in its ``reason``.
     """
-    chosen = as_policy(policy) if policy is not None else active_policy()
+    chosen = resolve_policy(policy) if policy is not None else active_policy()
     if chosen is None:
         raise RuntimeError("no AMP policy: call mxnet_amp.init() first or pass policy=")
     inputs, sym = block_graph(block)
