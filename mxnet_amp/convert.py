@@ -17,6 +17,7 @@ from typing import Any, Optional, Sequence
 
 import mxnet as mx
 from mxnet.gluon import HybridBlock, SymbolBlock
+from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
 from ._mx import dtype_name
 from .config import PolicyLike, resolve_policy
@@ -30,7 +31,7 @@ def _declared_dtypes(sym: mx.sym.Symbol) -> dict[str, str]:
     for name, attrs in sym.attr_dict().items():
         code = attrs.get("__dtype__")
         if code not in (None, "-1"):
-            out[name] = dtype_name(mx.base._DTYPE_MX_TO_NP[int(code)])
+            out[name] = dtype_name(_DTYPE_MX_TO_NP[int(code)])
     return out
 
 

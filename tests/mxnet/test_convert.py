@@ -55,5 +55,6 @@ def test_convert_model_validates_names_and_keeps_params():
     with pytest.raises(UnknownOpError, match="'relux'"):
         amp.convert_model(_net(), args, {}, target_dtype_ops=["relux"])
     sym, arg_params, aux_params = amp.convert_model(_net(), args, {}, target_dtype_ops=["relu"])
-    assert arg_params is args and aux_params == {}
+    # a new dict (the native overwrites the given one's entries); fp32 arrays are unchanged
+    assert arg_params == args and arg_params["w"] is args["w"] and aux_params == {}
     assert "amp_cast" in _ops(sym)
