@@ -2,6 +2,7 @@
 
     amp-adapters lists --framework mxnet --dtype float16 [--policy FILE]
     amp-adapters explain softmax --framework paddle [--policy FILE] [--attr act_type=softrelu]
+    amp-adapters diff --framework mxnet [--dtype float16]   (shared O1 vs the native default)
     amp-adapters demo [--framework mxnet|paddle|both|numpy] [--policy FILE] [--steps N]
                       [--plot out.png] [--k-log2 0]
 """
@@ -15,15 +16,22 @@ from typing import Optional, Sequence
 from .errors import AmpConfigError, UnknownOpError
 from .oplists import CATEGORIES, FRAMEWORKS, LOW_DTYPES, load_table
 from .planner import categorize, effective_lists
-from .policy import Policy
+from .policy import Policy, resolve_policy
 from .scaler import DynamicLossScale
 
 
 def _policy(args: argparse.Namespace) -> Policy:
-    """The policy from ``--policy FILE`` (its dtype wins) or the O1 preset for ``--dtype``."""
+    """The policy from ``--policy FILE|PRESET`` (its dtype wins) or the O1 preset for
+    ``--dtype``."""
     if args.policy:
-        return Policy.from_file(args.policy)
+        return resolve_policy(args.policy)
     return Policy(dtype=args.dtype, level="O1")
+
+
+def _diff(args: argparse.Namespace) -> int:
+    from .native_diff import markdown
+    print(markdown(args.framework, args.dtype, args.version))
+    return 0
 
 
 def _lists(args: argparse.Namespace) -> int:
@@ -103,7 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
                            help="an op attribute, for conditional ops (act_type=softrelu)")
         p.add_argument("--framework", required=True, choices=FRAMEWORKS)
         p.add_argument("--dtype", default="float16", choices=LOW_DTYPES)
-        p.add_argument("--policy", metavar="FILE", help="a TOML policy file (its dtype wins)")
+        p.add_argument("--policy", metavar="FILE",
+                       help="a TOML policy file or a preset name (its dtype wins)")
+    p = sub.add_parser("diff", help="ops whose category differs between the shared O1 and "
+                                    "the installed native's default lists, and why")
+    p.add_argument("--framework", required=True, choices=FRAMEWORKS)
+    p.add_argument("--dtype", default="float16", choices=LOW_DTYPES)
+    p.add_argument("--version", help="the native version whose lists to compare (default: "
+                                     "the installed one)")
     p = sub.add_parser("demo", help="train one MLP in each framework, in fp32 and with AMP")
     p.add_argument("--framework", default="both", choices=("both", "mxnet", "paddle", "numpy"))
     p.add_argument("--policy", metavar="FILE",
@@ -118,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    handler = {"lists": _lists, "explain": _explain, "demo": _demo}[args.command]
+    handler = {"lists": _lists, "explain": _explain, "diff": _diff,
+               "demo": _demo}[args.command]
     try:
         return handler(args)
     except AmpConfigError as e:

@@ -94,7 +94,7 @@ def categorize(policy: Policy, framework: str, op: str,
     rules = policy.framework_ops(framework).conditional_fp32
     if policy.defaults == "native" and policy.enabled and \
             not policy.framework_ops(framework).replace:
-        rules = (*rules, *native_lists(framework, policy.dtype).conditional_fp32)
+        rules = (*rules, *native_lists(framework, policy.dtype, policy.native_version).conditional_fp32)
     return _categorize(policy, framework, op, canonical, _matched_rule(rules, op, attrs))
 
 
@@ -131,7 +131,7 @@ def _by_lists(policy: Policy, framework: str, op: str, canonical: Optional[str],
             return Category(op, canonical, cat, f"{canonical!r} listed in Policy.ops.{cat}")
     if policy.defaults == "native":
         if not fw_ops.replace:
-            native = native_lists(framework, policy.dtype)
+            native = native_lists(framework, policy.dtype, policy.native_version)
             cat = native.category(op)
             if policy.level == "O2" and native.o2_fp32 is not None and (
                     cat is None or (cat == "fp32" and op not in native.o2_fp32)):
@@ -211,7 +211,7 @@ def plan_op(policy: Policy, framework: str, op: str,
 def effective_lists(policy: Policy, framework: str) -> dict[str, list[str]]:
     """{category: sorted op names} for every op ``framework``'s table knows, under ``policy``."""
     if policy.defaults == "native" and policy.enabled:
-        names = native_lists(framework, policy.dtype).names
+        names = native_lists(framework, policy.dtype, policy.native_version).names
     else:
         names = load_table(framework).names
     out: dict[str, list[str]] = {c: [] for c in CATEGORIES}

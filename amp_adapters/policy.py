@@ -115,7 +115,8 @@ class Policy:
     lists, exactly: the presets ``mxnet-native`` / ``paddle-native``).
     ``unlisted``: the category of an op that no list names (None: follow for the
     shared lists, the native's rule for native ones; Paddle's ``use_promote``
-    is ``"promote"``). Level ``OD``: only ``lower`` ops run low precision,
+    is ``"promote"``). ``native_version`` pins the native version whose lists
+    ``defaults="native"`` reads (default: the installed one). Level ``OD``: only ``lower`` ops run low precision,
     every other op runs in fp32 (Paddle's level "OD").
     """
 
@@ -128,6 +129,7 @@ class Policy:
     emulate: bool = False
     defaults: str = "shared"
     unlisted: Optional[str] = None
+    native_version: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:

@@ -1,0 +1,83 @@
+"""Where the shared O1 and a native default disagree: every op, both categories, and why.
+
+Generated from the data (``canonical.toml``, the framework tables and
+``native.toml``), so the README's table stays true: ``amp-adapters diff``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from .oplists import load_table, native_lists
+from .planner import categorize
+from .policy import Policy
+
+# why the shared O1 puts a canonical op where it does (modelled on torch.autocast's lists)
+_SHARED_WHY = {
+    "lower": "a GEMM/conv-like op: fast and numerically safe in low precision",
+    "fp32": "needs fp32's range or precision (exp/log, reductions, norms, softmax, losses)",
+    "promote": "a multi-input op: runs in its widest input, whatever the order",
+    "follow": "no numerical effect of its own: runs in its inputs' dtype",
+}
+_NATIVE_LIST = {"mxnet": {"lower": "FP16_FUNCS", "fp32": "FP32_FUNCS",
+                          "promote": "WIDEST_TYPE_CASTS", "follow": "FP16_FP32_FUNCS"},
+                "paddle": {"lower": "white list", "fp32": "black list", "promote": "gray list"}}
+_UNLISTED = {"mxnet": "in no MXNet list: not wrapped, runs in its inputs' dtype",
+             "paddle": "in no Paddle list: Paddle's O1 runs it in fp32"}
+_GRAY = " (natively the last input examined decides)"
+
+
+def _native_why(framework: str, op: str, lists) -> str:
+    cat = lists.category(op)
+    if cat is None:
+        return _UNLISTED[framework]
+    name = _NATIVE_LIST[framework].get(cat, cat)
+    return f"{framework} {lists.version} {name}" + (_GRAY if framework == "paddle" and
+                                                    cat == "promote" else "")
+
+
+@dataclass(frozen=True)
+class Difference:
+    op: str
+    canonical: Optional[str]
+    native: str
+    shared: str
+    why: str
+
+
+def differences(framework: str, dtype: str = "float16", version: Optional[str] = None,
+                shared: Optional[Policy] = None) -> list[Difference]:
+    """Every op of ``framework`` whose category under ``shared`` (default: the O1 preset for
+    ``dtype``) differs from the native's default lists (``version``: default installed)."""
+    shared = shared or Policy.preset("O1", dtype=dtype)
+    native = Policy.preset(f"{framework}-native", dtype=shared.dtype, native_version=version)
+    lists = native_lists(framework, shared.dtype, version)
+    table = load_table(framework)
+    out = []
+    for op in sorted(lists.names | table.names):
+        a, b = categorize(native, framework, op), categorize(shared, framework, op)
+        if a.category == b.category:
+            continue
+        if b.canonical is not None:
+            why = f"O1: {_SHARED_WHY[b.category]}"
+        else:
+            why = "O1: no canonical name; its table takes the category another supported " \
+                  "version's native list gives it"
+        out.append(Difference(op, b.canonical, a.category, b.category,
+                              f"{why}. Native: {_native_why(framework, op, lists)}"))
+    return out
+
+
+def markdown(framework: str, dtype: str = "float16", version: Optional[str] = None) -> str:
+    """The differences as a markdown table, with the native version in the heading."""
+    version = native_lists(framework, dtype, version).version
+    rows = differences(framework, dtype, version)
+    every_other = {"mxnet": "", "paddle": " Every other Paddle op (in no list) runs in fp32 "
+                   "natively and follows its inputs under O1."}[framework]
+    lines = [f"**{framework} {version}, {dtype}**: {len(rows)} ops differ between "
+             f"`{framework}-native` and `O1`.{every_other}", "",
+             f"| op | canonical | {framework}-native | O1 | why |",
+             "| --- | --- | --- | --- | --- |"]
+    lines += [f"| `{d.op}` | {d.canonical or '-'} | {d.native} | {d.shared} | {d.why} |"
+              for d in rows]
+    return "\n".join(lines)
