@@ -145,3 +145,25 @@ def test_native_and_shared_differ_and_policy_fields_are_validated():
         Policy(defaults="torch")
     with pytest.raises(AmpConfigError, match="unlisted"):
         Policy(unlisted="lowest")
+
+
+@pytest.mark.parametrize("framework, version", [("mxnet", "1.9.1"), ("paddle", "2.6.2"),
+                                                ("paddle", "3.3.1")])
+def test_readme_lists_every_difference_between_o1_and_the_native_defaults(framework, version):
+    """The README's tables are `amp-adapters diff` output: regenerate them when this fails."""
+    from pathlib import Path
+
+    from amp_adapters.native_diff import differences, markdown
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text("utf-8")
+    assert markdown(framework, "float16", version) in readme
+    native = Policy.preset(f"{framework}-native", native_version=version)
+    for d in differences(framework, "float16", version):
+        assert categorize(native, framework, d.op).category == d.native
+        assert categorize(Policy.preset("O1"), framework, d.op).category == d.shared != d.native
+
+
+def test_cli_diff_prints_the_table(capsys):
+    from amp_adapters.cli import main
+    assert main(["diff", "--framework", "paddle", "--version", "2.6.2"]) == 0
+    out = capsys.readouterr().out
+    assert "| `relu` | relu | promote | follow |" in out
