@@ -19,7 +19,7 @@ import paddle
 from paddle.base import core
 
 from amp_adapters import AmpConfigError, ConflictingOpError, OpLists, Policy
-from amp_adapters.oplists import native_lists
+from amp_adapters.oplists import load_table, native_lists
 
 from .env import current_device
 from .kernels import lowp_kernels
@@ -45,8 +45,12 @@ def _names(value: Optional[Iterable[str]], arg: str) -> frozenset[str]:
 
 
 def _check_registered(dtype: str, **lists: frozenset[str]) -> None:
+    """Custom names must be registered ops, or names the native lists use (GPU-only fused
+    ops such as fused_attention are in the native lists of a CPU build too)."""
     ops = OpLists(**lists)  # ConflictingOpError for a name in two lists
-    Policy(dtype=dtype, paddle_ops=ops).validate_for("paddle", core.get_all_op_names())
+    known = set(core.get_all_op_names()) | load_table("paddle").names | \
+        native_lists("paddle", dtype).names
+    Policy(dtype=dtype, paddle_ops=ops).validate_for("paddle", known)
 
 
 def _unsupported(dtype: str) -> set[str]:

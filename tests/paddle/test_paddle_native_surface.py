@@ -304,3 +304,48 @@ def test_convert_float_to_uint16_is_the_native_truncation():
     x = np.array([[1.0, -2.5], [3.14159, 1e-30]], dtype=np.float32)
     np.testing.assert_array_equal(paddle_amp.bf16.convert_float_to_uint16(x),
                                   paddle.static.amp.bf16.convert_float_to_uint16(x))
+
+
+# -- properties: the list objects against the native ones --------------------------------------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from amp_adapters import categorize  # noqa: E402
+
+_POOL = ["matmul_v2", "mul", "exp", "relu", "scale", "elementwise_add", "softmax", "abs",
+         "concat", "layer_norm", "lookup_table_v2", "fused_attention"]
+_names = st.sets(st.sampled_from(_POOL), max_size=4)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(white=_names, black=_names, dtype=st.sampled_from(["float16", "bfloat16"]))
+def test_custom_lists_match_the_native_object(white, black, dtype):
+    kw = dict(custom_white_list=white or None, custom_black_list=black or None, dtype=dtype)
+    try:
+        native = paddle.static.amp.AutoMixedPrecisionLists(**kw)
+    except ValueError:
+        with pytest.raises(ValueError):
+            paddle_amp.AutoMixedPrecisionLists(**kw)
+        return
+    ours = paddle_amp.AutoMixedPrecisionLists(**kw)
+    assert (ours.white_list, ours.black_list, ours.gray_list) == \
+        (native.white_list, native.black_list, native.gray_list)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(edits=st.lists(st.tuples(st.sampled_from(["white_list", "black_list", "gray_list"]),
+                                st.sampled_from(["add", "discard"]), st.sampled_from(_POOL)),
+                      max_size=6),
+       use_promote=st.booleans())
+def test_in_place_edits_decide_like_the_native_precedence(edits, use_promote):
+    """Whatever is edited in place, the policy decorate builds puts each op where Paddle's
+    rewrite would: black > white > gray, else fp32 (promote with use_promote)."""
+    from paddle_amp.casting import native_policy
+    lists = paddle_amp.AutoMixedPrecisionLists()
+    for attr, how, op in edits:
+        getattr(getattr(lists, attr), how)(op)
+    policy = native_policy(lists, "float16", "O1", use_promote)
+    for op in _POOL:
+        want = ("fp32" if op in lists.black_list else "lower" if op in lists.white_list
+                else "promote" if op in lists.gray_list or use_promote else "fp32")
+        assert categorize(policy, "paddle", op).category == want, op
