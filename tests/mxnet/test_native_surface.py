@@ -201,3 +201,18 @@ def test_loss_scaler_moves_without_lag_and_checks_every_device():
     for found_inf in trace:
         expected = expected.adjust(found_inf)
     assert scaler.state == expected and scaler.loss_scale == expected.scale
+
+
+def test_excluded_sym_names_and_conditional_ops_in_converted_symbols():
+    sym = amp.convert_symbol(_scaled_net(), target_dtype_ops=["broadcast_mul"],
+                             excluded_sym_names=["mul"])
+    assert [d for _, d in _casts(sym)] == []  # the only fp16 candidate is excluded
+    x = mx.sym.var("data")
+    act = mx.sym.Activation(mx.sym.broadcast_mul(x, x, name="sq"), act_type="softrelu",
+                            name="act")
+    sym = amp.convert_symbol(act, target_dtype_ops=["broadcast_mul"])
+    # the square runs fp16; softrelu is a native conditional fp32 op: cast back to fp32
+    assert sorted(d for _, d in _casts(sym)) == ["float16", "float32"]
+    relu = mx.sym.Activation(mx.sym.broadcast_mul(x, x, name="sq"), act_type="relu")
+    assert [d for _, d in _casts(amp.convert_symbol(relu, target_dtype_ops=["broadcast_mul"]))] \
+        == ["float16"]  # relu follows its (fp16) input

@@ -349,3 +349,28 @@ def test_in_place_edits_decide_like_the_native_precedence(edits, use_promote):
         want = ("fp32" if op in lists.black_list else "lower" if op in lists.white_list
                 else "promote" if op in lists.gray_list or use_promote else "fp32")
         assert categorize(policy, "paddle", op).category == want, op
+
+
+@pytest.mark.parametrize("bf16, fp32", [({"exp"}, None), ({"tanh"}, None), ({"lstm"}, None),
+                                        (None, {"matmul_v2"}), (None, {"lstm"}),
+                                        (None, {"reshape2"}), ({"reshape2"}, None)])
+def test_bf16_custom_lists_move_ops_as_natively(bf16, fp32):
+    ours = paddle_amp.bf16.AutoMixedPrecisionListsBF16(bf16, fp32)
+    native = paddle.static.amp.bf16.AutoMixedPrecisionListsBF16(bf16, fp32)
+    assert (ours.bf16_list, ours.fp32_list, ours.gray_list) == \
+        (native.bf16_list, native.fp32_list, native.gray_list)
+
+
+def test_graph_helpers_on_edge_cases(static):
+    block = static.main.global_block()
+    for mod in (paddle.static.amp.fp16_utils, paddle_amp.fp16_utils):
+        assert mod.find_op_index(block.desc, core.OpDesc()) == -1  # not in the block
+    x = block.create_var(name="X", shape=[3], dtype="float32")
+    y = block.create_var(name="Y", shape=[3], dtype="float32")
+    init = static.startup.global_block()._prepend_op(
+        type="fill_constant", outputs={"Out": x},
+        attrs={"shape": x.shape, "dtype": x.dtype, "value": 1.0})
+    op = block.append_op(type="abs", inputs={"X": [x]}, outputs={"Out": [y]})
+    for mod in (paddle.static.amp.bf16.amp_utils, paddle_amp.bf16.amp_utils):
+        assert mod.find_true_post_op(block.ops, init, "X") == []  # init is not in these ops
+        assert mod.find_true_post_op(block.ops, init, "X", search_all=True) == [op]
