@@ -2,7 +2,7 @@
 its AMP (tests/python/gpu/test_contrib_amp.py: the structure of converted symbols, dtypes
 after convert_model, list contents, the loss scaler), against our modules, on CPU.
 """
-import sys
+import importlib.util
 from pathlib import Path
 
 import mxnet as mx
@@ -14,8 +14,13 @@ from mxnet.contrib import amp as native
 import mxnet_amp as amp
 from amp_adapters import ConflictingOpError, DynamicLossScale, Policy
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from native_surface import missing  # noqa: E402
+# tests/native_surface.py, loaded by path: putting tests/ on sys.path would make the
+# tests/mxnet folder importable as "mxnet" where MXNet is not installed
+_spec = importlib.util.spec_from_file_location(
+    "native_surface", Path(__file__).resolve().parents[1] / "native_surface.py")
+_surface = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_surface)
+missing = _surface.missing
 
 BF16 = native.amp.bfloat16
 

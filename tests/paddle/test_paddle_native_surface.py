@@ -2,20 +2,26 @@
 tests its AMP (test_amp_list.py, test_fp16_utils.py, test_bf16_utils.py, the decorate
 helpers that always pass master_grad/use_promote), against our modules, on CPU.
 """
-import sys
+import importlib.util
 from pathlib import Path
 
 import numpy as np
 import paddle
 import pytest
+from hypothesis import given, settings, strategies as st
 from paddle.base import core
 
 import paddle_amp
-from amp_adapters import ConflictingOpError, NotSupportedError, Policy
+from amp_adapters import ConflictingOpError, NotSupportedError, Policy, categorize
 from paddle_helpers import batch, forward_ops, mlp
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from native_surface import missing  # noqa: E402
+# tests/native_surface.py, loaded by path: putting tests/ on sys.path would make the
+# tests/mxnet folder importable as "mxnet" where MXNet is not installed
+_spec = importlib.util.spec_from_file_location(
+    "native_surface", Path(__file__).resolve().parents[1] / "native_surface.py")
+_surface = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_surface)
+missing = _surface.missing
 
 FP16, BF16, FP32 = (core.VarDesc.VarType.FP16, core.VarDesc.VarType.BF16,
                     core.VarDesc.VarType.FP32)
@@ -308,9 +314,6 @@ def test_convert_float_to_uint16_is_the_native_truncation():
 
 # -- properties: the list objects against the native ones --------------------------------------
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
-
-from amp_adapters import categorize  # noqa: E402
 
 _POOL = ["matmul_v2", "mul", "exp", "relu", "scale", "elementwise_add", "softmax", "abs",
          "concat", "layer_norm", "lookup_table_v2", "fused_attention"]
