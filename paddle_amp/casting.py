@@ -21,7 +21,6 @@ from .kernels import lowp_kernels
 from .lists import check_lists
 from .rewrite import Rewriter
 
-_REPORTS_KEY = "_paddle_amp_cast_report"
 
 
 def native_policy(lists, dtype: str, level: str, use_promote: bool = False, **fields) -> Policy:
@@ -56,6 +55,24 @@ def cast_model(program, amp_lists=None, use_guard: bool = True, dtype: str = "fl
     rewriter.set_low_params(program, low)
     _REPORTS[program] = rewriter.rewrite(program)
     return set(low)
+
+
+def cast_model_to_fp16(program, amp_lists=None, use_fp16_guard=True,
+                       dest_type=core.VarDesc.VarType.FP16, level="O2", use_promote=False):
+    """The native ``cast_model_to_fp16``: rewrite ``program`` in ``dest_type`` at ``level``
+    (O1, O2, OD) under ``amp_lists``; returns the parameters now declared low precision.
+    Device-aware: an op without a low-precision kernel here stays fp32."""
+    return cast_model(program, amp_lists, bool(use_fp16_guard), dtype_of(dest_type), level,
+                      use_promote)
+
+
+def cast_parameters_to_fp16(place, program, scope=None, to_fp16_var_names=None,
+                            dest_type=core.VarDesc.VarType.FP16, rewrite_master_weight=False,
+                            master_weights=None):
+    """The native ``cast_parameters_to_fp16``: convert the values of ``to_fp16_var_names``
+    (what ``cast_model_to_fp16`` returned) in ``scope``; never converts a value twice."""
+    cast_parameters(place, program, scope, to_fp16_var_names, dtype_of(dest_type),
+                    rewrite_master_weight, master_weights)
 
 
 def to_low(values: np.ndarray, dtype: str) -> np.ndarray:

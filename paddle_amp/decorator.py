@@ -21,16 +21,20 @@ from amp_adapters import (AmpConfigError, CastReport, DynamicLossScale, LossScal
 from amp_adapters.oplists import LOW_DTYPES
 from amp_adapters.policy import resolve_policy
 
-from .casting import cast_model, cast_parameters, dtype_of, native_policy, to_low
+from .amp_nn import check_finite_and_unscale, update_loss_scaling  # noqa: F401 (native names)
+from .casting import (cast_model_to_fp16, cast_parameters_to_fp16,  # noqa: F401
+                      native_policy, to_low)
 from .env import current_device, require_legacy_static
 from .kernels import lowp_kernels
-from .lists import AutoMixedPrecisionLists, check_amp_dtype, check_lists
+from .fp16_utils import update_role_var_grad  # noqa: F401 (a native name)
+from .function_overload import FunctionType, overload  # noqa: F401 (native names)
+from .lists import AutoMixedPrecisionLists, check_amp_dtype, check_lists  # noqa: F401
 from .rewrite import Rewriter
 from .scaling import LossScaling, resolve_ring_id
 
-# The reports of rewritten programs, for ``cast_report``; a program's entry dies with it.
 logger = logging.getLogger("paddle_amp")
 
+# The reports of rewritten programs, for ``cast_report``; a program's entry dies with it.
 _REPORTS: "weakref.WeakKeyDictionary[framework.Program, CastReport]" = weakref.WeakKeyDictionary()
 
 # The native argument sets: the new ``decorate`` and the old fluid fp16 overload, which is
@@ -333,32 +337,3 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
     return OptimizerWithMixedPrecision(optimizer, policy, use_guard, lists.black_varnames or (),
                                        found_inf_ring_id, master_grad=master_grad)
 
-
-def cast_model_to_fp16(program, amp_lists=None, use_fp16_guard=True,
-                       dest_type=core.VarDesc.VarType.FP16, level="O2", use_promote=False):
-    """The native ``cast_model_to_fp16``: rewrite ``program`` in ``dest_type`` at ``level``
-    (O1, O2, OD) under ``amp_lists``; returns the parameters now declared low precision.
-    Device-aware: an op without a low-precision kernel here stays fp32."""
-    return cast_model(program, amp_lists, bool(use_fp16_guard), dtype_of(dest_type), level,
-                      use_promote)
-
-
-def cast_parameters_to_fp16(place, program, scope=None, to_fp16_var_names=None,
-                            dest_type=core.VarDesc.VarType.FP16, rewrite_master_weight=False,
-                            master_weights=None):
-    """The native ``cast_parameters_to_fp16``: convert the values of ``to_fp16_var_names``
-    (what ``cast_model_to_fp16`` returned) in ``scope``; never converts a value twice."""
-    cast_parameters(place, program, scope, to_fp16_var_names, dtype_of(dest_type),
-                    rewrite_master_weight, master_weights)
-
-
-# The native op builders (they add Paddle's own ops; the decorated optimizer does not use them:
-# its scale update is the core's state machine, DynamicLossScale.from_paddle).
-from paddle.static.amp.amp_nn import check_finite_and_unscale, update_loss_scaling  # noqa: E402
-from paddle.static.amp.function_overload import FunctionType, overload  # noqa: E402
-from amp_adapters.errors import unsupported  # noqa: E402
-
-update_role_var_grad = unsupported(
-    "paddle.static.amp.decorator.update_role_var_grad",
-    "it patches the op roles of the native O2 rewrite, which paddle_amp does not produce",
-    "paddle_amp.decorate(...).minimize(loss), which builds the backward pass after the rewrite")

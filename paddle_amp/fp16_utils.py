@@ -9,8 +9,8 @@ from paddle.base import core
 
 from amp_adapters.errors import unsupported
 
-from .casting import find_op_index, find_true_post_op, find_true_prev_op, map_block  # noqa: F401
-from .decorator import cast_model_to_fp16, cast_parameters_to_fp16  # noqa: F401
+from .casting import (cast_model_to_fp16, cast_parameters_to_fp16,  # noqa: F401
+                      find_op_index, find_true_post_op, find_true_prev_op, map_block)
 from .fp16_lists import black_list, get_low_precision_dtypestr  # noqa: F401
 from .lists import AutoMixedPrecisionLists  # noqa: F401
 from .rewrite import fp16_guard  # noqa: F401
