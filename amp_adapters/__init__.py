@@ -6,8 +6,9 @@ state machine and reports. It imports neither framework; ``mxnet_amp`` and
 """
 from .errors import (AmpConfigError, ConflictingOpError, OverflowGuardError, UnknownChoiceError,
                      UnknownOpError)
-from .planner import Category, OpDecision, categorize, effective_lists, plan_op, widest
-from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy
+from .dtypes import LOW_DTYPES, dtype_name, widest
+from .planner import Category, OpDecision, categorize, effective_lists, plan_op
+from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy, default_loss_scale
 from .report import CastReport, compare
 from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale,
                      loss_scale_from_config, loss_scale_from_state_dict)
@@ -17,7 +18,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AmpConfigError", "ConflictingOpError", "OverflowGuardError", "UnknownChoiceError",
     "UnknownOpError", "Category", "OpDecision", "categorize", "effective_lists", "plan_op",
-    "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
+    "widest", "dtype_name", "LOW_DTYPES", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "default_loss_scale", "CastReport", "compare",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
     "loss_scale_from_config", "loss_scale_from_state_dict", "__version__",
 ]
