@@ -8,6 +8,7 @@
 - No import cycle between modules at import time.
 """
 import ast
+import re
 import os
 import subprocess
 import sys
@@ -197,3 +198,46 @@ def test_at_run_time_the_core_and_the_demo_command_load_no_backend():
                        capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "[]"
+
+
+def file_map(text: str) -> dict[str, set[str]]:
+    """{package: names} from a Layout block: a line at column 0 opens a package ("pkg/"),
+    indented lines name its files (``x.py``) and sub-packages (``oplists/``)."""
+    out, package = {}, None
+    for line in text.splitlines():
+        if line[:1].strip():
+            package = line.split()[0].rstrip("/")
+            out.setdefault(package, set())
+        elif package and line.strip():
+            out[package].update(named_files(line))
+    return out
+
+
+def named_files(text: str) -> set[str]:
+    """``x.py`` and ``dir/`` (a word, a slash, then a space) named in ``text``."""
+    return {py or f"{d}/" for py, d in re.findall(r"(\w+\.py)\b|(\w+)/(?=\s|$)", text, re.M)}
+
+
+def module_files(package: str) -> set[str]:
+    names = {p.name for p in (ROOT / package).glob("*.py")} - {"__init__.py", "__main__.py"}
+    return names | {p.parent.name + "/" for p in (ROOT / package).glob("*/__init__.py")}
+
+
+def test_the_readme_layout_names_every_file_of_the_packages():
+    readme = (ROOT / "README.md").read_text("utf-8")
+    block = readme.split("## Layout", 1)[1].split("```", 2)[1]
+    layout = file_map(block)
+    for package in PACKAGES:
+        assert layout.get(package, set()) & module_files(package) == module_files(package), \
+            f"README Layout misses files of {package}/"
+        assert layout[package] <= module_files(package), \
+            f"README Layout names files {package}/ does not have"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_package_docstring_states_its_file_map(package):
+    doc = ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text("utf-8")))
+    files = doc.split("Files:", 1)[1]
+    named = named_files(files)
+    assert module_files(package) <= named, f"{package} docstring misses files"
+    assert named <= module_files(package), f"{package} docstring names files it lacks"
