@@ -20,9 +20,10 @@ from mxnet import symbol as sym
 from mxnet.base import _LIB, check_call, py_str
 from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
-from amp_adapters.dtypes import AMP_DTYPES as ROUNDED  # what emulation rounds through the low dtype
+# ROUNDED: what emulation rounds through the low dtype. dtype_name reads MXNet's structured bf16.
+from amp_adapters.dtypes import AMP_DTYPES as ROUNDED
 from amp_adapters.dtypes import FLOAT_DTYPES as FLOATS
-from amp_adapters.dtypes import dtype_name  # MXNet's structured bf16 included
+from amp_adapters.dtypes import dtype_name
 
 _ND_AMP_CAST, _SYM_AMP_CAST = nd.amp_cast, sym.amp_cast
 _SYM_AMP_MULTICAST = sym.amp_multicast
