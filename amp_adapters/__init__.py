@@ -29,7 +29,8 @@ __version__ = "0.1.0"
 __all__ = [
     "AmpConfigError", "ConflictingOpError", "OverflowGuardError", "UnknownChoiceError",
     "UnknownOpError", "Category", "OpDecision", "categorize", "effective_lists", "plan_op",
-    "widest", "dtype_name", "LOW_DTYPES", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "default_loss_scale", "CastReport", "compare",
+    "widest", "dtype_name", "LOW_DTYPES", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy",
+    "default_loss_scale", "CastReport", "compare",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
     "loss_scale_from_config", "loss_scale_from_state_dict", "__version__",
 ]
