@@ -224,20 +224,25 @@ def module_files(package: str) -> set[str]:
 
 
 def test_the_readme_layout_names_every_file_of_the_packages():
+    """A file added, renamed or removed needs its line in README.md's Layout block."""
     readme = (ROOT / "README.md").read_text("utf-8")
     block = readme.split("## Layout", 1)[1].split("```", 2)[1]
     layout = file_map(block)
     for package in PACKAGES:
-        assert layout.get(package, set()) & module_files(package) == module_files(package), \
-            f"README Layout misses files of {package}/"
-        assert layout[package] <= module_files(package), \
-            f"README Layout names files {package}/ does not have"
+        named, actual = layout.get(package, set()), module_files(package)
+        assert sorted(actual - named) == [], \
+            f"README.md ## Layout: add a line for these files of {package}/"
+        assert sorted(named - actual) == [], \
+            f"README.md ## Layout names files that {package}/ does not have"
 
 
 @pytest.mark.parametrize("package", PACKAGES)
 def test_each_package_docstring_states_its_file_map(package):
+    """The same, for the ``Files:`` section of each package's docstring."""
     doc = ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text("utf-8")))
-    files = doc.split("Files:", 1)[1]
-    named = named_files(files)
-    assert module_files(package) <= named, f"{package} docstring misses files"
-    assert named <= module_files(package), f"{package} docstring names files it lacks"
+    assert "Files:" in doc, f"{package}/__init__.py docstring: add a 'Files:' section"
+    named, actual = named_files(doc.split("Files:", 1)[1]), module_files(package)
+    assert sorted(actual - named) == [], \
+        f"{package}/__init__.py docstring 'Files:': add a line for these files"
+    assert sorted(named - actual) == [], \
+        f"{package}/__init__.py docstring 'Files:' names files the package does not have"
