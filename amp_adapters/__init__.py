@@ -15,11 +15,11 @@ Files:
     errors.py     the config errors
     cli.py        ``amp-adapters lists|explain`` (other subcommands come by entry point)
 """
+from .dtypes import LOW_DTYPES, dtype_name
 from .errors import (AmpConfigError, ConflictingOpError, OverflowGuardError, UnknownChoiceError,
                      UnknownOpError)
-from .dtypes import LOW_DTYPES, dtype_name, widest
-from .planner import Category, OpDecision, categorize, effective_lists, plan_op
-from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy, default_loss_scale
+from .planner import Category, OpDecision, categorize, effective_lists, plan_op, widest
+from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy
 from .report import CastReport, compare
 from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale,
                      loss_scale_from_config, loss_scale_from_state_dict)
@@ -27,10 +27,10 @@ from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale
 __version__ = "0.1.0"
 
 __all__ = [
+    "LOW_DTYPES", "dtype_name",
     "AmpConfigError", "ConflictingOpError", "OverflowGuardError", "UnknownChoiceError",
     "UnknownOpError", "Category", "OpDecision", "categorize", "effective_lists", "plan_op",
-    "widest", "dtype_name", "LOW_DTYPES", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy",
-    "default_loss_scale", "CastReport", "compare",
+    "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
     "loss_scale_from_config", "loss_scale_from_state_dict", "__version__",
 ]

@@ -15,8 +15,9 @@ import paddle
 from paddle.base import core, framework
 
 from amp_adapters import (AmpConfigError, CastReport, DynamicLossScale, LossScale, OpLists,
-                          Policy, StaticLossScale, default_loss_scale)
+                          Policy, StaticLossScale)
 from amp_adapters.dtypes import LOW_DTYPES, dtype_name, low_dtype
+from amp_adapters.policy import default_loss_scale
 
 from .env import current_device, require_legacy_static
 from .kernels import lowp_kernels

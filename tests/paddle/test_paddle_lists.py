@@ -237,7 +237,7 @@ def test_policy_with_custom_op_lists_is_an_error(static):
 def test_dtype_spellings_loss_scale_and_emulate_are_the_core_rules(static):
     """decorate reads dtypes through the core vocabulary, asks the core which dtype scales the
     loss, and merges ``emulate=`` as the core does (it adds, it never removes)."""
-    from amp_adapters import default_loss_scale
+    from amp_adapters.policy import default_loss_scale
 
     sgd = lambda: paddle.optimizer.SGD(0.1)  # noqa: E731
     bf16 = paddle_amp.decorate(sgd(), dtype="bf16", init_loss_scaling=8.0)
