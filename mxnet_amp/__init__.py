@@ -2,7 +2,7 @@
 
 ``import mxnet_amp as amp`` instead of ``from mxnet.contrib import amp``::
 
-    amp.init()                                  # or init(policy="O1-bf16"), init(emulate=True)
+    amp.init()                                  # the native lists; init(policy="O1") shared
     amp.init_trainer(trainer)                   # DynamicLossScale by default (none for bf16)
     with amp.scale_loss(loss, trainer) as scaled:
         autograd.backward(scaled)
@@ -11,13 +11,30 @@
     amp.loss_scale(trainer), amp.last_step_skipped(trainer), amp.state_dict(trainer)
     amp.cast_report(net); amp.convert_hybrid_block(net); amp.reset()
 
+Without ``policy=`` the native default lists (preset ``mxnet-native``).
 Differences from the native that matter: the op lists extend the defaults and
-are checked before anything is patched; ``mx.np``/``mx.npx`` are patched too;
+are checked before anything is patched; under a shared policy
+``mx.np``/``mx.npx`` are patched too;
 ops without a low-precision kernel on the device stay float32 (or are
 emulated) instead of crashing; ``reset()`` undoes ``init``; overflow is
 checked on every device with one host sync per step, also with
 ``update_on_kvstore=True``; the loss scale is configurable, checkpointable and
 readable; the new scale is used by the very next step.
+
+Files:
+
+    config.py     init()'s native arguments -> Policy
+    patching.py   init/reset: cast wrappers around MXNet's op functions
+    graph.py      symbol graphs: plan every op, rewrite with casts
+    convert.py    convert_symbol / convert_model / convert_hybrid_block / _bucketing_module
+    kernels.py    which ops have a low-precision kernel on a device (probed once)
+    lists/        the native list_* helpers, and the symbol_fp16 / symbol_bf16 lists
+    amp.py        the native amp.amp module's names
+    loss_scaler.py  LossScaler on the core's state machine
+    trainer.py    init_trainer / scale_loss / unscale: loss scaling and the skip
+    overflow.py   the on-device overflow check
+    report.py     cast_report of a hybridized block
+    _mx.py        MXNet glue: op registry, dtype of a tensor, casts
 """
 from amp_adapters import (DynamicLossScale, NoOpLossScale, OverflowGuardError, Policy,
                           StaticLossScale)

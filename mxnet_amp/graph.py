@@ -16,7 +16,7 @@ from typing import AbstractSet, Iterator, Mapping, Optional
 import mxnet as mx
 
 from amp_adapters import OpDecision, Policy, plan_op
-from amp_adapters.planner import FLOAT_RANK
+from amp_adapters.dtypes import FLOAT_RANK, LOW_DTYPES
 from amp_adapters.oplists import load_table
 
 from ._mx import FLOATS, ROUNDED, cast, dtype_name, input_names, unpatched
@@ -112,13 +112,10 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: m
     kernels = KernelSet(ctx, policy.dtype) if kernels is None else kernels
     out, uses = _rewrite(sym, known, policy, ctx, excluded, kernels, {})
     declared = {p: next(iter(u)) for p, u in uses.items()
-                if p in optional_params and len(u) == 1 and next(iter(u)) in ROUNDED_TO}
+                if p in optional_params and len(u) == 1 and next(iter(u)) in LOW_DTYPES}
     if declared:  # again, with those parameters already in their low dtype
         out, _ = _rewrite(sym, {**known, **declared}, policy, ctx, excluded, kernels, declared)
     return out
-
-
-ROUNDED_TO = ("float16", "bfloat16")
 
 
 def _rewrite(sym, known, policy, ctx, excluded, kernels, declared):

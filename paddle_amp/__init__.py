@@ -5,13 +5,25 @@ loss-scale move equals ``DynamicLossScale.adjust``; this package only
 translates them into program ops. Works on Paddle 2.6.2 and 3.3.1 with the
 legacy program IR (``FLAGS_enable_pir_api=0``).
 
-    opt = paddle_amp.decorate(paddle.optimizer.Adam(1e-3))   # native arguments work too
+    opt = paddle_amp.decorate(paddle.optimizer.Adam(1e-3))   # native lists; policy="O1": shared
     opt.minimize(loss)
     exe.run(startup); opt.amp_init(place)
     for batch in data:
         exe.run(main, feed=batch)
         opt.check_guard()        # OverflowGuardError after max_consecutive_skips overflows
     opt.loss_scale()             # DynamicLossScale(scale=..., good_steps=..., skipped_steps=...)
+
+Files:
+
+    decorator.py  decorate(): native arguments -> Policy; the optimizer wrapper
+    lists.py      AutoMixedPrecisionLists (and BF16): live sets -> OpLists
+    casting.py    cast_model_to_fp16 / cast_parameters_to_fp16, graph helpers
+    fp16_lists.py fp16_utils.py bf16/ amp_nn.py debugging.py function_overload.py
+                  the native submodules at the same paths
+    rewrite.py    program rewrite: plan every forward op, insert its casts
+    scaling.py    loss scaling as program ops: scale, check, skip, state, all-reduce
+    kernels.py    which ops have a low-precision kernel on the device used
+    env.py        Paddle glue: static/legacy-IR checks, dtype of a var, device
 """
 from amp_adapters import CastReport, OverflowGuardError, Policy
 

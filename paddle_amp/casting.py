@@ -15,10 +15,11 @@ import paddle
 from paddle.base import core
 
 from amp_adapters import Policy
+from amp_adapters.dtypes import dtype_name
 
 from .env import DTYPE_OF, current_device
 from .kernels import lowp_kernels
-from .lists import check_lists
+from .lists import check_amp_dtype, check_lists
 from .rewrite import Rewriter
 
 
@@ -33,13 +34,9 @@ def native_policy(lists, dtype: str, level: str, use_promote: bool = False, **fi
 
 
 def dtype_of(dest_type) -> str:
-    """'float16' / 'bfloat16' from a VarType, a paddle dtype or a string."""
-    if isinstance(dest_type, str):
-        return dest_type.lower()
-    name = DTYPE_OF.get(dest_type) or str(dest_type).removeprefix("paddle.")
-    if name not in ("float16", "bfloat16"):
-        raise ValueError("If enable AMP, dtype should be 'float16' or 'bfloat16'.")
-    return name
+    """'float16' / 'bfloat16' from a VarType, a paddle dtype or a string (else the native
+    ValueError)."""
+    return check_amp_dtype(DTYPE_OF.get(dest_type, dest_type))
 
 
 def cast_model(program, amp_lists=None, use_guard: bool = True, dtype: str = "float16",
@@ -96,7 +93,7 @@ def cast_parameters(place, program, scope=None, names: Optional[Iterable[str]] =
             if param.name not in names or scope.find_var(param.name) is None:
                 continue
             tensor = scope.find_var(param.name).get_tensor()
-            if str(tensor._dtype()).removeprefix("paddle.") == dtype:
+            if dtype_name(tensor._dtype()) == dtype:
                 continue  # converted already: never twice (bf16 bits)
             low = to_low(np.array(tensor), dtype)
             tensor.set(low, place)

@@ -15,11 +15,10 @@ import numpy as np
 import paddle
 from paddle.base import core, framework
 
-from amp_adapters import (AmpConfigError, CastReport, DynamicLossScale, LossScale,
-                          NoOpLossScale, OpLists, Policy, StaticLossScale,
-                          UnknownChoiceError)
-from amp_adapters.oplists import LOW_DTYPES
-from amp_adapters.policy import resolve_policy
+from amp_adapters import (AmpConfigError, CastReport, DynamicLossScale, LossScale, OpLists,
+                          Policy, StaticLossScale, UnknownChoiceError)
+from amp_adapters.dtypes import LOW_DTYPES, dtype_name, low_dtype
+from amp_adapters.policy import default_loss_scale, resolve_policy
 
 from .amp_nn import check_finite_and_unscale, update_loss_scaling  # noqa: F401 (native names)
 from .casting import (cast_model_to_fp16, cast_parameters_to_fp16,  # noqa: F401
@@ -166,7 +165,7 @@ class OptimizerWithMixedPrecision:
                                f"program before amp_init()")
         for name in sorted(self._low_params):
             tensor = scope.find_var(name).get_tensor()
-            if str(tensor._dtype()).removeprefix("paddle.") != self.policy.dtype:
+            if dtype_name(tensor._dtype()) != self.policy.dtype:
                 # not twice: bf16 bits
                 tensor.set(to_low(np.asarray(tensor), self.policy.dtype), place)
         derived = test_program is not None and test_program.global_block().has_var(
@@ -220,12 +219,10 @@ class OptimizerWithMixedPrecision:
 
 
 def _loss_scale(dtype: str, dynamic: Optional[bool], args: dict) -> LossScale:
-    """The loss scale the native arguments describe (bf16 needs none, as natively)."""
-    if dtype == "bfloat16":
-        return NoOpLossScale()
+    """The loss scale the native arguments describe, where the core says ``dtype`` needs one."""
     if dynamic is None or dynamic:
-        return DynamicLossScale.from_paddle(**args)
-    return StaticLossScale(scale=args["init_loss_scaling"])
+        return default_loss_scale(dtype, lambda: DynamicLossScale.from_paddle(**args))
+    return default_loss_scale(dtype, lambda: StaticLossScale(scale=args["init_loss_scaling"]))
 
 
 def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weight=None,
@@ -297,9 +294,7 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
         use_guard = bool(use_amp_guard)
     if not isinstance(level, str) or not isinstance(dtype, str):
         raise TypeError(f"level and dtype must be strings, got {level!r} and {dtype!r}")
-    dtype = dtype.lower()
-    if dtype not in LOW_DTYPES:
-        raise UnknownChoiceError("dtype", dtype, LOW_DTYPES)
+    dtype = low_dtype(dtype)
     level = level.upper()
     if level not in ("O0", "O1", "O2", "OD"):
         raise UnknownChoiceError("level", level, ("O0", "O1", "O2", "OD"))
@@ -317,16 +312,15 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
             policy = Policy.preset("O0")
         else:
             policy = native_policy(lists, dtype, level, use_promote,
-                                   loss_scale=_loss_scale(dtype, use_dynamic_loss_scaling, args),
-                                   emulate=bool(emulate))
+                                   loss_scale=_loss_scale(dtype, use_dynamic_loss_scaling, args)
+                                   ).with_emulation(emulate)
     else:
         if lists.overrides() != OpLists():
             raise AmpConfigError(
                 "decorate() got both policy= and amp_lists= with custom op lists: put the op "
                 "lists in the policy (Policy(paddle_ops=OpLists(...))); amp_lists may then "
                 "carry only custom_black_varnames")
-        if emulate and not policy.emulate:
-            policy = policy.replace(emulate=True)
+        policy = policy.with_emulation(emulate)
         if use_promote and policy.unlisted is None:
             policy = policy.replace(unlisted="promote")
         if policy.paddle_ops != OpLists():  # list objects checked their names already

@@ -19,6 +19,7 @@ import paddle
 from paddle.base import core
 
 from amp_adapters import AmpConfigError, ConflictingOpError, OpLists, Policy
+from amp_adapters.dtypes import low_dtype
 from amp_adapters.oplists import load_table, native_lists
 
 from .env import current_device
@@ -28,12 +29,12 @@ _CATEGORY = (("black_list", "fp32"), ("white_list", "lower"), ("gray_list", "pro
 
 
 def check_amp_dtype(dtype) -> str:
-    """'float16' or 'bfloat16' (any case), else the native ValueError."""
-    if isinstance(dtype, str):
-        dtype = dtype.lower()
-    if dtype not in ("float16", "bfloat16"):
-        raise ValueError("If enable AMP, dtype should be 'float16' or 'bfloat16'.")
-    return dtype
+    """'float16' or 'bfloat16' (any spelling the core reads: 'FP16', np.float16...), else the
+    native ValueError."""
+    try:
+        return low_dtype(dtype.lower() if isinstance(dtype, str) else dtype)
+    except AmpConfigError:
+        raise ValueError("If enable AMP, dtype should be 'float16' or 'bfloat16'.") from None
 
 
 def _names(value: Optional[Iterable[str]], arg: str) -> frozenset[str]:
@@ -102,11 +103,12 @@ class AutoMixedPrecisionLists(_Lists):
     """
 
     def __init__(self, custom_white_list=None, custom_black_list=None,
-                 custom_black_varnames=None, dtype="float16"):
+                 custom_black_varnames=None, dtype="float16", custom_gray_list=None):
         self.amp_dtype = check_amp_dtype(dtype)
         white = _names(custom_white_list, "custom_white_list")
         black = _names(custom_black_list, "custom_black_list")
-        _check_registered(self.amp_dtype, lower=white, fp32=black)
+        gray = _names(custom_gray_list, "custom_gray_list")  # an extra: ops to promote
+        _check_registered(self.amp_dtype, lower=white, fp32=black, promote=gray)
         self._custom_white_list = custom_white_list
         self._custom_black_list = custom_black_list
         d = self._defaults()
@@ -124,15 +126,14 @@ class AutoMixedPrecisionLists(_Lists):
             self.white_list.discard(op) if op in self.white_list else self.gray_list.discard(op)
             self.black_list.add(op)
             self.unsupported_list.add(op)
+        for op in gray:
+            self.white_list.discard(op)
+            self.black_list.discard(op)
+            self.gray_list.add(op)
 
     def _defaults(self):
         return native_lists("paddle", self.amp_dtype)
 
-    @property
-    def custom_ops(self) -> OpLists:
-        """The custom lists given to the constructor (what a ``policy=`` combines with)."""
-        return OpLists(lower=_names(self._custom_white_list, "custom_white_list"),
-                       fp32=_names(self._custom_black_list, "custom_black_list"))
 
     def _update_list(self) -> None:
         """The native hook (a no-op here: the sets are live and read at decorate time)."""
@@ -181,10 +182,6 @@ class AutoMixedPrecisionListsBF16(_Lists):
     def black_varnames(self):
         return self.fp32_varnames
 
-    @property
-    def custom_ops(self) -> OpLists:
-        return OpLists(lower=_names(self._custom_bf16_list, "custom_bf16_list"),
-                       fp32=_names(self._custom_fp32_list, "custom_fp32_list"))
 
     def _update_list(self) -> None:
         """The native hook (a no-op here: the sets are live)."""

@@ -11,19 +11,15 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from amp_adapters import Policy, categorize, effective_lists
+from amp_adapters.dtypes import low_dtype
 from amp_adapters.oplists import load_table, native_lists
 
-from .._mx import dtype_name
 from ..patching import active_policy
 from . import symbol_bf16, symbol_fp16  # noqa: F401
 
 
-def _dtype(target_dtype: Any) -> str:
-    return target_dtype if isinstance(target_dtype, str) else dtype_name(target_dtype)
-
-
 def _policy(target_dtype: Any) -> Policy:
-    dtype = _dtype(target_dtype)
+    dtype = low_dtype(target_dtype, "target_dtype")
     active = active_policy()
     if active is not None and active.dtype == dtype:
         return active
