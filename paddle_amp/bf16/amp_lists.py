@@ -11,4 +11,11 @@ bf16_list = BF16_WHITE_LIST
 fp32_list = set(_bf16.fp32)
 gray_list = set(_bf16.promote)
 bf16_initializer_list = set(_bf16.initializers)
-unsupported_list = _unsupported("bfloat16") - bf16_list - gray_list
+
+
+def __getattr__(name):
+    """``unsupported_list``: the ops without a bf16 kernel on the device in use, computed when
+    first read (natively at import, for the CPU)."""
+    if name == "unsupported_list":
+        return _unsupported("bfloat16") - bf16_list - gray_list
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
