@@ -72,15 +72,6 @@ def cast_parameters_to_fp16(place, program, scope=None, to_fp16_var_names=None,
                     rewrite_master_weight, master_weights)
 
 
-def to_low(values: np.ndarray, dtype: str) -> np.ndarray:
-    """fp32 ``values`` as ``dtype`` (bf16 as its uint16 bit pattern, rounded to nearest even)."""
-    values = np.asarray(values, dtype=np.float32)
-    if dtype == "float16":
-        return values.astype(np.float16)
-    bits = values.view(np.uint32)
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
-
-
 def cast_parameters(place, program, scope=None, names: Optional[Iterable[str]] = None,
                     dtype: str = "float16", rewrite_master_weight: bool = False,
                     master_weights: Optional[dict] = None) -> None:
@@ -95,7 +86,8 @@ def cast_parameters(place, program, scope=None, names: Optional[Iterable[str]] =
             tensor = scope.find_var(param.name).get_tensor()
             if dtype_name(tensor._dtype()) == dtype:
                 continue  # converted already: never twice (bf16 bits)
-            low = to_low(np.array(tensor), dtype)
+            from .decorator import _to_low  # the one fp32 -> low conversion (amp_init's)
+            low = _to_low(tensor, dtype)
             tensor.set(low, place)
             master = (master_weights or {}).get(param.name)
             if rewrite_master_weight and master is not None:

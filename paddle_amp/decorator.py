@@ -22,7 +22,7 @@ from amp_adapters.policy import default_loss_scale, resolve_policy
 
 from .amp_nn import check_finite_and_unscale, update_loss_scaling  # noqa: F401 (native names)
 from .casting import (cast_model_to_fp16, cast_parameters_to_fp16,  # noqa: F401
-                      native_policy, to_low)
+                      native_policy)
 from .env import current_device, require_legacy_static
 from .kernels import lowp_kernels
 from .fp16_utils import update_role_var_grad  # noqa: F401 (a native name)
@@ -124,7 +124,6 @@ class OptimizerWithMixedPrecision:
     def _master_grads(self, params_grads):
         """master_grad=True: each low-precision gradient cast to an fp32 var (the master
         gradient) that unscaling, the check, clipping and the update then read."""
-        block = self._train_program.global_block()
         out = []
         with self._train_program._optimized_guard([]):
             for p, g in params_grads:
@@ -166,8 +165,7 @@ class OptimizerWithMixedPrecision:
         for name in sorted(self._low_params):
             tensor = scope.find_var(name).get_tensor()
             if dtype_name(tensor._dtype()) != self.policy.dtype:
-                # not twice: bf16 bits
-                tensor.set(to_low(np.asarray(tensor), self.policy.dtype), place)
+                tensor.set(_to_low(tensor, self.policy.dtype), place)  # not twice: bf16 bits
         derived = test_program is not None and test_program.global_block().has_var(
             self._scaling.vars["scale"].name)  # a clone of the decorated program: rewritten
         if test_program is not None and not derived and (self.policy.level == "O2"
@@ -216,6 +214,15 @@ class OptimizerWithMixedPrecision:
         """Raise ``OverflowGuardError`` naming the parameters with non-finite gradients after
         ``max_consecutive_skips`` overflow steps in a row; else return. One host read."""
         self._built("check_guard").check_guard(scope or paddle.static.global_scope())
+
+
+def _to_low(tensor, dtype: str):
+    """The fp32 ``tensor`` as a numpy array of ``dtype`` (bf16 as its uint16 bit pattern)."""
+    values = np.asarray(tensor, dtype=np.float32)
+    if dtype == "float16":
+        return values.astype(np.float16)
+    bits = values.view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
 
 
 def _loss_scale(dtype: str, dynamic: Optional[bool], args: dict) -> LossScale:
