@@ -167,3 +167,21 @@ def test_cli_diff_prints_the_table(capsys):
     assert main(["diff", "--framework", "paddle", "--version", "2.6.2"]) == 0
     out = capsys.readouterr().out
     assert "| `relu` | relu | promote | follow |" in out
+
+
+def test_an_op_in_a_list_and_in_conditional_fp32_is_a_conflict():
+    from amp_adapters import ConflictingOpError, OpLists
+    with pytest.raises(ConflictingOpError, match="'Activation'.*conditional_fp32"):
+        OpLists(lower={"Activation"}, conditional_fp32=(("Activation", "act_type", ("relu",)),))
+    OpLists(lower={"relu"}, conditional_fp32=(("Activation", "act_type", ("relu",)),))
+
+
+def test_native_version_pins_the_lists():
+    old = Policy.preset("paddle-native", native_version="2.6.2")
+    new = Policy.preset("paddle-native", native_version="3.3.1")
+    only_new = sorted(native_lists("paddle", "float16", "3.3.1").lower -
+                      native_lists("paddle", "float16", "2.6.2").lower)
+    assert only_new
+    for op in only_new:
+        assert categorize(new, "paddle", op).category == "lower"
+        assert categorize(old, "paddle", op).category != "lower"

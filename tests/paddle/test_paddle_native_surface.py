@@ -377,3 +377,13 @@ def test_graph_helpers_on_edge_cases(static):
     for mod in (paddle.static.amp.bf16.amp_utils, paddle_amp.bf16.amp_utils):
         assert mod.find_true_post_op(block.ops, init, "X") == []  # init is not in these ops
         assert mod.find_true_post_op(block.ops, init, "X", search_all=True) == [op]
+
+
+def test_level_od_ignores_amp_lists_as_natively(static, caplog):
+    loss = _scale_model()
+    lists = paddle_amp.AutoMixedPrecisionLists(custom_white_list={"scale"})
+    with caplog.at_level("WARNING", logger="paddle_amp"):
+        opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), lists, level="OD")
+    assert "amp_lists are not used" in caplog.text
+    opt.minimize(loss)
+    assert _decisions(opt)["scale"].category == "fp32"
