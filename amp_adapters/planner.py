@@ -79,7 +79,8 @@ def categorize(policy: Policy, framework: str, op: str,
     rules = policy.framework_ops(framework).conditional_fp32
     if policy.defaults == "native" and policy.enabled and \
             not policy.framework_ops(framework).replace:
-        rules = (*rules, *native_lists(framework, policy.dtype, policy.native_version).conditional_fp32)
+        native = native_lists(framework, policy.dtype, policy.native_version)
+        rules = (*rules, *native.conditional_fp32)
     return _categorize(policy, framework, op, canonical, _matched_rule(rules, op, attrs))
 
 

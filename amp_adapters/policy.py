@@ -123,8 +123,8 @@ class Policy:
     ``unlisted``: the category of an op that no list names (None: follow for the
     shared lists, the native's rule for native ones; Paddle's ``use_promote``
     is ``"promote"``). ``native_version`` pins the native version whose lists
-    ``defaults="native"`` reads (default: the installed one). Level ``OD``: only ``lower`` ops run low precision,
-    every other op runs in fp32 (Paddle's level "OD").
+    ``defaults="native"`` reads (default: the installed one). Level ``OD``: only
+    ``lower`` ops run low precision, every other op runs in fp32 (Paddle's "OD").
     """
 
     dtype: str = "float16"
@@ -269,7 +269,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "O1-bf16": {"dtype": "bfloat16", "level": "O1"},
     "O2": {"dtype": "float16", "level": "O2"},
     "O2-bf16": {"dtype": "bfloat16", "level": "O2"},
-    # each installed native's default lists, exactly: what a drop-in uses without policy=
+    # the installed native's default lists, exactly, in whichever framework runs the policy:
+    # what a drop-in uses without policy= (the two names are one policy value)
     "mxnet-native": {"dtype": "float16", "level": "O1", "defaults": "native"},
     "paddle-native": {"dtype": "float16", "level": "O1", "defaults": "native"},
 }
@@ -295,5 +296,5 @@ def resolve_policy(policy: "PolicyLike", **changes: Any) -> Policy:
                                      tuple(PRESETS))
     else:
         raise TypeError(f"policy= must be a Policy, a preset name ({', '.join(PRESETS)}) "
-                             f"or a TOML file path, got {type(policy).__name__}")
+                        f"or a TOML file path, got {type(policy).__name__}")
     return resolved.replace(**changes) if changes else resolved

@@ -49,13 +49,14 @@ from .patching import active_policy, init, reset
 from .report import cast_report
 from .trainer import (init_trainer, last_step_skipped, load_state_dict, loss_scale, scale_loss,
                       state_dict, unscale)
-from . import amp, lists, loss_scaler  # noqa: E402,F401  (the native submodules)
+from . import amp, lists, loss_scaler  # noqa: F401  (the native submodules)
 
 __all__ = [
     "init", "reset", "active_policy", "init_trainer", "scale_loss", "unscale", "loss_scale",
     "last_step_skipped", "state_dict", "load_state_dict", "convert_symbol", "convert_model",
-    "convert_hybrid_block", "convert_bucketing_module", "cast_report", "list_lp16_ops", "list_fp32_ops",
-    "list_lp16_fp32_ops", "list_conditional_fp32_ops", "list_widest_type_cast",
-    "list_loss_output_functions", "list_lp16_use_fp32_params", "LossScaler", "Policy", "DynamicLossScale", "StaticLossScale",
-    "NoOpLossScale", "OverflowGuardError",
+    "convert_hybrid_block", "convert_bucketing_module", "cast_report", "list_lp16_ops",
+    "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops", "list_widest_type_cast",
+    "list_loss_output_functions", "list_lp16_use_fp32_params", "LossScaler", "Policy",
+    "DynamicLossScale", "StaticLossScale", "NoOpLossScale", "OverflowGuardError",
+    "amp", "lists", "loss_scaler",
 ]

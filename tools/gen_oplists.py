@@ -230,7 +230,8 @@ def native_defaults():
         pass
     else:
         def pd(dtype):  # AutoMixedPrecisionLists(dtype=...): white, black, gray; else fp32
-            return {"lower": sorted(pl._get_white_list(dtype)), "fp32": sorted(pl._get_black_list()),
+            return {"lower": sorted(pl._get_white_list(dtype)),
+                    "fp32": sorted(pl._get_black_list()),
                     "promote": sorted(pl.gray_list), "follow": [], "unlisted": "fp32",
                     "o2_fp32": sorted(pl._get_black_list() - pl.black_list),
                     "conditional_fp32": [], "loss_output": [], "fp32_params": {}}
