@@ -221,3 +221,17 @@ def test_excluded_sym_names_and_conditional_ops_in_converted_symbols():
     relu = mx.sym.Activation(mx.sym.broadcast_mul(x, x, name="sq"), act_type="relu")
     assert [d for _, d in _casts(amp.convert_symbol(relu, target_dtype_ops=["broadcast_mul"]))] \
         == ["float16"]  # relu follows its (fp16) input
+
+
+def test_convert_model_planned_for_a_gpu_casts_the_optional_params():
+    """Upstream's GPU case, planned for gpu(0) on this CPU build (structure only, nothing
+    runs): FullyConnected is in the native FP16 list, so with cast_optional_params its
+    weight and bias are stored in float16 and only the data gets a cast."""
+    x = mx.sym.var("data")
+    fc = mx.sym.FullyConnected(x, num_hidden=2, name="fc")
+    args = {"fc_weight": mx.nd.ones((2, 4)), "fc_bias": mx.nd.zeros((2,))}
+    for optional, dtype, casts in ((False, np.float32, 3), (True, np.float16, 1)):
+        sym, arg_params, _ = amp.convert_model(fc, dict(args), {}, ctx=mx.gpu(0),
+                                               cast_optional_params=optional)
+        assert {a.dtype for a in arg_params.values()} == {dtype}
+        assert [d for _, d in _casts(sym)] == ["float16"] * casts
