@@ -387,3 +387,38 @@ def test_level_od_ignores_amp_lists_as_natively(static, caplog):
     assert "amp_lists are not used" in caplog.text
     opt.minimize(loss)
     assert _decisions(opt)["scale"].category == "fp32"
+
+
+def _native_style_script(amp):
+    """Code written against ``paddle.static.amp`` (passed in as ``amp``): the native lists
+    edited in place, every native decorate argument, the bf16 and fp16_utils helpers."""
+    main, startup, scope = paddle.static.Program(), paddle.static.Program(), paddle.static.Scope()
+    with paddle.static.program_guard(main, startup), paddle.static.scope_guard(scope):
+        _, _, loss = mlp()
+        lists = amp.AutoMixedPrecisionLists(custom_white_list={"scale"})
+        lists.black_list.add("elementwise_pow")
+        opt = amp.decorate(paddle.optimizer.Momentum(0.05), amp_lists=lists, level="O1",
+                           dtype="float16", master_weight=None, master_grad=False,
+                           init_loss_scaling=1024.0, incr_every_n_steps=1000,
+                           decr_every_n_nan_or_inf=2, incr_ratio=2.0, decr_ratio=0.5,
+                           use_dynamic_loss_scaling=True, use_amp_guard=False,
+                           use_promote=False)
+        opt.minimize(loss)
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        exe.run(startup)
+        opt.amp_init(paddle.CPUPlace(), scope=scope)
+        losses = [float(exe.run(main, feed=batch(i % 3), fetch_list=[loss])[0])
+                  for i in range(15)]
+        ops = main.global_block().ops
+        first_out = ops[0].output_arg_names[0]
+        assert amp.fp16_utils.find_true_post_op(ops, ops[0], first_out)
+        bits = amp.bf16.convert_float_to_uint16(np.ones((2,), "float32"))
+    return losses, bits
+
+
+def test_a_native_style_script_runs_with_only_the_import_changed(static):
+    native_losses, native_bits = _native_style_script(paddle.static.amp)
+    ours_losses, ours_bits = _native_style_script(paddle_amp)
+    for losses in (native_losses, ours_losses):
+        assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
+    np.testing.assert_array_equal(ours_bits, native_bits)
