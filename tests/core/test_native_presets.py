@@ -185,3 +185,11 @@ def test_native_version_pins_the_lists():
     for op in only_new:
         assert categorize(new, "paddle", op).category == "lower"
         assert categorize(old, "paddle", op).category != "lower"
+
+
+def test_cli_takes_a_preset_name_for_policy(capsys):
+    from amp_adapters.cli import main
+    assert main(["lists", "--framework", "mxnet", "--policy", "mxnet-native"]) == 0
+    out = capsys.readouterr().out
+    lower = effective_lists(Policy.preset("mxnet-native"), "mxnet")["lower"]
+    assert f"[lower] ({len(lower)} ops)" in out and "  FullyConnected" in out
