@@ -17,22 +17,24 @@ Files:
     native_diff.py  where the shared O1 and each native default disagree, and why
 """
 from .dtypes import LOW_DTYPES, dtype_name
-from .errors import (AmpConfigError, ConflictingOpError, NotSupportedError, OverflowGuardError,
-                     UnknownChoiceError, UnknownOpError)
+from .errors import (AmpConfigError, ConflictingOpError, OverflowGuardError, UnknownChoiceError,
+                     UnknownOpError)
 from .planner import Category, OpDecision, categorize, effective_lists, plan_op, widest
-from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy, resolve_policy
+from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy
 from .report import CastReport, compare
 from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale,
                      loss_scale_from_config, loss_scale_from_state_dict)
+from .errors import NotSupportedError  # noqa: E402  (issue 14: the drop-ins' unsupported names)
+from .policy import resolve_policy  # noqa: E402  (issue 14: the one policy= front door)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "LOW_DTYPES", "dtype_name",
-    "AmpConfigError", "ConflictingOpError", "NotSupportedError", "OverflowGuardError",
-    "UnknownChoiceError", "UnknownOpError", "Category", "OpDecision", "categorize",
-    "effective_lists", "plan_op", "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy",
-    "resolve_policy", "CastReport", "compare",
+    "AmpConfigError", "ConflictingOpError", "OverflowGuardError", "UnknownChoiceError",
+    "UnknownOpError", "Category", "OpDecision", "categorize", "effective_lists", "plan_op",
+    "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
     "loss_scale_from_config", "loss_scale_from_state_dict", "__version__",
 ]
+__all__ += ["NotSupportedError", "resolve_policy"]

@@ -39,24 +39,28 @@ Files:
 from amp_adapters import (DynamicLossScale, NoOpLossScale, OverflowGuardError, Policy,
                           StaticLossScale)
 
-from .convert import (convert_bucketing_module, convert_hybrid_block, convert_model,
-                      convert_symbol)
+from .convert import convert_hybrid_block, convert_model, convert_symbol
 from .lists import (list_conditional_fp32_ops, list_fp32_ops, list_loss_output_functions,
-                    list_lp16_fp32_ops, list_lp16_ops, list_lp16_use_fp32_params,
-                    list_widest_type_cast)
-from .loss_scaler import LossScaler
+                    list_lp16_fp32_ops, list_lp16_ops, list_widest_type_cast)
 from .patching import active_policy, init, reset
 from .report import cast_report
 from .trainer import (init_trainer, last_step_skipped, load_state_dict, loss_scale, scale_loss,
                       state_dict, unscale)
-from . import amp, lists, loss_scaler  # noqa: F401  (the native submodules)
 
 __all__ = [
     "init", "reset", "active_policy", "init_trainer", "scale_loss", "unscale", "loss_scale",
     "last_step_skipped", "state_dict", "load_state_dict", "convert_symbol", "convert_model",
-    "convert_hybrid_block", "convert_bucketing_module", "cast_report", "list_lp16_ops",
-    "list_fp32_ops", "list_lp16_fp32_ops", "list_conditional_fp32_ops", "list_widest_type_cast",
-    "list_loss_output_functions", "list_lp16_use_fp32_params", "LossScaler", "Policy",
-    "DynamicLossScale", "StaticLossScale", "NoOpLossScale", "OverflowGuardError",
-    "amp", "lists", "loss_scaler",
+    "convert_hybrid_block", "cast_report", "list_lp16_ops", "list_fp32_ops",
+    "list_lp16_fp32_ops", "list_conditional_fp32_ops", "list_widest_type_cast",
+    "list_loss_output_functions", "Policy", "DynamicLossScale", "StaticLossScale",
+    "NoOpLossScale", "OverflowGuardError",
 ]
+
+# The rest of the native surface (issue 14): submodules amp, lists, loss_scaler.
+from . import amp, lists, loss_scaler  # noqa: E402,F401
+from .convert import convert_bucketing_module  # noqa: E402
+from .lists import list_lp16_use_fp32_params  # noqa: E402
+from .loss_scaler import LossScaler  # noqa: E402
+
+__all__ += ["convert_bucketing_module", "list_lp16_use_fp32_params", "LossScaler", "amp", "lists",
+            "loss_scaler"]

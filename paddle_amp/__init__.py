@@ -27,13 +27,17 @@ Files:
 """
 from amp_adapters import CastReport, OverflowGuardError, Policy
 
-from . import amp_nn, bf16, debugging, decorator, fp16_lists, fp16_utils  # noqa: F401
-from . import function_overload  # noqa: F401
-from .decorator import (OptimizerWithMixedPrecision, cast_model_to_fp16,
-                        cast_parameters_to_fp16, cast_report, decorate)
-from .lists import AutoMixedPrecisionLists, CustomOpLists
+from .decorator import OptimizerWithMixedPrecision, cast_report, decorate
+from .lists import AutoMixedPrecisionLists
 from .rewrite import fp16_guard
 
+CustomOpLists = AutoMixedPrecisionLists  # the native alias
+
+# The rest of the native surface (issue 14): the submodules and the top-level casts.
+from . import amp_nn, bf16, debugging, decorator, fp16_lists, fp16_utils  # noqa: E402,F401
+from . import function_overload  # noqa: E402,F401
+from .casting import cast_model_to_fp16, cast_parameters_to_fp16  # noqa: E402
+
 __all__ = ["AutoMixedPrecisionLists", "CastReport", "CustomOpLists", "OptimizerWithMixedPrecision",
-           "OverflowGuardError", "Policy", "cast_model_to_fp16", "cast_parameters_to_fp16",
-           "cast_report", "decorate", "fp16_guard"]
+           "OverflowGuardError", "Policy", "cast_report", "decorate", "fp16_guard"]
+__all__ += ["cast_model_to_fp16", "cast_parameters_to_fp16"]
