@@ -6,7 +6,8 @@ state machine and reports. It imports neither framework; ``mxnet_amp`` and
 """
 from .errors import (AmpConfigError, ConflictingOpError, OverflowGuardError, UnknownChoiceError,
                      UnknownOpError)
-from .planner import Category, OpDecision, categorize, effective_lists, plan_op, widest
+from .planner import (UNKNOWN, Category, OpDecision, attrs_read, categorize, effective_lists,
+                      plan_op, widest)
 from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy
 from .report import CastReport, compare
 from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale,
@@ -16,7 +17,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AmpConfigError", "ConflictingOpError", "OverflowGuardError", "UnknownChoiceError",
-    "UnknownOpError", "Category", "OpDecision", "categorize", "effective_lists", "plan_op",
+    "UnknownOpError", "UNKNOWN", "Category", "OpDecision", "attrs_read", "categorize",
+    "effective_lists", "plan_op",
     "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
     "loss_scale_from_config", "loss_scale_from_state_dict", "__version__",

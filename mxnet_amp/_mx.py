@@ -20,13 +20,11 @@ from mxnet import symbol as sym
 from mxnet.base import _LIB, check_call, py_str
 from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
-from amp_adapters.planner import AMP_DTYPES
 
 _ND_AMP_CAST, _SYM_AMP_CAST = nd.amp_cast, sym.amp_cast
 _SYM_AMP_MULTICAST = sym.amp_multicast
 _BF16 = np.dtype([("bfloat16", np.uint16)])  # how MXNet 1.x spells bfloat16 in numpy
 FLOATS = ("float16", "bfloat16", "float32", "float64")
-ROUNDED = AMP_DTYPES  # what emulation rounds through the low dtype
 _local = threading.local()
 
 
@@ -43,6 +41,17 @@ def unpatched():
 
 def bypassed() -> bool:
     return getattr(_local, "bypass", False)
+
+
+def call_unpatched(fn: Any, args: tuple, kwargs: dict) -> Any:
+    """``fn(*args, **kwargs)`` with patched ops calling straight through (``unpatched``,
+    without the context manager's cost: this is on every wrapped call)."""
+    prev = getattr(_local, "bypass", False)
+    _local.bypass = True
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _local.bypass = prev
 
 
 @functools.lru_cache(maxsize=None)
