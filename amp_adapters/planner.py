@@ -74,7 +74,14 @@ class OpDecision:
     round_outputs: bool = False
     kept_outputs: tuple[str, ...] = ()
 
-    @property
+    @functools.cached_property
+    def device_dependent(self) -> bool:
+        """True if the device's kernels took part in this decision (the op would run in
+        ``low_dtype``): a backend memoizing decisions must key this one on the device too."""
+        return self.low_dtype is not None and (
+            self.run_dtype == self.low_dtype or self.emulated or self.fell_back)
+
+    @functools.cached_property
     def needs_action(self) -> bool:
         """True if a backend has anything to do for this op (a cast, a rounding)."""
         return self.multicast or self.round_outputs or any(self.round_inputs) or any(

@@ -25,13 +25,19 @@ _ND_AMP_CAST, _SYM_AMP_CAST = nd.amp_cast, sym.amp_cast
 _SYM_AMP_MULTICAST = sym.amp_multicast
 _BF16 = np.dtype([("bfloat16", np.uint16)])  # how MXNet 1.x spells bfloat16 in numpy
 FLOATS = ("float16", "bfloat16", "float32", "float64")
-_local = threading.local()
+
+
+class _Local(threading.local):
+    bypass = False  # inside ``unpatched``: patched ops call straight through
+
+
+_local = _Local()
 
 
 @contextlib.contextmanager
 def unpatched():
     """Inside this block patched ops call straight through (probes, our own casts)."""
-    prev = getattr(_local, "bypass", False)
+    prev = _local.bypass
     _local.bypass = True
     try:
         yield
@@ -40,13 +46,13 @@ def unpatched():
 
 
 def bypassed() -> bool:
-    return getattr(_local, "bypass", False)
+    return _local.bypass
 
 
 def call_unpatched(fn: Any, args: tuple, kwargs: dict) -> Any:
     """``fn(*args, **kwargs)`` with patched ops calling straight through (``unpatched``,
     without the context manager's cost: this is on every wrapped call)."""
-    prev = getattr(_local, "bypass", False)
+    prev = _local.bypass
     _local.bypass = True
     try:
         return fn(*args, **kwargs)

@@ -34,7 +34,7 @@ from amp_adapters import (UNKNOWN, AmpConfigError, OpDecision, Policy, attrs_rea
 from amp_adapters.oplists import load_table
 from amp_adapters.planner import AMP_DTYPES
 
-from ._mx import (bypassed, call_unpatched, cast, is_symbol, is_tensor, multicast_widest,
+from ._mx import (_local, call_unpatched, cast, is_symbol, is_tensor, multicast_widest,
                   tensor_dtype, unpatched)
 from .config import resolve_policy
 from .kernels import KernelSet, forget_fallback_logs, log_fallback
@@ -180,9 +180,12 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
         arg_names = list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         arg_names = []
-    read = [(a, arg_names.index(a) if a in arg_names else None)
-            for a in attrs_read(policy, "mxnet", op)]
-    memo: dict[tuple, OpDecision] = {}
+    read = tuple((a, arg_names.index(a) if a in arg_names else None)
+                 for a in attrs_read(policy, "mxnet", op))
+    # a generated legacy op function dispatches straight to the engine, calling no other
+    # (patched) Python op, so it needs no bypass around it; mx.np functions do call others
+    direct = getattr(getattr(fn, "__code__", None), "co_filename", "") == "<string>"
+    memo: dict[tuple, Any] = {}  # key -> OpDecision, or {device type id: OpDecision}
 
     def decide(key: tuple, found: list, ctx: Any, args: tuple, kwargs: dict) -> OpDecision:
         names = [arg_names[i] if isinstance(i, int) and i < len(arg_names) else
@@ -197,29 +200,32 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
             log_fallback(op, ctx, d.reason)
         if len(memo) >= _MEMO_LIMIT:
             memo.clear()
-        memo[key] = d
+        if d.device_dependent:
+            memo.setdefault(key, {})[ctx.device_typeid] = d
+        else:
+            memo[key] = d
         return d
 
     @functools.wraps(fn)
     def amp_wrapper(*args: Any, **kwargs: Any) -> Any:
-        if bypassed():
+        if _local.bypass:
             return fn(*args, **kwargs)
         found = _find(args, kwargs)
         if not found:
             return fn(*args, **kwargs)
         first = found[0][2]
-        if isinstance(first, mx.sym.Symbol):
-            ctx = mx.context.current_context()
-            sig = tuple((i, j, tensor_dtype(x)) for i, j, x in found)
-        else:
-            ctx = first.context
-            sig = tuple((i, j, x.dtype) for i, j, x in found)
-        key = (ctx.device_typeid, sig, *[
-            str(kwargs[a]) if a in kwargs else
-            str(args[p]) if p is not None and p < len(args) else None for a, p in read])
-        d = memo.get(key) or decide(key, found, ctx, args, kwargs)
+        symbolic = isinstance(first, mx.sym.Symbol)
+        sig = tuple((i, j, tensor_dtype(x) if symbolic else x.dtype) for i, j, x in found)
+        key = (sig, *[str(kwargs[a]) if a in kwargs else
+                      str(args[p]) if p is not None and p < len(args) else None
+                      for a, p in read]) if read else sig
+        d = memo.get(key)
+        ctx = None
+        if d is None or type(d) is dict:
+            ctx = mx.context.current_context() if symbolic else first.context
+            d = (d or {}).get(ctx.device_typeid) or decide(key, found, ctx, args, kwargs)
         if not d.needs_action:
-            return call_unpatched(fn, args, kwargs)
+            return fn(*args, **kwargs) if direct else call_unpatched(fn, args, kwargs)
         with unpatched():
             args, kwargs = _apply(d, found, args, kwargs)
             out = fn(*args, **kwargs)
