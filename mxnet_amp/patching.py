@@ -149,7 +149,8 @@ def _targets(policy: Policy) -> dict[Callable, list[tuple[Any, str, str]]]:
     return {fn: places for fn, places in targets.items() if places}
 
 
-_TENSORS = (mx.nd.NDArray, mx.sym.Symbol)  # legacy and numpy flavours subclass these
+_ND, _SYM = mx.nd.NDArray, mx.sym.Symbol  # legacy and numpy flavours subclass these
+_TENSORS = (_ND, _SYM)
 _MEMO_LIMIT = 4096  # distinct call signatures per op kept; beyond, the memo starts over
 
 
@@ -166,6 +167,34 @@ def _find(args: tuple, kwargs: dict) -> list[tuple[Any, Optional[int], Any]]:
         if k != "out" and isinstance(v, _TENSORS):
             found.append((k, None, v))
     return found
+
+
+def _signature(args: tuple, kwargs: dict) -> Optional[tuple]:
+    """The dtype of every tensor argument, by position (False: not a tensor; an unknown
+    traced dtype is UNKNOWN), one level into lists; None if there is no tensor at all."""
+    key = []
+    any_tensor = False
+    for a in args:
+        if isinstance(a, _ND):
+            key.append(a.dtype)
+            any_tensor = True
+        elif isinstance(a, _SYM):
+            key.append(tensor_dtype(a) or UNKNOWN)
+            any_tensor = True
+        elif isinstance(a, (list, tuple)):
+            inner = tuple(x.dtype if isinstance(x, _ND) else
+                          (tensor_dtype(x) or UNKNOWN) if isinstance(x, _SYM) else False
+                          for x in a)
+            any_tensor = any_tensor or any(t is not False for t in inner)
+            key.append(inner)
+        else:
+            key.append(False)
+    if kwargs:
+        for k, v in kwargs.items():
+            if k != "out" and isinstance(v, _TENSORS):
+                key.append((k, v.dtype if isinstance(v, _ND) else tensor_dtype(v) or UNKNOWN))
+                any_tensor = True
+    return tuple(key) if any_tensor else None
 
 
 def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
@@ -185,9 +214,15 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
     # a generated legacy op function dispatches straight to the engine, calling no other
     # (patched) Python op, so it needs no bypass around it; mx.np functions do call others
     direct = getattr(getattr(fn, "__code__", None), "co_filename", "") == "<string>"
-    memo: dict[tuple, Any] = {}  # key -> OpDecision, or {device type id: OpDecision}
+    memo: dict[tuple, Any] = {}  # key -> (decision, act?), or {device type id: that}
 
-    def decide(key: tuple, found: list, ctx: Any, args: tuple, kwargs: dict) -> OpDecision:
+    def decide(key: tuple, args: tuple, kwargs: dict) -> tuple[OpDecision, bool]:
+        found = _find(args, kwargs)
+        first = found[0][2]
+        ctx = mx.context.current_context() if is_symbol(first) else first.context
+        entry = memo.get(key)
+        if type(entry) is dict and ctx.device_typeid in entry:
+            return entry[ctx.device_typeid]
         names = [arg_names[i] if isinstance(i, int) and i < len(arg_names) else
                  (i if isinstance(i, str) else "") for i, _, _ in found]
         dtypes = [UNKNOWN if dt is None else dt for dt in (tensor_dtype(x) for _, _, x in found)]
@@ -200,34 +235,32 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
             log_fallback(op, ctx, d.reason)
         if len(memo) >= _MEMO_LIMIT:
             memo.clear()
+        value = (d, d.needs_action)
         if d.device_dependent:
-            memo.setdefault(key, {})[ctx.device_typeid] = d
+            memo.setdefault(key, {})[ctx.device_typeid] = value
         else:
-            memo[key] = d
-        return d
+            memo[key] = value
+        return value
 
     @functools.wraps(fn)
     def amp_wrapper(*args: Any, **kwargs: Any) -> Any:
         if _local.bypass:
             return fn(*args, **kwargs)
-        found = _find(args, kwargs)
-        if not found:
+        key = _signature(args, kwargs)
+        if key is None:  # no tensor argument
             return fn(*args, **kwargs)
-        first = found[0][2]
-        symbolic = isinstance(first, mx.sym.Symbol)
-        sig = tuple((i, j, tensor_dtype(x) if symbolic else x.dtype) for i, j, x in found)
-        key = (sig, *[str(kwargs[a]) if a in kwargs else
-                      str(args[p]) if p is not None and p < len(args) else None
-                      for a, p in read]) if read else sig
-        d = memo.get(key)
-        ctx = None
-        if d is None or type(d) is dict:
-            ctx = mx.context.current_context() if symbolic else first.context
-            d = (d or {}).get(ctx.device_typeid) or decide(key, found, ctx, args, kwargs)
-        if not d.needs_action:
+        if read:
+            key = (key, *[str(kwargs[a]) if a in kwargs else
+                          str(args[p]) if p is not None and p < len(args) else None
+                          for a, p in read])
+        entry = memo.get(key)
+        if entry is None or type(entry) is dict:
+            entry = decide(key, args, kwargs)  # a miss, or a decision made per device
+        d, act = entry
+        if not act:
             return fn(*args, **kwargs) if direct else call_unpatched(fn, args, kwargs)
         with unpatched():
-            args, kwargs = _apply(d, found, args, kwargs)
+            args, kwargs = _apply(d, _find(args, kwargs), args, kwargs)
             out = fn(*args, **kwargs)
             return _round_outputs(d, out) if d.round_outputs else out
 
