@@ -18,7 +18,9 @@ from amp_adapters import Policy  # noqa: E402
 import paddle_amp  # noqa: E402
 from paddle_amp.rewrite import Rewriter  # noqa: E402
 
-GOLDEN = os.path.join(os.path.dirname(__file__), "data", "rewrite_golden.json")
+# one golden file per Paddle major version (3.x's legacy IR builds some ops differently)
+GOLDEN = os.path.join(os.path.dirname(__file__), "data",
+                      f"rewrite_golden_paddle{paddle.__version__.split('.')[0]}.json")
 
 
 def _mlp():
@@ -78,6 +80,8 @@ CASES = {
     "cond-emulated": ("cond", EMU, NONE, False),
     "guarded-O2": ("guarded", O2, None, True),
 }
+if not paddle.__version__.startswith("2."):  # 3.x: static.nn.cond rejects legacy-IR Variables
+    CASES = {k: v for k, v in CASES.items() if not k.startswith("cond")}
 
 
 def signature(program) -> list:
