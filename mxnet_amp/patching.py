@@ -5,15 +5,17 @@ Every Python function that dispatches to an op the policy does not leave to
 their ``op``/``_internal``/``contrib``/``linalg`` modules, and ``mx.np``,
 ``mx.npx``, ``mx.nd.np``, ``mx.sym.np``... including the module globals the
 ndarray operators such as ``a @ b`` go through). A wrapper asks
-``amp_adapters.plan_op`` how the op runs, given its input dtypes and the ops
-that have a low-precision kernel on the current device, and inserts exactly
-the casts the plan returns. Imperative calls see real dtypes. While a
-HybridBlock is traced only parameters declare theirs, so a traced value of
-unknown dtype gets an ``amp_cast`` in front of ``lower`` and ``fp32`` ops (free
-at run time when the dtype already matches) and ``amp_multicast`` in front of
-``promote`` ops (the widest input, decided at run time); a parameter is
-cast once per graph, however many ops use it. ``emulated`` ops round their
-floating inputs and outputs through the low dtype and compute in float32.
+``amp_adapters.plan_op`` how the op runs, given its input dtypes and slot
+names, its attributes and the ops that have a low-precision kernel on the
+current device, and applies exactly what the plan says: casts, a runtime
+``amp_multicast`` for a promote op with traced inputs, emulation round trips.
+It decides once per call signature (the argument dtypes, the device type when
+kernels take part, the attribute values the policy reads): a repeated call
+costs a dict lookup plus the casts it needs. Imperative calls see real dtypes;
+while a HybridBlock is traced only parameters declare theirs, and a traced
+value of unknown dtype gets the plan's cast-if-needed (``amp_cast`` is free at
+run time when the dtype already matches). A parameter is cast once per traced
+graph however many ops use it (the cache lives for that one trace).
 
 Wrappers add no host sync; the first call of an op on a device type may
 probe its kernel once (see ``kernels``).

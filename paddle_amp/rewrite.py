@@ -45,6 +45,7 @@ _ROLE = core.op_proto_and_checker_maker.kOpRoleAttrName()
 _NOT_FORWARD = int(core.op_proto_and_checker_maker.OpRole.Backward) | int(
     core.op_proto_and_checker_maker.OpRole.Optimize) | int(
     core.op_proto_and_checker_maker.OpRole.LRSched)
+_NAMESCOPE = core.op_proto_and_checker_maker.kOpNameScopeAttrName()
 _IO_OPS = frozenset({"feed", "fetch", "fetch_v2", "read", "create_py_reader"})
 _LOW = LOW_DTYPES
 _SHORT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64"}
@@ -88,6 +89,23 @@ class _OpAttrs(collections.abc.Mapping):
 
     def __len__(self) -> int:
         return len(self._op.attr_names)
+
+
+def _insert_cast_op(block, i: int, src: str, out: str, in_dtype, out_dtype, role) -> None:
+    """A ``cast`` op at position ``i`` of ``block``, written straight into the block's
+    desc: no whole-block sync and no Python call-stack capture per op (what made
+    ``Block._insert_op`` cost milliseconds a cast on big programs). The output var
+    already exists with its dtype and shape, so no inference is needed."""
+    desc = block.desc._insert_op(i)
+    desc.set_type("cast")
+    desc.set_input("X", [src])
+    desc.set_output("Out", [out])
+    desc._set_int32_attr("in_dtype", int(in_dtype))
+    desc._set_int32_attr("out_dtype", int(out_dtype))
+    desc._set_int32_attr(_ROLE, int(role))
+    desc._set_attr(_NAMESCOPE, framework._full_name_scope())
+    desc.check_attrs()  # the cast op's defaults (use_mkldnn, ...)
+    block.ops.insert(i, framework.Operator(block, desc))
 
 
 @dataclasses.dataclass
@@ -256,9 +274,7 @@ class Rewriter:
         out = block.create_var(name=unique_name.generate(stem), dtype=VARTYPE_OF[target],
                                shape=var.shape, lod_level=var.lod_level, persistable=False,
                                stop_gradient=var.stop_gradient)
-        block._insert_op_without_sync(i, type="cast", inputs={"X": [var]}, outputs={"Out": [out]},
-                                      attrs={"in_dtype": var.dtype, "out_dtype": out.dtype,
-                                             _ROLE: role})
+        _insert_cast_op(block, i, var.name, out.name, var.dtype, out.dtype, role)
         return out.name
 
     def _outputs(self, block, i: int, op, d: OpDecision, role) -> int:
@@ -286,10 +302,8 @@ class Rewriter:
                     op._rename_output(name, raw.name)
                     mid = self._insert_cast(block, i + 1, raw.name, d.low_dtype,
                                             f"{name}.emul_{_SHORT[d.low_dtype]}", role)
-                    block._insert_op_without_sync(
-                        i + 2, type="cast", inputs={"X": [mid]}, outputs={"Out": [var]},
-                        attrs={"in_dtype": VARTYPE_OF[d.low_dtype], "out_dtype": var.dtype,
-                               _ROLE: role})
+                    _insert_cast_op(block, i + 2, mid, var.name, VARTYPE_OF[d.low_dtype],
+                                    var.dtype, role)
                     self._rounded.add(name)
                     i += 2
         return i
