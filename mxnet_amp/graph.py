@@ -16,7 +16,7 @@ from typing import AbstractSet, Iterator, Mapping, Optional
 import mxnet as mx
 
 from amp_adapters import OpDecision, Policy, plan_op
-from amp_adapters.planner import AMP_DTYPES, FLOAT_RANK
+from amp_adapters.dtypes import AMP_DTYPES, FLOAT_RANK
 
 from ._mx import FLOATS, cast, dtype_name, input_names, unpatched
 from .kernels import KernelSet, log_fallback

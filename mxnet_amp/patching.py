@@ -34,7 +34,7 @@ from mxnet import base
 from amp_adapters import (UNKNOWN, AmpConfigError, OpDecision, Policy, attrs_read,
                           effective_lists, plan_op)
 from amp_adapters.oplists import load_table
-from amp_adapters.planner import AMP_DTYPES
+from amp_adapters.dtypes import AMP_DTYPES
 
 from ._mx import (_local, call_unpatched, cast, is_symbol, is_tensor, multicast_widest,
                   tensor_dtype, unpatched)
