@@ -23,10 +23,11 @@ from typing import Any, ClassVar, Optional, Union
 from .errors import AmpConfigError, UnknownChoiceError
 from .loss_scale import (LossScaleConfig, LossScaleState, check_guard, load_state, state_dict,
                          step)
-from .loss_scale.numbers import f32 as _f32
+from .loss_scale.checks import f32 as _f32
 
 _STATE = ("scale", "good_steps", "bad_steps", "total_steps", "skipped_steps",
           "consecutive_skips")
+_CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(LossScaleConfig))
 
 
 class _View:
@@ -48,13 +49,22 @@ class _View:
         self._store(config, state)
 
     def _store(self, config: LossScaleConfig, state: LossScaleState) -> None:
-        names = {f.name for f in dataclasses.fields(self)}  # type: ignore[arg-type]
-        for rec in (config, state):
-            for k, v in dataclasses.asdict(rec).items():
-                if k in names:
-                    object.__setattr__(self, k, v)
+        mine = self._fields()
+        for rec, names in ((config, _CONFIG_FIELDS), (state, _STATE)):
+            for k in names:
+                if k in mine:
+                    object.__setattr__(self, k, getattr(rec, k))
         object.__setattr__(self, "_config", config)
         object.__setattr__(self, "_state", state)
+
+    @classmethod
+    def _fields(cls) -> tuple[str, ...]:
+        """This class's dataclass field names (cached: ``adjust`` runs every step)."""
+        cached = cls.__dict__.get("_field_names")
+        if cached is None:
+            cached = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+            cls._field_names = cached  # type: ignore[attr-defined]
+        return cached
 
     @property
     def config(self) -> LossScaleConfig:
@@ -71,7 +81,7 @@ class _View:
         """The value of ``config`` at ``state`` (both already valid: not re-checked)."""
         klass = LOSS_SCALE_KINDS[config.kind]
         new = object.__new__(klass)
-        fields = [f.name for f in dataclasses.fields(klass)]  # type: ignore[arg-type]
+        fields = klass._fields()
         for name in fields:
             object.__setattr__(new, name, None)
         if "init_scale" in fields:

@@ -139,8 +139,7 @@ def _amp(trainer: Any) -> AmpTrainerState:
 
 
 def _is_number(x: Any) -> bool:
-    return isinstance(x, (numbers.Real, Decimal)) and not isinstance(x, bool) and \
-        type(x).__name__ != "bool_"
+    return isinstance(x, (numbers.Real, Decimal)) and not isinstance(x, bool)
 
 
 def init_trainer(trainer: Trainer, loss_scale: Union[LossScale, float, None] = None) -> None:
