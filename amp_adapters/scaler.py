@@ -24,6 +24,7 @@ from .errors import AmpConfigError, UnknownChoiceError
 from .loss_scale import (LossScaleConfig, LossScaleState, check_guard, load_state, state_dict,
                          step)
 from .loss_scale.checks import f32 as _f32
+from .loss_scale.checks import real as _real
 
 _STATE = ("scale", "good_steps", "bad_steps", "total_steps", "skipped_steps",
           "consecutive_skips")
@@ -179,12 +180,8 @@ class DynamicLossScale(_View):
                     decr_every_n_nan_or_inf: int = 1, incr_ratio: float = 2.0,
                     decr_ratio: float = 0.5, **kw: Any) -> "DynamicLossScale":
         """Paddle's ``update_loss_scaling`` op semantics: floor 1, no ceiling, float32 ratios."""
-        ratios = {}
-        for name, value in (("incr_ratio", incr_ratio), ("decr_ratio", decr_ratio)):
-            try:
-                ratios[name] = _f32(value)
-            except (TypeError, ValueError):
-                raise AmpConfigError(f"{name} must be a real number, got {value!r}") from None
+        ratios = {name: _f32(_real("DynamicLossScale.from_paddle", name, value))
+                  for name, value in (("incr_ratio", incr_ratio), ("decr_ratio", decr_ratio))}
         return cls(scale=init_loss_scaling, growth_interval=incr_every_n_steps,
                    hysteresis=decr_every_n_nan_or_inf, growth_factor=ratios["incr_ratio"],
                    backoff_factor=ratios["decr_ratio"], min_scale=1.0, max_scale=math.inf, **kw)
