@@ -119,8 +119,8 @@ def move_scale(config: LossScaleConfig, scale: A, good_steps: A, bad_steps: A, f
     grown = ops.where(ops.isfinite(grown), grown, scale)
     new_scale = ops.where(back_off, backed, ops.where(grow, grown, scale))
     zero_good, zero_bad = ops.zero(good_steps), ops.zero(bad_steps)
-    new_good = ops.where(ops.logical_and(clean, ops.logical_not(grow)), good, zero_good)
-    new_bad = ops.where(ops.logical_and(found_inf, ops.logical_not(back_off)), bad, zero_bad)
+    new_good = ops.where(grow, zero_good, ops.where(found_inf, zero_good, good))
+    new_bad = ops.where(back_off, zero_bad, ops.where(found_inf, bad, zero_bad))
     return new_scale, new_good, new_bad
 
 
