@@ -22,13 +22,14 @@ A vocabulary must implement ``mul`` to give exactly this.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from .config import LossScaleConfig
 
 A = TypeVar("A")
 
 
+@runtime_checkable
 class ArrayOps(Protocol[A]):
     """What a backend provides to run ``update``: ``A`` is its array type (a numpy scalar,
     a Paddle ``Variable``, a PIR ``Value``...). Every array is a scalar (shape ``[1]`` in a

@@ -225,3 +225,9 @@ def test_native_constructors_refuse_bools_plainly():
         DynamicLossScale.from_paddle(incr_ratio=True)
     with pytest.raises(AmpConfigError, match="init_scale must be a real number.*bool"):
         DynamicLossScale.from_torch(True)
+
+
+def test_numpy_ops_provide_the_whole_vocabulary():
+    from amp_adapters.loss_scale import ArrayOps
+    assert isinstance(NUMPY_OPS, ArrayOps)
+    assert not isinstance(object(), ArrayOps)
