@@ -80,7 +80,7 @@ def load_state(d: Any, config: Optional[LossScaleConfig] = None
     ``AmpConfigError`` naming the key and the value."""
     d = _exact_keys(d, KEYS, "")
     version = d["format_version"]
-    if isinstance(version, bool) or version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:
         raise _err("['format_version']", version, f"this version reads format {FORMAT_VERSION}")
     kind = d["kind"]
     if kind not in KINDS:
