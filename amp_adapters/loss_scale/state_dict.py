@@ -39,8 +39,9 @@ def _err(key: str, value: Any, what: str) -> AmpConfigError:
 
 def _exact_keys(d: Any, keys: tuple[str, ...], where: str) -> dict:
     if not isinstance(d, Mapping):
-        raise _err(where or " (the whole dict)", d, f"expected a dict with the keys {list(keys)} (as state_dict() "
-                             f"returns), got {type(d).__name__}")
+        raise _err(where or " (the whole dict)", d,
+                   f"expected a dict with the keys {list(keys)} (as state_dict() returns), "
+                   f"got {type(d).__name__}")
     missing = [k for k in keys if k not in d]
     unknown = sorted(map(str, set(d) - set(keys)))
     if missing:
