@@ -5,6 +5,10 @@
     amp-adapters demo [--framework mxnet|paddle|both|numpy] [--policy FILE] [--steps N]
                       [--plot out.png] [--k-log2 0]
 
+``demo`` is not defined here: installed packages add subcommands through the
+entry-point group ``amp_adapters.commands`` (``amp_demo`` adds ``demo``, see
+setup.cfg), so the core imports no backend, not even lazily.
+
 Every user error (a bad argument, a policy file that does not load or names an
 unknown op, a missing optional dependency) is one ``amp-adapters: error: ...``
 line on stderr and exit status 2, found before any training starts.
@@ -12,21 +16,21 @@ line on stderr and exit status 2, found before any training starts.
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import os
 import sys
-from typing import NoReturn, Optional, Sequence
+from importlib.metadata import entry_points
+from typing import Callable, Mapping, NoReturn, Optional, Sequence
 
 from . import __version__
 from .errors import AmpConfigError, UnknownOpError
 from .oplists import CATEGORIES, FRAMEWORKS, LOW_DTYPES, load_table
 from .planner import categorize, effective_lists
 from .policy import Policy
-from .quiet import quiet_frameworks
-from .scaler import DynamicLossScale
 
 PROG = "amp-adapters"
-PLOT_SUFFIXES = (".png", ".pdf", ".svg")  # what matplotlib's Agg backend writes
+# An installed package's subcommand: ``register(subparsers)`` adds a parser whose
+# ``handler`` default runs it (see amp_demo.command.register).
+COMMAND_GROUP = "amp_adapters.commands"
+Register = Callable[["argparse._SubParsersAction"], None]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,39 +57,6 @@ def _attr(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. act_type=softrelu), "
                                          f"got {text!r}")
     return key, value
-
-
-def _positive(text: str) -> int:
-    """A step count: an integer >= 1."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of steps >= 1, got {text!r}")
-    return n
-
-
-def _plot_path(text: str) -> str:
-    """A figure path whose format matplotlib writes, in a directory that exists."""
-    if os.path.splitext(text)[1].lower() not in PLOT_SUFFIXES:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: the figure must end in {', '.join(PLOT_SUFFIXES)}")
-    folder = os.path.dirname(os.path.abspath(text))
-    if not os.path.isdir(folder):
-        raise argparse.ArgumentTypeError(f"{text!r}: directory {folder!r} does not exist")
-    if not os.access(folder, os.W_OK):
-        raise argparse.ArgumentTypeError(f"{text!r}: directory {folder!r} is not writable")
-    return text
-
-
-def _require(modules: Sequence[str], extra: str) -> None:
-    """An AmpConfigError naming the missing modules and the pip extra that brings them."""
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if missing:
-        raise AmpConfigError(f"{', '.join(missing)} not installed: pip install "
-                             f"\"amp-adapters[{extra}]\" (from a checkout: pip install "
-                             f"\".[{extra}]\")")
 
 
 def _policy(args: argparse.Namespace) -> Policy:
@@ -149,46 +120,9 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
-# O1 fp16, emulated where the device has no fp16 kernel; a short growth interval so the
-# dynamic loss scale visibly grows into overflows and backs off within the demo.
-DEMO_POLICY = Policy.preset("O1", emulate=True, loss_scale=DynamicLossScale(growth_interval=100))
-
-
-def _demo(args: argparse.Namespace) -> int:
-    quiet_frameworks()
-    policy = Policy.from_file(args.policy) if args.policy else DEMO_POLICY
-    frameworks = ("mxnet", "paddle") if args.framework == "both" else (args.framework,)
-    _require(["sklearn"] + (["matplotlib"] if args.plot else []), "demo")
-    for fw in frameworks:
-        if fw != "numpy":
-            _require([fw], fw)
-            policy.validate_for(fw)
-    from . import demo
-
-    k = 2.0**args.k_log2
-    data = demo.digits_data(args.steps)
-    every = max(1, args.steps // 5)
-    results = []
-    for fw in frameworks:
-        for pol in (Policy.preset("O0"), policy):
-            label = f"{fw} {'fp32' if not pol.enabled else pol.dtype + ' ' + pol.level}"
-
-            def progress(step: int, loss: float, scale: float, label: str = label) -> None:
-                if (step + 1) % every == 0:
-                    print(f"  {label}: step {step + 1}/{args.steps}  loss {loss:.3f}  "
-                          f"scale {scale:g}", flush=True)
-
-            results.append(demo.train(fw, pol, data, k=k, on_step=progress))
-    emulated = any("emulated" in r.mode for r in results)
-    print(f"\nMLP 64-64-10 on digits, {args.steps} steps, batch 64"
-          + (f", loss / 2**{args.k_log2}, lr x 2**{args.k_log2}" if args.k_log2 else "")
-          + (" (emulated: fp16 rounding at op boundaries, fp32 arithmetic, where this device "
-             "has no fp16 kernel)" if emulated else ""))
-    print(demo.format_table(results))
-    if args.plot:
-        demo.plot(results, args.plot)
-        print(f"\nfigure written to {args.plot}")
-    return 0
+def plugin_commands() -> dict[str, Register]:
+    """{name: register} of the subcommands installed packages declare in ``COMMAND_GROUP``."""
+    return {ep.name: ep.load() for ep in entry_points(group=COMMAND_GROUP)}
 
 
 EXAMPLES = """examples:
@@ -198,7 +132,8 @@ EXAMPLES = """examples:
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Optional[Mapping[str, Register]] = None) -> argparse.ArgumentParser:
+    """The parser; ``commands`` (default: the installed ones) add their subcommands."""
     parser = _Parser(prog=PROG, formatter_class=_Help, epilog=EXAMPLES,
                      description="Inspect the effective AMP op lists, explain one decision, "
                                  "or run the demo.")
@@ -206,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, helptext in (("lists", "print the effective op lists, conditional rules included"),
                            ("explain", "say which category an op falls in, and why")):
-        p = sub.add_parser(name, help=helptext, description=helptext, formatter_class=_Help)
+        p = sub.add_parser(name, help=helptext, description=helptext)
         if name == "explain":
             p.add_argument("op", help="the framework's op name, e.g. FullyConnected or matmul_v2")
             p.add_argument("--attr", action="append", default=[], metavar="KEY=VALUE",
@@ -217,25 +152,17 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--dtype", default="float16", choices=LOW_DTYPES,
                        help="the low-precision dtype (ignored with --policy: its dtype wins)")
         p.add_argument("--policy", metavar="FILE", help="a TOML policy file")
-    helptext = "train one MLP in each framework, in fp32 and with AMP, side by side"
-    p = sub.add_parser("demo", help=helptext, description=helptext, formatter_class=_Help)
-    p.add_argument("--framework", default="both", choices=("both", "mxnet", "paddle", "numpy"),
-                   help="where to train (numpy: a reference trainer, fp16 emulated)")
-    p.add_argument("--policy", metavar="FILE",
-                   help="a TOML policy file (default: O1 fp16, emulated where there is no "
-                        "fp16 kernel, dynamic loss scale growing every 100 steps)")
-    p.add_argument("--steps", type=_positive, default=800, help="training steps (batch 64)")
-    p.add_argument("--plot", metavar="FILE", type=_plot_path,
-                   help="write loss curves and the loss scale to this .png/.pdf/.svg "
-                        "(default: no figure)")
-    p.add_argument("--k-log2", type=int, default=0, metavar="K",
-                   help="divide the loss by 2**K and multiply the learning rate by it")
+    for register in (plugin_commands() if commands is None else commands).values():
+        register(sub)
+    for p in sub.choices.values():  # plain help with defaults, one-line errors, for all
+        p.formatter_class = _Help
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    handler = {"lists": _lists, "explain": _explain, "demo": _demo}[args.command]
+def main(argv: Optional[Sequence[str]] = None,
+         commands: Optional[Mapping[str, Register]] = None) -> int:
+    args = build_parser(commands).parse_args(argv)
+    handler = {"lists": _lists, "explain": _explain}.get(args.command) or args.handler
     try:
         return handler(args)
     except (AmpConfigError, OSError) as e:

@@ -11,6 +11,9 @@ from hypothesis import strategies as st
 import amp_adapters
 from amp_adapters import AmpConfigError
 from amp_adapters.cli import _attr, main
+from amp_demo import command
+
+DEMO = {"demo": command.register}  # the subcommand amp_demo installs (entry point)
 
 EXE = os.path.join(os.path.dirname(sys.executable), "amp-adapters")
 
@@ -58,35 +61,6 @@ def test_bad_policy_file_is_a_clean_error(tmp_path):
     assert r.returncode == 2 and "'levl'" in r.stderr and "Traceback" not in r.stderr
 
 
-def demo_rows(out):
-    """{mode: row cells} from the demo's table."""
-    lines = out.split("framework  mode")[1].splitlines()[2:]
-    return {" ".join(line.split()[1:-7]): line.split() for line in lines if line.strip()}
-
-
-def test_demo_trains_fp32_and_amp_side_by_side(tmp_path, capsys):
-    pytest.importorskip("sklearn")
-    png = tmp_path / "demo.png"
-    assert main(["demo", "--framework", "numpy", "--steps", "300", "--k-log2", "24",
-                 "--plot", str(png)]) == 0
-    out = capsys.readouterr().out
-    assert "step 300/300" in out                       # progress while it trains
-    rows = demo_rows(out)
-    fp32, amp = float(rows["fp32"][-7]), float(rows["fp16 O1 (emulated)"][-7])
-    assert fp32 > 0.9 and abs(amp - fp32) < 0.02       # dynamic scaling matches fp32
-    assert png.stat().st_size > 10_000
-
-
-def test_demo_without_loss_scaling_learns_nothing(tmp_path, capsys):
-    pytest.importorskip("sklearn")
-    policy = tmp_path / "noscale.toml"
-    policy.write_text('preset = "O1"\n[loss_scale]\nkind = "none"\n')
-    assert main(["demo", "--framework", "numpy", "--steps", "300", "--k-log2", "24",
-                 "--policy", str(policy)]) == 0
-    rows = demo_rows(capsys.readouterr().out)
-    assert float(rows["fp16 O1 (emulated)"][-7]) < 0.3   # gradients flush to zero in fp16
-
-
 # -- user errors: one line, exit 2, no traceback, before any training -------------------------
 
 USER_ERRORS = {
@@ -113,8 +87,7 @@ def test_user_errors_are_one_line_and_exit_2(case, tmp_path, capsys):
     os.chdir(tmp_path)  # relative paths resolve in an empty directory
     try:
         with pytest.raises(SystemExit) as exc:
-            code = main(argv)
-            raise SystemExit(code)
+            raise SystemExit(main(argv, commands=DEMO))
     finally:
         os.chdir(cwd)
     err = capsys.readouterr().err
@@ -123,12 +96,17 @@ def test_user_errors_are_one_line_and_exit_2(case, tmp_path, capsys):
     assert needle in err and "Traceback" not in err
 
 
-def test_user_errors_are_caught_before_training(tmp_path):
-    """A bad --plot is refused at once, not after 800 training steps (subprocess, timed out
-    long before a real run of both frameworks could finish if it started)."""
-    r = subprocess.run([EXE, "demo", "--plot", str(tmp_path / "nodir" / "x.png")],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr
+def test_user_errors_are_caught_before_training(tmp_path, capsys):
+    """A bad --plot or policy is refused before the first step (nothing printed on stdout:
+    no progress line, no table), not after 800 training steps."""
+    policy = tmp_path / "p.toml"
+    policy.write_text('[ops.paddle]\nfp32 = ["matmul_v3"]\n')
+    for argv in (["demo", "--plot", str(tmp_path / "nodir" / "x.png")],
+                 ["demo", "--framework", "numpy", "--policy", str(policy)]):
+        with pytest.raises(SystemExit) as exc:
+            raise SystemExit(main(argv, commands=DEMO))
+        out, err = capsys.readouterr()
+        assert exc.value.code == 2 and out == "" and err.startswith("amp-adapters: error:")
 
 
 def test_misspelt_framework_op_in_a_policy_for_lists(tmp_path, capsys):
@@ -157,11 +135,16 @@ def test_version():
     assert r.returncode == 0 and r.stdout.strip() == f"amp-adapters {amp_adapters.__version__}"
 
 
-def test_help_is_plain_text_with_defaults():
-    r = run("demo", "--help")
-    assert r.returncode == 0
-    assert "(default: 800)" in r.stdout and "(default: both)" in r.stdout
-    assert "``" not in run("--help").stdout and "(default: None)" not in r.stdout
+def test_help_is_plain_text_with_defaults(capsys):
+    for argv in (["--help"], ["demo", "--help"], ["explain", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv, commands=DEMO)
+        out = capsys.readouterr().out
+        assert "``" not in out and "(default: None)" not in out
+        if argv[0] == "demo":
+            assert "(default: 800)" in out and "(default: both)" in out
+        if argv[0] == "explain":
+            assert "(default: float16)" in out
 
 
 def test_lists_shows_conditional_rules(tmp_path, capsys):
@@ -175,10 +158,9 @@ def test_lists_shows_conditional_rules(tmp_path, capsys):
     assert "LeakyReLU act_type=gelu -> fp32" in rules  # the policy's own rule wins
 
 
-def test_demo_names_a_missing_framework_before_training(capsys):
-    """Without the framework installed, one line says which extra to install (run only where
-    it is missing; here every test environment has both, so the check runs on a fake name)."""
-    from amp_adapters.cli import _require
+def test_demo_names_a_missing_dependency_and_its_extra():
+    """Without a framework or scikit-learn, one line says which extra to install (the test
+    environments have them all, so the check runs on a module name that does not exist)."""
     with pytest.raises(AmpConfigError, match=r'no_such_module not installed: pip install '
                                              r'"amp-adapters\[demo\]"'):
-        _require(["no_such_module"], "demo")
+        command.require(["no_such_module"], "demo")
