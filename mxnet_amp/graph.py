@@ -132,7 +132,7 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: m
                         lowp_kernels=kernels, attrs=n.attrs,
                         force_fp32="excluded by the caller" if n.name in excluded else None)
             if d.emulated or d.fell_back:
-                log_fallback(n.op, ctx, d.reason)
+                log_fallback(n.op, ctx, d)
             for i, target in enumerate(d.casts):
                 if d.emulated and d.input_dtypes[i] in ROUNDED:
                     ins[i] = cast_entry(cast_entry(ins[i], d.low_dtype), "float32")

@@ -10,16 +10,17 @@ waits on its result: one host sync per op per device type, once per process.
 from __future__ import annotations
 
 import collections.abc
-import logging
+import contextlib
 from typing import Callable, Iterator
 
 import mxnet as mx
 from mxnet import autograd
 from mxnet import ndarray as nd
 
-from ._mx import cast, unpatched
+from amp_adapters import OpDecision
+from amp_adapters.fallback import FallbackNotices
 
-logger = logging.getLogger("mxnet_amp")
+from ._mx import cast, unpatched
 
 _Make = Callable[..., "nd.NDArray"]
 
@@ -116,17 +117,30 @@ class KernelSet(collections.abc.Set):
         return sum(1 for _ in self)
 
 
-_logged: set[tuple[str, str]] = set()
+_notices = FallbackNotices("mxnet_amp")
+_traces: list[list[OpDecision]] = []  # decisions of the graphs being traced, innermost last
 
 
-def log_fallback(op: str, ctx: mx.Context, reason: str) -> None:
-    """Log, once per op and device type, that ``op`` does not run in low precision here."""
-    key = (op, ctx.device_type)
-    if key not in _logged:
-        _logged.add(key)
-        logger.warning("%s on %s: %s", op, ctx, reason)
+def log_fallback(op: str, ctx: mx.Context, decision: OpDecision) -> None:
+    """Warn, once per op and device type, that ``op`` runs in float32 for lack of a kernel
+    (INFO when it is emulated), and count the decision in the graph being traced."""
+    _notices.note(op, str(ctx), decision)
+    if _traces:
+        _traces[-1].append(decision)
+
+
+@contextlib.contextmanager
+def traced(what: str, ctx: Callable[[], mx.Context]) -> Iterator[None]:
+    """Around the trace of one model: afterwards, one summary line for it (see
+    ``amp_adapters.fallback.summary``); ``ctx()`` names the device it runs on."""
+    _traces.append([])
+    try:
+        yield
+    finally:
+        decisions = _traces.pop()
+    _notices.summarize(what, decisions, str(ctx()))
 
 
 def forget_fallback_logs() -> None:
     """Let the next ``init`` log its fallbacks again (called by ``reset``)."""
-    _logged.clear()
+    _notices.forget()

@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional
 
 import mxnet as mx
 from mxnet import base
+from mxnet.gluon import HybridBlock
 
 from amp_adapters import AmpConfigError, OpDecision, Policy, effective_lists, plan_op
 from amp_adapters.oplists import load_table
@@ -34,7 +35,7 @@ from amp_adapters.oplists import load_table
 from ._mx import (ROUNDED, bypassed, cast, is_symbol, is_tensor, multicast_widest, tensor_dtype,
                   unpatched)
 from .config import resolve_policy
-from .kernels import KernelSet, forget_fallback_logs, log_fallback
+from .kernels import KernelSet, forget_fallback_logs, log_fallback, traced
 
 _MODULES = ("mxnet.ndarray", "mxnet.symbol", "mxnet.numpy", "mxnet.numpy_extension")
 _NP_ALIASES = {"_npi_true_divide": ("true_divide", "divide")}
@@ -80,8 +81,23 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
         for module, attr, _op in places:
             _patches.append((module, attr, fn))
             setattr(module, attr, wrapper)
+    _patches.append((HybridBlock, "_get_graph", HybridBlock._get_graph))
+    HybridBlock._get_graph = _summarized(HybridBlock._get_graph)
     _policy = resolved
     return resolved
+
+
+def _summarized(get_graph: Callable) -> Callable:
+    """``HybridBlock._get_graph`` that logs one line per traced model: how many ops run in
+    the low dtype, how many stay float32 and why (``amp_adapters.fallback.summary``)."""
+    @functools.wraps(get_graph)
+    def _get_graph(self: HybridBlock, *args: Any) -> Any:
+        if self._cached_graph:
+            return get_graph(self, *args)
+        with traced(f"mxnet_amp: block {self.name} ({type(self).__name__})",
+                    mx.context.current_context):
+            return get_graph(self, *args)
+    return _get_graph
 
 
 def reset() -> None:
@@ -183,8 +199,7 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
                      if not is_tensor(a) and not isinstance(a, (list, tuple)))
         d = plan_op(policy, "mxnet", op, dtypes, lowp_kernels=KernelSet(ctx, policy.dtype),
                     attrs=attrs)
-        if d.emulated or d.fell_back:
-            log_fallback(op, ctx, d.reason)
+        log_fallback(op, ctx, d)
         with unpatched():
             _cast_inputs(d, slots, dtypes, known)
             out = fn(*[type(a)(b) if isinstance(a, tuple) else b for a, b in zip(args, args_l)],

@@ -23,17 +23,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 from typing import AbstractSet, Iterator, Optional
 
 from paddle.base import core, framework, unique_name
 
 from amp_adapters import CastReport, OpDecision, Policy, plan_op
+from amp_adapters.fallback import FallbackNotices
 from amp_adapters.oplists import LOW_DTYPES, load_table
 
 from .env import VARTYPE_OF, dtype_name
 
-logger = logging.getLogger("paddle_amp")
+_DEVICE = "this device"  # the kernels set was probed on the place the program will run on
 
 # The native fp16_guard name scope: code written for the native guard works unchanged.
 GUARD_PATTERN = "__use_fp16__"
@@ -83,7 +83,7 @@ class Rewriter:
 
     def __post_init__(self) -> None:
         self._table = load_table("paddle")
-        self._logged: set[str] = set()
+        self._notices = FallbackNotices("paddle_amp")  # each op type warns once per decorate
 
     # -- decisions ---------------------------------------------------------------------------
 
@@ -108,9 +108,7 @@ class Rewriter:
                   for slot, name in slots]
         decision = plan_op(self.policy, "paddle", op.type, dtypes, lowp_kernels=self.kernels,
                            attrs=self._attrs(op), force_fp32=self._forced_fp32(op))
-        if (decision.emulated or decision.fell_back) and op.type not in self._logged:
-            self._logged.add(op.type)  # once per op type and program
-            logger.info("%s: %s", op.type, decision.reason)
+        self._notices.note(op.type, _DEVICE, decision)
         return decision
 
     # -- rewrite ------------------------------------------------------------------------------
@@ -178,6 +176,7 @@ class Rewriter:
                                                 self._round(block, i, name, role))
             i = self._outputs(block, i, op, d, role)
             i += 1
+        self._notices.summarize("paddle_amp: program", decisions, _DEVICE)
         return CastReport("paddle", tuple(decisions))
 
     def _control_flow(self, block, i: int, op, decisions: list) -> int:

@@ -1,0 +1,18 @@
+"""The casts of a program's forward pass, counted in the program (the one that runs)."""
+from __future__ import annotations
+
+from amp_adapters import GraphCasts
+
+from .env import dtype_name
+from .rewrite import is_forward
+
+
+def program_casts(program) -> GraphCasts:
+    """Forward ``cast`` ops of ``program``'s global block, emulation's round trips counted apart.
+
+    The backward pass adds one gradient cast per forward cast; it is not counted."""
+    block = program.global_block()
+    return GraphCasts.count(
+        (op.input("X")[0], op.output("Out")[0],
+         dtype_name(block._var_recursive(op.output("Out")[0])))
+        for op in block.ops if op.type == "cast" and is_forward(op))
