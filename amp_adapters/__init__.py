@@ -8,7 +8,7 @@ from .errors import (AmpConfigError, ConflictingOpError, OverflowGuardError, Unk
                      UnknownOpError)
 from .planner import Category, OpDecision, categorize, effective_lists, plan_op, widest
 from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy
-from .report import CastReport, GraphCasts, compare
+from .report import CastReport, compare
 from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale,
                      loss_scale_from_config, loss_scale_from_state_dict)
 
@@ -17,8 +17,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AmpConfigError", "ConflictingOpError", "OverflowGuardError", "UnknownChoiceError",
     "UnknownOpError", "Category", "OpDecision", "categorize", "effective_lists", "plan_op",
-    "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "GraphCasts",
-    "compare",
+    "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
     "loss_scale_from_config", "loss_scale_from_state_dict", "__version__",
 ]

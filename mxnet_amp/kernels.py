@@ -13,7 +13,7 @@ import collections.abc
 import contextlib
 import os
 import sys
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import mxnet as mx
 from mxnet import autograd
@@ -136,27 +136,18 @@ class KernelSet(collections.abc.Set):
 
 
 _notices = FallbackNotices("mxnet_amp")
-_traces: list[list[OpDecision]] = []  # decisions of the graphs being traced, innermost last
 
 
 def log_fallback(op: str, ctx: mx.Context, decision: OpDecision) -> None:
     """Warn, once per op and device type, that ``op`` runs in float32 for lack of a kernel
-    (INFO when it is emulated), and count the decision in the graph being traced."""
+    (INFO when it is emulated)."""
     _notices.note(op, str(ctx), decision)
-    if _traces:
-        _traces[-1].append(decision)
 
 
-@contextlib.contextmanager
-def traced(what: str, ctx: Callable[[], mx.Context]) -> Iterator[None]:
-    """Around the trace of one model: afterwards, one summary line for it (see
-    ``amp_adapters.fallback.summary``); ``ctx()`` names the device it runs on."""
-    _traces.append([])
-    try:
-        yield
-    finally:
-        decisions = _traces.pop()
-    _notices.summarize(what, decisions, str(ctx()))
+def summarize_fallbacks(what: str, decisions: Sequence[OpDecision], ctx: mx.Context) -> None:
+    """One line about a model: ops in the low dtype, in float32 and why (when any lacks a
+    kernel here; see ``amp_adapters.fallback.summary``)."""
+    _notices.summarize(what, decisions, str(ctx))
 
 
 def forget_fallback_logs() -> None:

@@ -35,7 +35,7 @@ from amp_adapters.oplists import load_table
 from ._mx import (ROUNDED, bypassed, cast, is_symbol, is_tensor, multicast_widest, tensor_dtype,
                   unpatched)
 from .config import resolve_policy
-from .kernels import KernelSet, forget_fallback_logs, log_fallback, traced
+from .kernels import KernelSet, forget_fallback_logs, log_fallback
 
 _MODULES = ("mxnet.ndarray", "mxnet.symbol", "mxnet.numpy", "mxnet.numpy_extension")
 _NP_ALIASES = {"_npi_true_divide": ("true_divide", "divide")}
@@ -88,15 +88,16 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
 
 
 def _summarized(get_graph: Callable) -> Callable:
-    """``HybridBlock._get_graph`` that logs one line per traced model: how many ops run in
-    the low dtype, how many stay float32 and why (``amp_adapters.fallback.summary``)."""
+    """``HybridBlock._get_graph`` that, when it traces a block, logs one line about it: how
+    many ops run in the low dtype, how many stay float32 and why (from its cast report)."""
     @functools.wraps(get_graph)
     def _get_graph(self: HybridBlock, *args: Any) -> Any:
-        if self._cached_graph:
-            return get_graph(self, *args)
-        with traced(f"mxnet_amp: block {self.name} ({type(self).__name__})",
-                    mx.context.current_context):
-            return get_graph(self, *args)
+        fresh = not self._cached_graph
+        out = get_graph(self, *args)
+        if fresh:
+            from .report import summarize_block  # report imports this module
+            summarize_block(self)
+        return out
     return _get_graph
 
 
@@ -199,7 +200,8 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
                      if not is_tensor(a) and not isinstance(a, (list, tuple)))
         d = plan_op(policy, "mxnet", op, dtypes, lowp_kernels=KernelSet(ctx, policy.dtype),
                     attrs=attrs)
-        log_fallback(op, ctx, d)
+        if d.emulated or d.fell_back:
+            log_fallback(op, ctx, d)
         with unpatched():
             _cast_inputs(d, slots, dtypes, known)
             out = fn(*[type(a)(b) if isinstance(a, tuple) else b for a, b in zip(args, args_l)],

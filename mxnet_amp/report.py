@@ -7,11 +7,13 @@ from typing import Any, Optional
 import mxnet as mx
 from mxnet.gluon import HybridBlock
 
-from amp_adapters import CastReport, GraphCasts
+from amp_adapters import CastReport
+from amp_adapters.report import GraphCasts
 
 from ._mx import dtype_name
 from .config import PolicyLike, as_policy
 from .graph import plan_graph
+from .kernels import summarize_fallbacks
 from .patching import active_policy
 
 
@@ -59,3 +61,14 @@ def cast_report(block: HybridBlock, *, policy: Optional[PolicyLike] = None,
     return CastReport("mxnet", tuple(plan_graph(sym, known, chosen, ctx or block_context(block))),
                       graph_casts(sym))
 
+
+
+def summarize_block(block: HybridBlock) -> None:
+    """After ``init``'s policy traced ``block``: the summary line of its cast report (one per
+    model; nothing when every op planned low precision has its kernel here)."""
+    policy = active_policy()
+    if policy is not None and policy.enabled:
+        ctx = block_context(block)
+        report = cast_report(block, policy=policy, ctx=ctx)
+        summarize_fallbacks(f"mxnet_amp: block {block.name} ({type(block).__name__})",
+                            report.decisions, ctx)

@@ -1,7 +1,7 @@
 """The casts of a program's forward pass, counted in the program (the one that runs)."""
 from __future__ import annotations
 
-from amp_adapters import GraphCasts
+from amp_adapters.report import GraphCasts
 
 from .env import dtype_name
 from .rewrite import is_forward

@@ -2,7 +2,8 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_adapters import CastReport, GraphCasts, Policy, compare, plan_op
+from amp_adapters import CastReport, Policy, compare, plan_op
+from amp_adapters.report import GraphCasts
 
 O1 = Policy.preset("O1")
 
