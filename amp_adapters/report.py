@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from .oplists import LOW_DTYPES
+from .dtypes import LOW_DTYPES
 from .planner import OpDecision
 
 

@@ -5,6 +5,8 @@ AMP under one policy, printed side by side and plotted. This is the only
 package that uses both backends; the library never imports it (the core's CLI
 finds ``demo`` through the entry-point group ``amp_adapters.commands``).
 
+Files:
+
     data.py            the digits split, initial weights, batch order; ``evaluate``
     result.py          ``TrainResult`` (one run) and the mode label
     trainers.py        ``train(framework, policy, data)``: imports a backend only when asked

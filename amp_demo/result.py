@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from amp_adapters import Policy
+from amp_adapters.dtypes import short_name
 
 OnStep = Callable[[int, float, float], None]  # (step, loss, scale): progress callback
 
@@ -32,5 +33,5 @@ def mode_label(policy: Policy, emulated: bool) -> str:
     """``fp32``, or the dtype with ``(emulated)`` when no low-precision kernel ran."""
     if not policy.enabled:
         return "fp32"
-    return f"{'fp16' if policy.dtype == 'float16' else 'bf16'} {policy.level}" + \
+    return f"{short_name(policy.dtype)} {policy.level}" + \
         (" (emulated)" if emulated else "")
