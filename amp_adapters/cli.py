@@ -33,14 +33,20 @@ COMMAND_GROUP = "amp_adapters.commands"
 Register = Callable[["argparse._SubParsersAction"], None]
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is the same one line as every other error (exit 2)."""
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is the same one line as every other error (exit 2):
+    ``<command>: error: <what> (see <command> --help)``. ``command`` names the program in
+    that line (subcommand parsers inherit the class, and the default)."""
+
+    def __init__(self, *args, command: str = PROG, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.command = command
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{PROG}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"{self.command}: error: {message} (see {self.prog} --help)\n")
 
 
-class _Help(argparse.RawDescriptionHelpFormatter):
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Shows each option's default (unless it has none); keeps the examples' line breaks."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
@@ -134,7 +140,7 @@ EXAMPLES = """examples:
 
 def build_parser(commands: Optional[Mapping[str, Register]] = None) -> argparse.ArgumentParser:
     """The parser; ``commands`` (default: the installed ones) add their subcommands."""
-    parser = _Parser(prog=PROG, formatter_class=_Help, epilog=EXAMPLES,
+    parser = Parser(prog=PROG, formatter_class=HelpFormatter, epilog=EXAMPLES,
                      description="Inspect the effective AMP op lists, explain one decision, "
                                  "or run the demo.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
@@ -155,7 +161,7 @@ def build_parser(commands: Optional[Mapping[str, Register]] = None) -> argparse.
     for register in (plugin_commands() if commands is None else commands).values():
         register(sub)
     for p in sub.choices.values():  # plain help with defaults, one-line errors, for all
-        p.formatter_class = _Help
+        p.formatter_class = HelpFormatter
     return parser
 
 

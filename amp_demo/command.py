@@ -15,6 +15,7 @@ import sys
 from typing import Optional, Sequence
 
 from amp_adapters import AmpConfigError, DynamicLossScale, Policy
+from amp_adapters.cli import HelpFormatter, Parser
 from amp_adapters.quiet import quiet_frameworks
 
 # O1 fp16, emulated where the device has no fp16 kernel; a short growth interval so the
@@ -125,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m amp_demo [options]``: the demo without the core's CLI (same options)."""
-    parser = argparse.ArgumentParser(prog="python -m amp_demo", description=HELP)
+    prog = "python -m amp_demo"
+    parser = Parser(prog=prog, command=prog, description=HELP, formatter_class=HelpFormatter)
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:

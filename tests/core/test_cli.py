@@ -164,3 +164,11 @@ def test_demo_names_a_missing_dependency_and_its_extra():
     with pytest.raises(AmpConfigError, match=r'no_such_module not installed: pip install '
                                              r'"amp-adapters\[demo\]"'):
         command.require(["no_such_module"], "demo")
+
+
+def test_python_m_amp_demo_errors_are_one_line_too(capsys):
+    with pytest.raises(SystemExit) as exc:
+        command.main(["--steps", "-5"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("python -m amp_demo: error: argument --steps")
