@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any, Optional
 
 import mxnet as mx
@@ -15,6 +16,8 @@ from .config import PolicyLike, as_policy
 from .graph import plan_graph
 from .kernels import summarize_fallbacks
 from .patching import active_policy
+
+logger = logging.getLogger("mxnet_amp")
 
 
 def block_graph(block: Any) -> tuple[list, mx.sym.Symbol]:
@@ -65,10 +68,16 @@ def cast_report(block: HybridBlock, *, policy: Optional[PolicyLike] = None,
 
 def summarize_block(block: HybridBlock) -> None:
     """After ``init``'s policy traced ``block``: the summary line of its cast report (one per
-    model; nothing when every op planned low precision has its kernel here)."""
+    model; nothing when every op planned low precision has its kernel here). A graph the
+    report cannot plan costs the line, never the forward pass that traced it."""
     policy = active_policy()
-    if policy is not None and policy.enabled:
-        ctx = block_context(block)
+    if policy is None or not policy.enabled:
+        return
+    ctx = block_context(block)
+    try:
         report = cast_report(block, policy=policy, ctx=ctx)
-        summarize_fallbacks(f"mxnet_amp: block {block.name} ({type(block).__name__})",
-                            report.decisions, ctx)
+    except (mx.base.MXNetError, KeyError, ValueError, TypeError, RuntimeError) as e:
+        logger.info("mxnet_amp: block %s: no summary (%s: %s)", block.name, type(e).__name__, e)
+        return
+    summarize_fallbacks(f"mxnet_amp: block {block.name} ({type(block).__name__})",
+                        report.decisions, ctx)
