@@ -7,9 +7,12 @@ import subprocess
 import sys
 
 import paddle
+import pytest
 
 import paddle_amp
 from paddle_helpers import forward_ops, mlp
+
+pytestmark = pytest.mark.legacy_ir  # counts legacy ``cast`` ops; PIR programs have none
 
 
 def _records(caplog, level):
