@@ -296,8 +296,9 @@ def resolve_policy(policy: "PolicyLike", **changes: Any) -> Policy:
         elif text.endswith(".toml") or os.path.sep in text or os.path.exists(text):
             resolved = Policy.from_file(text)
         else:
-            raise UnknownChoiceError("policy (a preset name, or a TOML file path)", text,
-                                     tuple(PRESETS))
+            hint = str(UnknownChoiceError("preset", text, tuple(PRESETS)))
+            raise AmpConfigError(f"policy file {text!r} does not exist, and it is no preset "
+                                 f"name either: {hint}")
     else:
         raise TypeError(f"policy= must be a Policy, a preset name ({', '.join(PRESETS)}) "
                         f"or a TOML file path, got {type(policy).__name__}")

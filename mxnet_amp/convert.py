@@ -13,6 +13,7 @@ ops is declared (``__dtype__``) and returned in that dtype, as natively.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Optional, Sequence
 
 import mxnet as mx
@@ -124,7 +125,9 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
                                conditional_fp32_ops, excluded_sym_names, data_names,
                                cast_optional_params, ctx=ctx, **kw)
     dtypes = _declared_dtypes(converted)
-    ret = SymbolBlock(converted, inputs)
+    with warnings.catch_warnings():  # the data inputs have no dtype until called: MXNet's
+        warnings.filterwarnings("ignore", message="Cannot decide type")  # noise, not the user's
+        ret = SymbolBlock(converted, inputs)
     params = _cast_params({name: p._reduce() for name, p in block.collect_params().items()},
                           dtypes)
     for name, param in ret.collect_params().items():

@@ -28,6 +28,7 @@ Files:
     collective.py found_inf all-reduced over data-parallel workers
     kernels.py    which ops have a low-precision kernel on the device used
     env.py        Paddle glue: static/legacy-IR checks, dtype of a var, device
+    report.py     the forward casts of a program, counted for cast_report
 """
 from amp_adapters import CastReport, OverflowGuardError, Policy
 
