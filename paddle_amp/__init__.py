@@ -1,9 +1,10 @@
-"""paddle_amp: ``paddle.static.amp.decorate`` for legacy static programs, on the shared core.
+"""paddle_amp: ``paddle.static.amp.decorate`` for static programs, on the shared core.
 
 Every precision decision comes from ``amp_adapters.plan_op`` and every
 loss-scale move equals ``DynamicLossScale.adjust``; this package only
-translates them into program ops. Works on Paddle 2.6.2 and 3.3.1 with the
-legacy program IR (``FLAGS_enable_pir_api=0``).
+translates them into program ops. Works on Paddle 2.6.2 (legacy program IR)
+and Paddle 3.x in either IR: PIR (the default) or the legacy IR
+(``FLAGS_enable_pir_api=0``), chosen by the program's own IR.
 
     opt = paddle_amp.decorate(paddle.optimizer.Adam(1e-3))   # native arguments work too
     opt.minimize(loss)
@@ -17,7 +18,7 @@ from amp_adapters import CastReport, OverflowGuardError, Policy
 
 from .decorator import OptimizerWithMixedPrecision, cast_report, decorate
 from .lists import AutoMixedPrecisionLists
-from .rewrite import fp16_guard
+from .pir_guard import fp16_guard
 
 CustomOpLists = AutoMixedPrecisionLists  # the native alias
 
