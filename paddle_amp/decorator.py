@@ -19,7 +19,7 @@ from amp_adapters import (AmpConfigError, CastReport, DynamicLossScale, LossScal
                           UnknownChoiceError)
 from amp_adapters.oplists import LOW_DTYPES
 
-from .env import current_device, program_ir, require_static
+from .env import current_device, expected_place, program_ir, require_static
 from .kernels import lowp_kernels
 from .lists import check_lists
 from .pir_rewrite import PirRewriter, value_dtype
@@ -191,7 +191,7 @@ class OptimizerWithMixedPrecision:
     def load_state_dict(self, state_dict: dict, scope=None) -> None:
         """Restore a ``state_dict()`` into ``scope`` (after the startup program / load)."""
         self._built("load_state_dict").write(scope or paddle.static.global_scope(), state_dict,
-                            self._place or framework._current_expected_place())
+                            self._place or expected_place())
 
     def check_guard(self, scope=None) -> None:
         """Raise ``OverflowGuardError`` naming the parameters with non-finite gradients after

@@ -62,3 +62,10 @@ def current_device() -> str:
     gpu = isinstance(place, core.CUDAPlace) or (
         isinstance(place, core.Place) and place.is_gpu_place())
     return "GPU" if gpu else "CPU"
+
+
+def expected_place():
+    """The place programs run on (Paddle 3 under PIR reports an undefined place through
+    ``_current_expected_place``; ``_current_expected_place_`` resolves it)."""
+    resolve = getattr(framework, "_current_expected_place_", framework._current_expected_place)
+    return resolve()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import paddle
@@ -31,6 +32,10 @@ class Static:
 
     def state(self) -> dict[str, np.ndarray]:
         """Every persistable tensor of the main program except the AMP state: params + optimizer."""
+        if is_pir(self.main):
+            return {name: np.array(t).copy() for name, t in
+                    self.main.state_dict("all", self.scope).items()
+                    if not name.startswith(AMP_STATE_PREFIXES)}
         out = {}
         for var in self.main.list_vars():
             if (var.persistable and var.type == paddle.base.core.VarDesc.VarType.LOD_TENSOR
@@ -61,6 +66,31 @@ def batch(step: int, in_dim: int = 8, out_dim: int = 1, n: int = 4, overflow: bo
     if overflow:
         x[0, 0] = np.inf
     return {"x": x, "y": rng.rand(n, out_dim).astype("float32")}
+
+
+def is_pir(program) -> bool:
+    """True for a PIR program (Paddle 3's default IR)."""
+    from paddle_amp.env import program_ir
+    return program_ir(program) == "pir"
+
+
+def pir_mode() -> bool:
+    """True when the suite builds PIR programs (AMP_TEST_IR=pir, read by conftest.py)."""
+    return os.environ.get("AMP_TEST_IR", "legacy") == "pir"
+
+
+def op_names(program) -> set[str]:
+    """The (legacy) names of the ops in ``program``'s global block, on either IR."""
+    if is_pir(program):
+        from paddle_amp.opnames import legacy_name
+        return {legacy_name(op.name()) for op in program.global_block().ops}
+    return {op.type for op in program.global_block().ops}
+
+
+def pir_ops(program, legacy_type: str) -> list:
+    """The ops of ``program``'s global block whose legacy name is ``legacy_type`` (PIR)."""
+    from paddle_amp.opnames import legacy_name
+    return [op for op in program.global_block().ops if legacy_name(op.name()) == legacy_type]
 
 
 def forward_ops(program, op_type: str):

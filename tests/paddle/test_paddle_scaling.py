@@ -7,7 +7,7 @@ import pytest
 
 import paddle_amp
 from amp_adapters import DynamicLossScale, OverflowGuardError, Policy, StaticLossScale
-from paddle_helpers import batch, mlp
+from paddle_helpers import batch, mlp, op_names, pir_mode
 
 OPTIMIZERS = {
     "sgd_l2": lambda: paddle.optimizer.SGD(0.1, weight_decay=paddle.regularizer.L2Decay(0.01)),
@@ -34,7 +34,7 @@ def test_overflow_step_is_skipped_for_real(static, name, overflow):
     before = static.state()
     assert any("moment" in k or "velocity" in k for k in before) or name == "sgd_l2"
     # Adam and AdamW skip inside their kernel; SGD and Momentum run in a conditional block
-    main_ops = {op.type for op in static.main.global_block().ops}
+    main_ops = op_names(static.main)
     assert ({"adam", "adamw"} & main_ops != set()) == name.startswith("adam")
     bad = batch(2, overflow=overflow == "inf_input")
     if overflow == "nan_label":
@@ -48,6 +48,7 @@ def test_overflow_step_is_skipped_for_real(static, name, overflow):
     assert _changed(after, static.state()), "the next finite step updates again"
 
 
+@pytest.mark.legacy_ir  # under PIR the native minimize fails: test_paddle_pir.py
 def test_native_moves_weights_on_overflow_with_momentum(static):
     """What the true skip fixes: the native zeroes the grads and still runs Momentum."""
     _, _, loss = mlp()
@@ -89,12 +90,15 @@ FUSED = {"new_defaults", "old_defaults", "paddle_args", "native_op_plus_clip",
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
 def test_state_follows_core_machine_step_by_step(static, config):
+    if pir_mode() and config not in FUSED and config != "static":
+        pytest.skip("under PIR only the update_loss_scaling rule is built so far; the "
+                    "elementary update waits for the core's branch-free update (issue 11)")
     # a tiny loss keeps scale * gradients finite even at scale 2**127
     _, _, loss = mlp(loss_factor=1e-30)
     opt = paddle_amp.decorate(paddle.optimizer.SGD(0.01), **CONFIGS[config]())
     opt.minimize(loss)
     static.exe.run(static.startup)
-    fused = any(op.type == "update_loss_scaling" for op in static.main.global_block().ops)
+    fused = "update_loss_scaling" in op_names(static.main)
     assert fused == (config in FUSED)
     expected = opt.policy.loss_scale
     assert opt.loss_scale() == expected
@@ -155,7 +159,7 @@ def test_state_dict_round_trip(static):
     assert opt.state_dict() == saved  # nothing half-loaded
 
 
-@pytest.mark.skipif(not paddle.__version__.startswith("2."),
+@pytest.mark.skipif(not paddle.__version__.startswith("2.") and not pir_mode(),
                     reason="Paddle 3.3.1's ClipGradByGlobalNorm calls paddle.sqrt, which rejects "
                            "legacy-IR Variables, even without AMP")
 @pytest.mark.parametrize("name", ["momentum", "adam"])
