@@ -51,5 +51,9 @@ test-paddle3-py313: $(VENV313)/.installed
 bench: $(VENV)/.installed
 	$(PY) -m bench
 
+# Paddle 3 only (not a `make bench` section): PIR beside the legacy IR; paste into RESULTS.md.
+bench-paddle3: $(VENV3)/.installed
+	$(PY3) -m bench.paddle_pir_overhead
+
 clean:
 	rm -rf $(VENV) $(VENV3) $(VENV313) *.egg-info
