@@ -16,8 +16,8 @@ import pytest
 from paddle.base import unique_name
 
 import paddle_amp
-from amp_adapters import AmpConfigError, NoOpLossScale, Policy, compare
-from paddle_amp import opnames
+from amp_adapters import AmpConfigError, NoOpLossScale, OpLists, Policy, compare
+from paddle_amp import kernels, opnames
 from paddle_amp.pir_rewrite import PirRewriter
 from paddle_helpers import Static, batch, is_pir, mlp, pir_mode
 
@@ -107,6 +107,16 @@ def test_pir_names_map_onto_the_legacy_tables():
         phi = paddle.base.core._get_phi_kernel_name(legacy)
         if phi and legacy not in ("reshape", "transpose", "fill"):  # v1 ops: not built by PIR
             assert opnames.legacy_name(f"pd_op.{phi}") == legacy, legacy
+    # every phi name, both directions: the legacy op found is one that builds that phi kernel
+    core = paddle.base.core
+    for legacy in sorted(registered):
+        try:
+            phi = core._get_phi_kernel_name(legacy)
+        except Exception:  # noqa: BLE001 - no phi kernel
+            continue
+        if phi:
+            back = opnames.legacy_name(f"pd_op.{phi}")
+            assert back in registered and core._get_phi_kernel_name(back) == phi, (legacy, back)
     # a PIR-only op is never mistaken for another legacy op
     assert opnames.legacy_name("pd_op.fused_no_such_op") == "fused_no_such_op"
     assert opnames.snake("MeanOut") == "mean_out" and opnames.snake("Scale") == "scale"
@@ -245,6 +255,27 @@ def test_attribute_operands_are_never_cast(static):
     for op in _casts(static.main):
         assert op.operand_source(0).get_defining_op().name() not in (
             "pd_op.full", "pd_op.full_int_array")
+
+
+@pytest.mark.parametrize("emulate", [False, True])
+def test_rewrite_adds_nothing_but_casts(static, emulate):
+    """Value pitfalls (``==`` on values builds ops, wrappers differ): the rewrite adds casts
+    only, as many as it planned, plus two per emulated result, and erases its probes."""
+    x = paddle.static.data("x", [4, 8], "float32")
+    h = paddle.scale(paddle.static.nn.fc(x, 8), 2.0)
+    paddle.mean(paddle.concat([h, paddle.nn.functional.relu(h)], axis=1))
+    before = [op.name() for op in static.main.global_block().ops]
+    policy = Policy.preset("O1", emulate=emulate, paddle_ops=OpLists(lower={"scale", "concat"}))
+    report = PirRewriter(policy, kernels=kernels.lowp_kernels("CPU", "float16")) \
+        .rewrite(static.main)
+    after = [op.name() for op in static.main.global_block().ops]
+    added = list(after)
+    for name in before:
+        added.remove(name)
+    assert set(added) <= {"pd_op.cast"}
+    rounded = sum(2 * d.emulated for d in report.decisions)  # one result each here
+    assert 0 < len(added) <= report.num_casts + rounded + sum(
+        2 * sum(t is not None for t in d.input_dtypes) for d in report.decisions if d.emulated)
 
 
 def test_emulated_gradients_carry_fp16_rounding(static):
