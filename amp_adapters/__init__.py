@@ -8,9 +8,10 @@ from .errors import (AmpConfigError, ConflictingOpError, OverflowGuardError, Unk
                      UnknownOpError)
 from .planner import Category, OpDecision, categorize, effective_lists, plan_op, widest
 from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy
+from .loss_scale import LossScaleConfig, LossScaleState
 from .report import CastReport, compare
 from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale,
-                     loss_scale_from_config, loss_scale_from_state_dict)
+                     loss_scale_from_config, loss_scale_from_parts, loss_scale_from_state_dict)
 
 __version__ = "0.1.0"
 
@@ -19,5 +20,6 @@ __all__ = [
     "UnknownOpError", "Category", "OpDecision", "categorize", "effective_lists", "plan_op",
     "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
-    "loss_scale_from_config", "loss_scale_from_state_dict", "__version__",
+    "loss_scale_from_config", "loss_scale_from_state_dict", "loss_scale_from_parts",
+    "LossScaleConfig", "LossScaleState", "__version__",
 ]

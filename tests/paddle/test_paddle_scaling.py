@@ -148,12 +148,13 @@ def test_state_dict_round_trip(static):
     static.exe.run(static.startup)
     static.run(batch(0, overflow=True))
     saved = opt.state_dict()
-    assert saved["kind"] == "dynamic" and saved["scale"] == 32.0 and saved["skipped_steps"] == 1
+    assert saved["kind"] == "dynamic" and saved["state"]["scale"] == 32.0
+    assert saved["state"]["skipped_steps"] == 1
     static.run(batch(1))
     opt.load_state_dict(saved)
     assert opt.state_dict() == saved
     with pytest.raises(ValueError, match="growth_interval"):
-        opt.load_state_dict({**saved, "growth_interval": 7})
+        opt.load_state_dict({**saved, "config": {**saved["config"], "growth_interval": 7}})
     with pytest.raises(ValueError, match="'static' loss scale"):
         opt.load_state_dict(StaticLossScale().state_dict())
     assert opt.state_dict() == saved  # nothing half-loaded
