@@ -1,9 +1,9 @@
 """Loss scaling as PIR ops: ``scaling.LossScaling`` for Paddle 3 programs in PIR.
 
-Same state machine, state layout, names and guarantees as the legacy
-``LossScaling`` (see scaling.py), which this subclasses: the IR-neutral half
-(which update is exact, reading and writing the state through the scope,
-``check_guard``, ``resolve_ring_id``) is inherited, only op building differs.
+Same state, names and guarantees as the legacy ``LossScaling`` (see
+scaling.py), which this subclasses: the IR-neutral half (reading and writing
+the state through the scope, ``check_guard``, ``resolve_ring_id``) is
+inherited, only op building differs.
 
 - state: persistable values (``paddle.pir.core.create_persistable_value``:
   an init op in the startup program, a persistable ``pd_op.data`` in main),
@@ -15,8 +15,10 @@ Same state machine, state layout, names and guarantees as the legacy
   other optimizer op writes a parameter or a persistable state in place, all
   the optimizer's ops move into a PIR ``if`` on ``not found_inf``
   (``paddle.static.nn.cond``);
-- state update: Paddle's fused ``update_loss_scaling_`` plus a clip, where that
-  is exact (``LossScaling.native_update``).
+- the state transition is the core's ``amp_adapters.loss_scale.update`` run
+  with the PIR vocabulary (``pir_ops.PirOps``): the program holds that one
+  function, branch-free, for every kind of loss scale; its results are
+  assigned back into the state values.
 
 No host sync in the step.
 """
@@ -26,8 +28,9 @@ import paddle
 from paddle.base import unique_name
 from paddle.nn.initializer import Constant
 
-from amp_adapters import AmpConfigError, StaticLossScale
+from amp_adapters.loss_scale import FIELDS, StateArrays, update
 
+from .pir_ops import PIR_OPS
 from .scaling import _COUNTER_DTYPE, LossScaling, resolve_ring_id
 
 
@@ -49,13 +52,6 @@ class PirLossScaling(LossScaling):
 
     def create_vars(self) -> None:
         """The persistable state values (under the caller's program_guard), at ``initial``."""
-        if self.elementary_update:
-            raise AmpConfigError(
-                f"{self.initial!r}: under PIR paddle_amp builds Paddle's update_loss_scaling "
-                f"rule (min_scale >= 1, growth that cannot overflow below max_scale); this "
-                f"loss scale needs the elementary update, which is legacy-IR only for now. "
-                f"Use DynamicLossScale.from_paddle(...) or build with "
-                f"paddle.pir_utils.OldIrGuard()")
         self.vars["scale"] = _persistable("float32", [1], float(self.initial.scale),
                                          "loss_scaling")
         for name in self.counters:
@@ -70,23 +66,21 @@ class PirLossScaling(LossScaling):
 
     def apply(self, program, params_grads, optimizer) -> list:
         """Unscale and check ``params_grads``, apply ``optimizer`` on finite steps only, and
-        advance the state. Returns the optimizer's ops."""
-        v = self.vars
+        advance the state by the core's ``update``. Returns the optimizer's ops."""
         if not self.initial.checks_overflow:
             ops = optimizer.apply_gradients(params_grads)
-            paddle.increment(v["total_steps"])
+            self._update(None)
             return ops
         grads = [g for _, g in params_grads]
         self.param_names = tuple(p.name for p, _ in params_grads)
-        v["grad_finite"] = _persistable("bool", [len(grads)], True, "amp_grad_finite")
+        self.vars["grad_finite"] = _persistable("bool", [len(grads)], True, "amp_grad_finite")
         found_inf = self._unscale(None, grads)
         self.ring_id = resolve_ring_id(self.found_inf_ring_id)
         if self.ring_id is not None:
             as_int = paddle.cast(found_inf, "int32")
             paddle._C_ops.all_reduce_(as_int, self.ring_id, 1)  # 1 = max
             found_inf = paddle.cast(as_int, "bool")
-        paddle.static.nn.cond(_scalar(found_inf), lambda: self._overflow_branch(None, grads),
-                              None)
+        paddle.static.nn.cond(_scalar(found_inf), lambda: self._record_culprits(grads), None)
         if hasattr(optimizer, "_set_auxiliary_var"):  # adam_/adamw_/lamb_ then skip themselves
             optimizer._set_auxiliary_var("found_inf", found_inf)
         block = program.global_block()
@@ -95,11 +89,17 @@ class PirLossScaling(LossScaling):
         built = [op for op in block.ops if op.id() not in before]
         if any(_writes_state(op) and not _skips_on(op, found_inf) for op in built):
             self._guard(block, built, found_inf)
-        self._native_update(block, found_inf, grads[0])
-        skipped = paddle.multiply(v["consecutive_skips"], paddle.cast(found_inf, "int64"))
-        paddle.assign(skipped, output=v["consecutive_skips"])
-        paddle.increment(v["total_steps"])
+        self._update(found_inf)
         return ops
+
+    def _update(self, found_inf) -> None:
+        """The core's transition, built with PIR ops, assigned back into the state values."""
+        state = StateArrays(*(self.vars.get(f) for f in FIELDS))
+        new = update(self.initial.config, state, found_inf, PIR_OPS)
+        for field in FIELDS:
+            value = getattr(new, field)
+            if value is not getattr(state, field):
+                paddle.assign(value, output=self.vars[field])
 
     def _guard(self, block, built: list, found_inf) -> None:
         """Move the optimizer's ops ``built`` into ``if not found_inf:`` (their persistable
@@ -116,20 +116,6 @@ class PirLossScaling(LossScaling):
             else:
                 op.move_before(end)
 
-    def _native_update(self, block, found_inf, carrier) -> None:
-        """Paddle's fused op for scale, good_steps and bad_steps (after everything that reads
-        the gradients: the op zeroes its ``x``, here just ``carrier``, on overflow)."""
-        v, s = self.vars, self.initial
-        if isinstance(s, StaticLossScale):
-            return
-        paddle._C_ops.update_loss_scaling_(
-            [carrier], found_inf, v["scale"], v["good_steps"], v["bad_steps"],
-            s.growth_interval, s.hysteresis, float(s.growth_factor), float(s.backoff_factor),
-            False)
-        if s.min_scale > 1 or s.max_scale != float("inf"):
-            paddle.assign(paddle.clip(v["scale"], float(s.min_scale), float(s.max_scale)),
-                          output=v["scale"])
-
     def _unscale(self, block, grads):
         """``found_inf`` over all ``grads`` (one check per dtype: the kernel takes one)."""
         by_dtype: dict = {}
@@ -143,13 +129,10 @@ class PirLossScaling(LossScaling):
             found[0] = paddle.logical_or(found[0], flag)
         return found[0]
 
-    def _overflow_branch(self, sub, grads) -> None:
-        """The overflow step's bookkeeping, and which gradients were not finite."""
-        v = self.vars
-        paddle.increment(v["skipped_steps"])
-        paddle.increment(v["consecutive_skips"])
+    def _record_culprits(self, grads) -> None:
+        """On overflow only: which gradients were not finite (for ``check_guard``)."""
         flags = [paddle.reshape(paddle.all(paddle.isfinite(g)), [1]) for g in grads]
-        paddle.assign(paddle.concat(flags), output=v["grad_finite"])
+        paddle.assign(paddle.concat(flags), output=self.vars["grad_finite"])
 
 
 def _writes_state(op) -> bool:

@@ -46,12 +46,22 @@ class Static:
         return out
 
 
-def mlp(in_dim: int = 8, hidden: int = 16, out_dim: int = 1, loss_factor: float = 1.0):
-    """x -> fc(relu) -> fc -> mean squared error (times ``loss_factor``). Returns (x, y, loss)."""
+def mlp(in_dim: int = 8, hidden: int = 16, out_dim: int = 1, loss_factor: float = 1.0,
+        names: str = ""):
+    """x -> fc(relu) -> fc -> mean squared error (times ``loss_factor``). Returns (x, y, loss).
+
+    ``names``: a prefix that names the parameters explicitly (a checkpoint loaded in another
+    process needs the same names; under PIR generated parameter names depend on what the
+    process built before)."""
+    def attrs(i):
+        if not names:
+            return {}
+        return dict(weight_attr=paddle.ParamAttr(name=f"{names}{i}.w"),
+                    bias_attr=paddle.ParamAttr(name=f"{names}{i}.b"))
     x = paddle.static.data("x", [None, in_dim], "float32")
     y = paddle.static.data("y", [None, out_dim], "float32")
-    h = paddle.static.nn.fc(x, hidden, activation="relu")
-    out = paddle.static.nn.fc(h, out_dim)
+    h = paddle.static.nn.fc(x, hidden, activation="relu", **attrs(0))
+    out = paddle.static.nn.fc(h, out_dim, **attrs(1))
     diff = out - y
     loss = paddle.mean(diff * diff)
     if loss_factor != 1.0:
@@ -105,7 +115,7 @@ RESUME_OVERFLOWS = (2, 5, 6)
 
 def resume_build(paddle_amp):
     """The checkpoint model: MLP + Adam, a scale that grows every 2 clean steps."""
-    _, _, loss = mlp()
+    _, _, loss = mlp(names="resume_fc")
     opt = paddle_amp.decorate(paddle.optimizer.Adam(0.01), init_loss_scaling=8.0,
                               incr_every_n_steps=2, decr_every_n_nan_or_inf=1)
     opt.minimize(loss)

@@ -152,7 +152,7 @@ def test_overflow_is_a_true_skip_under_pir(optimizer):
         losses = [float(np.asarray(env.run(batch(s), [loss])[0]).ravel()[0])
                   for s in (0, 1, 3, 4, 5)]
         clean = env.state()
-    assert skipped[1]["skipped_steps"] == 1 and skipped[1]["scale"] == 2.0**9
+    assert skipped[1]["state"]["skipped_steps"] == 1 and skipped[1]["state"]["scale"] == 2.0**9
     got, want = _by_position(skipped[2]), _by_position(clean)
     assert len(got) == len(want) and all(np.array_equal(a, b) for a, b in zip(got, want))
     assert [skipped[0][s] for s in (0, 1, 3, 4, 5)] == losses
