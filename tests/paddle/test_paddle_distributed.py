@@ -14,7 +14,7 @@ import paddle
 import pytest
 
 import paddle_amp
-from paddle_helpers import is_pir, mlp
+from paddle_helpers import is_pir, mlp, pir_mode
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -30,7 +30,7 @@ REDUCTION = ["cast", "c_allreduce_max" if "c_allreduce_max" in
 
 def _run(mode):
     env = {"PYTHONPATH": os.pathsep.join([str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")]),
-           "FLAGS_enable_pir_api": "0"}
+           "FLAGS_enable_pir_api": "1" if pir_mode() else "0"}  # the session's IR
     results = pd_launch.launch([sys.executable, str(HERE / "paddle_dist_worker.py"), mode,
                                 str(STEPS), str(INJECT)], nproc=2, timeout=TIMEOUT, extra_env=env)
     a, b = sorted(results, key=lambda r: r["rank"])
