@@ -33,21 +33,16 @@ from amp_adapters.oplists import load_table
 
 from ._mx import (ROUNDED, bypassed, cast, is_symbol, is_tensor, multicast_widest, tensor_dtype,
                   unpatched)
+from .active import active_policy, set_policy
 from .config import resolve_policy
 from .kernels import KernelSet, forget_fallback_logs, log_fallback
 
 _MODULES = ("mxnet.ndarray", "mxnet.symbol", "mxnet.numpy", "mxnet.numpy_extension")
 _NP_ALIASES = {"_npi_true_divide": ("true_divide", "divide")}
 
-_policy: Optional[Policy] = None
 _patches: list[tuple[Any, str, Callable]] = []  # (module, attribute, original)
 # (id(parameter variable), how) -> (variable, its cast): a traced weight is cast once, not per use
 _param_casts: dict[tuple[int, str], tuple[Any, Any]] = {}
-
-
-def active_policy() -> Optional[Policy]:
-    """The policy ``init`` installed, or None."""
-    return _policy
 
 
 def init(target_dtype: object = "float16", target_precision_ops: Optional[list] = None,
@@ -65,14 +60,14 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
     Calling it again with the same policy is a no-op; with another policy it
     raises (call ``reset()`` first). Returns the policy in force.
     """
-    global _policy
     resolved = resolve_policy(target_dtype, target_precision_ops, conditional_fp32_ops, fp32_ops,
                               policy=policy, emulate=emulate)
-    if _policy is not None:
-        if resolved == _policy:
-            return _policy
+    current = active_policy()
+    if current is not None:
+        if resolved == current:
+            return current
         raise AmpConfigError("mxnet_amp.init was already called with a different policy "
-                             f"(dtype={_policy.dtype}, emulate={_policy.emulate}); call "
+                             f"(dtype={current.dtype}, emulate={current.emulate}); call "
                              "mxnet_amp.reset() first to change it")
     targets = _targets(resolved)
     for fn, places in targets.items():
@@ -80,17 +75,16 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
         for module, attr, _op in places:
             _patches.append((module, attr, fn))
             setattr(module, attr, wrapper)
-    _policy = resolved
+    set_policy(resolved)
     return resolved
 
 
 def reset() -> None:
     """Undo ``init`` completely: every patched function is restored, the policy dropped."""
-    global _policy
     while _patches:
         module, attr, original = _patches.pop()
         setattr(module, attr, original)
-    _policy = None
+    set_policy(None)
     _param_casts.clear()
     forget_fallback_logs()
 

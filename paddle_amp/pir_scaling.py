@@ -31,7 +31,9 @@ from paddle.nn.initializer import Constant
 from amp_adapters.loss_scale import FIELDS, StateArrays, update
 
 from .pir_ops import PIR_OPS
-from .scaling import _COUNTER_DTYPE, LossScaling, resolve_ring_id
+from .collective import resolve_ring_id
+from .scaling import LossScaling
+from .state import COUNTER_DTYPE as _COUNTER_DTYPE
 
 
 def _persistable(dtype: str, shape: list, value, stem: str):
@@ -52,22 +54,22 @@ class PirLossScaling(LossScaling):
 
     def create_vars(self) -> None:
         """The persistable state values (under the caller's program_guard), at ``initial``."""
-        self.vars["scale"] = _persistable("float32", [1], float(self.initial.scale),
-                                         "loss_scaling")
-        for name in self.counters:
-            self.vars[name] = _persistable(_COUNTER_DTYPE[name], [1],
-                                           int(getattr(self.initial, name)), f"amp_{name}")
+        state = self.initial.state
+        for name in self.fields:
+            dtype = "float32" if name == "scale" else _COUNTER_DTYPE[name]
+            stem = "loss_scaling" if name == "scale" else f"amp_{name}"
+            self.vars[name] = _persistable(dtype, [1], getattr(state, name), stem)
 
     def scale_loss(self, block, loss):
         """``loss * scale`` (loss itself when nothing is scaled)."""
-        if not self.initial.checks_overflow:
+        if not self.config.checks_overflow:
             return loss
         return paddle._C_ops.multiply(loss, self.vars["scale"])
 
     def apply(self, program, params_grads, optimizer) -> list:
         """Unscale and check ``params_grads``, apply ``optimizer`` on finite steps only, and
         advance the state by the core's ``update``. Returns the optimizer's ops."""
-        if not self.initial.checks_overflow:
+        if not self.config.checks_overflow:
             ops = optimizer.apply_gradients(params_grads)
             self._update(None)
             return ops
@@ -95,7 +97,7 @@ class PirLossScaling(LossScaling):
     def _update(self, found_inf) -> None:
         """The core's transition, built with PIR ops, assigned back into the state values."""
         state = StateArrays(*(self.vars.get(f) for f in FIELDS))
-        new = update(self.initial.config, state, found_inf, PIR_OPS)
+        new = update(self.config, state, found_inf, PIR_OPS)
         for field in FIELDS:
             value = getattr(new, field)
             if value is not getattr(state, field):

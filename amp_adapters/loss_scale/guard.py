@@ -16,7 +16,7 @@ host (MXNet: every step; Paddle: ``check_guard()``, a scope read).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional, Union
 
 from ..errors import OverflowGuardError
 from .config import LossScaleConfig
@@ -37,15 +37,21 @@ class SkipWindow:
 
 
 def check_guard(config: LossScaleConfig, state: LossScaleState,
-                nonfinite_params: Iterable[str] = (),
+                nonfinite_params: Union[Iterable[str], Callable[[], Iterable[str]]] = (),
                 window: Optional[SkipWindow] = None) -> Optional[SkipWindow]:
     """Raise ``OverflowGuardError`` if ``state`` may not go on under ``config``.
 
-    Returns the skip window to pass next time (a new one each ``skip_window`` steps);
-    None when ``config.max_skip_fraction`` is off."""
+    ``nonfinite_params``: the names to put in the error, or a function that returns them
+    (called only when raising, e.g. a device read). Returns the skip window to pass next
+    time (a new one each ``skip_window`` steps); None when ``max_skip_fraction`` is off."""
     if not config.checks_overflow:
         return None
-    names = list(nonfinite_params)
+
+    class _Names:  # the error's param_names, computed only if it is raised
+        def __iter__(self):
+            src = nonfinite_params() if callable(nonfinite_params) else nonfinite_params
+            return iter(list(src))
+    names = _Names()
     if config.kind == "dynamic" and state.scale < F32_TINY:
         raise OverflowGuardError(
             state.consecutive_skips, state.scale, names,
