@@ -21,7 +21,12 @@ Files:
     rewrite.py    program rewrite: plan every forward op, insert its casts
     scaling.py    loss scaling as program ops: scale, check, skip, state, all-reduce
     kernels.py    which ops have a low-precision kernel on the device used
-    env.py        Paddle glue: static/legacy-IR checks, dtype of a var, device
+    env.py        Paddle glue: static check, the program's IR, dtype names, device
+    opnames.py    PIR op and operand names -> the legacy names the op tables use
+    pir_rewrite.py  the same rewrite on PIR programs (combine and attribute operands)
+    pir_scaling.py  loss scaling as PIR ops: the core's update, the true skip via pd_op.if
+    pir_ops.py    the core's update vocabulary (ArrayOps) as PIR ops
+    pir_guard.py  fp16_guard on both IRs (PIR: records the ops built inside)
 """
 from amp_adapters import CastReport, OverflowGuardError, Policy
 

@@ -20,14 +20,6 @@ VarType = core.VarDesc.VarType
 DTYPE_OF = {getattr(VarType, SHORT_NAMES[name].upper()): name for name in FLOAT_DTYPES}
 VARTYPE_OF = {name: vt for vt, name in DTYPE_OF.items()}
 
-# The same for PIR values (``core.DataType``; Paddle 2.6 has it too, unused there).
-_DT = getattr(core, "DataType", None)
-PIR_DTYPE_OF = {} if _DT is None else {
-    _DT.FLOAT16: "float16", _DT.BFLOAT16: "bfloat16", _DT.FLOAT32: "float32",
-    _DT.FLOAT64: "float64"}
-DATATYPE_OF = {name: dt for dt, name in PIR_DTYPE_OF.items()}
-
-
 def dtype_name(var) -> Optional[str]:
     """The floating dtype of a dense-tensor ``var`` as a string, or None (ints, bools, others)."""
     if var is None or var.type != VarType.LOD_TENSOR:

@@ -31,10 +31,10 @@ from typing import AbstractSet, Optional
 
 import paddle
 from amp_adapters import AmpConfigError, CastReport, OpDecision, Policy, plan_op
-from amp_adapters.oplists import LOW_DTYPES, load_table
+from amp_adapters.dtypes import FLOAT_DTYPES, LOW_DTYPES, dtype_name
+from amp_adapters.oplists import load_table
 
 from . import opnames
-from .env import DATATYPE_OF, PIR_DTYPE_OF
 from .pir_guard import guarded_ops
 
 logger = logging.getLogger("paddle_amp")
@@ -46,7 +46,8 @@ def value_dtype(value) -> Optional[str]:
     """The floating dtype of a dense-tensor PIR ``value`` ('float16'...), else None."""
     if value is None or not value.initialized() or not value.is_dense_tensor_type():
         return None
-    return PIR_DTYPE_OF.get(value.dtype)
+    name = dtype_name(value.dtype)
+    return name if name in FLOAT_DTYPES else None
 
 
 def _name(value) -> Optional[str]:
@@ -248,7 +249,7 @@ class PirRewriter:
         key = (value.id, target)
         if key not in self._cast_of:
             paddle.pir.set_insertion_point(before)
-            self._cast_of[key] = paddle._C_ops.cast(value, DATATYPE_OF[target])
+            self._cast_of[key] = paddle.cast(value, target)
         return self._cast_of[key]
 
     def _round(self, before, value):
@@ -259,7 +260,7 @@ class PirRewriter:
         if key not in self._cast_of:
             low = self._cast(before, value, self.policy.dtype)
             paddle.pir.set_insertion_point(before)
-            out = paddle._C_ops.cast(low, DATATYPE_OF["float32"])
+            out = paddle.cast(low, "float32")
             self._cast_of[key] = out
             self._rounded.add(out.id)
         return self._cast_of[key]
@@ -278,8 +279,8 @@ class PirRewriter:
                 result.set_type(_retyped(result, d.run_dtype))
             elif d.emulated:
                 paddle.pir.set_insertion_point_after(op)
-                low = paddle._C_ops.cast(result, DATATYPE_OF[d.low_dtype])
-                back = paddle._C_ops.cast(low, DATATYPE_OF["float32"])
+                low = paddle.cast(result, d.low_dtype)
+                back = paddle.cast(low, "float32")
                 result.replace_all_uses_with(back)
                 low.get_defining_op().operand(0).set_source(result)
                 self._rounded.add(back.id)
@@ -323,7 +324,7 @@ def _parameters(program) -> list:
 def _retyped(value, dtype: str):
     """``value``'s type with ``dtype`` as element type (a throwaway cast supplies the type)."""
     paddle.pir.set_insertion_point_after(value.get_defining_op())
-    probe = paddle._C_ops.cast(value, DATATYPE_OF[dtype])
+    probe = paddle.cast(value, dtype)
     new = paddle.pir.create_shaped_type(probe.type(), value.shape)
     probe.get_defining_op().erase()
     paddle.pir.reset_insertion_point_to_end()
