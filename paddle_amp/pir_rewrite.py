@@ -158,8 +158,8 @@ class PirRewriter:
         for param in _parameters(program):
             ok = True
             for user in param.all_used_ops():
-                if user.num_regions() or opnames.is_plumbing(user.name()) and \
-                        user.name() != "builtin.combine":
+                if user.num_regions() or (opnames.is_plumbing(user.name())
+                                           and user.name() != "builtin.combine"):
                     ok = False
                     break
                 target = user
