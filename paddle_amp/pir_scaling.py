@@ -17,8 +17,9 @@ inherited, only op building differs.
   (``paddle.static.nn.cond``);
 - the state transition is the core's ``amp_adapters.loss_scale.update`` run
   with the PIR vocabulary (``pir_ops.PirOps``): the program holds that one
-  function, branch-free, for every kind of loss scale; its results are
-  assigned back into the state values.
+  function, branch-free; as on the legacy IR, Paddle's fused
+  ``update_loss_scaling_`` moves the scale where it is exact
+  (``LossScaling.native_update``), the counters still the core's.
 
 No host sync in the step.
 """
@@ -28,7 +29,7 @@ import paddle
 from paddle.base import unique_name
 from paddle.nn.initializer import Constant
 
-from amp_adapters.loss_scale import FIELDS, StateArrays, update
+from amp_adapters.loss_scale import FIELDS, StateArrays, count_step, update
 
 from .pir_ops import PIR_OPS
 from .collective import resolve_ring_id
@@ -91,17 +92,32 @@ class PirLossScaling(LossScaling):
         built = [op for op in block.ops if op.id() not in before]
         if any(_writes_state(op) and not _skips_on(op, found_inf) for op in built):
             self._guard(block, built, found_inf)
-        self._update(found_inf)
+        self._update(found_inf, grads[0])
         return ops
 
-    def _update(self, found_inf) -> None:
-        """The core's transition, built with PIR ops, assigned back into the state values."""
-        state = StateArrays(*(self.vars.get(f) for f in FIELDS))
-        new = update(self.config, state, found_inf, PIR_OPS)
+    def _update(self, found_inf, carrier=None) -> None:
+        """The core's transition, built with PIR ops and assigned back into the state values;
+        as on the legacy IR, the scale move is Paddle's fused op where that is exact
+        (``native_update``: it zeroes its ``x``, just ``carrier``, on overflow, so it comes
+        after every reader of the gradients), the counters still the core's."""
+        v = self.vars
+        state = StateArrays(*(v.get(f) for f in FIELDS))
+        if self.native_update:
+            c = self.config
+            paddle._C_ops.update_loss_scaling_(
+                [carrier], found_inf, v["scale"], v["good_steps"], v["bad_steps"],
+                c.growth_interval, c.hysteresis, float(c.growth_factor),
+                float(c.backoff_factor), False)
+            if c.min_scale > 1 or c.max_scale != float("inf"):
+                paddle.assign(paddle.clip(v["scale"], c.min_scale, c.max_scale),
+                              output=v["scale"])
+            new = count_step(self.config, state, found_inf, PIR_OPS)
+        else:
+            new = update(self.config, state, found_inf, PIR_OPS)
         for field in FIELDS:
             value = getattr(new, field)
             if value is not getattr(state, field):
-                paddle.assign(value, output=self.vars[field])
+                paddle.assign(value, output=v[field])
 
     def _guard(self, block, built: list, found_inf) -> None:
         """Move the optimizer's ops ``built`` into ``if not found_inf:`` (their persistable

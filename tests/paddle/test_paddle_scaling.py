@@ -115,7 +115,7 @@ def test_state_follows_core_machine_step_by_step(static, config):
     opt.minimize(loss)
     static.exe.run(static.startup)
     fused = "update_loss_scaling" in op_names(static.main)
-    assert fused == (config in FUSED and not pir_mode())  # PIR: the core's update, as ops
+    assert fused == (config in FUSED)
     expected = opt.policy.loss_scale
     assert opt.loss_scale() == expected
     scales = [expected.scale]
