@@ -384,6 +384,13 @@ def test_clone_is_rewritten_and_a_separate_eval_program_gets_rewritten(static):
                                                                   .result(0)])
     trained, = static.run(feed, [out])
     assert np.array_equal(evaluated.astype(np.float32), trained.astype(np.float32))
+    # a clone of the decorated program carries the rewrite: amp_init leaves it alone
+    derived = static.main.clone()
+    casts = len(_casts(derived))
+    opt.amp_init(paddle.CPUPlace(), test_program=derived, use_fp16_test=True)
+    assert len(_casts(derived)) == casts > 0
+    with pytest.raises(ValueError, match="not rewritten by paddle_amp"):
+        paddle_amp.cast_report(derived)
 
 
 def test_native_static_decorate_fails_under_pir_where_ours_works(static):
