@@ -10,7 +10,9 @@ Files:
     dtypes.py     the dtype vocabulary: names, low dtypes, aliases, widest-wins order
     oplists/      op lists as data (canonical vocabulary -> each framework's op names)
     planner.py    categorize / plan_op: the cast decision for one op
-    scaler.py     the loss-scale state machine and its state dict
+    loss_scale/   the loss-scale rule, once: LossScaleConfig, LossScaleState, update over
+                  the ArrayOps vocabulary (NumpyOps here), check_guard, strict state dicts
+    scaler.py     DynamicLossScale / StaticLossScale / NoOpLossScale: config + state views
     report.py     CastReport: decisions per op, diffable across frameworks
     errors.py     the config errors
     cli.py        ``amp-adapters lists|explain`` (other subcommands come by entry point)

@@ -23,10 +23,12 @@ from typing import Any, ClassVar, Optional, Union
 from .errors import AmpConfigError, UnknownChoiceError
 from .loss_scale import (LossScaleConfig, LossScaleState, check_guard, load_state, state_dict,
                          step)
-from .loss_scale.numbers import f32 as _f32
+from .loss_scale.checks import f32 as _f32
+from .loss_scale.checks import real as _real
 
 _STATE = ("scale", "good_steps", "bad_steps", "total_steps", "skipped_steps",
           "consecutive_skips")
+_CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(LossScaleConfig))
 
 
 class _View:
@@ -48,13 +50,22 @@ class _View:
         self._store(config, state)
 
     def _store(self, config: LossScaleConfig, state: LossScaleState) -> None:
-        names = {f.name for f in dataclasses.fields(self)}  # type: ignore[arg-type]
-        for rec in (config, state):
-            for k, v in dataclasses.asdict(rec).items():
-                if k in names:
-                    object.__setattr__(self, k, v)
+        mine = self._fields()
+        for rec, names in ((config, _CONFIG_FIELDS), (state, _STATE)):
+            for k in names:
+                if k in mine:
+                    object.__setattr__(self, k, getattr(rec, k))
         object.__setattr__(self, "_config", config)
         object.__setattr__(self, "_state", state)
+
+    @classmethod
+    def _fields(cls) -> tuple[str, ...]:
+        """This class's dataclass field names (cached: ``adjust`` runs every step)."""
+        cached = cls.__dict__.get("_field_names")
+        if cached is None:
+            cached = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+            cls._field_names = cached  # type: ignore[attr-defined]
+        return cached
 
     @property
     def config(self) -> LossScaleConfig:
@@ -71,7 +82,7 @@ class _View:
         """The value of ``config`` at ``state`` (both already valid: not re-checked)."""
         klass = LOSS_SCALE_KINDS[config.kind]
         new = object.__new__(klass)
-        fields = [f.name for f in dataclasses.fields(klass)]  # type: ignore[arg-type]
+        fields = klass._fields()
         for name in fields:
             object.__setattr__(new, name, None)
         if "init_scale" in fields:
@@ -169,12 +180,8 @@ class DynamicLossScale(_View):
                     decr_every_n_nan_or_inf: int = 1, incr_ratio: float = 2.0,
                     decr_ratio: float = 0.5, **kw: Any) -> "DynamicLossScale":
         """Paddle's ``update_loss_scaling`` op semantics: floor 1, no ceiling, float32 ratios."""
-        ratios = {}
-        for name, value in (("incr_ratio", incr_ratio), ("decr_ratio", decr_ratio)):
-            try:
-                ratios[name] = _f32(value)
-            except (TypeError, ValueError):
-                raise AmpConfigError(f"{name} must be a real number, got {value!r}") from None
+        ratios = {name: _f32(_real("DynamicLossScale.from_paddle", name, value))
+                  for name, value in (("incr_ratio", incr_ratio), ("decr_ratio", decr_ratio))}
         return cls(scale=init_loss_scaling, growth_interval=incr_every_n_steps,
                    hysteresis=decr_every_n_nan_or_inf, growth_factor=ratios["incr_ratio"],
                    backoff_factor=ratios["decr_ratio"], min_scale=1.0, max_scale=math.inf, **kw)

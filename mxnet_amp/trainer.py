@@ -32,7 +32,8 @@ from typing import Any, Iterator, Optional, Union
 
 from mxnet.gluon import Trainer
 
-from amp_adapters import AmpConfigError, LossScale, Policy, StaticLossScale
+from amp_adapters import (AmpConfigError, LossScale, LossScaleConfig, Policy, StaticLossScale,
+                          loss_scale_from_parts)
 from amp_adapters.loss_scale import SkipWindow, check_guard
 from amp_adapters.scaler import LOSS_SCALE_KINDS
 
@@ -139,15 +140,14 @@ def _amp(trainer: Any) -> AmpTrainerState:
 
 
 def _is_number(x: Any) -> bool:
-    return isinstance(x, (numbers.Real, Decimal)) and not isinstance(x, bool) and \
-        type(x).__name__ != "bool_"
+    return isinstance(x, (numbers.Real, Decimal)) and not isinstance(x, bool)
 
 
 def init_trainer(trainer: Trainer, loss_scale: Union[LossScale, float, None] = None) -> None:
     """Attach loss scaling to ``trainer``.
 
     ``loss_scale``: a ``DynamicLossScale`` / ``StaticLossScale`` / ``NoOpLossScale``,
-    a number (a static scale), or None for the policy's default (dynamic for
+    a ``LossScaleConfig`` (started at its ``init_scale``), a number (a static scale), or None for the policy's default (dynamic for
     float16, none for bfloat16; the policy of ``init``, else float16's).
     Calling it again replaces the scale (and starts the step protocol afresh).
     """
@@ -159,9 +159,12 @@ def init_trainer(trainer: Trainer, loss_scale: Union[LossScale, float, None] = N
         loss_scale = (active_policy() or Policy()).loss_scale
     elif _is_number(loss_scale):
         loss_scale = StaticLossScale(scale=loss_scale)
+    elif isinstance(loss_scale, LossScaleConfig):
+        loss_scale = loss_scale_from_parts(loss_scale)
     elif not isinstance(loss_scale, tuple(LOSS_SCALE_KINDS.values())):
         raise AmpConfigError(f"loss_scale must be a DynamicLossScale, StaticLossScale, "
-                             f"NoOpLossScale or a number, got {type(loss_scale).__name__}")
+                             f"NoOpLossScale, LossScaleConfig or a number, got "
+                             f"{type(loss_scale).__name__}")
     existing = getattr(trainer, "_amp_loss_scaler", None)
     if isinstance(existing, AmpTrainerState):
         existing.reset(loss_scale)

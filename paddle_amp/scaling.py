@@ -30,7 +30,7 @@ from paddle.base import framework, unique_name
 
 from amp_adapters import LossScale
 from amp_adapters.loss_scale import SkipWindow, StateArrays, count_step, update
-from amp_adapters.loss_scale.numbers import f32
+from amp_adapters.loss_scale.checks import f32
 
 from . import state as scope_state
 from .collective import reduce_found_inf, resolve_ring_id
@@ -153,9 +153,8 @@ class LossScaling:
         else:
             new = update(self.config, old, found_inf, ops)
         for name in self.fields:
-            if self.native_update and name in ("scale", "good_steps", "bad_steps"):
-                continue  # written in place by the fused op
-            ops.assign(getattr(new, name), v[name])
+            if getattr(new, name) is not v[name]:  # else unchanged, or written by the fused op
+                ops.assign(getattr(new, name), v[name])
 
     def _native_update(self, block, found_inf, carrier) -> None:
         """One fused op for scale, good_steps and bad_steps, then the clip to the bounds."""

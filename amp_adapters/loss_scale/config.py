@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..errors import AmpConfigError, UnknownChoiceError
-from .numbers import f32, real, scale_value, whole
+from .checks import f32, real, scale_value, whole
 
 KINDS = ("dynamic", "static", "none")
 

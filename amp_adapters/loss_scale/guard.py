@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Optional, Union
 
 from ..errors import OverflowGuardError
 from .config import LossScaleConfig
-from .numbers import F32_TINY
+from .checks import F32_TINY
 from .state import LossScaleState
 
 

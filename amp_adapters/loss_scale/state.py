@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import AmpConfigError
-from .numbers import f32, real, whole
+from .checks import f32, real, whole
 
 FIELDS = ("scale", "good_steps", "bad_steps", "total_steps", "skipped_steps",
           "consecutive_skips")

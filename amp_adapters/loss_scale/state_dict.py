@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import AmpConfigError, UnknownChoiceError
 from .config import KINDS, LossScaleConfig
-from .numbers import F32_TINY, INT64_MAX, f32
+from .checks import F32_TINY, INT64_MAX, f32
 from .state import COUNTERS, FIELDS, LossScaleState
 
 FORMAT_VERSION = 1

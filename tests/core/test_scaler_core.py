@@ -201,3 +201,27 @@ def test_static_checkpoint_cannot_carry_another_scale():
     d = corrupt(("state", "scale"), 32.0, StaticLossScale(64.0).state_dict())
     with pytest.raises(AmpConfigError, match="never moves"):
         load_state(d)
+
+
+def test_a_policy_and_a_trainer_take_the_core_config():
+    from amp_adapters import Policy
+    config = LossScaleConfig(init_scale=256.0, growth_factor=1.7, growth_interval=3)
+    policy = Policy(loss_scale=config)
+    assert isinstance(policy.loss_scale, DynamicLossScale)
+    assert policy.loss_scale.config == config and policy.loss_scale.state == LossScaleState(256.0)
+    with pytest.raises(AmpConfigError, match="LossScaleConfig"):
+        Policy(loss_scale={"kind": "dynamic"})
+
+
+@pytest.mark.parametrize("value", [Fraction(3, 2), Decimal("1.5"), np.float64(1.5), 1.5])
+def test_native_constructors_take_any_real(value):
+    p = DynamicLossScale.from_paddle(incr_ratio=value, decr_ratio=value / 2)
+    assert (p.growth_factor, p.backoff_factor) == (1.5, 0.75)
+    assert DynamicLossScale.from_torch(value * 2, growth_factor=value).scale == 3.0
+
+
+def test_native_constructors_refuse_bools_plainly():
+    with pytest.raises(AmpConfigError, match="incr_ratio must be a real number.*bool"):
+        DynamicLossScale.from_paddle(incr_ratio=True)
+    with pytest.raises(AmpConfigError, match="init_scale must be a real number.*bool"):
+        DynamicLossScale.from_torch(True)

@@ -242,3 +242,19 @@ def test_no_floor_collapse_raises_the_guard_not_an_internal_error(make):
     state = amp.loss_scale(trainer)
     assert state.consecutive_skips == 1 and state.scale < np.finfo(np.float32).tiny
     assert "min_scale=0" in str(err.value) and trainer._params[1].name in err.value.param_names
+
+
+def test_skip_fraction_guard_and_core_config():
+    from amp_adapters import LossScaleConfig
+    net = mlp()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    amp.init_trainer(trainer, LossScaleConfig(max_consecutive_skips=None, max_skip_fraction=0.5,
+                                              skip_window=4))
+    assert amp.loss_scale(trainer).skip_window == 4
+    with pytest.raises(OverflowGuardError, match="max_skip_fraction=0.5"):
+        for step, f in enumerate([True, False, True, False, True, True, False, True]):
+            backward(net, trainer, *batch(step))
+            if f:
+                trainer._params[0].grad()[0] = np.inf
+            trainer.step(4)
+    assert step == 7

@@ -263,3 +263,34 @@ def test_no_floor_collapse_raises(static, make):
     state = opt.loss_scale()
     assert state.consecutive_skips <= 1 and 0 <= state.scale < np.finfo(np.float32).tiny
     assert "min_scale=0" in str(e.value) and "backoff_factor=0.5" in str(e.value)
+
+
+def test_elementary_update_is_straight_line_ops(static):
+    """The core's update is emitted branch-free: the only conditional block is the one that
+    records which gradients overflowed (Adam skips itself), and the program holds the
+    rounding rule's float64 multiply."""
+    _, _, loss = mlp()
+    opt = paddle_amp.decorate(paddle.optimizer.Adam(0.01), policy=Policy(
+        loss_scale=DynamicLossScale(growth_factor=1.7, backoff_factor=0.3, min_scale=0.5)))
+    opt.minimize(loss)
+    ops = [op.type for op in static.main.global_block().ops]
+    assert ops.count("conditional_block") == 1 and "update_loss_scaling" not in ops
+    assert {"where", "elementwise_max", "elementwise_min", "isfinite_v2"} <= set(ops)
+    muls = [op for op in static.main.global_block().ops if op.type == "elementwise_mul"
+            and op.output("Out")[0] and static.main.global_block().var(
+                op.output("Out")[0]).dtype == paddle.base.core.VarDesc.VarType.FP64]
+    assert len(muls) == 2  # scale * growth_factor and scale * backoff_factor, in float64
+
+
+def test_skip_fraction_guard(static):
+    _, _, loss = mlp()
+    policy = Policy(loss_scale=DynamicLossScale(max_consecutive_skips=None,
+                                                max_skip_fraction=0.5, skip_window=4))
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), policy=policy)
+    opt.minimize(loss)
+    static.exe.run(static.startup)
+    with pytest.raises(OverflowGuardError, match="max_skip_fraction=0.5") as e:
+        for step, f in enumerate([True, False, True, False, True, True, False, True]):
+            static.run(batch(step, overflow=f))
+            opt.check_guard()
+    assert step == 7 and e.value.param_names  # window 2: 3 of 4 skipped
