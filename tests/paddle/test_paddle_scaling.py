@@ -10,6 +10,7 @@ import pytest
 import paddle_amp
 from amp_adapters import (AmpConfigError, DynamicLossScale, OverflowGuardError, Policy,
                           StaticLossScale)
+from paddle_amp.opnames import legacy_name
 from paddle_helpers import batch, mlp, op_names, pir_mode
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "core"))  # scaler_cases: shared corruptions
@@ -273,12 +274,16 @@ def test_elementary_update_is_straight_line_ops(static):
     opt = paddle_amp.decorate(paddle.optimizer.Adam(0.01), policy=Policy(
         loss_scale=DynamicLossScale(growth_factor=1.7, backoff_factor=0.3, min_scale=0.5)))
     opt.minimize(loss)
-    ops = [op.type for op in static.main.global_block().ops]
+    block = static.main.global_block()
+    ops = [legacy_name(op.name()) if pir_mode() else op.type for op in block.ops]
     assert ops.count("conditional_block") == 1 and "update_loss_scaling" not in ops
     assert {"where", "elementwise_max", "elementwise_min", "isfinite_v2"} <= set(ops)
-    muls = [op for op in static.main.global_block().ops if op.type == "elementwise_mul"
-            and op.output("Out")[0] and static.main.global_block().var(
-                op.output("Out")[0]).dtype == paddle.base.core.VarDesc.VarType.FP64]
+    if pir_mode():
+        muls = [op for op in block.ops if op.name() == "pd_op.multiply"
+                and str(op.result(0).dtype) == "paddle.float64"]
+    else:
+        muls = [op for op in block.ops if op.type == "elementwise_mul" and op.output("Out")[0]
+                and block.var(op.output("Out")[0]).dtype == paddle.base.core.VarDesc.VarType.FP64]
     assert len(muls) == 2  # scale * growth_factor and scale * backoff_factor, in float64
 
 
