@@ -25,9 +25,10 @@ PIR value it builds an ``equal`` op.
 """
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import logging
-from typing import AbstractSet, Optional
+from typing import AbstractSet, Any, Iterator, Optional
 
 import paddle
 from amp_adapters import AmpConfigError, CastReport, OpDecision, Policy, plan_op
@@ -67,6 +68,29 @@ def _nested_ops(op) -> list:
             if inner.num_regions():
                 out.extend(_nested_ops(inner))
     return out
+
+
+class _Attrs(collections.abc.Mapping):
+    """An op's attributes, read on demand: the core looks only at those its rules name (so
+    the rewrite keeps no copy of which ops have conditional rules)."""
+
+    def __init__(self, op) -> None:
+        self._op = op
+        self._read: Optional[dict] = None
+
+    def _all(self) -> dict:
+        if self._read is None:
+            self._read = dict(self._op.attrs())
+        return self._read
+
+    def __getitem__(self, name: str) -> Any:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,12 +134,6 @@ class PirRewriter:
                 return "uses a custom_black_varnames var"
         return None
 
-    def _attrs(self, op, legacy: str) -> Optional[dict]:
-        rules = {r[0] for r in self.policy.paddle_ops.conditional_fp32}
-        if legacy in self._table.conditional or legacy in rules:
-            return dict(op.attrs())
-        return None
-
     def _slots(self, op) -> list[_Slot]:
         """The op's inputs, list operands unpacked, with whether each may be cast."""
         names = op.get_input_names()
@@ -139,7 +157,7 @@ class PirRewriter:
         dtypes = [value_dtype(s.value) if s.cast and s.name not in keep else None
                   for s in slots]
         decision = plan_op(self.policy, "paddle", legacy, dtypes, lowp_kernels=self.kernels,
-                           attrs=self._attrs(op, legacy), force_fp32=self._forced_fp32(op))
+                           attrs=_Attrs(op), force_fp32=self._forced_fp32(op))
         if (decision.emulated or decision.fell_back) and legacy not in self._logged:
             self._logged.add(legacy)
             logger.info("%s: %s", legacy, decision.reason)

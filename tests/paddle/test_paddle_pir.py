@@ -501,3 +501,16 @@ def test_o2_declares_low_params_low_and_reads_them_uncast(static):
     cast_from = {op.operand_source(0).name for op in _casts(static.main)
                  if op.operand_source(0).has_name}
     assert not cast_from & low
+
+
+def test_conditional_fp32_rules_read_pir_attributes(static):
+    """A policy rule on an attribute (softmax over axis -1 in fp32) reads the PIR op's
+    attributes: the same decision as the legacy IR's for the same rule."""
+    x = paddle.static.data("x", [2, 8], "float32")
+    a = paddle.nn.functional.softmax(paddle.scale(x, 2.0), axis=-1)
+    b = paddle.nn.functional.softmax(paddle.scale(x, 3.0), axis=0)
+    rule = OpLists(lower={"softmax", "scale"}, conditional_fp32=[("softmax", "axis", ["-1"])])
+    report = PirRewriter(Policy.preset("O1", paddle_ops=rule), kernels=None).rewrite(static.main)
+    softmax = [d for d in report.decisions if d.op == "softmax"]
+    assert [d.run_dtype for d in softmax] == ["float32", "float16"]
+    assert "conditional_fp32: axis=-1" in softmax[0].reason
