@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Union
 
-from .errors import AmpConfigError, UnknownChoiceError
+from .errors import AmpConfigError, OverflowGuardError, UnknownChoiceError
 from .loss_scale import (LossScaleConfig, LossScaleState, check_guard, load_state, state_dict,
                          step)
 from .loss_scale.checks import f32 as _f32
@@ -103,7 +103,7 @@ class _View:
         """True when ``loss_scale.check_guard`` would raise for this state."""
         try:
             check_guard(self.config, self.state)
-        except Exception:  # noqa: BLE001 - OverflowGuardError: the guard's answer is "stop"
+        except OverflowGuardError:  # the guard's answer is "stop"
             return True
         return False
 

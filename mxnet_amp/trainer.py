@@ -147,8 +147,9 @@ def init_trainer(trainer: Trainer, loss_scale: Union[LossScale, float, None] = N
     """Attach loss scaling to ``trainer``.
 
     ``loss_scale``: a ``DynamicLossScale`` / ``StaticLossScale`` / ``NoOpLossScale``,
-    a ``LossScaleConfig`` (started at its ``init_scale``), a number (a static scale), or None for the policy's default (dynamic for
-    float16, none for bfloat16; the policy of ``init``, else float16's).
+    a ``LossScaleConfig`` (started at its ``init_scale``), a number (a static scale), or
+    None for the policy's default (dynamic for float16, none for bfloat16; the policy of
+    ``init``, else float16's).
     Calling it again replaces the scale (and starts the step protocol afresh).
     """
     if not isinstance(trainer, Trainer):
@@ -246,8 +247,8 @@ def load_state_dict(trainer: Trainer, d: dict[str, Any]) -> None:
     unknown = sorted(map(str, set(d) - set(_KEYS)))
     if missing or unknown:
         key = missing[0] if missing else unknown[0]
-        raise AmpConfigError(f"mxnet_amp state_dict {'misses the' if missing else 'has the unknown'}"
-                             f" key {key!r} (expected {list(_KEYS)})")
+        what = "misses the" if missing else "has the unknown"
+        raise AmpConfigError(f"mxnet_amp state_dict {what} key {key!r} (expected {list(_KEYS)})")
     skipped = d["last_step_skipped"]
     if not isinstance(skipped, bool):
         raise AmpConfigError(f"mxnet_amp state_dict['last_step_skipped'] = {skipped!r}: must be "

@@ -25,8 +25,11 @@ _BOOL, _FP32, _FP64 = VarType.BOOL, VarType.FP32, VarType.FP64
 class BlockOps:
     """Appends ops to ``block``; temporaries and constants live in that block."""
 
-    def __init__(self, block):
+    def __init__(self, block, startup_block=None):
+        """``startup_block``: where constants are filled once (persistable vars, so no op
+        per step); without one, each constant is a ``fill_constant`` op in ``block``."""
         self.block = block
+        self.startup_block = startup_block
         self._consts: dict = {}
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -55,9 +58,37 @@ class BlockOps:
         key = (dtype, repr(value))
         if key not in self._consts:
             text = repr(float(value)) if dtype in (_FP32, _FP64) else str(int(value))
-            self._consts[key] = self.op("fill_constant", {}, dtype, shape=[1], dtype=dtype,
-                                        value=float(value), str_value=text)
+            attrs = dict(shape=[1], dtype=dtype, value=float(value), str_value=text)
+            if self.startup_block is None:
+                self._consts[key] = self.op("fill_constant", {}, dtype, **attrs)
+            else:  # filled once by the startup program, read every step
+                name = unique_name.generate("amp_const")
+                var = self.block.program.global_block().create_var(
+                    name=name, shape=[1], dtype=dtype, persistable=True)
+                out = self.startup_block.create_var(name=name, shape=[1], dtype=dtype,
+                                                    persistable=True)
+                self.startup_block.append_op(type="fill_constant", outputs={"Out": [out]},
+                                             attrs=attrs)
+                self._consts[key] = var
         return self._consts[key]
+
+    def store(self, new, dst) -> None:
+        """Make ``dst`` hold ``new`` (a result of this vocabulary): the op that computed
+        ``new`` writes ``dst`` directly when nothing after it reads ``new`` or ``dst``,
+        else an ``assign`` at the end."""
+        if new is dst:
+            return
+        ops = self.block.ops
+        at = next((i for i in range(len(ops) - 1, -1, -1)
+                   if new.name in ops[i].output_arg_names), None)
+        later = ops[at + 1:] if at is not None else []
+        if at is not None and new.name.startswith("amp_tmp") and len(
+                ops[at].output_arg_names) == 1 and not any(
+                new.name in op.input_arg_names or dst.name in op.input_arg_names
+                or dst.name in op.output_arg_names for op in later):
+            ops[at]._rename_output(new.name, dst.name)
+            return
+        self.assign(new, dst)
 
     def cast(self, x, dtype):
         return self.unary("cast", x, dtype, in_dtype=x.dtype, out_dtype=dtype)

@@ -75,6 +75,7 @@ class LossScaling:
         self.vars: dict[str, framework.Variable] = {}
         self.param_names: tuple[str, ...] = ()
         self._window: Optional[SkipWindow] = None
+        self._startup_block = None  # where the update's constants are filled (create_vars)
 
     @property
     def native_update(self) -> bool:
@@ -91,6 +92,7 @@ class LossScaling:
 
     def create_vars(self) -> None:
         """The persistable state vars (under the caller's program_guard), at ``initial``."""
+        self._startup_block = paddle.static.default_startup_program().global_block()
         state = self.initial.state
         for name in self.fields:
             dtype = "float32" if name == "scale" else _COUNTER_DTYPE[name]
@@ -143,7 +145,7 @@ class LossScaling:
         """The core's ``update`` as ops at the end of ``block``; the fused op for the scale
         move where it is exact (it zeroes its ``X``, here just ``carrier``, on overflow:
         after every reader of the gradients)."""
-        ops, v = BlockOps(block), self.vars
+        ops, v = BlockOps(block, self._startup_block), self.vars
         old = StateArrays(*(v.get(name) for name in ("scale", "good_steps", "bad_steps",
                                                      "total_steps", "skipped_steps",
                                                      "consecutive_skips")))
@@ -152,9 +154,8 @@ class LossScaling:
             new = count_step(self.config, old, found_inf, ops)
         else:
             new = update(self.config, old, found_inf, ops)
-        for name in self.fields:
-            if getattr(new, name) is not v[name]:  # else unchanged, or written by the fused op
-                ops.assign(getattr(new, name), v[name])
+        for name in self.fields:  # (unchanged or written by the fused op: nothing to store)
+            ops.store(getattr(new, name), v[name])
 
     def _native_update(self, block, found_inf, carrier) -> None:
         """One fused op for scale, good_steps and bad_steps, then the clip to the bounds."""

@@ -39,8 +39,9 @@ def _err(key: str, value: Any, what: str) -> AmpConfigError:
 
 def _exact_keys(d: Any, keys: tuple[str, ...], where: str) -> dict:
     if not isinstance(d, Mapping):
-        raise _err(where or " (the whole dict)", d, f"expected a dict with the keys {list(keys)} (as state_dict() "
-                             f"returns), got {type(d).__name__}")
+        raise _err(where or " (the whole dict)", d,
+                   f"expected a dict with the keys {list(keys)} (as state_dict() returns), "
+                   f"got {type(d).__name__}")
     missing = [k for k in keys if k not in d]
     unknown = sorted(map(str, set(d) - set(keys)))
     if missing:
@@ -80,7 +81,7 @@ def load_state(d: Any, config: Optional[LossScaleConfig] = None
     ``AmpConfigError`` naming the key and the value."""
     d = _exact_keys(d, KEYS, "")
     version = d["format_version"]
-    if isinstance(version, bool) or version != FORMAT_VERSION:
+    if type(version) is not int or version != FORMAT_VERSION:
         raise _err("['format_version']", version, f"this version reads format {FORMAT_VERSION}")
     kind = d["kind"]
     if kind not in KINDS:

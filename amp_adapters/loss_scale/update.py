@@ -22,13 +22,14 @@ A vocabulary must implement ``mul`` to give exactly this.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from .config import LossScaleConfig
 
 A = TypeVar("A")
 
 
+@runtime_checkable
 class ArrayOps(Protocol[A]):
     """What a backend provides to run ``update``: ``A`` is its array type (a numpy scalar,
     a Paddle ``Variable``, a PIR ``Value``...). Every array is a scalar (shape ``[1]`` in a
@@ -119,8 +120,8 @@ def move_scale(config: LossScaleConfig, scale: A, good_steps: A, bad_steps: A, f
     grown = ops.where(ops.isfinite(grown), grown, scale)
     new_scale = ops.where(back_off, backed, ops.where(grow, grown, scale))
     zero_good, zero_bad = ops.zero(good_steps), ops.zero(bad_steps)
-    new_good = ops.where(ops.logical_and(clean, ops.logical_not(grow)), good, zero_good)
-    new_bad = ops.where(ops.logical_and(found_inf, ops.logical_not(back_off)), bad, zero_bad)
+    new_good = ops.where(grow, zero_good, ops.where(found_inf, zero_good, good))
+    new_bad = ops.where(back_off, zero_bad, ops.where(found_inf, bad, zero_bad))
     return new_scale, new_good, new_bad
 
 

@@ -77,8 +77,8 @@ class PaddleRun:
         self.scope = paddle.static.Scope()
         with paddle.utils.unique_name.guard(), paddle.static.program_guard(self.main, startup):
             x = paddle.static.data("x", [1, 1], "float32")
-            w = paddle.static.create_parameter([1, 1], "float32",
-                                               default_initializer=paddle.nn.initializer.Constant(1.0))
+            one = paddle.nn.initializer.Constant(1.0)
+            w = paddle.static.create_parameter([1, 1], "float32", default_initializer=one)
             loss = paddle.sum(paddle.matmul(x, w))
             self.opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1),
                                            policy=Policy(loss_scale=loss_scale))

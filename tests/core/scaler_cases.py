@@ -40,6 +40,7 @@ CORRUPTIONS = [
     (("state", "scale"), 0.0, "0.0"),
     (("format_version",), 2, "2"),
     (("format_version",), True, "True"),
+    (("format_version",), 1.0, "1.0"),
     (("config", "growth_factor"), 3.0, "3.0"),
     (("config", "init_scale"), 16.0, "16.0"),
     (("kind",), "static", "'static'"),

@@ -225,3 +225,48 @@ def test_native_constructors_refuse_bools_plainly():
         DynamicLossScale.from_paddle(incr_ratio=True)
     with pytest.raises(AmpConfigError, match="init_scale must be a real number.*bool"):
         DynamicLossScale.from_torch(True)
+
+
+def test_numpy_ops_provide_the_whole_vocabulary():
+    from amp_adapters.loss_scale import ArrayOps
+    assert isinstance(NUMPY_OPS, ArrayOps)
+    assert not isinstance(object(), ArrayOps)
+
+
+ANY_VALUE = st.one_of(
+    st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
+    st.text(max_size=5), st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.sampled_from([Decimal("1.5"), Fraction(1, 3), np.float32(2), np.int64(3), np.bool_(True),
+                     math.inf, -math.inf, 1e300, 1e-300]))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.sampled_from([("format_version",), ("kind",), ("config",), ("state",)]
+                       + [("config", k) for k in GOOD["config"]]
+                       + [("state", k) for k in GOOD["state"]]), ANY_VALUE)
+def test_a_corrupted_state_dict_loads_or_is_refused_cleanly(path, value):
+    """Whatever a key holds, loading either gives a valid state or an AmpConfigError that
+    names the key: never a TypeError, KeyError or OverflowError from inside."""
+    try:
+        config, state = load_state(corrupt(path, value))
+    except AmpConfigError as e:
+        assert path[-1] in str(e) or "kind" in str(e), str(e)
+        return
+    assert isinstance(state, LossScaleState) and math.isfinite(state.scale) and state.scale > 0
+    assert isinstance(config, LossScaleConfig)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.sampled_from([f for f in LossScaleConfig.__dataclass_fields__ if f != "kind"]),
+       ANY_VALUE)
+def test_a_config_field_of_any_value_is_accepted_or_named(field, value):
+    try:
+        config = LossScaleConfig(**{field: value})
+    except AmpConfigError as e:
+        assert field in str(e) or (field in ("min_scale", "max_scale", "init_scale")
+                                   and "scale" in str(e)), str(e)
+        return
+    for name in ("init_scale", "growth_factor", "backoff_factor", "min_scale", "max_scale"):
+        assert type(getattr(config, name)) is float
+    assert config.min_scale <= config.init_scale <= config.max_scale

@@ -299,3 +299,9 @@ def test_skip_fraction_guard(static):
             static.run(batch(step, overflow=f))
             opt.check_guard()
     assert step == 7 and e.value.param_names  # window 2: 3 of 4 skipped
+
+
+def test_block_ops_provide_the_whole_vocabulary(static):
+    from amp_adapters.loss_scale import ArrayOps
+    from paddle_amp.legacy_ops import BlockOps
+    assert isinstance(BlockOps(static.main.global_block()), ArrayOps)
