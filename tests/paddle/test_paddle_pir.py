@@ -514,3 +514,11 @@ def test_conditional_fp32_rules_read_pir_attributes(static):
     softmax = [d for d in report.decisions if d.op == "softmax"]
     assert [d.run_dtype for d in softmax] == ["float32", "float16"]
     assert "conditional_fp32: axis=-1" in softmax[0].reason
+
+
+def test_pir_ops_provide_the_whole_vocabulary():
+    """The PIR vocabulary is the core's ArrayOps (the step-by-step state-machine tests of
+    test_paddle_scaling.py run it under PIR against the core, non-dyadic factors included)."""
+    from amp_adapters.loss_scale import ArrayOps
+    from paddle_amp.pir_ops import PIR_OPS
+    assert isinstance(PIR_OPS, ArrayOps)
