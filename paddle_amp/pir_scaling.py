@@ -10,8 +10,9 @@ inherited, only op building differs.
   so ``paddle.static.save``/``load`` checkpoint them with the parameters;
 - unscale: ``check_finite_and_unscale_`` per gradient dtype, flags OR-ed,
   then all-reduced (max) over the data-parallel ring when there is one;
-- true skip: optimizer ops whose kernel skips itself (``adam_``, ``adamw_``,
-  ``lamb_`` take ``skip_update`` = ``found_inf``) stay where they are; if any
+- true skip: optimizer ops whose kernel skips itself (``adam_``, ``adamw_``
+  take ``skip_update`` = ``found_inf``; checked per op: Paddle 3's PIR
+  ``lamb_`` is built with no ``skip_update``) stay where they are; if any
   other optimizer op writes a parameter or a persistable state in place, all
   the optimizer's ops move into a PIR ``if`` on ``not found_inf``
   (``paddle.static.nn.cond``);
