@@ -294,7 +294,8 @@ class PirRewriter:
             if (names[i] if i < len(names) else "") in keep or value_dtype(result) != "float32":
                 continue
             if d.run_dtype in LOW_DTYPES:
-                result.set_type(_retyped(result, d.run_dtype))
+                if not _fixed_dtype(op):  # its infer-meta is not re-run: only retype results
+                    result.set_type(_retyped(result, d.run_dtype))  # that follow the inputs
             elif d.emulated:
                 paddle.pir.set_insertion_point_after(op)
                 low = paddle.cast(result, d.low_dtype)
@@ -331,6 +332,14 @@ class PirRewriter:
                     if source.initialized() and source.is_same(value):
                         user.operand(i).set_source(new)
         return d
+
+
+def _fixed_dtype(op) -> bool:
+    """True if ``op``'s result dtype is set by its ``dtype`` attribute (``sum(x,
+    dtype='float32')``), not by its inputs: such a result keeps its declared dtype."""
+    if not op.has_attr("dtype"):
+        return False
+    return not str(op.attrs()["dtype"]).endswith("UNDEFINED")
 
 
 def _parameters(program) -> list:

@@ -529,3 +529,14 @@ def test_pir_ops_provide_the_whole_vocabulary():
     from amp_adapters.loss_scale import ArrayOps
     from paddle_amp.pir_ops import PIR_OPS
     assert isinstance(PIR_OPS, ArrayOps)
+
+
+def test_results_with_a_dtype_attribute_keep_it(static):
+    """PIR does not re-run infer-meta after a retype: a result whose dtype comes from the op's
+    ``dtype`` attribute is never retyped, one that follows the inputs is."""
+    x = paddle.static.data("x", [2, 8], "float32")
+    follows, fixed = paddle.sum(x), paddle.sum(x, dtype="float32")
+    policy = Policy.preset("O1", paddle_ops=OpLists(lower={"reduce_sum"}))
+    report = PirRewriter(policy, kernels=None).rewrite(static.main)
+    assert [d.run_dtype for d in report.decisions if d.op == "reduce_sum"] == ["float16"] * 2
+    assert str(follows.dtype) == "paddle.float16" and str(fixed.dtype) == "paddle.float32"
