@@ -5,7 +5,7 @@ before Paddle is imported (``FLAGS_enable_pir_api`` is read at import):
 ``legacy`` (the default; Paddle 2.6.2 has only this one) or ``pir`` (Paddle
 3's default IR). ``make test-paddle3`` runs the suite once per IR. Tests that
 inspect legacy program internals (``op.type``, var descs) are marked
-``legacy_ir`` and skipped under PIR; their PIR twins are in test_paddle_pir.py.
+``legacy_ir`` and skipped under PIR; their PIR twins are in test_paddle_pir_*.py.
 Each test gets its own programs, scope and unique-name namespace inside static
 mode, and dygraph mode is restored after, so nothing leaks between tests.
 """
@@ -34,7 +34,7 @@ def pytest_collection_modifyitems(config, items):
     if IR != "pir":
         return
     skip = pytest.mark.skip(reason="inspects legacy program internals (op.type, var descs); "
-                                   "the PIR twin is in test_paddle_pir.py")
+                                   "the PIR twins are in test_paddle_pir_*.py")
     for item in items:
         if "legacy_ir" in item.keywords:
             item.add_marker(skip)

@@ -1,7 +1,7 @@
 """fp16 emulation on CPU: values and gradients rounded through fp16, and why scaling matters.
 
 These fetch gradients by their legacy names (``w@GRAD``), which PIR does not keep: the PIR
-twins are in test_paddle_pir.py."""
+twins are in test_paddle_pir_rewrite.py."""
 import numpy as np
 import paddle
 import pytest

@@ -54,7 +54,7 @@ def test_overflow_step_is_skipped_for_real(static, name, overflow):
     assert _changed(after, static.state()), "the next finite step updates again"
 
 
-@pytest.mark.legacy_ir  # under PIR the native minimize fails: test_paddle_pir.py
+@pytest.mark.legacy_ir  # the native fails under PIR: test_paddle_pir_training.py
 def test_native_moves_weights_on_overflow_with_momentum(static):
     """What the true skip fixes: the native zeroes the grads and still runs Momentum."""
     _, _, loss = mlp()
