@@ -20,7 +20,8 @@ Files:
 from .dtypes import LOW_DTYPES, dtype_name
 from .errors import (AmpConfigError, ConflictingOpError, OverflowGuardError, UnknownChoiceError,
                      UnknownOpError)
-from .planner import Category, OpDecision, categorize, effective_lists, plan_op, widest
+from .planner import (UNKNOWN, Category, OpDecision, attrs_read, categorize, effective_lists,
+                      plan_op, widest)
 from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy
 from .loss_scale import LossScaleConfig, LossScaleState
 from .report import CastReport, compare
@@ -32,7 +33,8 @@ __version__ = "0.1.0"
 __all__ = [
     "LOW_DTYPES", "dtype_name",
     "AmpConfigError", "ConflictingOpError", "OverflowGuardError", "UnknownChoiceError",
-    "UnknownOpError", "Category", "OpDecision", "categorize", "effective_lists", "plan_op",
+    "UnknownOpError", "UNKNOWN", "Category", "OpDecision", "attrs_read", "categorize",
+    "effective_lists", "plan_op",
     "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
     "loss_scale_from_config", "loss_scale_from_state_dict", "loss_scale_from_parts",

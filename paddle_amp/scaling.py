@@ -36,7 +36,7 @@ from . import state as scope_state
 from .collective import reduce_found_inf, resolve_ring_id
 from .env import VarType
 from .legacy_ops import BlockOps
-from .skip import cond_block, guard_ops, needs_guard
+from .skip import cond_block, fold_sgd, guard_ops, needs_guard, use_folded_lr
 from .state import COUNTER_DTYPE as _COUNTER_DTYPE  # noqa: F401 - the PIR backend imports it
 
 __all__ = ["LossScaling", "resolve_ring_id", "reduce_found_inf", "native_update_is_exact"]
@@ -131,12 +131,20 @@ class LossScaling:
             if self.ring_id is not None:  # before the scale update, SkipUpdate and the guard
                 found_inf = reduce_found_inf(block, found_inf, self.ring_id)
             cond_block(program, block, found_inf, lambda sub: self._record_nonfinite(sub, grads))
+            folded = None
+            if getattr(optimizer, "type", None) == "sgd":  # skip folded into the update
+                v = self.vars
+                folded = fold_sgd(block, optimizer, found_inf, grads,
+                                  {"scale": v["scale"], "good": v["good_steps"],
+                                   "bad": v["bad_steps"]})
         if hasattr(optimizer, "_set_auxiliary_var"):  # Adam-family kernels then skip themselves
             optimizer._set_auxiliary_var("found_inf", found_inf)
         start = len(block.ops)
         ops = optimizer.apply_gradients(params_grads)
         with program._optimized_guard([]):
-            if needs_guard(block, block.ops[start:], found_inf):
+            if folded is not None:
+                use_folded_lr(block.ops[start:], optimizer._global_learning_rate(), folded)
+            if needs_guard(block, block.ops[start:], found_inf, folded):
                 ops = guard_ops(program, block, start, found_inf)
             self._emit_update(block, found_inf, grads[0])
         return ops

@@ -1,11 +1,15 @@
 """The true skip: an overflow step leaves parameters and all optimizer state bit-identical.
 
 Ops whose kernel skips itself on ``found_inf`` (Adam, AdamW, Lamb: ``SkipUpdate``)
-stay where they are; if any other op of the optimizer writes a parameter or a
-persistable state, all its ops (clipping, weight decay, update, accumulators)
-move into a ``conditional_block`` on ``not found_inf`` (its sub-executor costs
-~0.1 ms a step on CPU). The native instead zeroes the grads and still runs SGD
-and Momentum.
+stay where they are. Plain SGD is folded (``fold_sgd``): on overflow the
+gradients are zeroed and every ``sgd`` op reads a learning rate of 0, so
+``param - 0 * (0 + decay * param)`` is ``param`` exactly, at the cost of two
+scalar ops a step. If any other op of the optimizer writes a parameter or a
+persistable state (Momentum's velocity moves even on a zero gradient), all its
+ops (clipping, weight decay, update, accumulators) move into a
+``conditional_block`` on ``not found_inf`` (its sub-executor costs ~0.1 ms a
+step on CPU). The native instead zeroes the grads and still runs SGD and
+Momentum.
 """
 from __future__ import annotations
 
@@ -17,9 +21,48 @@ from .env import VarType
 from .legacy_ops import BlockOps
 
 
-def needs_guard(block, ops, found_inf) -> bool:
-    """True if some op of ``ops`` writes state and does not skip itself on ``found_inf``."""
-    return any(writes_state(block, op) and not skips_on(op, found_inf) for op in ops)
+def needs_guard(block, ops, found_inf, lr_folded=None) -> bool:
+    """True if some op of ``ops`` writes state and does not skip itself on ``found_inf``
+    (an ``sgd`` op reading the folded learning rate ``lr_folded`` skips itself)."""
+    return any(writes_state(block, op) and not skips_on(op, found_inf)
+               and not (lr_folded is not None and op.type == "sgd"
+                        and op.input("LearningRate") == [lr_folded.name])
+               for op in ops)
+
+
+def fold_sgd(block, optimizer, found_inf, grads, state_vars):
+    """Before an SGD optimizer's ops: on overflow zero ``grads`` and make the learning rate 0.
+
+    Returns the folded learning-rate var; ``use_folded_lr`` points the ``sgd`` ops at it
+    once they exist. The zeroing is ``update_loss_scaling`` with ``stop_update``: it
+    writes the gradients only on an overflow step, and moves no scale.
+    """
+    ops = BlockOps(block)
+    by_dtype: dict = {}
+    for g in grads:
+        by_dtype.setdefault(g.dtype, []).append(g)
+    for group in by_dtype.values():
+        scale, good, bad = (ops.tmp(state_vars[n].dtype) for n in ("scale", "good", "bad"))
+        block.append_op(
+            type="update_loss_scaling",
+            inputs={"X": group, "FoundInfinite": [found_inf],
+                    "PrevLossScaling": [state_vars["scale"]],
+                    "InGoodSteps": [state_vars["good"]], "InBadSteps": [state_vars["bad"]]},
+            outputs={"Out": group, "LossScaling": [scale], "OutGoodSteps": [good],
+                     "OutBadSteps": [bad]},
+            attrs={"incr_every_n_steps": 1, "decr_every_n_nan_or_inf": 1, "incr_ratio": 2.0,
+                   "decr_ratio": 0.5, "stop_update": True})
+    optimizer._create_global_learning_rate()
+    lr = optimizer._global_learning_rate()
+    finite = ops.cast(ops.logical_not(found_inf), lr.dtype)
+    return ops.binary("elementwise_mul", lr, finite, lr.dtype)
+
+
+def use_folded_lr(ops, lr, folded) -> None:
+    """Point every ``sgd`` op of ``ops`` that reads ``lr`` at the folded learning rate."""
+    for op in ops:
+        if op.type == "sgd" and op.input("LearningRate") == [lr.name]:
+            op._rename_input(lr.name, folded.name)
 
 
 def guard_ops(program, block, start: int, found_inf) -> list:
@@ -37,7 +80,8 @@ def guard_ops(program, block, start: int, found_inf) -> list:
         return list(sub.ops)
     moved = cond_block(program, block, finite, build)
     for _ in range(len(block.ops) - start - 2):  # keep logical_not and the cond op
-        block._remove_op(start + 1)
+        block._remove_op(start + 1, sync=False)  # one sync per removal made this quadratic
+    block._sync_with_cpp()
     return moved
 
 

@@ -86,7 +86,8 @@ class PaddleRun:
         self.exe = paddle.static.Executor(paddle.CPUPlace())
         with paddle.static.scope_guard(self.scope):
             self.exe.run(startup)
-        self.fused = any(op.type == "update_loss_scaling" for op in self.main.global_block().ops)
+        self.fused = any(op.type == "update_loss_scaling" and not op.attr("stop_update")
+                         for op in self.main.global_block().ops)  # not SGD's grad zeroing
 
     def step(self, found_inf):
         x = np.full((1, 1), np.inf if found_inf else 0.0, np.float32)
