@@ -26,6 +26,7 @@ Files:
     collective.py found_inf all-reduced over data-parallel workers
     kernels.py    which ops have a low-precision kernel on the device used
     env.py        Paddle glue: static check, the program's IR, dtype names, device
+    report.py     the forward casts of a program, counted for cast_report
     opnames.py    PIR op and operand names -> the legacy names the op tables use
     pir_rewrite.py  the same rewrite on PIR programs (combine and attribute operands)
     pir_scaling.py  loss scaling as PIR ops: the core's update, the true skip via pd_op.if
