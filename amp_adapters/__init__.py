@@ -6,6 +6,7 @@ state machine and reports. It imports neither framework; ``mxnet_amp`` and
 """
 from .errors import (AmpConfigError, ConflictingOpError, OverflowGuardError, UnknownChoiceError,
                      UnknownOpError)
+from .params import ParamPlan, ParamUse, plan_params
 from .planner import Category, OpDecision, categorize, effective_lists, plan_op, widest
 from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy
 from .report import CastReport, compare
@@ -16,7 +17,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AmpConfigError", "ConflictingOpError", "OverflowGuardError", "UnknownChoiceError",
-    "UnknownOpError", "Category", "OpDecision", "categorize", "effective_lists", "plan_op",
+    "UnknownOpError", "ParamPlan", "ParamUse", "plan_params", "Category", "OpDecision", "categorize", "effective_lists", "plan_op",
     "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
     "loss_scale_from_config", "loss_scale_from_state_dict", "__version__",
