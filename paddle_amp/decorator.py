@@ -6,6 +6,7 @@ true skip on overflow for every optimizer, and the core's state machine.
 """
 from __future__ import annotations
 
+import logging
 import math
 import weakref
 from typing import Optional
@@ -15,15 +16,18 @@ import paddle
 from paddle.base import core, framework
 
 from amp_adapters import (AmpConfigError, CastReport, DynamicLossScale, LossScale,
-                          NoOpLossScale, OpLists, Policy, StaticLossScale,
+                          NoOpLossScale, OpLists, ParamPlan, Policy, StaticLossScale,
                           UnknownChoiceError)
 from amp_adapters.oplists import LOW_DTYPES
 
 from .env import current_device, require_legacy_static
 from .kernels import lowp_kernels
 from .lists import check_lists
+from .masters import EMULATED_LABEL, NATIVE_LABEL, MasterWeights
 from .rewrite import Rewriter
 from .scaling import LossScaling, resolve_ring_id
+
+logger = logging.getLogger("paddle_amp")
 
 # The reports of rewritten programs, for ``cast_report``; a program's entry dies with it.
 _REPORTS: "weakref.WeakKeyDictionary[framework.Program, CastReport]" = weakref.WeakKeyDictionary()
@@ -63,6 +67,8 @@ class OptimizerWithMixedPrecision:
         self._scaling = LossScaling(policy.loss_scale, found_inf_ring_id)
         self._rewriter: Optional[Rewriter] = None
         self._low_params: frozenset[str] = frozenset()
+        self._param_plan: Optional[ParamPlan] = None
+        self._masters: Optional[MasterWeights] = None  # emulated masters (None: native or O1)
         self._train_program = None
         self._startup_program = None
         self._scaled_loss = None
@@ -91,8 +97,7 @@ class OptimizerWithMixedPrecision:
         self._rewriter = self._new_rewriter()
         with framework.program_guard(program, startup_program):
             if self.policy.enabled:
-                self._low_params = self._rewriter.low_params(program, self._optimizer.type)
-                self._rewriter.set_low_params(program, self._low_params)
+                self._plan_low_params(program)
                 _REPORTS[program] = self._rewriter.rewrite(program)
             self._scaling.create_vars()
             block = program.global_block()
@@ -101,14 +106,49 @@ class OptimizerWithMixedPrecision:
             self._scaled_loss = self._scaling.scale_loss(block, loss)
             params_grads = self._optimizer.backward(self._scaled_loss, startup_program,
                                                     parameter_list, no_grad_set, callbacks)
+            if self._masters is not None:
+                params_grads = self._masters.swap_in(program, params_grads)
         self._train_program, self._startup_program = program, startup_program  # built
         return params_grads
+
+    def _plan_low_params(self, program) -> None:
+        """O2: store the planned parameters low, with native or EMULATED float32 masters."""
+        plan = self._param_plan = self._rewriter.param_plan(program)
+        low, kernels = plan.low, self._rewriter.kernels
+        native = current_device() == "GPU" and (kernels is None or self._optimizer.type
+                                                 in kernels)
+        if low and not native:
+            if getattr(self._optimizer, "_multi_precision", True) is False:
+                logger.info("O2 with master_weight=False: %s has no %s kernel here, so the "
+                            "parameters stay float32", self._optimizer.type, self.policy.dtype)
+                return
+            self._masters = MasterWeights(self.policy.dtype, low)
+            self._optimizer._multi_precision = False  # its masters are ours, in float32
+        self._low_params = low
+        self._rewriter.set_low_params(program, low)
+
+    @property
+    def master_update(self) -> Optional[str]:
+        """How O2's float32 master weights are updated here (None: no low parameters)."""
+        if not self._low_params:
+            return None
+        label = (EMULATED_LABEL if self._masters is not None else NATIVE_LABEL)
+        return label.format(dtype=self.policy.dtype)
+
+    def param_plan(self) -> ParamPlan:
+        """The storage dtype the core chose for every parameter, and why (O2; else float32)."""
+        if self._param_plan is None:
+            raise RuntimeError("call minimize() (or backward()) before param_plan()")
+        return self._param_plan
 
     def apply_gradients(self, params_grads):
         """Unscale, check, update on finite steps only, and advance the loss-scale state."""
         if self._train_program is None:
             raise RuntimeError("call backward() (or minimize()) before apply_gradients()")
-        return self._scaling.apply(self._train_program, params_grads, self._optimizer)
+        ops = self._scaling.apply(self._train_program, params_grads, self._optimizer)
+        if self._masters is not None:
+            self._masters.copy_back(self._train_program)
+        return ops
 
     def apply_optimize(self, loss, startup_program, params_grads):
         """``apply_gradients`` under ``loss``'s program, as the native does."""
@@ -137,10 +177,8 @@ class OptimizerWithMixedPrecision:
         if missing:  # checked before anything is converted: no half-converted scope
             raise RuntimeError(f"parameters {missing} are not in the scope: run the startup "
                                f"program before amp_init()")
-        for name in sorted(self._low_params):
-            tensor = scope.find_var(name).get_tensor()
-            if str(tensor._dtype()).removeprefix("paddle.") != self.policy.dtype:
-                tensor.set(_to_low(tensor, self.policy.dtype), place)  # not twice: bf16 bits
+        (self._masters or MasterWeights(self.policy.dtype, self._low_params)).init_scope(
+            scope, place)  # converts each parameter once: not twice, bf16 bits
         derived = test_program is not None and test_program.global_block().has_var(
             self._scaling.vars["scale"].name)  # a clone of the decorated program: rewritten
         if test_program is not None and not derived and (self.policy.level == "O2"
@@ -189,15 +227,6 @@ class OptimizerWithMixedPrecision:
         """Raise ``OverflowGuardError`` naming the parameters with non-finite gradients after
         ``max_consecutive_skips`` overflow steps in a row; else return. One host read."""
         self._built("check_guard").check_guard(scope or paddle.static.global_scope())
-
-
-def _to_low(tensor, dtype: str):
-    """The fp32 ``tensor`` as a numpy array of ``dtype`` (bf16 as its uint16 bit pattern)."""
-    values = np.asarray(tensor, dtype=np.float32)
-    if dtype == "float16":
-        return values.astype(np.float16)
-    bits = values.view(np.uint32)
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
 
 
 def _loss_scale(dtype: str, dynamic: Optional[bool], args: dict) -> LossScale:

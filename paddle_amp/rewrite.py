@@ -28,7 +28,8 @@ from typing import AbstractSet, Iterator, Optional
 
 from paddle.base import core, framework, unique_name
 
-from amp_adapters import CastReport, OpDecision, Policy, plan_op
+from amp_adapters import (CastReport, OpDecision, ParamPlan, ParamUse, Policy, plan_op,
+                          plan_params)
 from amp_adapters.oplists import LOW_DTYPES, load_table
 
 from .env import VARTYPE_OF, dtype_name
@@ -122,26 +123,27 @@ class Rewriter:
             if block.has_var(name):
                 block.var(name).desc.set_dtype(VARTYPE_OF[self.policy.dtype])
 
-    def low_params(self, program, optimizer_type: str) -> frozenset[str]:
-        """O2: the parameters every consumer would read in the low dtype, and the optimizer
-        can update in it on this device (else they stay fp32 and are cast once per step)."""
-        if self.policy.level != "O2" or (self.kernels is not None
-                                          and optimizer_type not in self.kernels):
-            return frozenset()
+    def param_plan(self, program) -> ParamPlan:
+        """O2: the storage dtype of every parameter, decided by the core from its forward readers
+        (one pass over the ops); a control-flow op's sub-block runs in float32."""
         block = program.global_block()
-        low = {p.name for p in block.all_parameters()}
+        uses: dict[str, list[ParamUse]] = {p.name: [] for p in block.all_parameters()}
         for op in block.ops:
             if not is_forward(op) or op.type in _IO_OPS:
                 continue
             keep = self._table.keep_fp32_inputs.get(op.type, ())
-            forced = self._forced_fp32(op)
+            forced = ("control flow: its sub-block runs in float32" if op.has_attr("sub_block")
+                      else self._forced_fp32(op))
             for slot in op.input_names:
                 for name in op.input(slot):
-                    if name in low and (slot in keep or op.has_attr("sub_block") or plan_op(
-                            self.policy, "paddle", op.type, ("float32",), force_fp32=forced,
-                            lowp_kernels=self.kernels).run_dtype != self.policy.dtype):
-                        low.discard(name)
-        return frozenset(low)
+                    if name in uses:
+                        uses[name].append(ParamUse(op.type, self._attrs(op), slot in keep,
+                                                   forced))
+        return plan_params(self.policy, "paddle", uses, lowp_kernels=self.kernels)
+
+    def low_params(self, program) -> frozenset[str]:
+        """O2: the parameters stored in the low dtype (see ``param_plan``)."""
+        return self.param_plan(program).low
 
     def rewrite(self, program) -> CastReport:
         """Rewrite the forward ops of ``program``'s global block; return the decisions."""
