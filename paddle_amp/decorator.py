@@ -11,7 +11,6 @@ import math
 import weakref
 from typing import Optional
 
-import numpy as np
 import paddle
 from paddle.base import core, framework
 
