@@ -47,10 +47,6 @@ def resolve_policy(target_dtype: object = "float16",
     if emulate and not resolved.emulate:
         resolved = resolved.replace(emulate=True)
     resolved.validate_for("mxnet", registry())
-    if resolved.level == "O2":
-        raise AmpConfigError("level O2 (float16 parameters with float32 master weights) is not "
-                             "supported by mxnet_amp.init; use O1, or net.cast('float16') with "
-                             "an optimizer created with multi_precision=True")
     return resolved
 
 
