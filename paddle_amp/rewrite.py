@@ -9,7 +9,9 @@ module only carries that out:
   (value, dtype) until the value is overwritten, so a weight is cast once per
   step however often it is used; a cast of a cast reads the original value;
 - outputs of an op that runs in the low dtype are declared in that dtype
-  (statistics outputs of the normalisation ops stay fp32);
+  (statistics outputs of the normalisation ops stay fp32; ``XShape``, the
+  shape-only output of reshape2/flatten/transpose2..., which holds no data, is
+  never declared or rounded);
 - an ``emulated`` op computes in fp32 on inputs and outputs rounded through
   the low dtype (two casts), so values and, through the casts' gradients,
   gradients carry fp16 rounding, overflow and underflow;
@@ -260,7 +262,7 @@ class Rewriter:
         if op.type == "cast" or d.run_dtype is None:
             return i
         keep = self._table.keep_fp32_outputs.get(op.type, ())
-        for slot in (s for s in op.output_names if s not in keep):
+        for slot in (s for s in op.output_names if s not in keep and s != "XShape"):
             for name in op.output(slot):
                 var = block._find_var_recursive(name)
                 if dtype_name(var) != "float32":
