@@ -3,7 +3,20 @@
 The framework-free core: op lists as data, the cast planner, the loss-scale
 state machine and reports. It imports neither framework; ``mxnet_amp`` and
 ``paddle_amp`` translate its decisions into each framework's graph.
+
+Files:
+
+    policy.py     Policy: dtype, level, op-list overrides, loss scale, emulate; presets, files
+    dtypes.py     the dtype vocabulary: names, low dtypes, aliases, widest-wins order
+    oplists/      op lists as data (canonical vocabulary -> each framework's op names)
+    planner.py    categorize / plan_op: the cast decision for one op
+    params.py     plan_params: which parameters O2 stores in the low dtype
+    scaler.py     the loss-scale state machine and its state dict
+    report.py     CastReport: decisions per op, diffable across frameworks
+    errors.py     the config errors
+    cli.py        ``amp-adapters lists|explain`` (other subcommands come by entry point)
 """
+from .dtypes import LOW_DTYPES, dtype_name
 from .errors import (AmpConfigError, ConflictingOpError, OverflowGuardError, UnknownChoiceError,
                      UnknownOpError)
 from .params import ParamPlan, ParamUse, plan_params
@@ -16,9 +29,10 @@ from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale
 __version__ = "0.1.0"
 
 __all__ = [
+    "LOW_DTYPES", "dtype_name",
     "AmpConfigError", "ConflictingOpError", "OverflowGuardError", "UnknownChoiceError",
-    "UnknownOpError", "ParamPlan", "ParamUse", "plan_params", "Category", "OpDecision", "categorize", "effective_lists", "plan_op",
-    "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
+    "UnknownOpError", "ParamPlan", "ParamUse", "plan_params", "Category", "OpDecision",
+    "categorize", "effective_lists", "plan_op", "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
     "loss_scale_from_config", "loss_scale_from_state_dict", "__version__",
 ]

@@ -26,6 +26,8 @@ from typing import AbstractSet
 import numpy as np
 from paddle.base import core, unique_name
 
+from amp_adapters.dtypes import dtype_name
+
 _ROLE = core.op_proto_and_checker_maker.kOpRoleAttrName()
 _BACKWARD = int(core.op_proto_and_checker_maker.OpRole.Backward)
 EMULATED_LABEL = ("EMULATED multi_precision update: the float32 optimizer kernel updates "
@@ -89,7 +91,7 @@ class MasterWeights:
         converted again; its master is kept when present, else made from it."""
         for name in sorted(self.names):
             tensor = scope.find_var(name).get_tensor()
-            low = str(tensor._dtype()).removeprefix("paddle.") == self.dtype
+            low = dtype_name(tensor._dtype()) == self.dtype
             master = self.master_of.get(name)
             if master is not None:
                 var = scope.find_var(master)
