@@ -81,9 +81,12 @@ def test_parameter_is_its_master_rounded(static):
         param = np.array(static.scope.find_var(p).get_tensor())
         master = np.array(static.scope.find_var(m).get_tensor())
         assert param.dtype == np.float16 and master.dtype == np.float32
-        # Paddle's CPU cast to float16 rounds toward zero (measured; numpy rounds to nearest)
+        # the cast back is Paddle's: on CPU, 2.6.2 rounds toward zero, 3.3.1 to nearest (measured)
         toward_zero = (master.view(np.uint32) & 0xFFFFE000).view(np.float32).astype(np.float16)
-        np.testing.assert_array_equal(param, toward_zero)
+        nearest = master.astype(np.float16)
+        assert np.array_equal(param, nearest) or np.array_equal(param, toward_zero)
+        assert np.array_equal(param, toward_zero if paddle.__version__.startswith("2.")
+                              else nearest), paddle.__version__
 
 
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
