@@ -130,6 +130,7 @@ class MasterWeightUpdater(Updater):
                 self.states[i] = self.sync_state_context(self.states[i], w.context)
                 self.states_synced[i] = True
             master, inner = self.states[i]
+            self.optimizer._set_current_context(w.context.device_id)  # per-device step counts
             with unpatched():
                 self.optimizer.update(i, master, g.astype("float32"), inner)
                 master.astype(w.dtype).copyto(w)
