@@ -36,6 +36,13 @@ class ClaimData:
         return x.reshape((len(x),) + SHAPES[family])
 
 
+def reordered(data: ClaimData, seed: int) -> ClaimData:
+    """The same split with another batch order (the run-to-run noise of one training)."""
+    rng = np.random.default_rng(seed)
+    return ClaimData(data.x_train, data.y_train, data.x_test, data.y_test,
+                     rng.integers(0, len(data.x_train), data.batches.shape))
+
+
 def claim_data(steps: int, batch: int = 64, seed: int = 0) -> ClaimData:
     from sklearn.datasets import load_digits
 
