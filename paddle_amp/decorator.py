@@ -147,6 +147,9 @@ class OptimizerWithMixedPrecision:
         ops = self._scaling.apply(self._train_program, params_grads, self._optimizer)
         if self._masters is not None:
             self._masters.copy_back(self._train_program)
+            param_of = {m: p for p, m in self._masters.master_of.items()}  # guard: user's names
+            self._scaling.param_names = tuple(param_of.get(n, n)
+                                              for n in self._scaling.param_names)
         return ops
 
     def apply_optimize(self, loss, startup_program, params_grads):

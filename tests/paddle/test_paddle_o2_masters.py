@@ -12,7 +12,7 @@ import pytest
 from paddle.base import unique_name
 
 import paddle_amp
-from amp_adapters import DynamicLossScale, Policy
+from amp_adapters import DynamicLossScale, OverflowGuardError, Policy
 from paddle_helpers import Static, batch, mlp
 
 STEPS = 30
@@ -150,3 +150,16 @@ def test_master_weight_false_without_a_kernel_keeps_params_fp32(static):
                               emulate=True)
     opt.minimize(loss)
     assert opt._low_params == frozenset() and opt.master_update is None
+
+
+def test_guard_names_the_parameters_not_their_masters(static):
+    policy = Policy.preset("O2", emulate=True,
+                           loss_scale=DynamicLossScale(max_consecutive_skips=2))
+    opt, loss = _build(policy, OPTIMIZERS["momentum"]())
+    static.exe.run(static.startup)
+    opt.amp_init(paddle.CPUPlace())
+    for i in range(2):
+        static.run(batch(i, overflow=True), [loss])
+    with pytest.raises(OverflowGuardError) as e:
+        opt.check_guard()
+    assert e.value.param_names and set(e.value.param_names) <= opt._low_params
