@@ -177,3 +177,24 @@ def test_update_on_kvstore_is_refused_with_a_way_out():
                             update_on_kvstore=True)
     with pytest.raises(AmpConfigError, match="update_on_kvstore=False"):
         amp.init_trainer(trainer)
+
+
+@pytest.mark.parametrize("name, kwargs", [("sgd", {"momentum": 0.9, "wd": 1e-3}),
+                                          ("adam", {"wd": 1e-3})])
+def test_master_update_equals_the_native_multi_precision_update(name, kwargs):
+    """For float16 weights, the master-weight updater moves weights and masters exactly as
+    MXNet's own multi_precision update (fused mp_* kernels for SGD, the generic path for
+    Adam) does: the same optimizer arithmetic in float32, one rounding into float16."""
+    rs = np.random.RandomState(0)
+    w0 = rs.randn(16, 8).astype(np.float16)
+    native = mx.optimizer.Updater(mx.optimizer.create(name, learning_rate=0.1,
+                                                      multi_precision=True, **kwargs))
+    ours = o2.MasterWeightUpdater(mx.optimizer.create(name, learning_rate=0.1, **kwargs))
+    w_native, w_ours = nd.array(w0, dtype="float16"), nd.array(w0, dtype="float16")
+    for _ in range(5):
+        g = nd.array(rs.randn(16, 8).astype(np.float16), dtype="float16")
+        native(0, g, w_native)
+        ours(0, g, w_ours)
+    np.testing.assert_array_equal(w_ours.asnumpy(), w_native.asnumpy())
+    native_master = native.states[0][1 if name == "sgd" else 0]  # (mom, master) for mp_sgd
+    np.testing.assert_array_equal(ours.states[0][0].asnumpy(), native_master.asnumpy())
