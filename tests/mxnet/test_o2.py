@@ -7,6 +7,8 @@ EMULATED multi_precision path (float32 optimizer update, one cast back).
 import numpy as np
 import mxnet as mx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mxnet import autograd, gluon, nd
 
 import mxnet_amp as amp
@@ -198,3 +200,29 @@ def test_master_update_equals_the_native_multi_precision_update(name, kwargs):
     np.testing.assert_array_equal(w_ours.asnumpy(), w_native.asnumpy())
     native_master = native.states[0][1 if name == "sgd" else 0]  # (mom, master) for mp_sgd
     np.testing.assert_array_equal(ours.states[0][0].asnumpy(), native_master.asnumpy())
+
+
+@settings(max_examples=8, deadline=None, derandomize=True)
+@given(st.lists(st.booleans(), min_size=1, max_size=5))
+def test_any_sequence_of_overflow_and_clean_steps(overflows):
+    """Whatever the order of overflow and clean steps: an overflow step changes no parameter,
+    master or optimizer state; a clean step moves them, and every parameter stays its
+    master rounded to float16."""
+    amp.reset()
+    net, trainer, _ = _setup("O2", "sgd", DynamicLossScale(scale=2.0 ** 8))
+    _steps(net, trainer, 1)
+    for i, overflow in enumerate(overflows):
+        before = _snapshot(net, trainer)
+        x, y = batch(i)
+        if overflow:
+            x[0, 0] = np.inf
+        backward(net, trainer, x, y)
+        trainer.step(4)
+        after = _snapshot(net, trainer)
+        assert amp.last_step_skipped(trainer) == overflow
+        same = all(np.array_equal(before[k], after[k]) for k in before)
+        assert same == overflow
+        for name, master in o2.masters(trainer).items():
+            np.testing.assert_array_equal(net.collect_params()[name].data().asnumpy(),
+                                          master.asnumpy().astype(np.float16))
+    amp.reset()
