@@ -32,7 +32,8 @@ __all__ = [
     "LOW_DTYPES", "dtype_name",
     "AmpConfigError", "ConflictingOpError", "OverflowGuardError", "UnknownChoiceError",
     "UnknownOpError", "ParamPlan", "ParamUse", "plan_params", "Category", "OpDecision",
-    "categorize", "effective_lists", "plan_op", "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
+    "categorize", "effective_lists", "plan_op", "widest", "DTYPES", "LEVELS", "PRESETS",
+    "OpLists", "Policy", "CastReport", "compare",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
     "loss_scale_from_config", "loss_scale_from_state_dict", "__version__",
 ]
