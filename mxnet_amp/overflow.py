@@ -6,8 +6,9 @@ positive however large the finite values are. The BLAS dot reads ``g`` once:
 on a 512K-element gradient it takes ~85 us on CPU where ``all_finite`` takes
 ~590 us, and the native ``multi_all_finite`` ~40 ms over a 1M-parameter MLP.
 Other dtypes (float16, bfloat16 cast to float32 first, sparse) use
-``all_finite``. Each result lands in one slot of a flag vector per device; the flag vectors are gathered on the
-first device and read with ONE ``asnumpy`` (the only host sync of a step),
+``all_finite``. Each result lands in one slot of a flag vector per device;
+the flag vectors are gathered on the first device and read with ONE
+``asnumpy`` (the only host sync of a step),
 which also tells which parameters overflowed, at no extra cost. Memory: one
 zero vector per device, the size of its largest gradient.
 """
