@@ -26,7 +26,7 @@ compute in float32 on the low parameters cast up (EMULATED, see ``patching``).
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import mxnet as mx
 from mxnet import autograd
@@ -104,6 +104,14 @@ def cast_params(block: HybridBlock, num_inputs: int = 1, *,
     return plan
 
 
+class MasterState(NamedTuple):
+    """The optimizer state of one low-precision weight: its float32 master and the
+    optimizer's own state for the master (pickled by ``trainer.save_states``)."""
+
+    master: Any
+    inner: Any
+
+
 class MasterWeightUpdater(Updater):
     """A Gluon updater keeping float32 masters for low-precision weights (see module doc).
 
@@ -124,10 +132,16 @@ class MasterWeightUpdater(Updater):
                 continue
             if i not in self.states:
                 master = w.astype("float32")
-                self.states[i] = (master, self.optimizer.create_state(i, master))
+                self.states[i] = MasterState(master, self.optimizer.create_state(i, master))
                 self.states_synced[i] = True
+            elif not isinstance(self.states[i], MasterState):
+                raise AmpConfigError(
+                    f"parameter {i} is {dtype_name(w.dtype)} but its optimizer state has no "
+                    f"float32 master: it was cast after the trainer's first step (call "
+                    f"cast_params before training) or the states come from another run")
             elif not self.states_synced[i]:
-                self.states[i] = self.sync_state_context(self.states[i], w.context)
+                self.states[i] = MasterState(*self.sync_state_context(tuple(self.states[i]),
+                                                                      w.context))
                 self.states_synced[i] = True
             master, inner = self.states[i]
             self.optimizer._set_current_context(w.context.device_id)  # per-device step counts
@@ -160,7 +174,6 @@ def masters(trainer: Trainer) -> dict[str, Any]:
     out = {}
     for updater in trainer._updaters[:1]:
         for i, state in updater.states.items():
-            if isinstance(state, tuple) and len(state) == 2 and \
-                    dtype_name(trainer._params[i].dtype) in LOW_DTYPES:
-                out[trainer._params[i].name] = state[0]
+            if isinstance(state, MasterState):
+                out[trainer._params[i].name] = state.master
     return out

@@ -226,3 +226,16 @@ def test_any_sequence_of_overflow_and_clean_steps(overflows):
             np.testing.assert_array_equal(net.collect_params()[name].data().asnumpy(),
                                           master.asnumpy().astype(np.float16))
     amp.reset()
+
+
+def test_casting_after_the_first_step_is_a_clear_error():
+    amp.init(policy=Policy.preset("O2", emulate=True))
+    net = mlp()
+    trainer = gluon.Trainer(net.collect_params(), *OPTIMIZERS["sgd"])
+    amp.init_trainer(trainer)
+    _steps(net, trainer, 1)  # fp32 states exist now
+    amp.cast_params(net)
+    x, y = batch(0)
+    backward(net, trainer, x, y)
+    with pytest.raises(AmpConfigError, match="cast_params before training"):
+        trainer.step(4)
