@@ -11,7 +11,9 @@ Files:
     oplists/      op lists as data (canonical vocabulary -> each framework's op names)
     planner.py    categorize / plan_op: the cast decision for one op
     params.py     plan_params: which parameters O2 stores in the low dtype
-    scaler.py     the loss-scale state machine and its state dict
+    loss_scale/   the loss-scale rule, once: LossScaleConfig, LossScaleState, update over
+                  the ArrayOps vocabulary (NumpyOps here), check_guard, strict state dicts
+    scaler.py     DynamicLossScale / StaticLossScale / NoOpLossScale: config + state views
     report.py     CastReport: decisions per op, diffable across frameworks
     errors.py     the config errors
     cli.py        ``amp-adapters lists|explain`` (other subcommands come by entry point)
@@ -20,20 +22,23 @@ from .dtypes import LOW_DTYPES, dtype_name
 from .errors import (AmpConfigError, ConflictingOpError, OverflowGuardError, UnknownChoiceError,
                      UnknownOpError)
 from .params import ParamPlan, ParamUse, plan_params
-from .planner import Category, OpDecision, categorize, effective_lists, plan_op, widest
+from .planner import (UNKNOWN, Category, OpDecision, attrs_read, categorize, effective_lists,
+                      plan_op, widest)
 from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy
+from .loss_scale import LossScaleConfig, LossScaleState
 from .report import CastReport, compare
 from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale,
-                     loss_scale_from_config, loss_scale_from_state_dict)
+                     loss_scale_from_config, loss_scale_from_parts, loss_scale_from_state_dict)
 
 __version__ = "0.1.0"
 
 __all__ = [
     "LOW_DTYPES", "dtype_name",
     "AmpConfigError", "ConflictingOpError", "OverflowGuardError", "UnknownChoiceError",
-    "UnknownOpError", "ParamPlan", "ParamUse", "plan_params", "Category", "OpDecision",
-    "categorize", "effective_lists", "plan_op", "widest", "DTYPES", "LEVELS", "PRESETS",
-    "OpLists", "Policy", "CastReport", "compare",
+    "UnknownOpError", "ParamPlan", "ParamUse", "plan_params", "UNKNOWN", "Category",
+    "OpDecision", "attrs_read", "categorize", "effective_lists", "plan_op",
+    "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
-    "loss_scale_from_config", "loss_scale_from_state_dict", "__version__",
+    "loss_scale_from_config", "loss_scale_from_state_dict", "loss_scale_from_parts",
+    "LossScaleConfig", "LossScaleState", "__version__",
 ]

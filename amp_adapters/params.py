@@ -24,15 +24,16 @@ class ParamUse:
     """One op reading a parameter in the forward pass.
 
     ``op``: the framework's op name; ``attrs``: its attributes (for conditional
-    rules); ``fp32_slot``: the op table keeps the input slot the parameter
-    feeds in float32 (e.g. batch-norm statistics); ``force_fp32``: a reason the
+    rules); ``slot``: the name of the input slot the parameter feeds (a slot
+    the op table keeps in float32, such as batch-norm statistics, keeps the
+    parameter float32); ``force_fp32``: a reason the
     backend runs this op in float32 whatever its category (outside
     ``fp16_guard``, a control-flow block, a black-listed variable).
     """
 
     op: str
     attrs: Optional[Mapping[str, object]] = None
-    fp32_slot: bool = False
+    slot: Optional[str] = None
     force_fp32: Optional[str] = None
 
 
@@ -82,10 +83,11 @@ def _decide(policy: Policy, framework: str, consumers: tuple[ParamUse, ...],
         return "float32", "no forward op reads it"
     emulated = False
     for use in consumers:
-        if use.fp32_slot:
-            return "float32", f"{use.op} keeps this input slot in float32"
         d = plan_op(policy, framework, use.op, ("float32",), lowp_kernels=kernels,
-                    attrs=use.attrs, force_fp32=use.force_fp32)
+                    attrs=use.attrs, force_fp32=use.force_fp32,
+                    input_names=None if use.slot is None else (use.slot,))
+        if d.kept and d.kept[0]:
+            return "float32", f"{use.op} keeps its {use.slot} input in float32"
         if d.precision != policy.dtype:
             return "float32", f"read by {use.op}, which runs in float32: {d.reason}"
         emulated |= d.emulated

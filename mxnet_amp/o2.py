@@ -34,7 +34,7 @@ from mxnet.gluon import HybridBlock, Trainer
 from mxnet.optimizer import Updater
 
 from amp_adapters import AmpConfigError, ParamPlan, ParamUse, Policy, plan_params
-from amp_adapters.oplists import LOW_DTYPES, load_table
+from amp_adapters.dtypes import LOW_DTYPES
 
 from ._mx import _BF16, dtype_name, input_names, unpatched
 from .config import PolicyLike, as_policy
@@ -63,15 +63,14 @@ def param_uses(block: HybridBlock, num_inputs: int = 1) -> dict[str, list[ParamU
         out = mx.sym.Group(list(out))
     params = block.collect_params()
     uses: dict[str, list[ParamUse]] = {name: [] for name in params}
-    keep = load_table("mxnet").keep_fp32_inputs
     for n in nodes(out):
         if n.op == "null":
             continue
         slots = input_names(n.op)
         for i, entry in enumerate(n.inputs):
             if entry in uses:
-                slot = slots[i] if i < len(slots) else ""
-                uses[entry].append(ParamUse(n.op, dict(n.attrs), slot in keep.get(n.op, ())))
+                uses[entry].append(ParamUse(n.op, dict(n.attrs),
+                                            slots[i] if i < len(slots) else None))
     return uses
 
 

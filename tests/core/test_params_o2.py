@@ -16,21 +16,21 @@ def test_o1_stores_every_parameter_in_float32():
 
 
 @pytest.mark.parametrize("fw, gemm, norm, norm_slot", [
-    ("mxnet", "FullyConnected", "LayerNorm", False),
-    ("paddle", "mul", "layer_norm", True),
+    ("mxnet", "FullyConnected", "LayerNorm", "gamma"),
+    ("paddle", "mul", "layer_norm", "Scale"),
 ])
 def test_gemm_weights_low_norm_scale_and_bias_fp32(fw, gemm, norm, norm_slot):
-    uses = {"w": [ParamUse(gemm)], "gamma": [ParamUse(norm, fp32_slot=norm_slot)]}
+    uses = {"w": [ParamUse(gemm, slot="weight")], "gamma": [ParamUse(norm, slot=norm_slot)]}
     plan = plan_params(O2, fw, uses)
     assert plan.low == {"w"} and plan.fp32 == {"gamma"}
     assert "float32" in plan.reasons["gamma"]
 
 
 def test_batch_norm_statistics_slot_stays_fp32():
-    plan = plan_params(O2, "paddle", {"mean": [ParamUse("batch_norm", fp32_slot=True)],
+    plan = plan_params(O2, "paddle", {"mean": [ParamUse("batch_norm", slot="Mean")],
                                       "w": [ParamUse("conv2d")]})
     assert plan.fp32 == {"mean"} and plan.low == {"w"}
-    assert "keeps this input slot in float32" in plan.reasons["mean"]
+    assert "keeps its Mean input in float32" in plan.reasons["mean"]
 
 
 def test_one_fp32_reader_keeps_a_shared_parameter_fp32():
@@ -68,7 +68,8 @@ def test_same_canonical_uses_same_decision_in_both_frameworks(uses, preset, emul
     policy = Policy.preset(preset, emulate=emulate)
     got = {}
     for fw in ("mxnet", "paddle"):
-        consumers = [ParamUse(OPS[fw][i], fp32_slot=slot and OPS[fw][i] == "layer_norm")
+        norm_slot = {"mxnet": "gamma", "paddle": "Scale"}[fw]
+        consumers = [ParamUse(OPS[fw][i], slot=norm_slot if slot and i == 1 else None)
                      for i, slot in uses]
         got[fw] = plan_params(policy, fw, {"p": consumers}).dtypes["p"]
         assert plan_params(policy, fw, {"p": consumers[::-1]}).dtypes["p"] == got[fw]
