@@ -14,7 +14,9 @@ Files:
     loss_scale/   the loss-scale rule, once: LossScaleConfig, LossScaleState, update over
                   the ArrayOps vocabulary (NumpyOps here), check_guard, strict state dicts
     scaler.py     DynamicLossScale / StaticLossScale / NoOpLossScale: config + state views
-    report.py     CastReport: decisions per op, diffable across frameworks
+    report.py     CastReport: decisions per op and the graph's casts; print(report) is the table
+    fallback.py   what a backend says about ops without a low-precision kernel here
+    quiet.py      framework log noise off, for our command and examples
     errors.py     the config errors
     cli.py        ``amp-adapters lists|explain`` (other subcommands come by entry point)
 """

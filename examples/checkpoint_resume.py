@@ -8,16 +8,20 @@ never stopped (same scales, same skipped steps, same weights).
     python examples/checkpoint_resume.py resume DIR   # load, train 20 more
     python examples/checkpoint_resume.py full         # 40 steps in one go: the same last line
 """
+import argparse
 import json
 import os
-import sys
 
-import mxnet as mx
-import numpy as np
-from mxnet import autograd, gluon
+from amp_adapters.quiet import quiet_frameworks
 
-import mxnet_amp as amp
-from amp_adapters import DynamicLossScale
+quiet_frameworks()  # framework log noise off: glog INFO lines, "Cannot decide type", ...
+
+import mxnet as mx  # noqa: E402
+import numpy as np  # noqa: E402
+from mxnet import autograd, gluon  # noqa: E402
+
+import mxnet_amp as amp  # noqa: E402
+from amp_adapters import DynamicLossScale  # noqa: E402
 
 
 def build():
@@ -45,15 +49,28 @@ def train(net, trainer, steps, first):
           f"loss {loss.asscalar():.4f}")
 
 
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[6:]))
+    parser.add_argument("command", choices=("save", "resume", "full"))
+    parser.add_argument("folder", nargs="?", metavar="DIR",
+                        help="where save writes and resume reads the checkpoint")
+    args = parser.parse_args()
+    if args.command != "full" and not args.folder:
+        parser.error(f"{args.command} needs DIR, the checkpoint folder")
+    return args
+
+
 if __name__ == "__main__":
-    command = sys.argv[1]
+    command = parse_args()
+    folder, command = command.folder, command.command
     mx.random.seed(0)
     net, trainer = build()
     if command == "full":
         train(net, trainer, 20, 0)
         train(net, trainer, 20, 20)
     elif command == "save":
-        folder = sys.argv[2]
         train(net, trainer, 20, 0)
         os.makedirs(folder, exist_ok=True)
         net.save_parameters(os.path.join(folder, "net.params"))
@@ -61,7 +78,6 @@ if __name__ == "__main__":
         with open(os.path.join(folder, "amp.json"), "w") as f:
             json.dump(amp.state_dict(trainer), f)
     else:
-        folder = sys.argv[2]
         net(mx.nd.zeros((1, 8)))  # initialise the optimizer's view of the shapes
         net.load_parameters(os.path.join(folder, "net.params"))
         trainer.load_states(os.path.join(folder, "trainer.states"))

@@ -26,6 +26,7 @@ Files:
     masters.py    O2: low-precision parameters and their (emulated) float32 masters
     kernels.py    which ops have a low-precision kernel on the device used
     env.py        Paddle glue: static/legacy-IR checks, dtype of a var, device
+    report.py     the forward casts of a program, counted for cast_report
 """
 from amp_adapters import CastReport, OverflowGuardError, Policy
 
