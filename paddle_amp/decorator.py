@@ -20,10 +20,12 @@ from amp_adapters import (AmpConfigError, CastReport, DynamicLossScale, LossScal
 from amp_adapters.dtypes import LOW_DTYPES, low_dtype
 from amp_adapters.policy import default_loss_scale
 
-from .env import current_device, require_legacy_static
+from .env import current_device, expected_place, program_ir, require_static
 from .kernels import lowp_kernels
 from .lists import check_lists
 from .masters import EMULATED_LABEL, NATIVE_LABEL, MasterWeights
+from .pir_rewrite import PirRewriter, value_dtype
+from .pir_scaling import PirLossScaling
 from .report import program_casts
 from .rewrite import Rewriter
 from .scaling import LossScaling, resolve_ring_id
@@ -82,29 +84,37 @@ class OptimizerWithMixedPrecision:
 
     # -- building ---------------------------------------------------------------------------
 
-    def _new_rewriter(self) -> Rewriter:
-        kernels = lowp_kernels(current_device(), self.policy.dtype) \
-            if self.policy.enabled else frozenset()
-        return Rewriter(self.policy, kernels, self._use_guard, self._black_varnames)
+    def _new_rewriter(self, program, kernels=None):
+        """The rewrite for ``program``'s IR (legacy ``Rewriter`` or ``PirRewriter``)."""
+        if kernels is None:
+            kernels = lowp_kernels(current_device(), self.policy.dtype) \
+                if self.policy.enabled else frozenset()
+        cls = PirRewriter if program_ir(program) == "pir" else Rewriter
+        return cls(self.policy, kernels, self._use_guard, self._black_varnames)
 
     def backward(self, loss, startup_program=None, parameter_list=None, no_grad_set=None,
                  callbacks=None):
         """Rewrite ``loss``'s program, scale the loss, append the backward pass.
 
         Returns the (param, scaled grad) list, as the native does."""
-        require_legacy_static("paddle_amp backward()")
+        require_static("paddle_amp backward()")
         if self._train_program is not None:
             raise RuntimeError("this decorated optimizer already built a program; decorate a "
                                "new optimizer for another program")
         program = loss.block.program
-        self._rewriter = self._new_rewriter()
-        with framework.program_guard(program, startup_program):
+        self._rewriter = self._new_rewriter(program)
+        pir = program_ir(program) == "pir"
+        if pir:  # the same state machine, built from PIR ops
+            self._scaling = PirLossScaling(self._scaling.initial,
+                                           self._scaling.found_inf_ring_id)
+        with paddle.static.program_guard(program, startup_program):
             if self.policy.enabled:
                 self._plan_low_params(program)
                 _REPORTS[program] = self._rewriter.rewrite(program)
             self._scaling.create_vars()
             block = program.global_block()
-            if loss.dtype != core.VarDesc.VarType.FP32:
+            if (value_dtype(loss) if pir else loss.dtype) not in ("float32",
+                                                                  core.VarDesc.VarType.FP32):
                 loss = loss.astype("float32")
             self._scaled_loss = self._scaling.scale_loss(block, loss)
             params_grads = self._optimizer.backward(self._scaled_loss, startup_program,
@@ -116,6 +126,10 @@ class OptimizerWithMixedPrecision:
 
     def _plan_low_params(self, program) -> None:
         """O2: store the planned parameters low, with native or EMULATED float32 masters."""
+        if not hasattr(self._rewriter, "param_plan"):  # PIR: low only where the optimizer has
+            self._low_params = self._rewriter.low_params(program, self._optimizer.type)  # a kernel
+            self._rewriter.set_low_params(program, self._low_params)
+            return
         plan = self._param_plan = self._rewriter.param_plan(program)
         low, kernels = plan.low, self._rewriter.kernels
         native = current_device() == "GPU" and (kernels is None or self._optimizer.type
@@ -158,7 +172,7 @@ class OptimizerWithMixedPrecision:
 
     def apply_optimize(self, loss, startup_program, params_grads):
         """``apply_gradients`` under ``loss``'s program, as the native does."""
-        with framework.program_guard(loss.block.program, startup_program):
+        with paddle.static.program_guard(loss.block.program, startup_program):
             return self.apply_gradients(params_grads)
 
     def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
@@ -185,14 +199,12 @@ class OptimizerWithMixedPrecision:
                                f"program before amp_init()")
         (self._masters or MasterWeights(self.policy.dtype, self._low_params)).init_scope(
             scope, place)  # converts each parameter once: not twice, bf16 bits
-        derived = test_program is not None and test_program.global_block().has_var(
-            self._scaling.vars["scale"].name)  # a clone of the decorated program: rewritten
-        if test_program is not None and not derived and (self.policy.level == "O2"
-                                                         or use_fp16_test):
-            rewriter = Rewriter(self.policy, self._rewriter.kernels, self._use_guard,
-                                self._black_varnames)
-            rewriter.set_low_params(test_program, self._low_params)
-            _REPORTS[test_program] = rewriter.rewrite(test_program)
+        if test_program is not None and not _derived(test_program, self._scaling) and (
+                self.policy.level == "O2" or use_fp16_test):
+            rewriter = self._new_rewriter(test_program, self._rewriter.kernels)
+            with paddle.static.program_guard(test_program):
+                rewriter.set_low_params(test_program, self._low_params)
+                _REPORTS[test_program] = rewriter.rewrite(test_program)
 
     def _built(self, what: str) -> LossScaling:
         if not self._scaling.vars:
@@ -231,7 +243,7 @@ class OptimizerWithMixedPrecision:
         this program's, whose constants are in its ops): any problem is an
         ``AmpConfigError`` naming the key and value, and no var of the scope is written."""
         self._built("load_state_dict").write(scope or paddle.static.global_scope(), state_dict,
-                            self._place or framework._current_expected_place())
+                            self._place or expected_place())
 
     def check_guard(self, scope=None) -> None:
         """Raise ``OverflowGuardError`` naming the parameters with non-finite gradients after
@@ -239,6 +251,17 @@ class OptimizerWithMixedPrecision:
         or a denormal, or (if configured) on too many skips in a window; else return. One
         host read (the core's ``loss_scale.check_guard``)."""
         self._built("check_guard").check_guard(scope or paddle.static.global_scope())
+
+
+def _derived(test_program, scaling: LossScaling) -> bool:
+    """True if ``test_program`` is a clone of the decorated program (so already rewritten):
+    it holds the loss-scale state. Under PIR, where ``clone(for_test=True)`` does not exist,
+    that is ``main.clone()``."""
+    name = scaling.vars["scale"].name
+    if program_ir(test_program) == "legacy":
+        return test_program.global_block().has_var(name)
+    return any(op.name() == "pd_op.data" and op.result(0).name == name
+               for op in test_program.global_block().ops)
 
 
 def _loss_scale(dtype: str, dynamic: Optional[bool], args: dict) -> LossScale:
@@ -254,7 +277,7 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
              use_pure_fp16=None, use_fp16_guard=None, use_bf16=None, *,
              use_amp_guard=None, policy: Optional[Policy] = None, emulate: bool = False,
              found_inf_ring_id=None):
-    """Decorate ``optimizer`` for mixed-precision training of a static (legacy IR) program.
+    """Decorate ``optimizer`` for mixed-precision training of a static program (either IR).
 
     Takes both native argument sets: the new one (``level``, ``dtype``,
     ``master_weight``, ``use_amp_guard``; defaults 2**16, 2000, 1, 2.0, 0.5) and
@@ -278,7 +301,7 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
     all-reduce. ``check_guard`` then raises on every worker at the same step, but
     names only the parameters whose gradients were not finite on that worker.
     """
-    require_legacy_static("paddle_amp.decorate")
+    require_static("paddle_amp.decorate")
     if found_inf_ring_id is not None:
         resolve_ring_id(found_inf_ring_id)  # TypeError now rather than at minimize()
     if not isinstance(optimizer, paddle.optimizer.Optimizer):
