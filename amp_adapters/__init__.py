@@ -10,6 +10,7 @@ Files:
     dtypes.py     the dtype vocabulary: names, low dtypes, aliases, widest-wins order
     oplists/      op lists as data (canonical vocabulary -> each framework's op names)
     planner.py    categorize / plan_op: the cast decision for one op
+    params.py     plan_params: which parameters O2 stores in the low dtype
     loss_scale/   the loss-scale rule, once: LossScaleConfig, LossScaleState, update over
                   the ArrayOps vocabulary (NumpyOps here), check_guard, strict state dicts
     scaler.py     DynamicLossScale / StaticLossScale / NoOpLossScale: config + state views
@@ -23,6 +24,7 @@ Files:
 from .dtypes import LOW_DTYPES, dtype_name
 from .errors import (AmpConfigError, ConflictingOpError, OverflowGuardError, UnknownChoiceError,
                      UnknownOpError)
+from .params import ParamPlan, ParamUse, plan_params
 from .planner import (UNKNOWN, Category, OpDecision, attrs_read, categorize, effective_lists,
                       plan_op, widest)
 from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy
@@ -38,8 +40,8 @@ __version__ = "0.1.0"
 __all__ = [
     "LOW_DTYPES", "dtype_name",
     "AmpConfigError", "ConflictingOpError", "OverflowGuardError", "UnknownChoiceError",
-    "UnknownOpError", "UNKNOWN", "Category", "OpDecision", "attrs_read", "categorize",
-    "effective_lists", "plan_op",
+    "UnknownOpError", "ParamPlan", "ParamUse", "plan_params", "UNKNOWN", "Category",
+    "OpDecision", "attrs_read", "categorize", "effective_lists", "plan_op",
     "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
     "loss_scale_from_config", "loss_scale_from_state_dict", "loss_scale_from_parts",

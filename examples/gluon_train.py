@@ -1,8 +1,9 @@
 """Gluon training with mixed precision: `import mxnet_amp as amp` instead of mxnet.contrib.amp.
 
 Trains an MLP on scikit-learn's digits, first imperatively, then hybridized,
-under the shared policy file. On a CPU the fp16 GEMMs are emulated (the native
-mxnet.contrib.amp crashes there: "FP16 gemm on cpu not implemented").
+under the shared policy file, then at O2 (fp16 parameters, fp32 master
+weights). On a CPU the fp16 GEMMs are emulated (the native mxnet.contrib.amp
+crashes there: "FP16 gemm on cpu not implemented"), as is O2's master update.
 
     python examples/gluon_train.py [--policy examples/policy.toml]
 """
@@ -21,13 +22,16 @@ from sklearn.datasets import load_digits  # noqa: E402
 import mxnet_amp as amp  # noqa: E402
 
 
-def train(hybridize: bool, steps: int = 300) -> float:
+def train(hybridize: bool, o2: bool = False, steps: int = 300) -> float:
     digits = load_digits()
     x_all = mx.nd.array(digits.data / 16.0)
     y_all = mx.nd.array(digits.target)
     net = gluon.nn.HybridSequential()
     net.add(gluon.nn.Dense(64, activation="relu"), gluon.nn.Dense(10))
     net.initialize(mx.init.Xavier())
+    if o2:
+        plan = amp.cast_params(net)               # the parameters the policy stores in fp16
+        print(f"  {len(plan.low)} parameters stored in {amp.active_policy().dtype}")
     if hybridize:
         net.hybridize()
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9})
@@ -59,3 +63,7 @@ if __name__ == "__main__":
     for hybridize in (False, True):
         print(f"{'hybridized' if hybridize else 'imperative'}:")
         print(f"  final accuracy {train(hybridize):.3f}")
+    amp.reset()
+    amp.init(policy=amp.Policy.preset("O2", emulate=True))  # or a policy file with level = "O2"
+    print("O2 hybridized:")
+    print(f"  final accuracy {train(True, o2=True):.3f}")

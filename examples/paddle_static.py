@@ -1,7 +1,7 @@
 """A Paddle static program with mixed precision: `paddle_amp.decorate` instead of
 `paddle.static.amp.decorate`, at O1 (the shared policy file) and O2 (the native arguments:
-fp16 parameters with fp32 master weights through `amp_init` where the device has fp16
-kernels; on a CPU the parameters stay fp32 and the fp16 ops are emulated).
+fp16 parameters, converted by `amp_init`, with fp32 master weights; the layer norm's
+scale and bias stay fp32. On a CPU the fp16 ops and the master update are EMULATED).
 
     python examples/paddle_static.py [--policy examples/policy.toml]
 """
@@ -45,7 +45,10 @@ def train(level: str, policy: Policy, steps: int = 300) -> float:
     place = paddle.CPUPlace()
     exe = paddle.static.Executor(place)
     exe.run(startup)
-    optimizer.amp_init(place, test_program=test_program)     # O2 on a GPU: params to fp16
+    optimizer.amp_init(place, test_program=test_program)     # O2: params to fp16, masters
+    if level == "O2":
+        print(f"  {len(optimizer.param_plan().low)} parameters stored fp16; "
+              f"{optimizer.master_update.split(':')[0]}")
     rng = np.random.default_rng(0)
     for step in range(steps):
         idx = rng.integers(0, 1400, 64)

@@ -4,6 +4,7 @@
 
     amp.init()                                  # the native lists; init(policy="O1") shared
     amp.init_trainer(trainer)                   # DynamicLossScale by default (none for bf16)
+    # O2: init(policy="O2"); amp.cast_params(net) before init_trainer: fp32 masters
     with amp.scale_loss(loss, trainer) as scaled:
         autograd.backward(scaled)
     amp.unscale(trainer)                        # optional, before clipping; once per step
@@ -34,6 +35,7 @@ Files:
     loss_scaler.py  LossScaler on the core's state machine
     trainer.py    init_trainer / scale_loss / unscale: step stages, loss scaling, the skip
     overflow.py   the on-device overflow check
+    o2.py         O2: cast_params (the core's parameter plan), float32 master weights
     report.py     cast_report of a hybridized block
     _mx.py        MXNet glue: op registry, dtype of a tensor, casts
 """
@@ -43,13 +45,15 @@ from amp_adapters import (DynamicLossScale, NoOpLossScale, OverflowGuardError, P
 from .convert import convert_hybrid_block, convert_model, convert_symbol
 from .lists import (list_conditional_fp32_ops, list_fp32_ops, list_loss_output_functions,
                     list_lp16_fp32_ops, list_lp16_ops, list_widest_type_cast)
+from .o2 import cast_params
 from .patching import active_policy, init, reset
 from .report import cast_report
 from .trainer import (init_trainer, last_step_skipped, load_state_dict, loss_scale, scale_loss,
                       state_dict, unscale)
 
 __all__ = [
-    "init", "reset", "active_policy", "init_trainer", "scale_loss", "unscale", "loss_scale",
+    "init", "reset", "active_policy", "cast_params", "init_trainer", "scale_loss", "unscale",
+    "loss_scale",
     "last_step_skipped", "state_dict", "load_state_dict", "convert_symbol", "convert_model",
     "convert_hybrid_block", "cast_report", "list_lp16_ops", "list_fp32_ops",
     "list_lp16_fp32_ops", "list_conditional_fp32_ops", "list_widest_type_cast",

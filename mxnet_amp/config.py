@@ -45,8 +45,4 @@ def resolve_policy(target_dtype: object = "float16",
         resolved = Policy.preset("mxnet-native", dtype=dtype, mxnet_ops=ops)
     resolved = resolved.with_emulation(emulate)
     resolved.validate_for("mxnet", registry())
-    if resolved.level == "O2":
-        raise AmpConfigError("level O2 (float16 parameters with float32 master weights) is not "
-                             "supported by mxnet_amp.init; use O1, or net.cast('float16') with "
-                             "an optimizer created with multi_precision=True")
     return resolved

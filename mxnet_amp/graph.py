@@ -18,7 +18,7 @@ import mxnet as mx
 from amp_adapters import OpDecision, Policy, plan_op
 from amp_adapters.dtypes import AMP_DTYPES, FLOAT_RANK, LOW_DTYPES
 
-from ._mx import FLOATS, cast, dtype_name, input_names, unpatched
+from ._mx import _BF16, FLOATS, cast, dtype_name, input_names, unpatched
 from .kernels import KernelSet, log_fallback
 
 _CASTS = ("amp_cast", "amp_multicast")
@@ -58,7 +58,8 @@ def nodes(sym: mx.sym.Symbol) -> Iterator[Node]:
 def entry_dtypes(sym: mx.sym.Symbol, known: Mapping[str, str]) -> dict[str, Optional[str]]:
     """{entry name: dtype} by type inference from the ``known`` input dtypes."""
     internals = sym.get_internals()
-    _, types, _ = internals.infer_type_partial(**known)
+    _, types, _ = internals.infer_type_partial(**{k: _BF16 if v == "bfloat16" else v
+                                                  for k, v in known.items()})
     return {n: (dtype_name(t) if t is not None else None)
             for n, t in zip(internals.list_outputs(), types)}
 

@@ -5,9 +5,10 @@ finite and NaN as soon as one is inf or NaN (``inf * 0`` is NaN), with no false
 positive however large the finite values are. The BLAS dot reads ``g`` once:
 on a 512K-element gradient it takes ~85 us on CPU where ``all_finite`` takes
 ~590 us, and the native ``multi_all_finite`` ~40 ms over a 1M-parameter MLP.
-Other dtypes (float16, bfloat16, sparse) use ``all_finite``. Each result lands in
-one slot of a flag vector per device; the flag vectors are gathered on the
-first device and read with ONE ``asnumpy`` (the only host sync of a step),
+Other dtypes (float16, bfloat16 cast to float32 first, sparse) use
+``all_finite``. Each result lands in one slot of a flag vector per device;
+the flag vectors are gathered on the first device and read with ONE
+``asnumpy`` (the only host sync of a step),
 which also tells which parameters overflowed, at no extra cost. Memory: one
 zero vector per device, the size of its largest gradient.
 """
@@ -20,7 +21,7 @@ from mxnet import autograd
 from mxnet import numpy as mx_np
 from mxnet import ndarray as nd
 
-from ._mx import unpatched
+from ._mx import dtype_name, unpatched
 
 
 class FiniteCheck:
@@ -80,6 +81,8 @@ class FiniteCheck:
                     nd.dot(g, z, out=slot)
                 else:  # fp16/bf16 or sparse: 0 when finite, 1 otherwise
                     data = g if g.stype == "default" else g.data
+                    if dtype_name(data.dtype) == "bfloat16":  # all_finite has no bf16 kernel
+                        data = nd.amp_cast(data, dtype="float32")
                     nd.logical_not(nd.all_finite(data), out=slot)
             for flags, dst in self._gather:
                 flags.copyto(dst)

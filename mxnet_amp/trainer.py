@@ -193,6 +193,10 @@ def init_trainer(trainer: Trainer, loss_scale: Union[LossScale, float, None] = N
         raise AmpConfigError(f"loss_scale must be a DynamicLossScale, StaticLossScale, "
                              f"NoOpLossScale, LossScaleConfig or a number, got "
                              f"{type(loss_scale).__name__}")
+    policy = active_policy()
+    if policy is not None and policy.level == "O2":
+        from .o2 import attach  # O2: float32 masters for the low-precision parameters
+        attach(trainer, policy)
     existing = getattr(trainer, "_amp_loss_scaler", None)
     if isinstance(existing, AmpTrainerState):
         existing.reset(loss_scale)

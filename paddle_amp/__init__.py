@@ -27,6 +27,7 @@ Files:
     skip.py       the true skip: optimizer ops under ``if not found_inf``
     state.py      the loss-scale state in a scope: read, write all or nothing, guard
     collective.py found_inf all-reduced over data-parallel workers
+    masters.py    O2: low-precision parameters and their (emulated) float32 masters
     kernels.py    which ops have a low-precision kernel on the device used
     env.py        Paddle glue: static check, the program's IR, dtype names, device
     report.py     the forward casts of a program, counted for cast_report

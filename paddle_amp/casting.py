@@ -48,7 +48,7 @@ def cast_model(program, amp_lists=None, use_guard: bool = True, dtype: str = "fl
     policy = native_policy(lists, dtype, level.upper(), use_promote)
     rewriter = Rewriter(policy, lowp_kernels(current_device(), dtype), use_guard,
                         frozenset(lists.black_varnames or ()))
-    low = rewriter.low_params(program, None)
+    low = rewriter.low_params(program)
     rewriter.set_low_params(program, low)
     _REPORTS[program] = rewriter.rewrite(program)
     return set(low)

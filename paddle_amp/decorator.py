@@ -12,12 +12,11 @@ import math
 import weakref
 from typing import Optional
 
-import numpy as np
 import paddle
 from paddle.base import core, framework
 
 from amp_adapters import (AmpConfigError, CastReport, DynamicLossScale, LossScale, OpLists,
-                          Policy, StaticLossScale, UnknownChoiceError)
+                          ParamPlan, Policy, StaticLossScale, UnknownChoiceError)
 from amp_adapters.dtypes import LOW_DTYPES, dtype_name, low_dtype
 from amp_adapters.policy import default_loss_scale, resolve_policy
 
@@ -29,6 +28,7 @@ from .fp16_utils import update_role_var_grad  # noqa: F401 (a native name)
 from .function_overload import FunctionType, overload  # noqa: F401 (native names)
 from .kernels import lowp_kernels
 from .lists import AutoMixedPrecisionLists, check_amp_dtype, check_lists  # noqa: F401
+from .masters import EMULATED_LABEL, NATIVE_LABEL, MasterWeights
 from .pir_rewrite import PirRewriter, value_dtype
 from .pir_scaling import PirLossScaling
 from .report import program_casts
@@ -78,6 +78,8 @@ class OptimizerWithMixedPrecision:
         self._scaling = LossScaling(policy.loss_scale, found_inf_ring_id)
         self._rewriter: Optional[Rewriter] = None
         self._low_params: frozenset[str] = frozenset()
+        self._param_plan: Optional[ParamPlan] = None
+        self._masters: Optional[MasterWeights] = None  # emulated masters (None: native or O1)
         self._train_program = None
         self._startup_program = None
         self._scaled_loss = None
@@ -113,8 +115,7 @@ class OptimizerWithMixedPrecision:
                                            self._scaling.found_inf_ring_id)
         with paddle.static.program_guard(program, startup_program):
             if self.policy.enabled:
-                self._low_params = self._rewriter.low_params(program, self._optimizer.type)
-                self._rewriter.set_low_params(program, self._low_params)
+                self._plan_low_params(program)
                 _REPORTS[program] = self._rewriter.rewrite(program)
             self._scaling.create_vars()
             block = program.global_block()
@@ -124,8 +125,44 @@ class OptimizerWithMixedPrecision:
             self._scaled_loss = self._scaling.scale_loss(block, loss)
             params_grads = self._optimizer.backward(self._scaled_loss, startup_program,
                                                     parameter_list, no_grad_set, callbacks)
+            if self._masters is not None:
+                params_grads = self._masters.swap_in(program, params_grads)
         self._train_program, self._startup_program = program, startup_program  # built
         return params_grads
+
+    def _plan_low_params(self, program) -> None:
+        """O2: store the planned parameters low, with native or EMULATED float32 masters."""
+        if not hasattr(self._rewriter, "param_plan"):  # PIR: low only where the optimizer has
+            self._low_params = self._rewriter.low_params(program, self._optimizer.type)  # a kernel
+            self._rewriter.set_low_params(program, self._low_params)
+            return
+        plan = self._param_plan = self._rewriter.param_plan(program)
+        low, kernels = plan.low, self._rewriter.kernels
+        native = current_device() == "GPU" and (kernels is None or self._optimizer.type
+                                                 in kernels)
+        if low and not native:
+            if getattr(self._optimizer, "_multi_precision", True) is False:
+                logger.info("O2 with master_weight=False: %s has no %s kernel here, so the "
+                            "parameters stay float32", self._optimizer.type, self.policy.dtype)
+                return
+            self._masters = MasterWeights(self.policy.dtype, low)
+            self._optimizer._multi_precision = False  # its masters are ours, in float32
+        self._low_params = low
+        self._rewriter.set_low_params(program, low)
+
+    @property
+    def master_update(self) -> Optional[str]:
+        """How O2's float32 master weights are updated here (None: no low parameters)."""
+        if not self._low_params:
+            return None
+        label = (EMULATED_LABEL if self._masters is not None else NATIVE_LABEL)
+        return label.format(dtype=self.policy.dtype)
+
+    def param_plan(self) -> ParamPlan:
+        """The storage dtype the core chose for every parameter, and why (O2; else float32)."""
+        if self._param_plan is None:
+            raise RuntimeError("call minimize() (or backward()) before param_plan()")
+        return self._param_plan
 
     def apply_gradients(self, params_grads):
         """Unscale, check, update on finite steps only, and advance the loss-scale state."""
@@ -133,7 +170,13 @@ class OptimizerWithMixedPrecision:
             raise RuntimeError("call backward() (or minimize()) before apply_gradients()")
         if self._use_master_grad:
             params_grads = self._master_grads(params_grads)
-        return self._scaling.apply(self._train_program, params_grads, self._optimizer)
+        ops = self._scaling.apply(self._train_program, params_grads, self._optimizer)
+        if self._masters is not None:
+            self._masters.copy_back(self._train_program)
+            param_of = {m: p for p, m in self._masters.master_of.items()}  # guard: user's names
+            self._scaling.param_names = tuple(param_of.get(n, n)
+                                              for n in self._scaling.param_names)
+        return ops
 
     def _master_grads(self, params_grads):
         """master_grad=True: each low-precision gradient cast to an fp32 var (the master
@@ -176,10 +219,8 @@ class OptimizerWithMixedPrecision:
         if missing:  # checked before anything is converted: no half-converted scope
             raise RuntimeError(f"parameters {missing} are not in the scope: run the startup "
                                f"program before amp_init()")
-        for name in sorted(self._low_params):
-            tensor = scope.find_var(name).get_tensor()
-            if dtype_name(tensor._dtype()) != self.policy.dtype:
-                tensor.set(_to_low(tensor, self.policy.dtype), place)  # not twice: bf16 bits
+        (self._masters or MasterWeights(self.policy.dtype, self._low_params)).init_scope(
+            scope, place)  # converts each parameter once: not twice, bf16 bits
         if test_program is not None and not _derived(test_program, self._scaling) and (
                 self.policy.level == "O2" or use_fp16_test):
             rewriter = self._new_rewriter(test_program, self._rewriter.kernels)
@@ -243,15 +284,6 @@ def _derived(test_program, scaling: LossScaling) -> bool:
         return test_program.global_block().has_var(name)
     return any(op.name() == "pd_op.data" and op.result(0).name == name
                for op in test_program.global_block().ops)
-
-
-def _to_low(tensor, dtype: str):
-    """The fp32 ``tensor`` as a numpy array of ``dtype`` (bf16 as its uint16 bit pattern)."""
-    values = np.asarray(tensor, dtype=np.float32)
-    if dtype == "float16":
-        return values.astype(np.float16)
-    bits = values.view(np.uint32)
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
 
 
 def _loss_scale(dtype: str, dynamic: Optional[bool], args: dict) -> LossScale:

@@ -11,7 +11,9 @@ rewrite quadratic in the program size):
   (value, dtype) until the value is overwritten, so a weight is cast once per
   step however often it is used; a cast of a cast reads the original value;
 - outputs of an op that runs in the low dtype are declared in that dtype
-  (except the plan's ``kept_outputs``, statistics that stay fp32);
+  (except the plan's ``kept_outputs``, statistics that stay fp32, and
+  ``XShape``, the shape-only output of reshape2/flatten/transpose2..., which
+  holds no data and is never declared or rounded);
 - an ``emulated`` op computes in fp32 on the inputs the plan rounds and
   rounds its outputs through the low dtype (two casts each, once per value),
   so values and, through the casts' gradients, gradients carry fp16 rounding,
@@ -31,7 +33,8 @@ from typing import AbstractSet, Any, Iterator, Optional
 
 from paddle.base import core, framework, unique_name
 
-from amp_adapters import CastReport, OpDecision, Policy, plan_op
+from amp_adapters import (CastReport, OpDecision, ParamPlan, ParamUse, Policy, plan_op,
+                          plan_params)
 from amp_adapters.dtypes import LOW_DTYPES as _LOW
 from amp_adapters.dtypes import SHORT_NAMES as _SHORT
 from amp_adapters.fallback import FallbackNotices
@@ -160,28 +163,25 @@ class Rewriter:
             if block.has_var(name):
                 block.var(name).desc.set_dtype(VARTYPE_OF[self.policy.dtype])
 
-    def low_params(self, program, optimizer_type: Optional[str]) -> frozenset[str]:
-        """O2: the parameters every consumer would read in the low dtype, and the optimizer
-        can update in it on this device (else they stay fp32 and are cast once per step)."""
-        if self.policy.level != "O2" or (self.kernels is not None and optimizer_type is not None
-                                          and optimizer_type not in self.kernels):
-            return frozenset()
+    def param_plan(self, program) -> ParamPlan:
+        """O2: the storage dtype of every parameter, decided by the core from its forward readers
+        (one pass over the ops); a control-flow op's sub-block runs in float32."""
         block = program.global_block()
-        low = {p.name for p in block.all_parameters()}
+        uses: dict[str, list[ParamUse]] = {p.name: [] for p in block.all_parameters()}
         for op in block.ops:
             if not is_forward(op) or op.type in _IO_OPS:
                 continue
-            forced = self._forced_fp32(op)
+            forced = ("control flow: its sub-block runs in float32" if op.has_attr("sub_block")
+                      else self._forced_fp32(op))
             for slot in op.input_names:
                 for name in op.input(slot):
-                    if name not in low:
-                        continue
-                    d = plan_op(self.policy, "paddle", op.type, ("float32",), force_fp32=forced,
-                                lowp_kernels=self.kernels, attrs=_OpAttrs(op),
-                                input_names=(slot,))
-                    if d.kept[0] or op.has_attr("sub_block") or d.run_dtype != self.policy.dtype:
-                        low.discard(name)
-        return frozenset(low)
+                    if name in uses:
+                        uses[name].append(ParamUse(op.type, _OpAttrs(op), slot, forced))
+        return plan_params(self.policy, "paddle", uses, lowp_kernels=self.kernels)
+
+    def low_params(self, program) -> frozenset[str]:
+        """O2: the parameters stored in the low dtype (see ``param_plan``)."""
+        return self.param_plan(program).low
 
     def rewrite(self, program) -> CastReport:
         """Rewrite the forward ops of ``program``'s global block; return the decisions."""
@@ -294,7 +294,7 @@ class Rewriter:
             self._rounded.discard(name)
         if op.type == "cast" or d.run_dtype is None:
             return i
-        for slot in (s for s in op.output_names if s not in d.kept_outputs):
+        for slot in (s for s in op.output_names if s not in d.kept_outputs and s != "XShape"):
             for name in op.output(slot):
                 var = block._find_var_recursive(name)
                 if dtype_name(var) != "float32":

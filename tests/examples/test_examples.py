@@ -27,8 +27,9 @@ def accuracies(out):
 
 def test_gluon_train_imperative_and_hybridized():
     out = run("gluon_train.py")
-    assert "imperative:" in out and "hybridized:" in out
-    assert len(accuracies(out)) == 2 and min(accuracies(out)) > 0.85
+    assert "imperative:" in out and "hybridized:" in out and "O2 hybridized:" in out
+    assert "4 parameters stored in float16" in out
+    assert len(accuracies(out)) == 3 and min(accuracies(out)) > 0.85
 
 
 def test_paddle_static_o1_and_o2():

@@ -1,0 +1,119 @@
+"""O2 parameters in a legacy program: low-precision storage and float32 master weights.
+
+Which parameters are stored low is the core's ``plan_params`` (via
+``Rewriter.param_plan``); this module carries it out. Two ways to keep the
+float32 masters:
+
+- native (a GPU whose optimizer has a low-precision kernel): the optimizer's
+  own ``multi_precision`` master weights, updated by the fused kernel;
+- EMULATED (a CPU, or any device without such a kernel): each low parameter
+  ``p`` gets a persistable float32 parameter ``p_fp32_master``; the low
+  gradient is cast to float32 (unscaled and checked there), the optimizer's
+  float32 kernel updates the master and its state, and a cast writes the
+  master back into ``p`` after every step. The update then has exactly the
+  numerics of the fused kernel (float32 arithmetic on the master, one rounding
+  into the low dtype), on kernels every build has. An overflow step skips the
+  optimizer (``scaling``), so master, state and ``p`` stay bit-identical.
+
+Masters are ordinary persistable parameters of the program, so
+``paddle.static.save``/``load`` checkpoint them with the rest. No host sync
+in the step; ``init_scope`` (from ``amp_init``) reads and writes the scope once.
+"""
+from __future__ import annotations
+
+from typing import AbstractSet
+
+import numpy as np
+from paddle.base import core, unique_name
+
+from amp_adapters.dtypes import dtype_name
+
+_ROLE = core.op_proto_and_checker_maker.kOpRoleAttrName()
+_BACKWARD = int(core.op_proto_and_checker_maker.OpRole.Backward)
+EMULATED_LABEL = ("EMULATED multi_precision update: the float32 optimizer kernel updates "
+                  "float32 master weights and a cast writes them into the {dtype} parameters "
+                  "(a GPU with a {dtype} optimizer kernel uses the fused native one)")
+NATIVE_LABEL = "native multi_precision update (the optimizer's fused {dtype} kernel)"
+
+
+class MasterWeights:
+    """The emulated float32 masters of the low parameters ``names`` of one program."""
+
+    def __init__(self, dtype: str, names: AbstractSet[str]):
+        self.dtype = dtype
+        self.names = frozenset(names)
+        self.master_of: dict[str, str] = {}  # low parameter -> its master
+        self._params: dict[str, object] = {}  # master name -> low parameter var
+
+    @property
+    def label(self) -> str:
+        return EMULATED_LABEL.format(dtype=self.dtype)
+
+    def swap_in(self, program, params_grads: list) -> list:
+        """(master, float32 grad) in place of (low param, low grad), after ``append_backward``."""
+        block = program.global_block()
+        out = []
+        for p, g in params_grads:
+            if p.name not in self.names or g is None:
+                out.append((p, g))
+                continue
+            master = block.create_parameter(
+                name=unique_name.generate(f"{p.name}_fp32_master"), shape=p.shape,
+                dtype="float32", trainable=True, optimize_attr=p.optimize_attr,
+                regularizer=p.regularizer, need_clip=getattr(p, "need_clip", True))
+            g32 = block.create_var(name=unique_name.generate(f"{g.name}.fp32"), dtype="float32",
+                                   shape=g.shape, persistable=False)
+            block.append_op(type="cast", inputs={"X": [g]}, outputs={"Out": [g32]},
+                            attrs={"in_dtype": g.dtype, "out_dtype": g32.dtype,
+                                   _ROLE: _BACKWARD})
+            self.master_of[p.name] = master.name
+            self._params[master.name] = p
+            out.append((master, g32))
+        return out
+
+    def copy_back(self, program) -> None:
+        """Append ``p = cast(master)`` for every master (under the optimizer's op role)."""
+        block = program.global_block()
+        with program._optimized_guard([]):
+            for master_name, p in self._params.items():
+                master = block.var(master_name)
+                block.append_op(type="cast", inputs={"X": [master]}, outputs={"Out": [p]},
+                                attrs={"in_dtype": master.dtype, "out_dtype": p.dtype})
+
+    def missing(self, scope) -> list[str]:
+        """Low parameters that are not in ``scope`` (the startup program has not run)."""
+        return sorted(n for n in self.names if scope.find_var(n) is None)
+
+    def init_scope(self, scope, place) -> None:
+        """Masters from the parameters' values, then the parameters converted to the low dtype.
+
+        A parameter already low (a second ``amp_init``, or a loaded O2 checkpoint) is not
+        converted again; its master is kept when present, else made from it."""
+        for name in sorted(self.names):
+            tensor = scope.find_var(name).get_tensor()
+            low = dtype_name(tensor._dtype()) == self.dtype
+            master = self.master_of.get(name)
+            if master is not None:
+                var = scope.find_var(master)
+                if not low or var is None or not var.get_tensor()._is_initialized():
+                    values = from_low(tensor, self.dtype) if low else np.array(tensor)
+                    scope.var(master).get_tensor().set(values.astype(np.float32), place)
+            if not low:
+                tensor.set(to_low(tensor, self.dtype), place)
+
+
+def to_low(tensor, dtype: str) -> np.ndarray:
+    """The fp32 ``tensor`` as a numpy array of ``dtype`` (bf16 as its uint16 bit pattern)."""
+    values = np.asarray(tensor, dtype=np.float32)
+    if dtype == "float16":
+        return values.astype(np.float16)
+    bits = values.view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
+
+
+def from_low(tensor, dtype: str) -> np.ndarray:
+    """A low ``tensor``'s values in float32 (exact: every fp16/bf16 value is a float32)."""
+    values = np.array(tensor)
+    if dtype == "bfloat16":
+        return (values.astype(np.uint32) << 16).view(np.float32)
+    return values.astype(np.float32)
