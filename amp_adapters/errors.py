@@ -25,10 +25,10 @@ class AmpConfigError(ValueError):
 class UnknownOpError(AmpConfigError):
     """An op name that the framework (or the canonical vocabulary) does not know."""
 
-    def __init__(self, name: str, where: str, known: Iterable[str]):
+    def __init__(self, name: str, where: str, known: Iterable[str], hint: str = ""):
         self.name = name
         super().__init__(
-            f"unknown op {name!r} for {where}.{_hint(name, known)} "
+            f"unknown op {name!r} for {where}.{_hint(name, known)}{hint} "
             f"Run `amp-adapters lists --framework ...` to see the known names."
         )
 
