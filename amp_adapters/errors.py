@@ -73,3 +73,9 @@ class OverflowGuardError(RuntimeError):
             f"has not updated since. Non-finite gradients in: {names}{more}. Check the "
             f"data and the loss for inf/nan, or raise max_consecutive_skips."
         )
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, incomplete, corrupt or does not fit the run loading it.
+
+    Raised before any parameter, optimizer state or loss scale is changed."""

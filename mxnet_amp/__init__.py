@@ -9,6 +9,7 @@
     amp.unscale(trainer)                        # optional, before clipping; once per step
     trainer.step(batch_size)                    # skipped on overflow, on every device
     amp.loss_scale(trainer), amp.last_step_skipped(trainer), amp.state_dict(trainer)
+    amp.save_checkpoint(path, net, trainer); step = amp.load_checkpoint(path, net, trainer)
     amp.cast_report(net); amp.convert_hybrid_block(net); amp.reset()
 
 Differences from the native that matter: the op lists extend the defaults and
@@ -22,6 +23,7 @@ readable; the new scale is used by the very next step.
 from amp_adapters import (DynamicLossScale, NoOpLossScale, OverflowGuardError, Policy,
                           StaticLossScale)
 
+from .checkpoint import load_checkpoint, save_checkpoint
 from .convert import convert_hybrid_block, convert_model, convert_symbol
 from .lists import (list_conditional_fp32_ops, list_fp32_ops, list_loss_output_functions,
                     list_lp16_fp32_ops, list_lp16_ops, list_widest_type_cast)
@@ -32,7 +34,8 @@ from .trainer import (init_trainer, last_step_skipped, load_state_dict, loss_sca
 
 __all__ = [
     "init", "reset", "active_policy", "init_trainer", "scale_loss", "unscale", "loss_scale",
-    "last_step_skipped", "state_dict", "load_state_dict", "convert_symbol", "convert_model",
+    "last_step_skipped", "state_dict", "load_state_dict", "save_checkpoint", "load_checkpoint",
+    "convert_symbol", "convert_model",
     "convert_hybrid_block", "cast_report", "list_lp16_ops", "list_fp32_ops",
     "list_lp16_fp32_ops", "list_conditional_fp32_ops", "list_widest_type_cast",
     "list_loss_output_functions", "Policy", "DynamicLossScale", "StaticLossScale",

@@ -19,6 +19,7 @@ from amp_adapters import (AmpConfigError, CastReport, DynamicLossScale, LossScal
                           UnknownChoiceError)
 from amp_adapters.oplists import LOW_DTYPES
 
+from . import checkpoint
 from .env import current_device, require_legacy_static
 from .kernels import lowp_kernels
 from .lists import check_lists
@@ -184,6 +185,22 @@ class OptimizerWithMixedPrecision:
         """Restore a ``state_dict()`` into ``scope`` (after the startup program / load)."""
         self._built("load_state_dict").write(scope or paddle.static.global_scope(), state_dict,
                             self._place or framework._current_expected_place())
+
+    def save_checkpoint(self, path, program, scope=None, step: Optional[int] = None):
+        """Save ``program``'s persistables from ``scope`` (parameters, optimizer state, the
+        loss-scale state) and ``step`` as the newest checkpoint in the folder ``path``.
+
+        Atomic: the previous checkpoint stays valid until this one is complete (see
+        ``amp_adapters.checkpoint``). ``step`` defaults to the loss scale's
+        ``total_steps``. Returns ``path`` as a ``Path``."""
+        return checkpoint.save(self, path, program, scope, step)
+
+    def load_checkpoint(self, path, program, scope=None, *, check_policy: bool = True) -> int:
+        """Restore the newest checkpoint of ``path`` into ``scope`` (after the startup
+        program); returns its step. Verified first (checksums, the policy, the optimizer
+        type, every persistable's name, shape and dtype): a torn, truncated or mismatched
+        checkpoint is a ``CheckpointError`` and the scope is left unchanged."""
+        return checkpoint.load(self, path, program, scope, check_policy=check_policy)
 
     def check_guard(self, scope=None) -> None:
         """Raise ``OverflowGuardError`` naming the parameters with non-finite gradients after
