@@ -28,6 +28,8 @@ from .scaling import LossScaling, resolve_ring_id
 
 # The reports of rewritten programs, for ``cast_report``; a program's entry dies with it.
 _REPORTS: "weakref.WeakKeyDictionary[framework.Program, CastReport]" = weakref.WeakKeyDictionary()
+# The decorated optimizer that built each program: a second one on the same program is refused.
+_BUILT: "weakref.WeakKeyDictionary[framework.Program, object]" = weakref.WeakKeyDictionary()
 
 # The native argument sets: the new ``decorate`` and the old fluid fp16 overload, which is
 # selected (as natively) by passing use_pure_fp16, use_fp16_guard or use_bf16.
@@ -88,7 +90,15 @@ class OptimizerWithMixedPrecision:
         if self._train_program is not None:
             raise RuntimeError("this decorated optimizer already built a program; decorate a "
                                "new optimizer for another program")
-        program = loss.block.program
+        program = _check_loss(loss, parameter_list, no_grad_set)  # before anything changes
+        other = _BUILT.get(program)
+        if other is not None:
+            same = other._optimizer is self._optimizer
+            raise RuntimeError(
+                f"this program was already built by another paddle_amp-decorated optimizer"
+                f"{' wrapping the same ' + type(self._optimizer).__name__ if same else ''}: a "
+                f"second one would rewrite it again and apply a second update every step; "
+                f"use one decorated optimizer per program")
         self._rewriter = self._new_rewriter()
         with framework.program_guard(program, startup_program):
             if self.policy.enabled:
@@ -103,6 +113,7 @@ class OptimizerWithMixedPrecision:
             params_grads = self._optimizer.backward(self._scaled_loss, startup_program,
                                                     parameter_list, no_grad_set, callbacks)
         self._train_program, self._startup_program = program, startup_program  # built
+        _BUILT[program] = self
         return params_grads
 
     def apply_gradients(self, params_grads):
@@ -182,7 +193,27 @@ class OptimizerWithMixedPrecision:
         return self.loss_scale(scope).state_dict()
 
     def load_state_dict(self, state_dict: dict, scope=None) -> None:
-        """Restore a ``state_dict()`` into ``scope`` (after the startup program / load)."""
+        """Restore a ``state_dict()`` into ``scope`` (after the startup program / load).
+
+        The dict must be a complete ``state_dict()`` of the kind this program was built
+        for (its constants are in the program's ops); checked before anything is set."""
+        if not isinstance(state_dict, dict):
+            raise TypeError(f"state_dict must be a dict returned by state_dict(), got "
+                            f"{type(state_dict).__name__}")
+        built = self._built("load_state_dict").initial
+        if "kind" not in state_dict:
+            raise AmpConfigError(f"state_dict has no 'kind' key: pass the dict "
+                                 f"optimizer.state_dict() returned (this program has a "
+                                 f"{built.kind!r} loss scale)")
+        if state_dict["kind"] != built.kind:
+            raise AmpConfigError(f"this program was built for a {built.kind!r} loss scale (its "
+                                 f"update ops are in the program); a {state_dict['kind']!r} "
+                                 f"state_dict cannot be loaded into it: decorate with the same "
+                                 f"loss-scaling settings it was saved with")
+        missing = sorted(set(built.state_dict()) - set(state_dict))
+        if missing:
+            raise AmpConfigError(f"state_dict has missing keys {missing}: pass the complete "
+                                 f"dict optimizer.state_dict() returned")
         self._built("load_state_dict").write(scope or paddle.static.global_scope(), state_dict,
                             self._place or framework._current_expected_place())
 
@@ -206,6 +237,33 @@ class OptimizerWithMixedPrecision:
         """Raise ``OverflowGuardError`` naming the parameters with non-finite gradients after
         ``max_consecutive_skips`` overflow steps in a row; else return. One host read."""
         self._built("check_guard").check_guard(scope or paddle.static.global_scope())
+
+
+def _check_loss(loss, parameter_list, no_grad_set) -> "framework.Program":
+    """``loss``'s program, after checking that ``backward`` can build on it: a Variable of
+    one element with at least one trainable parameter on its path. Changes nothing."""
+    if not isinstance(loss, framework.Variable):
+        raise TypeError(f"loss must be a paddle static Variable (the output of the "
+                        f"program's loss op), got {type(loss).__name__} {loss!r:.60}")
+    if np.prod(loss.shape) != 1:
+        raise ValueError(f"loss {loss.name!r} has shape {list(loss.shape)}, not one element; "
+                         f"reduce it first (e.g. paddle.mean(loss))")
+    block = loss.block.program.global_block()
+    needed = {loss.name}
+    for op in reversed(block.ops):  # the ops loss depends on, and their inputs
+        if needed.intersection(op.output_arg_names):
+            needed.update(op.input_arg_names)
+    skip = {v if isinstance(v, str) else v.name for v in (no_grad_set or ())}
+    allowed = None if parameter_list is None else {
+        p if isinstance(p, str) else p.name for p in parameter_list}
+    trainable = [p.name for p in block.all_parameters()
+                 if p.trainable and p.name in needed and p.name not in skip
+                 and (allowed is None or p.name in allowed)]
+    if not trainable:
+        raise ValueError(f"loss {loss.name!r} depends on no trainable parameter (given "
+                         f"parameter_list and no_grad_set), so there is nothing to update; "
+                         f"check that the loss is computed from the model's output")
+    return loss.block.program
 
 
 def _to_low(tensor, dtype: str):
