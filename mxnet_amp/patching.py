@@ -34,6 +34,7 @@ from amp_adapters.oplists import load_table
 from ._mx import (ROUNDED, bypassed, cast, is_symbol, is_tensor, multicast_widest, tensor_dtype,
                   unpatched)
 from .config import resolve_policy
+from . import traced
 from .kernels import KernelSet, forget_fallback_logs, log_fallback
 
 _MODULES = ("mxnet.ndarray", "mxnet.symbol", "mxnet.numpy", "mxnet.numpy_extension")
@@ -81,12 +82,15 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
             _patches.append((module, attr, fn))
             setattr(module, attr, wrapper)
     _policy = resolved
+    traced.warn_traced_before_init()
     return resolved
 
 
 def reset() -> None:
-    """Undo ``init`` completely: every patched function is restored, the policy dropped."""
+    """Undo ``init`` completely: every patched function is restored, the policy dropped,
+    and blocks traced under ``init`` trace again, in float32, on their next forward."""
     global _policy
+    traced.restore_float32()
     while _patches:
         module, attr, original = _patches.pop()
         setattr(module, attr, original)

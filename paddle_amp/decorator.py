@@ -207,9 +207,9 @@ class OptimizerWithMixedPrecision:
                                  f"{built.kind!r} loss scale)")
         if state_dict["kind"] != built.kind:
             raise AmpConfigError(f"this program was built for a {built.kind!r} loss scale (its "
-                                 f"update ops are in the program); a {state_dict['kind']!r} "
-                                 f"state_dict cannot be loaded into it: decorate with the same "
-                                 f"loss-scaling settings it was saved with")
+                                 f"update ops are in the program), not a "
+                                 f"{state_dict['kind']!r} loss scale: decorate with the same "
+                                 f"loss-scaling settings the state_dict was saved with")
         missing = sorted(set(built.state_dict()) - set(state_dict))
         if missing:
             raise AmpConfigError(f"state_dict has missing keys {missing}: pass the complete "
