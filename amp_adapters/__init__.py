@@ -3,7 +3,21 @@
 The framework-free core: op lists as data, the cast planner, the loss-scale
 state machine and reports. It imports neither framework; ``mxnet_amp`` and
 ``paddle_amp`` translate its decisions into each framework's graph.
+
+Files:
+
+    policy.py     Policy: dtype, level, op-list overrides, loss scale, emulate; presets, files
+    dtypes.py     the dtype vocabulary: names, low dtypes, aliases, widest-wins order
+    oplists/      op lists as data (canonical vocabulary -> each framework's op names)
+    planner.py    categorize / plan_op: the cast decision for one op
+    scaler.py     the loss-scale state machine and its state dict
+    policyfile.py reading and checking a policy file's structure (before anything is built)
+    checkpoint.py atomic, verified checkpoint folders (the backends' save/load_checkpoint)
+    report.py     CastReport: decisions per op, diffable across frameworks
+    errors.py     the config and checkpoint errors
+    cli.py        ``amp-adapters lists|explain`` (other subcommands come by entry point)
 """
+from .dtypes import LOW_DTYPES, dtype_name
 from .errors import (AmpConfigError, CheckpointError, ConflictingOpError, OverflowGuardError,
                      UnknownChoiceError, UnknownOpError)
 from .planner import Category, OpDecision, categorize, effective_lists, plan_op, widest
@@ -15,7 +29,8 @@ from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale
 __version__ = "0.1.0"
 
 __all__ = [
-    "AmpConfigError", "CheckpointError", "ConflictingOpError", "OverflowGuardError", "UnknownChoiceError",
+    "LOW_DTYPES", "dtype_name", "AmpConfigError", "CheckpointError", "ConflictingOpError",
+    "OverflowGuardError", "UnknownChoiceError",
     "UnknownOpError", "Category", "OpDecision", "categorize", "effective_lists", "plan_op",
     "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",

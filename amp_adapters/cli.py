@@ -4,19 +4,27 @@
     amp-adapters explain softmax --framework paddle [--policy FILE] [--attr act_type=softrelu]
     amp-adapters demo [--framework mxnet|paddle|both|numpy] [--policy FILE] [--steps N]
                       [--plot out.png] [--k-log2 0]
+
+``demo`` is not defined here: installed packages add subcommands through the
+entry-point group ``amp_adapters.commands`` (``amp_demo`` adds ``demo``, see
+setup.cfg), so the core imports no backend, not even lazily.
 """
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from typing import Optional, Sequence
+from importlib.metadata import entry_points
+from typing import Callable, Mapping, Optional, Sequence
 
 from .errors import AmpConfigError, UnknownOpError
 from .oplists import CATEGORIES, FRAMEWORKS, LOW_DTYPES, load_table
 from .planner import categorize, effective_lists
 from .policy import Policy
-from .scaler import DynamicLossScale
+
+# An installed package's subcommand: ``register(subparsers)`` adds a parser whose
+# ``handler`` default runs it (see amp_demo.command.register).
+COMMAND_GROUP = "amp_adapters.commands"
+Register = Callable[["argparse._SubParsersAction"], None]
 
 
 def _policy(args: argparse.Namespace) -> Policy:
@@ -54,44 +62,13 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
-# O1 fp16, emulated where the device has no fp16 kernel; a short growth interval so the
-# dynamic loss scale visibly grows into overflows and backs off within the demo.
-DEMO_POLICY = Policy.preset("O1", emulate=True, loss_scale=DynamicLossScale(growth_interval=100))
+def plugin_commands() -> dict[str, Register]:
+    """{name: register} of the subcommands installed packages declare in ``COMMAND_GROUP``."""
+    return {ep.name: ep.load() for ep in entry_points(group=COMMAND_GROUP)}
 
 
-def _demo(args: argparse.Namespace) -> int:
-    os.environ.setdefault("GLOG_minloglevel", "2")  # Paddle's C++ INFO lines are noise here
-    from . import demo
-
-    policy = Policy.from_file(args.policy) if args.policy else DEMO_POLICY
-    frameworks = ("mxnet", "paddle") if args.framework == "both" else (args.framework,)
-    k = 2.0**args.k_log2
-    data = demo.digits_data(args.steps)
-    every = max(1, args.steps // 5)
-    results = []
-    for fw in frameworks:
-        for pol in (Policy.preset("O0"), policy):
-            label = f"{fw} {'fp32' if not pol.enabled else pol.dtype + ' ' + pol.level}"
-
-            def progress(step: int, loss: float, scale: float, label: str = label) -> None:
-                if (step + 1) % every == 0:
-                    print(f"  {label}: step {step + 1}/{args.steps}  loss {loss:.3f}  "
-                          f"scale {scale:g}", flush=True)
-
-            results.append(demo.train(fw, pol, data, k=k, on_step=progress))
-    emulated = any("emulated" in r.mode for r in results)
-    print(f"\nMLP 64-64-10 on digits, {args.steps} steps, batch 64"
-          + (f", loss / 2**{args.k_log2}, lr x 2**{args.k_log2}" if args.k_log2 else "")
-          + (" (emulated: fp16 rounding at op boundaries, fp32 arithmetic, where this device "
-             "has no fp16 kernel)" if emulated else ""))
-    print(demo.format_table(results))
-    if args.plot:
-        demo.plot(results, args.plot)
-        print(f"\nfigure written to {args.plot}")
-    return 0
-
-
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Optional[Mapping[str, Register]] = None) -> argparse.ArgumentParser:
+    """The parser; ``commands`` (default: the installed ones) add their subcommands."""
     parser = argparse.ArgumentParser(prog="amp-adapters", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, helptext in (("lists", "print the effective op lists"),
@@ -104,21 +81,15 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--framework", required=True, choices=FRAMEWORKS)
         p.add_argument("--dtype", default="float16", choices=LOW_DTYPES)
         p.add_argument("--policy", metavar="FILE", help="a TOML policy file (its dtype wins)")
-    p = sub.add_parser("demo", help="train one MLP in each framework, in fp32 and with AMP")
-    p.add_argument("--framework", default="both", choices=("both", "mxnet", "paddle", "numpy"))
-    p.add_argument("--policy", metavar="FILE",
-                   help="a TOML policy file (default: O1 fp16, emulated where there is no "
-                        "fp16 kernel, dynamic loss scale growing every 100 steps)")
-    p.add_argument("--steps", type=int, default=800)
-    p.add_argument("--plot", metavar="PNG", help="write loss curves and the loss scale here")
-    p.add_argument("--k-log2", type=int, default=0,
-                   help="divide the loss by 2**K and multiply the learning rate by it")
+    for register in (plugin_commands() if commands is None else commands).values():
+        register(sub)
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
-    handler = {"lists": _lists, "explain": _explain, "demo": _demo}[args.command]
+def main(argv: Optional[Sequence[str]] = None,
+         commands: Optional[Mapping[str, Register]] = None) -> int:
+    args = build_parser(commands).parse_args(argv)
+    handler = {"lists": _lists, "explain": _explain}.get(args.command) or args.handler
     try:
         return handler(args)
     except AmpConfigError as e:

@@ -4,7 +4,8 @@ Pure functions, the single place where precision is decided (DESIGN.md, "Cast
 decisions"). A backend walks its graph, asks ``plan_op`` for each op and
 inserts the casts it returns; it never decides anything itself.
 
-Dtypes are numpy-style strings ("float16", "bfloat16", "float32", "float64");
+Dtypes are numpy-style strings (``amp_adapters.dtypes``: "float16", "bfloat16", "float32",
+"float64");
 ``None`` stands for an input that is never cast (integers, or a slot the op
 table keeps in fp32, such as batch-norm statistics).
 """
@@ -14,11 +15,9 @@ import functools
 from dataclasses import dataclass
 from typing import AbstractSet, Mapping, Optional, Sequence
 
+from .dtypes import AMP_DTYPES, widest
 from .oplists import CATEGORIES, canonical_defaults, load_table
 from .policy import Policy
-
-FLOAT_RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}  # widest wins
-AMP_DTYPES = frozenset({"float16", "bfloat16", "float32"})  # the dtypes AMP casts between
 
 
 @dataclass(frozen=True)
@@ -62,20 +61,6 @@ class OpDecision:
     def precision(self) -> Optional[str]:
         """The dtype whose numerics the op has: ``low_dtype`` when emulated, else ``run_dtype``."""
         return self.low_dtype if self.emulated else self.run_dtype
-
-
-def widest(dtypes: Sequence[Optional[str]]) -> Optional[str]:
-    """The widest floating dtype in ``dtypes``, independent of order.
-
-    float16 with bfloat16 gives float32 (neither holds the other); None and
-    non-floating dtypes are ignored; no floating dtype gives None.
-    """
-    floats = {d for d in dtypes if d in FLOAT_RANK}
-    if not floats:
-        return None
-    top = max(FLOAT_RANK[d] for d in floats)
-    at_top = {d for d in floats if FLOAT_RANK[d] == top}
-    return at_top.pop() if len(at_top) == 1 else "float32"
 
 
 def categorize(policy: Policy, framework: str, op: str,

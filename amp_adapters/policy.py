@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
+from .dtypes import POLICY_DTYPES as DTYPES
+from .dtypes import dtype_name
 from .errors import AmpConfigError, ConflictingOpError, UnknownChoiceError, UnknownOpError
 from .oplists import CATEGORIES, FRAMEWORKS, canonical_ops, load_table
 from .policyfile import (check_op_lists, check_policy_dict, dataclass_fields,
@@ -20,7 +22,6 @@ from .policyfile import (check_op_lists, check_policy_dict, dataclass_fields,
 from .scaler import (LOSS_SCALE_KINDS, DynamicLossScale, LossScale, NoOpLossScale,
                      StaticLossScale, loss_scale_from_config)
 
-DTYPES = ("float16", "bfloat16", "float32")
 LEVELS = ("O0", "O1", "O2")
 
 # A conditional-fp32 rule, as in mxnet.contrib.amp: (op, attribute, values that force fp32).
@@ -86,8 +87,14 @@ class OpLists:
         return cls(**check_op_lists(d, where, "ops", canonical))
 
 
-def _default_loss_scale(dtype: str) -> LossScale:
-    return DynamicLossScale() if dtype == "float16" else NoOpLossScale()
+def default_loss_scale(dtype: str,
+                       scaled: Callable[[], LossScale] = DynamicLossScale) -> LossScale:
+    """The loss scale ``dtype`` gets when none is given: ``scaled()`` for float16, whose
+    exponent range flushes small gradients to zero, and ``NoOpLossScale()`` for bfloat16 and
+    float32, which share float32's range. ``scaled`` (default ``DynamicLossScale()``) lets a
+    backend supply its native defaults (Paddle's ``init_loss_scaling``...); it is called only
+    for float16."""
+    return scaled() if dtype == "float16" else NoOpLossScale()
 
 
 @dataclass(frozen=True)
@@ -110,6 +117,10 @@ class Policy:
     emulate: bool = False
 
     def __post_init__(self) -> None:
+        try:  # any spelling ('fp16', np.float16) becomes the one name
+            object.__setattr__(self, "dtype", dtype_name(self.dtype))
+        except AmpConfigError:
+            pass
         if self.dtype not in DTYPES:
             raise UnknownChoiceError("dtype", self.dtype, DTYPES)
         if self.level not in LEVELS:
@@ -129,7 +140,7 @@ class Policy:
         if not isinstance(self.emulate, bool):
             raise AmpConfigError(f"Policy.emulate must be true or false, got {self.emulate!r}")
         if self.loss_scale is None:
-            object.__setattr__(self, "loss_scale", _default_loss_scale(self.dtype))
+            object.__setattr__(self, "loss_scale", default_loss_scale(self.dtype))
         elif not isinstance(self.loss_scale, (DynamicLossScale, StaticLossScale, NoOpLossScale)):
             raise AmpConfigError(
                 f"Policy.loss_scale must be a DynamicLossScale, StaticLossScale or "
@@ -157,6 +168,11 @@ class Policy:
         for name in sorted(self.framework_ops(framework).names()):
             if name not in known:
                 raise UnknownOpError(name, f"{framework} (Policy.{framework}_ops)", known)
+
+    def with_emulation(self, emulate: object) -> "Policy":
+        """This policy with emulation on if ``emulate`` is true: a drop-in's ``emulate=``
+        argument adds to the policy's own setting and never turns it off."""
+        return self.replace(emulate=True) if emulate and not self.emulate else self
 
     def replace(self, **changes: Any) -> "Policy":
         """A copy with ``changes`` applied (validated like a new policy)."""

@@ -18,6 +18,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from .dtypes import dtype_name
 from .errors import AmpConfigError, close_matches
 from .oplists import CATEGORIES, FRAMEWORKS, canonical_ops, load_table
 
@@ -206,7 +207,14 @@ def check_policy_dict(d: Any, where: str, presets: Mapping[str, Any], dtypes: tu
     if "preset" in d:
         out["preset"] = _string(d["preset"], where, "preset", tuple(presets))
     if "dtype" in d:
-        out["dtype"] = _string(d["dtype"], where, "dtype", tuple(dtypes))
+        out["dtype"] = _string(d["dtype"], where, "dtype")
+        try:
+            name = dtype_name(out["dtype"])  # any spelling: 'fp16', 'bf16', 'half' ...
+        except AmpConfigError:
+            name = None
+        if name not in dtypes:
+            raise _fail(where, "dtype", d["dtype"], f"must be one of "
+                        f"{', '.join(map(repr, dtypes))}{_did_you_mean(d['dtype'], dtypes)}")
     if "level" in d:
         out["level"] = _string(d["level"], where, "level", tuple(levels))
     if "emulate" in d:

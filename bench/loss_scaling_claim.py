@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 
 from amp_adapters import DynamicLossScale, NoOpLossScale, Policy, StaticLossScale
-from amp_adapters.demo import digits_data, train
+from amp_demo import digits_data, train
 
 KS = (0, 16, 24, 26)  # log2 K
 MODES = {

@@ -19,6 +19,21 @@ emulated) instead of crashing; ``reset()`` undoes ``init``; overflow is
 checked on every device with one host sync per step, also with
 ``update_on_kvstore=True``; the loss scale is configurable, checkpointable and
 readable; the new scale is used by the very next step.
+
+Files:
+
+    config.py     init()'s native arguments -> Policy
+    patching.py   init/reset: cast wrappers around MXNet's op functions
+    graph.py      symbol graphs: plan every op, rewrite with casts
+    convert.py    convert_symbol / convert_model / convert_hybrid_block
+    kernels.py    which ops have a low-precision kernel on a device (probed once)
+    lists.py      the native list_* helpers
+    trainer.py    init_trainer / scale_loss / unscale: loss scaling and the skip
+    overflow.py   the on-device overflow check
+    report.py     cast_report of a hybridized block
+    traced.py     blocks traced before/under init: reset re-traces, init warns
+    checkpoint.py save_checkpoint / load_checkpoint: params, trainer, loss scale, step
+    _mx.py        MXNet glue: op registry, dtype of a tensor, casts
 """
 from amp_adapters import (DynamicLossScale, NoOpLossScale, OverflowGuardError, Policy,
                           StaticLossScale)

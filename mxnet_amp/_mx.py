@@ -20,13 +20,14 @@ from mxnet import symbol as sym
 from mxnet.base import _LIB, check_call, py_str
 from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
-from amp_adapters.planner import AMP_DTYPES
+# ROUNDED: what emulation rounds through the low dtype. dtype_name reads MXNet's structured bf16.
+from amp_adapters.dtypes import AMP_DTYPES as ROUNDED
+from amp_adapters.dtypes import FLOAT_DTYPES as FLOATS
+from amp_adapters.dtypes import dtype_name
 
 _ND_AMP_CAST, _SYM_AMP_CAST = nd.amp_cast, sym.amp_cast
 _SYM_AMP_MULTICAST = sym.amp_multicast
 _BF16 = np.dtype([("bfloat16", np.uint16)])  # how MXNet 1.x spells bfloat16 in numpy
-FLOATS = ("float16", "bfloat16", "float32", "float64")
-ROUNDED = AMP_DTYPES  # what emulation rounds through the low dtype
 _local = threading.local()
 
 
@@ -51,13 +52,6 @@ def registry() -> frozenset[str]:
     plist, size = ctypes.POINTER(ctypes.c_char_p)(), ctypes.c_uint()
     check_call(_LIB.MXListAllOpNames(ctypes.byref(size), ctypes.byref(plist)))
     return frozenset(py_str(plist[i]) for i in range(size.value))
-
-
-def dtype_name(dtype: Any) -> str:
-    """numpy-style dtype string of an MXNet dtype ('bfloat16' for MXNet's structured bf16)."""
-    if dtype == _BF16 or dtype == "bfloat16":
-        return "bfloat16"
-    return np.dtype(dtype).name
 
 
 def is_symbol(x: Any) -> bool:

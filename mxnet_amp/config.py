@@ -4,10 +4,10 @@ from __future__ import annotations
 import os
 from typing import Optional, Sequence, Union
 
-from amp_adapters import AmpConfigError, OpLists, Policy, UnknownChoiceError
-from amp_adapters.oplists import LOW_DTYPES
+from amp_adapters import AmpConfigError, OpLists, Policy
+from amp_adapters.dtypes import low_dtype
 
-from ._mx import dtype_name, registry
+from ._mx import registry
 
 PolicyLike = Union[Policy, str, "os.PathLike[str]"]
 
@@ -34,9 +34,7 @@ def resolve_policy(target_dtype: object = "float16",
                                  "target_precision_ops/fp32_ops/conditional_fp32_ops, not both")
         resolved = as_policy(policy)
     else:
-        dtype = target_dtype if isinstance(target_dtype, str) else dtype_name(target_dtype)
-        if dtype not in LOW_DTYPES:
-            raise UnknownChoiceError("target_dtype", target_dtype, LOW_DTYPES)
+        dtype = low_dtype(target_dtype, "target_dtype")
         for name, value in given.items():
             if isinstance(value, str):
                 raise AmpConfigError(f"{name} must be a list of op names, not the string "
@@ -44,8 +42,7 @@ def resolve_policy(target_dtype: object = "float16",
         ops = OpLists(lower=target_precision_ops or (), fp32=fp32_ops or (),
                       conditional_fp32=tuple(conditional_fp32_ops or ()))
         resolved = Policy(dtype=dtype, level="O1", mxnet_ops=ops)
-    if emulate and not resolved.emulate:
-        resolved = resolved.replace(emulate=True)
+    resolved = resolved.with_emulation(emulate)
     resolved.validate_for("mxnet", registry())
     if resolved.level == "O2":
         raise AmpConfigError("level O2 (float16 parameters with float32 master weights) is not "

@@ -16,7 +16,7 @@ from typing import AbstractSet, Iterator, Mapping, Optional
 import mxnet as mx
 
 from amp_adapters import OpDecision, Policy, plan_op
-from amp_adapters.planner import FLOAT_RANK
+from amp_adapters.dtypes import FLOAT_RANK
 from amp_adapters.oplists import load_table
 
 from ._mx import FLOATS, ROUNDED, cast, dtype_name, input_names, unpatched

@@ -9,9 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from amp_adapters import Policy, categorize, effective_lists
+from amp_adapters.dtypes import low_dtype
 from amp_adapters.oplists import load_table
 
-from ._mx import dtype_name
 from .patching import active_policy
 
 # Ops whose backward takes a grad_scale: the native's list, not a precision category.
@@ -20,7 +20,7 @@ _LOSS_OUTPUT_FUNCTIONS = ("SoftmaxOutput", "LinearRegressionOutput",
 
 
 def _policy(target_dtype: Any) -> Policy:
-    dtype = target_dtype if isinstance(target_dtype, str) else dtype_name(target_dtype)
+    dtype = low_dtype(target_dtype, "target_dtype")
     active = active_policy()
     return active if active is not None and active.dtype == dtype else Policy(dtype=dtype)
 

@@ -12,6 +12,16 @@ legacy program IR (``FLAGS_enable_pir_api=0``).
         exe.run(main, feed=batch)
         opt.check_guard()        # OverflowGuardError after max_consecutive_skips overflows
     opt.loss_scale()             # DynamicLossScale(scale=..., good_steps=..., skipped_steps=...)
+
+Files:
+
+    decorator.py  decorate(): native arguments -> Policy; the optimizer wrapper
+    lists.py      AutoMixedPrecisionLists -> OpLists
+    rewrite.py    program rewrite: plan every forward op, insert its casts
+    scaling.py    loss scaling as program ops: scale, check, skip, state, all-reduce
+    checkpoint.py the wrapper's save_checkpoint / load_checkpoint: persistables, step
+    kernels.py    which ops have a low-precision kernel on the device used
+    env.py        Paddle glue: static/legacy-IR checks, dtype of a var, device
 """
 from amp_adapters import CastReport, OverflowGuardError, Policy
 

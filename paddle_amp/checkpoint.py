@@ -13,7 +13,7 @@ it writes any. One host read (save) or write (load) per persistable.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Any, Optional
 
 import numpy as np
 import paddle
@@ -21,9 +21,6 @@ from paddle.base import core, framework
 
 from amp_adapters import checkpoint as ckpt_core
 from amp_adapters.errors import CheckpointError
-
-if TYPE_CHECKING:
-    from .decorator import OptimizerWithMixedPrecision
 
 PREFIX = "model"
 _SKIP_TYPES = (core.VarDesc.VarType.FEED_MINIBATCH, core.VarDesc.VarType.FETCH_LIST,
@@ -34,7 +31,7 @@ def _persistables(program) -> list:
     return [v for v in program.list_vars() if v.persistable and v.type not in _SKIP_TYPES]
 
 
-def _check_program(opt: "OptimizerWithMixedPrecision", program) -> None:
+def _check_program(opt: Any, program) -> None:
     if not isinstance(program, framework.Program):
         raise TypeError(f"program must be a paddle.static.Program, got {type(program).__name__}")
     if program is not opt._train_program:
@@ -50,9 +47,9 @@ def _scope_array(scope, name: str) -> Optional[np.ndarray]:
     return np.array(found.get_tensor())
 
 
-def save(opt: "OptimizerWithMixedPrecision", path, program, scope=None,
+def save(opt: Any, path, program, scope=None,
          step: Optional[int] = None) -> Path:
-    """See ``OptimizerWithMixedPrecision.save_checkpoint``."""
+    """``opt`` (the decorated optimizer) saves ``program``; see its ``save_checkpoint``."""
     opt._built("save_checkpoint")
     _check_program(opt, program)
     scope = scope or paddle.static.global_scope()
@@ -70,9 +67,9 @@ def save(opt: "OptimizerWithMixedPrecision", path, program, scope=None,
     return Path(path)
 
 
-def load(opt: "OptimizerWithMixedPrecision", path, program, scope=None, *,
+def load(opt: Any, path, program, scope=None, *,
          check_policy: bool = True) -> int:
-    """See ``OptimizerWithMixedPrecision.load_checkpoint``."""
+    """``opt`` (the decorated optimizer) loads into ``program``; see its ``load_checkpoint``."""
     opt._built("load_checkpoint")
     _check_program(opt, program)
     scope = scope or paddle.static.global_scope()

@@ -14,10 +14,10 @@ import numpy as np
 import paddle
 from paddle.base import core, framework
 
-from amp_adapters import (AmpConfigError, CastReport, DynamicLossScale, LossScale,
-                          NoOpLossScale, OpLists, Policy, StaticLossScale,
-                          UnknownChoiceError)
-from amp_adapters.oplists import LOW_DTYPES
+from amp_adapters import (AmpConfigError, CastReport, DynamicLossScale, LossScale, OpLists,
+                          Policy, StaticLossScale)
+from amp_adapters.dtypes import LOW_DTYPES, dtype_name, low_dtype
+from amp_adapters.policy import default_loss_scale
 
 from . import checkpoint
 from .env import current_device, require_legacy_static
@@ -151,7 +151,7 @@ class OptimizerWithMixedPrecision:
                                f"program before amp_init()")
         for name in sorted(self._low_params):
             tensor = scope.find_var(name).get_tensor()
-            if str(tensor._dtype()).removeprefix("paddle.") != self.policy.dtype:
+            if dtype_name(tensor._dtype()) != self.policy.dtype:
                 tensor.set(_to_low(tensor, self.policy.dtype), place)  # not twice: bf16 bits
         derived = test_program is not None and test_program.global_block().has_var(
             self._scaling.vars["scale"].name)  # a clone of the decorated program: rewritten
@@ -276,12 +276,10 @@ def _to_low(tensor, dtype: str):
 
 
 def _loss_scale(dtype: str, dynamic: Optional[bool], args: dict) -> LossScale:
-    """The loss scale the native arguments describe (bf16 needs none, as natively)."""
-    if dtype == "bfloat16":
-        return NoOpLossScale()
+    """The loss scale the native arguments describe, where the core says ``dtype`` needs one."""
     if dynamic is None or dynamic:
-        return DynamicLossScale.from_paddle(**args)
-    return StaticLossScale(scale=args["init_loss_scaling"])
+        return default_loss_scale(dtype, lambda: DynamicLossScale.from_paddle(**args))
+    return default_loss_scale(dtype, lambda: StaticLossScale(scale=args["init_loss_scaling"]))
 
 
 def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weight=None,
@@ -341,8 +339,7 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
         use_guard = bool(use_amp_guard)
     if not isinstance(level, str) or not isinstance(dtype, str):
         raise TypeError(f"level and dtype must be strings, got {level!r} and {dtype!r}")
-    if dtype not in LOW_DTYPES:
-        raise UnknownChoiceError("dtype", dtype, LOW_DTYPES)
+    dtype = low_dtype(dtype)
     if policy is not None and amp_lists is not None:
         if getattr(amp_lists, "paddle_ops", None) != OpLists():
             raise AmpConfigError(
@@ -357,12 +354,12 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
             policy = Policy.preset("O0")
         else:
             policy = Policy(dtype=dtype, level=level, paddle_ops=lists.paddle_ops,
-                            loss_scale=_loss_scale(dtype, use_dynamic_loss_scaling, args),
-                            emulate=bool(emulate))
+                            loss_scale=_loss_scale(dtype, use_dynamic_loss_scaling, args)
+                            ).with_emulation(emulate)
     elif not isinstance(policy, Policy):
         raise TypeError(f"policy must be an amp_adapters.Policy, got {type(policy).__name__}")
-    elif emulate and not policy.emulate:
-        policy = policy.replace(emulate=True)
+    else:
+        policy = policy.with_emulation(emulate)
     if policy.paddle_ops != OpLists():
         policy.validate_for("paddle", core.get_all_op_names())
     if policy.level == "O2" and hasattr(optimizer, "_multi_precision"):

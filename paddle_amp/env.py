@@ -12,11 +12,12 @@ from typing import Optional
 import paddle
 from paddle.base import core, framework
 
+from amp_adapters.dtypes import FLOAT_DTYPES, SHORT_NAMES
+
 VarType = core.VarDesc.VarType
 
-# numpy-style names (the core's vocabulary) <-> legacy program-IR var types.
-DTYPE_OF = {VarType.FP16: "float16", VarType.BF16: "bfloat16",
-            VarType.FP32: "float32", VarType.FP64: "float64"}
+# The core's floating dtype names <-> legacy program-IR var types (VarType.FP16, ...).
+DTYPE_OF = {getattr(VarType, SHORT_NAMES[name].upper()): name for name in FLOAT_DTYPES}
 VARTYPE_OF = {name: vt for vt, name in DTYPE_OF.items()}
 
 

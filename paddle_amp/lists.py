@@ -12,8 +12,8 @@ from typing import Iterable, Optional
 import paddle
 from paddle.base import core
 
-from amp_adapters import AmpConfigError, OpLists, Policy, UnknownChoiceError, effective_lists
-from amp_adapters.oplists import LOW_DTYPES
+from amp_adapters import AmpConfigError, OpLists, Policy, effective_lists
+from amp_adapters.dtypes import low_dtype
 
 
 
@@ -40,9 +40,7 @@ class AutoMixedPrecisionLists:
                  custom_black_list: Optional[Iterable[str]] = None,
                  custom_black_varnames: Optional[Iterable[str]] = None,
                  dtype: str = "float16", custom_gray_list: Optional[Iterable[str]] = None):
-        if dtype not in LOW_DTYPES:
-            raise UnknownChoiceError("AutoMixedPrecisionLists dtype", dtype, LOW_DTYPES)
-        self.amp_dtype = dtype
+        self.amp_dtype = dtype = low_dtype(dtype, "AutoMixedPrecisionLists dtype")
         self.paddle_ops = OpLists(lower=_names(custom_white_list, "custom_white_list"),
                                   fp32=_names(custom_black_list, "custom_black_list"),
                                   promote=_names(custom_gray_list, "custom_gray_list"))

@@ -29,7 +29,9 @@ from typing import AbstractSet, Iterator, Optional
 from paddle.base import core, framework, unique_name
 
 from amp_adapters import CastReport, OpDecision, Policy, plan_op
-from amp_adapters.oplists import LOW_DTYPES, load_table
+from amp_adapters.dtypes import LOW_DTYPES as _LOW
+from amp_adapters.dtypes import SHORT_NAMES as _SHORT
+from amp_adapters.oplists import load_table
 
 from .env import VARTYPE_OF, dtype_name
 
@@ -42,8 +44,6 @@ _NOT_FORWARD = int(core.op_proto_and_checker_maker.OpRole.Backward) | int(
     core.op_proto_and_checker_maker.OpRole.Optimize) | int(
     core.op_proto_and_checker_maker.OpRole.LRSched)
 _IO_OPS = frozenset({"feed", "fetch", "fetch_v2", "read", "create_py_reader"})
-_LOW = LOW_DTYPES
-_SHORT = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64"}
 
 
 @contextlib.contextmanager

@@ -16,10 +16,10 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Mapping, Optional
 
+from ..dtypes import LOW_DTYPES
 from ..errors import AmpConfigError, UnknownChoiceError
 
 CATEGORIES = ("lower", "fp32", "promote", "follow")
-LOW_DTYPES = ("float16", "bfloat16")
 FRAMEWORKS = ("mxnet", "paddle")
 
 

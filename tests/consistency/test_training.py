@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from amp_adapters import DynamicLossScale, Policy
-from amp_adapters.demo import digits_data, train
+from amp_demo import digits_data, train
 
 from consistency_loops import run_core, run_mxnet, run_paddle
 

@@ -3,8 +3,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 from amp_adapters.cli import main
 
 EXE = os.path.join(os.path.dirname(sys.executable), "amp-adapters")
@@ -51,32 +49,3 @@ def test_bad_policy_file_is_a_clean_error(tmp_path):
     path.write_text("levl = 'O1'")
     r = run("lists", "--framework", "mxnet", "--policy", str(path))
     assert r.returncode == 2 and "'levl'" in r.stderr and "Traceback" not in r.stderr
-
-
-def demo_rows(out):
-    """{mode: row cells} from the demo's table."""
-    lines = out.split("framework  mode")[1].splitlines()[2:]
-    return {" ".join(line.split()[1:-7]): line.split() for line in lines if line.strip()}
-
-
-def test_demo_trains_fp32_and_amp_side_by_side(tmp_path, capsys):
-    pytest.importorskip("sklearn")
-    png = tmp_path / "demo.png"
-    assert main(["demo", "--framework", "numpy", "--steps", "300", "--k-log2", "24",
-                 "--plot", str(png)]) == 0
-    out = capsys.readouterr().out
-    assert "step 300/300" in out                       # progress while it trains
-    rows = demo_rows(out)
-    fp32, amp = float(rows["fp32"][-7]), float(rows["fp16 O1 (emulated)"][-7])
-    assert fp32 > 0.9 and abs(amp - fp32) < 0.02       # dynamic scaling matches fp32
-    assert png.stat().st_size > 10_000
-
-
-def test_demo_without_loss_scaling_learns_nothing(tmp_path, capsys):
-    pytest.importorskip("sklearn")
-    policy = tmp_path / "noscale.toml"
-    policy.write_text('preset = "O1"\n[loss_scale]\nkind = "none"\n')
-    assert main(["demo", "--framework", "numpy", "--steps", "300", "--k-log2", "24",
-                 "--policy", str(policy)]) == 0
-    rows = demo_rows(capsys.readouterr().out)
-    assert float(rows["fp16 O1 (emulated)"][-7]) < 0.3   # gradients flush to zero in fp16

@@ -71,6 +71,20 @@ def test_explicit_policy_wins_and_lists_with_it_are_refused(tmp_path):
         amp.init(policy=Policy(mxnet_ops=amp.Policy().mxnet_ops.__class__(fp32={"dott"})))
 
 
+def test_target_dtype_spellings_and_emulate_are_the_core_rules():
+    """init and the list helpers read target_dtype through the core vocabulary; ``emulate=``
+    merges into a policy as the core says (it adds, it never removes)."""
+    assert amp.list_lp16_ops("fp16") == amp.list_lp16_ops(np.float16) == \
+        amp.list_lp16_ops("float16")
+    with pytest.raises(AmpConfigError, match="unknown target_dtype 'float32'"):
+        amp.list_fp32_ops("float32")
+    assert amp.init(target_dtype="bf16").dtype == "bfloat16"
+    amp.reset()
+    assert amp.init(np.float16, emulate=True) == Policy.preset("O1").with_emulation(True)
+    amp.reset()
+    assert amp.init(policy=Policy(emulate=True), emulate=False).emulate
+
+
 def test_trainer_api_errors_name_the_problem():
     net = mlp()
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})

@@ -232,3 +232,21 @@ def test_policy_with_custom_op_lists_is_an_error(static):
     only_varnames = paddle_amp.AutoMixedPrecisionLists(custom_black_varnames={"x"})
     paddle_amp.decorate(paddle.optimizer.SGD(0.1), amp_lists=only_varnames,
                         policy=Policy.preset("O1"))
+
+
+def test_dtype_spellings_loss_scale_and_emulate_are_the_core_rules(static):
+    """decorate reads dtypes through the core vocabulary, asks the core which dtype scales the
+    loss, and merges ``emulate=`` as the core does (it adds, it never removes)."""
+    from amp_adapters.policy import default_loss_scale
+
+    sgd = lambda: paddle.optimizer.SGD(0.1)  # noqa: E731
+    bf16 = paddle_amp.decorate(sgd(), dtype="bf16", init_loss_scaling=8.0)
+    assert bf16.policy.dtype == "bfloat16"
+    assert bf16.policy.loss_scale == default_loss_scale("bfloat16") == NoOpLossScale()
+    assert paddle_amp.AutoMixedPrecisionLists(dtype="fp16").amp_dtype == "float16"
+    mine = Policy.preset("O1")
+    assert paddle_amp.decorate(sgd(), policy=mine, emulate=True).policy == \
+        mine.with_emulation(True)
+    assert paddle_amp.decorate(sgd(), policy=mine.with_emulation(True),
+                               emulate=False).policy.emulate
+    assert paddle_amp.decorate(sgd(), emulate=True).policy.emulate

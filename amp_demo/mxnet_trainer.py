@@ -1,4 +1,4 @@
-"""The demo's Gluon trainer: the digits MLP, fp32 or under an AMP policy (amp_adapters.demo)."""
+"""The demo's Gluon trainer: the digits MLP, fp32 or under an AMP policy, through ``mxnet_amp``."""
 from __future__ import annotations
 
 import json
@@ -10,11 +10,11 @@ import numpy as np
 from mxnet import autograd, gluon
 
 from amp_adapters import Policy
-from amp_adapters.demo import DigitsData, OnStep, TrainResult, evaluate, mode_label
+from mxnet_amp import cast_report, init, init_trainer, loss_scale, reset, scale_loss
+from mxnet_amp.report import block_graph
 
-from .patching import init, reset
-from .report import block_graph, cast_report
-from .trainer import init_trainer, loss_scale, scale_loss
+from .data import DigitsData, evaluate
+from .result import OnStep, TrainResult, mode_label
 
 
 def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float = 1.0,

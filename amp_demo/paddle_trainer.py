@@ -1,4 +1,5 @@
-"""The demo's Paddle trainer: the digits MLP as a static program, fp32 or under an AMP policy."""
+"""The demo's Paddle trainer: the digits MLP as a static program, fp32 or under an AMP policy,
+through ``paddle_amp``."""
 from __future__ import annotations
 
 import time
@@ -8,10 +9,11 @@ import numpy as np
 import paddle
 
 from amp_adapters import Policy
-from amp_adapters.demo import DigitsData, OnStep, TrainResult, evaluate, mode_label
+from paddle_amp import cast_report, decorate
+from paddle_amp.rewrite import is_forward
 
-from .decorator import cast_report, decorate
-from .rewrite import is_forward
+from .data import DigitsData, evaluate
+from .result import OnStep, TrainResult, mode_label
 
 
 def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float = 1.0,

@@ -1,0 +1,24 @@
+"""amp_demo: the ``amp-adapters demo`` command, above the library (core and both backends).
+
+One MLP on scikit-learn's digits, trained in each framework in fp32 and with
+AMP under one policy, printed side by side and plotted. This is the only
+package that uses both backends; the library never imports it (the core's CLI
+finds ``demo`` through the entry-point group ``amp_adapters.commands``).
+
+Files:
+
+    data.py            the digits split, initial weights, batch order; ``evaluate``
+    result.py          ``TrainResult`` (one run) and the mode label
+    trainers.py        ``train(framework, policy, data)``: imports a backend only when asked
+    numpy_trainer.py   reference trainer: fp32 or fp16 emulated at op boundaries, by hand
+    mxnet_trainer.py   the Gluon trainer, through ``mxnet_amp``
+    paddle_trainer.py  the static-program trainer, through ``paddle_amp``
+    table.py, plot.py  the side-by-side table and the figure
+    command.py         the ``demo`` subcommand (``register``) and ``python -m amp_demo``
+"""
+from .data import DigitsData, digits_data, evaluate
+from .result import OnStep, TrainResult, mode_label
+from .trainers import FRAMEWORKS, train
+
+__all__ = ["DigitsData", "digits_data", "evaluate", "OnStep", "TrainResult", "mode_label",
+           "FRAMEWORKS", "train"]

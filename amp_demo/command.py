@@ -1,0 +1,89 @@
+"""The ``demo`` subcommand: train one MLP in each framework, in fp32 and with AMP, side by side.
+
+``amp-adapters demo ...`` reaches ``register`` through the entry-point group
+``amp_adapters.commands`` (setup.cfg), so the core's CLI never names or
+imports this package or a backend; ``python -m amp_demo ...`` runs the same
+command without the core's CLI. Importing this module imports no framework:
+a backend is imported when its trainer runs.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Optional, Sequence
+
+from amp_adapters import AmpConfigError, DynamicLossScale, Policy
+
+# O1 fp16, emulated where the device has no fp16 kernel; a short growth interval so the
+# dynamic loss scale visibly grows into overflows and backs off within the demo.
+DEMO_POLICY = Policy.preset("O1", emulate=True, loss_scale=DynamicLossScale(growth_interval=100))
+HELP = "train one MLP in each framework, in fp32 and with AMP"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The demo's options, on ``p``."""
+    p.add_argument("--framework", default="both", choices=("both", "mxnet", "paddle", "numpy"))
+    p.add_argument("--policy", metavar="FILE",
+                   help="a TOML policy file (default: O1 fp16, emulated where there is no "
+                        "fp16 kernel, dynamic loss scale growing every 100 steps)")
+    p.add_argument("--steps", type=int, default=800)
+    p.add_argument("--plot", metavar="PNG", help="write loss curves and the loss scale here")
+    p.add_argument("--k-log2", type=int, default=0,
+                   help="divide the loss by 2**K and multiply the learning rate by it")
+
+
+def register(subparsers: "argparse._SubParsersAction") -> None:
+    """Add ``demo`` to the ``amp-adapters`` subcommands (the entry point the core looks up)."""
+    p = subparsers.add_parser("demo", help=HELP, description=HELP)
+    add_arguments(p)
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train, print progress and the side-by-side table, write the figure if asked."""
+    os.environ.setdefault("GLOG_minloglevel", "2")  # Paddle's C++ INFO lines are noise here
+    from .data import digits_data
+    from .table import format_table
+    from .trainers import train
+
+    policy = Policy.from_file(args.policy) if args.policy else DEMO_POLICY
+    frameworks = ("mxnet", "paddle") if args.framework == "both" else (args.framework,)
+    k = 2.0**args.k_log2
+    data = digits_data(args.steps)
+    every = max(1, args.steps // 5)
+    results = []
+    for fw in frameworks:
+        for pol in (Policy.preset("O0"), policy):
+            label = f"{fw} {'fp32' if not pol.enabled else pol.dtype + ' ' + pol.level}"
+
+            def progress(step: int, loss: float, scale: float, label: str = label) -> None:
+                if (step + 1) % every == 0:
+                    print(f"  {label}: step {step + 1}/{args.steps}  loss {loss:.3f}  "
+                          f"scale {scale:g}", flush=True)
+
+            results.append(train(fw, pol, data, k=k, on_step=progress))
+    emulated = any("emulated" in r.mode for r in results)
+    print(f"\nMLP 64-64-10 on digits, {args.steps} steps, batch 64"
+          + (f", loss / 2**{args.k_log2}, lr x 2**{args.k_log2}" if args.k_log2 else "")
+          + (" (emulated: fp16 rounding at op boundaries, fp32 arithmetic, where this device "
+             "has no fp16 kernel)" if emulated else ""))
+    print(format_table(results))
+    if args.plot:
+        from .plot import plot
+
+        plot(results, args.plot)
+        print(f"\nfigure written to {args.plot}")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m amp_demo [options]``: the demo without the core's CLI (same options)."""
+    parser = argparse.ArgumentParser(prog="python -m amp_demo", description=HELP)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except AmpConfigError as e:
+        print(f"{parser.prog}: error: {e}", file=sys.stderr)
+        return 2

@@ -1,0 +1,37 @@
+"""What one demo training run returns, whichever framework ran it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from amp_adapters import Policy
+from amp_adapters.dtypes import short_name
+
+OnStep = Callable[[int, float, float], None]  # (step, loss, scale): progress callback
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """One training run: what the side-by-side table and the plot show."""
+
+    framework: str
+    mode: str                       # "fp32" or a label such as "fp16 O1 (emulated)"
+    accuracy: float                 # on the test split
+    losses: tuple[float, ...]       # unscaled training loss (times k) per step
+    scales: tuple[float, ...]       # loss scale used at each step
+    skipped_steps: int
+    casts: int                      # casts the AMP rewrite inserted (0 for fp32)
+    step_time: float                # median seconds per step
+    zero_grad_fraction: float = float("nan")  # gradient values exactly zero (numpy only)
+
+    @property
+    def scale_moves(self) -> int:
+        return sum(a != b for a, b in zip(self.scales, self.scales[1:]))
+
+
+def mode_label(policy: Policy, emulated: bool) -> str:
+    """``fp32``, or the dtype with ``(emulated)`` when no low-precision kernel ran."""
+    if not policy.enabled:
+        return "fp32"
+    return f"{short_name(policy.dtype)} {policy.level}" + \
+        (" (emulated)" if emulated else "")

@@ -1,0 +1,248 @@
+"""The house's dependency rules, read from the source and checked in a fresh interpreter.
+
+- ``amp_adapters`` (the core) imports the standard library, numpy and itself:
+  no framework, no backend, not the demo, not even lazily (no computed import).
+- ``mxnet_amp`` never imports Paddle and ``paddle_amp`` never imports MXNet.
+- ``amp_demo`` is the only package that imports both backends, and only its two
+  framework trainers do.
+- No import cycle between modules at import time.
+"""
+import ast
+import re
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("amp_adapters", "mxnet_amp", "paddle_amp", "amp_demo")
+FRAMEWORKS = {"mxnet": "mxnet", "paddle": "paddle"}
+BACKENDS = {"mxnet": "mxnet_amp", "paddle": "paddle_amp"}
+OUTSIDE_THE_CORE = {"mxnet", "paddle", "mxnet_amp", "paddle_amp", "amp_demo", "torch"}
+
+
+def modules(package: str) -> dict[str, Path]:
+    """{dotted module name: path} of every module of ``package``."""
+    out = {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def imports(module: str, path: Path) -> list[tuple[str, int, bool]]:
+    """(absolute module name, line, at import time) for every import in ``path``.
+
+    Relative imports are resolved; ``from pkg import name`` also counts
+    ``pkg.name`` (a submodule, when it is one); ``importlib.import_module`` /
+    ``__import__`` with a literal count as imports, with anything else as
+    ``<computed>``. "At import time" is False inside a function body.
+    """
+    tree = ast.parse(path.read_text("utf-8"), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+
+    def visit(node, top_level):
+        for child in ast.iter_child_nodes(node):
+            inner = top_level and not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                         ast.Lambda))
+            if isinstance(child, ast.Import):
+                found.extend((a.name, child.lineno, top_level) for a in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    anchor = package.split(".")
+                    anchor = anchor[:len(anchor) - (child.level - 1)]
+                    base = ".".join(anchor + ([base] if base else []))
+                found.append((base, child.lineno, top_level))
+                found.extend((f"{base}.{a.name}", child.lineno, top_level) for a in child.names)
+            elif isinstance(child, ast.Call):
+                fn = child.func
+                name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", "")
+                if name in ("import_module", "__import__"):
+                    arg = child.args[0] if child.args else None
+                    literal = isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                    found.append((arg.value if literal else "<computed>", child.lineno,
+                                  top_level))
+            visit(child, inner)
+
+    visit(tree, True)
+    return found
+
+
+def top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def test_the_core_imports_only_the_standard_library_numpy_and_itself():
+    allowed = set(sys.stdlib_module_names) | {"numpy", "amp_adapters", "__future__"}
+    bad = [f"{module}:{line} imports {name}"
+           for module, path in modules("amp_adapters").items()
+           for name, line, _ in imports(module, path) if top(name) not in allowed]
+    assert bad == []
+
+
+def test_the_scan_sees_what_the_old_core_did():
+    """The scanner is not blind: the demo module the core used to hold is caught."""
+    old = ('import importlib\nfrom . import demo\n'
+           'def train(framework):\n'
+           '    return importlib.import_module(f"{framework}_amp.demo")\n'
+           'def plot():\n    import mxnet_amp.demo\n')
+    path = ROOT / "amp_adapters" / "__scan_probe__.py"
+    try:
+        path.write_text(old)
+        found = {(name, top_level) for name, _, top_level in
+                 imports("amp_adapters.__scan_probe__", path)}
+    finally:
+        path.unlink()
+    assert {("amp_adapters.demo", True), ("<computed>", False), ("mxnet_amp.demo", False)} \
+        <= found
+
+
+@pytest.mark.parametrize("framework, other", [("mxnet", "paddle"), ("paddle", "mxnet")])
+def test_a_backend_never_imports_the_other_framework_or_the_demo(framework, other):
+    forbidden = {FRAMEWORKS[other], BACKENDS[other], "amp_demo"}
+    bad = [f"{module}:{line} imports {name}"
+           for module, path in modules(BACKENDS[framework]).items()
+           for name, line, _ in imports(module, path)
+           if top(name) in forbidden or name == "<computed>"]
+    assert bad == []
+
+
+def test_the_demo_is_the_only_package_that_imports_both_backends():
+    def reached(package):
+        return {top(name) for module, path in modules(package).items()
+                for name, _, _ in imports(module, path)}
+
+    both = {p for p in PACKAGES if {"mxnet_amp", "paddle_amp"} <= reached(p)}
+    assert both == {"amp_demo"}
+    for module, path in modules("amp_demo").items():  # and in it, one trainer each
+        names = {top(name) for name, _, _ in imports(module, path)}
+        for fw in ("mxnet", "paddle"):
+            if names & {FRAMEWORKS[fw], BACKENDS[fw]}:
+                assert module == f"amp_demo.{fw}_trainer", module
+
+
+def test_no_import_cycle_at_import_time():
+    graph = {}
+    known = {m for p in PACKAGES for m in modules(p)}
+    for package in PACKAGES:
+        for module, path in modules(package).items():
+            deps = set()
+            for name, _, top_level in imports(module, path):
+                if not top_level or name == "<computed>":
+                    continue
+                # importing a.b.c runs a, a.b and a.b.c; a package's own submodules importing
+                # the package itself are what Python resolves, not a cycle.
+                parts = name.split(".")
+                for i in range(1, len(parts) + 1):
+                    dep = ".".join(parts[:i])
+                    if dep in known and dep != module and not module.startswith(dep + "."):
+                        deps.add(dep)
+            graph[module] = deps
+    state, cycles = {}, []
+
+    def walk(node, stack):
+        state[node] = "open"
+        for dep in sorted(graph.get(node, ())):
+            if state.get(dep) == "open":
+                cycles.append(" -> ".join(stack[stack.index(dep):] + [dep]))
+            elif dep not in state:
+                walk(dep, stack + [dep])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            walk(node, [node])
+    assert cycles == []
+
+
+PROBE = r"""
+import contextlib, importlib, io, pkgutil, sys
+import amp_adapters
+for info in pkgutil.walk_packages(amp_adapters.__path__, "amp_adapters."):
+    importlib.import_module(info.name)
+from amp_adapters import cli
+import amp_demo.command
+runs = [["lists", "--framework", "mxnet"], ["lists", "--framework", "paddle"],
+        ["explain", "softmax", "--framework", "paddle"], ["demo", "--help"]]
+if "--numpy-demo" in sys.argv:
+    runs.append(["demo", "--framework", "numpy", "--steps", "3"])
+for argv in runs:
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            cli.main(argv, commands={"demo": amp_demo.command.register})
+        except SystemExit:
+            pass
+cli.build_parser()  # and whatever the installed entry points load
+print(sorted({m.split(".")[0] for m in sys.modules} & set(sys.argv[1].split(","))))
+"""
+
+
+def test_at_run_time_the_core_and_the_demo_command_load_no_backend():
+    """Every core module, the CLI's lists/explain, ``demo --help`` and the numpy demo, in a
+    fresh interpreter: neither framework nor backend ends up in ``sys.modules``."""
+    try:
+        import sklearn  # noqa: F401
+        extra = ["--numpy-demo"]
+    except ImportError:
+        extra = []
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    r = subprocess.run([sys.executable, "-c", PROBE, ",".join(sorted(OUTSIDE_THE_CORE -
+                                                                     {"amp_demo"})), *extra],
+                       capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1] == "[]"
+
+
+def file_map(text: str) -> dict[str, set[str]]:
+    """{package: names} from a Layout block: a line at column 0 opens a package ("pkg/"),
+    indented lines name its files (``x.py``) and sub-packages (``oplists/``)."""
+    out, package = {}, None
+    for line in text.splitlines():
+        if line[:1].strip():
+            package = line.split()[0].rstrip("/")
+            out.setdefault(package, set())
+        elif package and line.strip():
+            out[package].update(named_files(line))
+    return out
+
+
+def named_files(text: str) -> set[str]:
+    """``x.py`` and ``dir/`` (a word, a slash, then a space) named in ``text``."""
+    return {py or f"{d}/" for py, d in re.findall(r"(\w+\.py)\b|(\w+)/(?=\s|$)", text, re.M)}
+
+
+def module_files(package: str) -> set[str]:
+    names = {p.name for p in (ROOT / package).glob("*.py")} - {"__init__.py", "__main__.py"}
+    return names | {p.parent.name + "/" for p in (ROOT / package).glob("*/__init__.py")}
+
+
+def test_the_readme_layout_names_every_file_of_the_packages():
+    """A file added, renamed or removed needs its line in README.md's Layout block."""
+    readme = (ROOT / "README.md").read_text("utf-8")
+    block = readme.split("## Layout", 1)[1].split("```", 2)[1]
+    layout = file_map(block)
+    for package in PACKAGES:
+        named, actual = layout.get(package, set()), module_files(package)
+        assert sorted(actual - named) == [], \
+            f"README.md ## Layout: add a line for these files of {package}/"
+        assert sorted(named - actual) == [], \
+            f"README.md ## Layout names files that {package}/ does not have"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_package_docstring_states_its_file_map(package):
+    """The same, for the ``Files:`` section of each package's docstring."""
+    doc = ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text("utf-8")))
+    assert "Files:" in doc, f"{package}/__init__.py docstring: add a 'Files:' section"
+    named, actual = named_files(doc.split("Files:", 1)[1]), module_files(package)
+    assert sorted(actual - named) == [], \
+        f"{package}/__init__.py docstring 'Files:': add a line for these files"
+    assert sorted(named - actual) == [], \
+        f"{package}/__init__.py docstring 'Files:' names files the package does not have"
