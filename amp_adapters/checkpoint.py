@@ -60,13 +60,18 @@ def describe_policy(policy: Any) -> Optional[dict[str, Any]]:
             "loss_scale": _jsonable(policy.loss_scale.state_dict())}
 
 
-def _jsonable(d: Mapping[str, Any]) -> dict[str, Any]:
-    """inf as the string "inf" so the JSON is strict (json.dumps would write Infinity)."""
-    return {k: ("inf" if isinstance(v, float) and v == float("inf") else v) for k, v in d.items()}
+def _jsonable(d: Any) -> Any:
+    """inf as the string "inf" (at any depth) so the JSON is strict (json.dumps would write
+    Infinity)."""
+    if isinstance(d, Mapping):
+        return {k: _jsonable(v) for k, v in d.items()}
+    return "inf" if isinstance(d, float) and d == float("inf") else d
 
 
-def _unjson(d: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: (float("inf") if v == "inf" else v) for k, v in d.items()}
+def _unjson(d: Any) -> Any:
+    if isinstance(d, Mapping):
+        return {k: _unjson(v) for k, v in d.items()}
+    return float("inf") if d == "inf" else d
 
 
 def _sha256(path: Path) -> str:
@@ -129,7 +134,7 @@ def save(path: "str | os.PathLike[str]", *, framework: str, step: int, policy: A
         yield staging
         if loss_scale is not None:
             (staging / LOSS_SCALE_FILE).write_text(
-                json.dumps(_jsonable(loss_scale.state_dict()), sort_keys=True))
+                json.dumps(_jsonable(loss_scale.state_dict()), sort_keys=True, allow_nan=False))
         files = {}
         for f in sorted(staging.rglob("*")):
             if f.is_file():
@@ -140,7 +145,8 @@ def save(path: "str | os.PathLike[str]", *, framework: str, step: int, policy: A
                 "policy": describe_policy(policy), "meta": dict(meta or {}), "files": files}
         manifest = staging / MANIFEST
         with open(manifest, "w") as f:
-            json.dump({"body": body, "sha256": _body_digest(body)}, f, sort_keys=True)
+            json.dump({"body": body, "sha256": _body_digest(body)}, f, sort_keys=True,
+                      allow_nan=False)
             f.flush()
             os.fsync(f.fileno())
         for d in sorted({p.parent for p in staging.rglob("*")} | {staging}, reverse=True):

@@ -168,7 +168,7 @@ def check_op_lists(value: Any, where: str, path: str, canonical: bool) -> dict[s
 def loss_scale_keys(kind: str, fields: tuple[str, ...]) -> tuple[str, ...]:
     """The documented ``[loss_scale]`` keys of ``kind``: ``init_scale`` and the configuration
     fields, never the state counters."""
-    keys = [f for f in fields if f not in STATE_FIELDS]
+    keys = [f for f in fields if f not in STATE_FIELDS and f != "init_scale"]
     return (("init_scale",) if "scale" in fields else ()) + tuple(keys)
 
 
