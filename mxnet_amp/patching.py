@@ -83,6 +83,7 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
             setattr(module, attr, wrapper)
     _policy = resolved
     traced.warn_traced_before_init()
+    _patches.extend(traced.record_tracing())
     return resolved
 
 

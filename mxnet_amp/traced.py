@@ -11,10 +11,11 @@ graph, so:
   remembers that graph, so ``cast_report`` describes what actually runs
   (``traced_without_amp``).
 
-Blocks are found with ``gc.get_objects()`` (a scan of live Python objects,
-done only by ``init`` and ``reset``); ``SymbolBlock``s (e.g. from
-``convert_hybrid_block``) are left alone, their graph is their definition.
-No host sync.
+``init`` finds the blocks traced before it with ``gc.get_objects()`` (a scan
+of live Python objects, ~50 ms, once per ``init``) and wraps
+``HybridBlock._build_cache`` to record the blocks traced under it, which is
+all ``reset`` looks at. ``SymbolBlock``s (e.g. from ``convert_hybrid_block``)
+are left alone: their graph is their definition. No host sync.
 """
 from __future__ import annotations
 
@@ -30,13 +31,21 @@ _CASTS = ("amp_cast", "amp_multicast")
 # block -> the cached graph it had when init found it (traced without AMP)
 _before_init: "weakref.WeakKeyDictionary[HybridBlock, Any]" = weakref.WeakKeyDictionary()
 _warned: "weakref.WeakSet[HybridBlock]" = weakref.WeakSet()
+_under_amp: "weakref.WeakSet[HybridBlock]" = weakref.WeakSet()  # traced while init was on
 
 
 def traced_blocks() -> list[HybridBlock]:
     """Every live hybridized block with a cached (traced) graph, except SymbolBlocks."""
-    return [o for o in gc.get_objects()
-            if isinstance(o, HybridBlock) and not isinstance(o, SymbolBlock)
-            and o._cached_graph]
+    wanted: dict[type, bool] = {}  # per type, not per object: ~30 ms for 150k objects
+    out = []
+    for o in gc.get_objects():
+        t = type(o)
+        ok = wanted.get(t)
+        if ok is None:
+            ok = wanted[t] = issubclass(t, HybridBlock) and not issubclass(t, SymbolBlock)
+        if ok and o._cached_graph:
+            out.append(o)
+    return out
 
 
 def has_amp_casts(block: HybridBlock) -> bool:
@@ -66,13 +75,29 @@ def traced_without_amp(block: HybridBlock) -> bool:
     return graph is not None and block._cached_graph is graph
 
 
+def record_tracing() -> list[tuple[Any, str, Any]]:
+    """Wrap ``HybridBlock._build_cache`` (where a block traces its graph) to remember each
+    block traced from now on; returns the patch as (class, attribute, original) for
+    ``reset`` to undo. Costs one WeakSet insert per trace, nothing per step."""
+    original = HybridBlock._build_cache
+
+    def _build_cache(block: HybridBlock, *args: Any) -> Any:
+        _under_amp.add(block)
+        return original(block, *args)
+
+    HybridBlock._build_cache = _build_cache
+    return [(HybridBlock, "_build_cache", original)]
+
+
 def restore_float32() -> list[str]:
-    """Clear the cache of every block traced with AMP casts; their next forward traces in
-    float32. Returns their names."""
+    """Clear the cache of every block traced under ``init`` whose graph has AMP casts; its
+    next forward traces in float32. Returns their names."""
     cleared = []
-    for block in traced_blocks():
-        if has_amp_casts(block):
+    for block in list(_under_amp):
+        if block._cached_graph and not isinstance(block, SymbolBlock) and \
+                has_amp_casts(block):
             block._clear_cached_op()
             cleared.append(block.name)
+    _under_amp.clear()
     _before_init.clear()
     return cleared
