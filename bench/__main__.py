@@ -17,7 +17,7 @@ import sys
 import time
 
 SECTIONS = ("mxnet_step_overhead", "paddle_step_overhead", "check_cost", "casts_per_step",
-            "emulation_cost", "loss_scaling_claim")
+            "emulation_cost", "loss_scaling_claim", "checkpoint_cost")
 
 
 def header() -> str:
