@@ -93,8 +93,9 @@ def load_checkpoint(path: "str | os.PathLike[str]", net: gluon.Block, trainer: g
                               f"missing from it {missing[:5]}, not in the net {extra[:5]}")
     for name, p in current.items():
         shape = tuple(saved[name].shape)
-        if any(d > 0 for d in p.shape) and any(
-                d not in (0, s) for d, s in zip(p.shape, shape)) or len(p.shape) != len(shape):
+        here = p.shape  # 0 (or None) where not known yet (deferred initialisation)
+        if here is not None and (len(here) != len(shape) or any(
+                d not in (0, s) for d, s in zip(here, shape))):
             raise CheckpointError(f"checkpoint {str(path)!r} does not fit this net: parameter "
                                   f"{name} has shape {shape} there, {p.shape} here")
     net.load_parameters(str(ckpt.file(PARAMS)))

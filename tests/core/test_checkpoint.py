@@ -2,6 +2,8 @@
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from amp_adapters import CheckpointError, DynamicLossScale, Policy
 from amp_adapters import checkpoint as ckpt
@@ -97,3 +99,28 @@ def test_bad_arguments(tmp_path):
         with pytest.raises(TypeError, match="step"):
             _save(tmp_path / "c", step)
     assert not (tmp_path / "c").exists()
+
+
+@settings(derandomize=True, max_examples=150, deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(st.data())
+def test_any_flipped_byte_is_refused_or_changes_nothing(tmp_path_factory, data):
+    """Flip one byte anywhere (payload, manifest, loss scale, pointer): load refuses it, or
+    (a harmless change such as whitespace in the pointer) loads the very same bytes."""
+    root = tmp_path_factory.mktemp("c")
+    _save(root, 1, payload=bytes(range(256)) * 4)
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    saved = {p.relative_to(root): p.read_bytes() for p in files}
+    victim = data.draw(st.sampled_from(files))
+    raw = bytearray(victim.read_bytes())
+    i = data.draw(st.integers(0, len(raw) - 1))
+    raw[i] ^= data.draw(st.integers(1, 255))
+    victim.write_bytes(bytes(raw))
+    try:
+        c = _load(root)
+    except CheckpointError:
+        return
+    for rel, content in saved.items():
+        if rel.name != ckpt.CURRENT:
+            assert (root / rel).read_bytes() == content
+    assert c.step == 1

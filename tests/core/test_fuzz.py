@@ -193,3 +193,22 @@ def test_state_dict_loads_a_consistent_value_or_a_clear_error(state, edits):
         assert _is_clear(e, ["state_dict", "d"]), f"{type(e).__name__}: {e}"
         return
     _check_loss_scale(s)
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=80),
+                 st.lists(st.sampled_from([b"preset = 'O1'\n", b"dtype = 'bf16'\n", b"[ops]\n",
+                                           b"lower = ['softmax']\n", b"[ops.mxnet]\n",
+                                           b"fp32 = 'Dropout'\n", b"[loss_scale]\n",
+                                           b"init_scale = 1" + b"0" * 400 + b"\n",
+                                           b"\xef\xbb\xbf", b"\xff", b"x = [1,\n", b"dtype = 1\n"]),
+                          max_size=5).map(b"".join)))
+def test_policy_file_bytes_are_a_policy_or_a_clear_error(tmp_path_factory, data):
+    path = tmp_path_factory.mktemp("f") / "p.toml"
+    path.write_bytes(data)
+    try:
+        p = Policy.from_file(path)
+    except AmpConfigError as e:
+        assert f"policy file {str(path)!r}" in str(e), e
+        return
+    assert p == Policy.from_file(path)
