@@ -31,6 +31,8 @@ import threading
 import time
 from pathlib import Path
 
+WATCHDOG_S = 120.0  # no run of the worker takes this long
+
 
 @dataclasses.dataclass
 class Counts:
@@ -70,9 +72,11 @@ class Zygote:
         assert words[0] == "PID", words
         return Run(self, int(words[1]), open(fifo), err)
 
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
+    def abort(self) -> None:
+        """On a failure: kill the zygote (its current child is killed by the caller)."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 class Run:
@@ -83,12 +87,20 @@ class Run:
         self.killed = False
         self._lock = threading.Lock()
         self._done = False
+        self.hung = False
+        self.watchdog = threading.Timer(WATCHDOG_S, self._hung)  # a hung worker fails the test
+        self.watchdog.daemon = True
+        self.watchdog.start()
 
     def kill(self) -> None:
         with self._lock:
             if not self._done and not self.killed:
                 self.killed = True
                 os.kill(self.pid, signal.SIGKILL)
+
+    def _hung(self) -> None:
+        self.hung = True
+        self.kill()
 
     def lines(self):
         for line in self.out:
@@ -97,6 +109,7 @@ class Run:
 
     def finish(self) -> tuple[int, str]:
         line = self.zygote.proc.stdout.readline().split()
+        self.watchdog.cancel()
         with self._lock:
             self._done = True
         self.out.close()
@@ -108,16 +121,19 @@ def reference(worker: str, n: int, paths: list[str]) -> dict[int, str]:
     """{step: fingerprint after that step} of one uninterrupted run (step 0: the start)."""
     with tempfile.TemporaryDirectory() as d:
         zygote = Zygote(worker, paths, Path(d))
-        run = zygote.start(Path(d) / "ckpt", n)
-        ref: dict[int, str] = {}
-        for kind, words in run.lines():
-            if kind == "START":
-                ref[0] = words[2]
-            elif kind == "F":
-                ref[int(words[1])] = words[2]
-        code, err = run.finish()
-        zygote.close()
-        assert code == 0, err[-3000:]
+        try:
+            run = zygote.start(Path(d) / "ckpt", n)
+            ref: dict[int, str] = {}
+            for kind, words in run.lines():
+                if kind == "START":
+                    ref[0] = words[2]
+                elif kind == "F":
+                    ref[int(words[1])] = words[2]
+            code, err = run.finish()
+            assert not run.hung, "the reference run hung"
+            assert code == 0, err[-3000:]
+        finally:
+            zygote.abort()
     assert sorted(ref) == list(range(n + 1)), ref
     return ref
 
@@ -125,10 +141,19 @@ def reference(worker: str, n: int, paths: list[str]) -> dict[int, str]:
 def chain(worker: str, n: int, paths: list[str], ref: dict[int, str], kills: int,
           seed: int, startup_kill_s: tuple[float, float] = (0.0, 0.4)) -> Counts:
     """Kill-and-resume ``kills`` times (see the module docstring); returns the counts."""
-    rng = random.Random(seed)
-    counts = Counts()
     with tempfile.TemporaryDirectory() as d:
         zygote = Zygote(worker, paths, Path(d))
+        try:
+            return _chain(zygote, Path(d), n, ref, kills, random.Random(seed), startup_kill_s)
+        finally:
+            zygote.abort()
+
+
+def _chain(zygote: Zygote, d: Path, n: int, ref: dict[int, str], kills: int,
+           rng: random.Random, startup_kill_s: tuple[float, float]) -> Counts:
+    counts = Counts()
+    run = None
+    try:
         folders = 0
         folder = Path(d) / "ckpt0"
         committed = 0    # the last step whose save this test saw complete in ``folder``
@@ -142,6 +167,7 @@ def chain(worker: str, n: int, paths: list[str], ref: dict[int, str], kills: int
             timer = None
             if mode == "startup":
                 timer = threading.Timer(rng.uniform(*startup_kill_s), run.kill)
+                timer.daemon = True
                 timer.start()
             target = None
             try:
@@ -175,6 +201,7 @@ def chain(worker: str, n: int, paths: list[str], ref: dict[int, str], kills: int
                 if timer is not None:
                     timer.cancel()
             code, err = run.finish()
+            assert not run.hung, "a worker hung"
             if run.killed and code == -signal.SIGKILL:
                 counts.kills += 1
                 counts.kills_in_save += pending is not None
@@ -184,7 +211,9 @@ def chain(worker: str, n: int, paths: list[str], ref: dict[int, str], kills: int
             assert code == 0, err[-3000:]
             counts.completed_runs += 1
             if last:
-                zygote.close()
                 return counts
             folders += 1  # finished before the kill: go on in a new, empty folder
             folder, committed, pending = Path(d) / f"ckpt{folders}", 0, None
+    finally:
+        if run is not None:
+            run.kill()

@@ -1,4 +1,4 @@
-"""mxnet_amp.save_checkpoint / load_checkpoint: a round trip, and clear errors that change nothing."""
+"""save_checkpoint / load_checkpoint (MXNet): a round trip; clear errors that change nothing."""
 import mxnet as mx
 import numpy as np
 import pytest

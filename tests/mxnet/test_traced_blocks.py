@@ -1,4 +1,4 @@
-"""Blocks traced before init or under it: reset restores float32, init warns, reports tell the truth."""
+"""Traced blocks: reset restores float32, init warns, cast_report tells the truth."""
 import json
 import warnings
 
