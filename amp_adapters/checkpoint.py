@@ -38,6 +38,7 @@ from .scaler import LossScale, loss_scale_from_state_dict
 FORMAT = 1
 MANIFEST = "manifest.json"
 CURRENT = "CURRENT"
+LOCK = ".lock"
 LOSS_SCALE_FILE = "loss_scale.json"
 _PREFIX, _TMP = "step-", ".tmp-"
 
@@ -120,7 +121,8 @@ def save(path: "str | os.PathLike[str]", *, framework: str, step: int, policy: A
          meta: Optional[Mapping[str, Any]] = None) -> Iterator[Path]:
     """Yield an empty staging folder; on a clean exit publish it atomically as the newest
     checkpoint of ``path``. On an exception the staging folder is removed and ``path``
-    is unchanged. ``meta``: JSON values the backend checks again on load."""
+    is unchanged. ``meta``: JSON values the backend checks again on load. Saves into one
+    folder take turns (a lock file); ``load`` takes no lock."""
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise TypeError(f"step must be an int >= 0, got {step!r}")
     root = Path(path)
@@ -128,6 +130,30 @@ def save(path: "str | os.PathLike[str]", *, framework: str, step: int, policy: A
         raise CheckpointError(f"checkpoint path {str(root)!r} is a file; checkpoints are "
                               f"folders (pass a folder path, it is created if missing)")
     root.mkdir(parents=True, exist_ok=True)
+    with _locked(root):
+        yield from _publish(root, framework, step, policy, loss_scale, meta)
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    """An exclusive lock on ``root/.lock`` for one save, so that concurrent savers (two
+    processes given the same folder) take turns and ``_prune`` never removes another
+    saver's folder; the OS releases it when a saver is killed. (POSIX; elsewhere none.)"""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    with open(root / LOCK, "a") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def _publish(root: Path, framework: str, step: int, policy: Any,
+             loss_scale: Optional[LossScale], meta: Optional[Mapping[str, Any]]) -> Iterator[Path]:
     staging = root / f"{_TMP}{uuid.uuid4().hex}"
     staging.mkdir()
     try:

@@ -34,7 +34,8 @@ def test_round_trip_and_only_the_newest_is_kept(tmp_path):
     c = _load(tmp_path)
     assert (c.step, c.meta, c.loss_scale) == (4, {"k": 1}, scale)
     assert c.file("w.bin").read_bytes() == b"newer"
-    assert [p.name for p in tmp_path.iterdir() if p.name != ckpt.CURRENT] == [c.folder.name]
+    assert [p.name for p in tmp_path.iterdir()
+            if p.name not in (ckpt.CURRENT, ckpt.LOCK)] == [c.folder.name]
 
 
 def test_an_exception_inside_save_leaves_the_previous_checkpoint(tmp_path):
@@ -109,7 +110,7 @@ def test_any_flipped_byte_is_refused_or_changes_nothing(tmp_path_factory, data):
     (a harmless change such as whitespace in the pointer) loads the very same bytes."""
     root = tmp_path_factory.mktemp("c")
     _save(root, 1, payload=bytes(range(256)) * 4)
-    files = sorted(p for p in root.rglob("*") if p.is_file())
+    files = sorted(p for p in root.rglob("*") if p.is_file() and p.name != ckpt.LOCK)
     saved = {p.relative_to(root): p.read_bytes() for p in files}
     victim = data.draw(st.sampled_from(files))
     raw = bytearray(victim.read_bytes())
@@ -124,3 +125,26 @@ def test_any_flipped_byte_is_refused_or_changes_nothing(tmp_path_factory, data):
         if rel.name != ckpt.CURRENT:
             assert (root / rel).read_bytes() == content
     assert c.step == 1
+
+
+def test_concurrent_savers_into_one_folder_take_turns(tmp_path):
+    """Two savers given the same folder (e.g. every data-parallel rank): every save
+    completes, the folder always ends with one loadable checkpoint."""
+    import threading
+    errors = []
+
+    def saver(offset):
+        try:
+            for k in range(15):
+                _save(tmp_path, offset + k, payload=bytes([k]) * 1000)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=saver, args=(o,)) for o in (0, 100)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert _load(tmp_path).step in (14, 114)
+    assert len([p for p in tmp_path.iterdir() if p.name.startswith("step-")]) == 1
