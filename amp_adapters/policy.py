@@ -17,8 +17,8 @@ from .dtypes import POLICY_DTYPES as DTYPES
 from .dtypes import dtype_name
 from .errors import AmpConfigError, ConflictingOpError, UnknownChoiceError, UnknownOpError
 from .oplists import CATEGORIES, FRAMEWORKS, canonical_ops, load_table
-from .policyfile import (check_op_lists, check_policy_dict, dataclass_fields,
-                         framework_name_hint, read_toml)
+from .policyfile import (check_names, check_op_lists, check_policy_dict, check_rule,
+                         dataclass_fields, framework_name_hint, read_toml)
 from .scaler import (LOSS_SCALE_KINDS, DynamicLossScale, LossScale, NoOpLossScale,
                      StaticLossScale, loss_scale_from_config)
 
@@ -51,11 +51,8 @@ class OpLists:
         if not isinstance(self.replace, bool):
             raise AmpConfigError(f"OpLists.replace must be true or false, got {self.replace!r}")
         for cat in CATEGORIES:
-            value = getattr(self, cat)
-            if isinstance(value, str):
-                raise AmpConfigError(f"OpLists.{cat} must be a collection of op names, not the "
-                                     f"string {value!r} (write [{value!r}])")
-            object.__setattr__(self, cat, frozenset(value))
+            object.__setattr__(self, cat, frozenset(check_names(getattr(self, cat), "OpLists",
+                                                                cat)))
         seen: dict[str, list[str]] = {}
         for cat in CATEGORIES:
             for name in getattr(self, cat):
@@ -63,11 +60,11 @@ class OpLists:
         for name, cats in sorted(seen.items()):
             if len(cats) > 1:
                 raise ConflictingOpError(name, cats)
-        rules = []
-        for rule in self.conditional_fp32:
-            if len(rule) != 3 or isinstance(rule[2], str):
-                raise AmpConfigError(f"conditional rule {rule!r} must be (op, attribute, [values])")
-            rules.append((str(rule[0]), str(rule[1]), tuple(map(str, rule[2]))))
+        if not isinstance(self.conditional_fp32, (list, tuple)):
+            raise AmpConfigError(f"OpLists: conditional_fp32 = {self.conditional_fp32!r}: must "
+                                 f"be a list of (op, attribute, [values]) rules")
+        rules = [check_rule(r, "OpLists", f"conditional_fp32[{i}]")
+                 for i, r in enumerate(self.conditional_fp32)]
         object.__setattr__(self, "conditional_fp32", tuple(rules))
 
     def category(self, name: str) -> Optional[str]:

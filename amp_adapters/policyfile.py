@@ -16,7 +16,7 @@ import math
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from .dtypes import dtype_name
 from .errors import AmpConfigError, close_matches
@@ -75,10 +75,11 @@ def _bool(value: Any, where: str, path: str) -> bool:
     return value
 
 
-def _names(value: Any, where: str, path: str) -> list[str]:
+def check_names(value: Any, where: str, path: str) -> list[str]:
+    """A list of op names (any collection but a string), each a non-empty string."""
     if isinstance(value, str):
         raise _fail(where, path, value, f"must be a list of op names; write [{value!r}]")
-    if not isinstance(value, (list, tuple, set, frozenset)):
+    if isinstance(value, Mapping) or not isinstance(value, Iterable):
         raise _fail(where, path, value, "must be a list of op names, e.g. ['softmax']")
     out = []
     for i, name in enumerate(value):
@@ -100,7 +101,8 @@ def framework_name_hint(name: str) -> str:
     return ""
 
 
-def _rule(value: Any, where: str, path: str) -> tuple[str, str, tuple[str, ...]]:
+def check_rule(value: Any, where: str, path: str) -> tuple[str, str, tuple[str, ...]]:
+    """A conditional-fp32 rule ({op, attr, values} or (op, attr, [values])) as a tuple."""
     example = "{ op = 'LeakyReLU', attr = 'act_type', values = ['gelu'] }"
     if isinstance(value, Mapping):
         _keys(value, RULE_KEYS, where, path)
@@ -137,7 +139,7 @@ def check_op_lists(value: Any, where: str, path: str, canonical: bool) -> dict[s
     for cat in CATEGORIES:
         if cat not in d:
             continue
-        names = _names(d[cat], where, f"{path}.{cat}")
+        names = check_names(d[cat], where, f"{path}.{cat}")
         for i, name in enumerate(names):
             if canonical and name not in known:
                 raise _fail(where, f"{path}.{cat}[{i}]", name,
@@ -153,7 +155,7 @@ def check_op_lists(value: Any, where: str, path: str, canonical: bool) -> dict[s
         if not isinstance(rules, (list, tuple)):
             raise _fail(where, f"{path}.conditional_fp32", rules, "must be a list of rules")
         out["conditional_fp32"] = tuple(
-            _rule(r, where, f"{path}.conditional_fp32[{i}]") for i, r in enumerate(rules))
+            check_rule(r, where, f"{path}.conditional_fp32[{i}]") for i, r in enumerate(rules))
         if canonical:
             for i, (op, _, _) in enumerate(out["conditional_fp32"]):
                 if op not in known:

@@ -153,3 +153,19 @@ def test_validation_happens_before_anything_is_built(monkeypatch):
     with pytest.raises(AmpConfigError):
         Policy.from_dict({"ops": {"lower": ["softmax"]}, "loss_scale": {"init_scale": "x"}})
     assert built == []
+
+
+@pytest.mark.parametrize("kw, needle", [
+    (dict(lower=5), "OpLists: lower = 5: must be a list of op names"),
+    (dict(fp32=None), "OpLists: fp32 = None: must be a list"),
+    (dict(lower=[1]), r"OpLists: lower\[0\] = 1: must be an op name"),
+    (dict(promote="softmax"), r"write \['softmax'\]"),
+    (dict(conditional_fp32=5), "conditional_fp32 = 5: must be a list of"),
+    (dict(conditional_fp32=[("LeakyReLU", "act_type", "gelu")]), r"write \['gelu'\]"),
+    (dict(conditional_fp32=[{"op": "x"}]), "needs the keys attr, values"),
+    (dict(replace="yes"), "OpLists.replace must be true or false"),
+])
+def test_oplists_constructor_errors_name_the_field(kw, needle):
+    from amp_adapters import OpLists
+    with pytest.raises(AmpConfigError, match=needle):  # before: TypeError 'int' not iterable
+        OpLists(**kw)
