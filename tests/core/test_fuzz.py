@@ -212,3 +212,23 @@ def test_policy_file_bytes_are_a_policy_or_a_clear_error(tmp_path_factory, data)
         assert f"policy file {str(path)!r}" in str(e), e
         return
     assert p == Policy.from_file(path)
+
+
+@FUZZ
+@given(st.dictionaries(st.sampled_from(["dtype", "level", "emulate", "ops", "mxnet_ops",
+                                        "paddle_ops", "loss_scale"]),
+                       st.one_of(junk, st.sampled_from(["float16", "bf16", "O1", "O2"]),
+                                 st.builds(lambda **kw: __import__("amp_adapters").OpLists(**kw),
+                                           lower=st.just(["softmax"]))),
+                       max_size=3),
+       st.dictionaries(st.sampled_from([*CATEGORIES, "conditional_fp32", "replace"]),
+                       st.one_of(name_lists, st.lists(rule, max_size=2), st.booleans()),
+                       max_size=3))
+def test_policy_and_oplists_constructors_build_or_raise_clearly(policy_kw, lists_kw):
+    from amp_adapters import OpLists
+    for build, kw in ((Policy, policy_kw), (OpLists, lists_kw)):
+        try:
+            value = build(**kw)
+        except AmpConfigError:
+            continue
+        assert value == build(**kw) and hash(value) == hash(build(**kw))
