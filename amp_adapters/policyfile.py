@@ -34,7 +34,7 @@ _FLOAT_MAX = 1.7976931348623157e308
 
 
 def _fail(where: str, path: str, value: Any, what: str) -> AmpConfigError:
-    shown = repr(value)
+    shown = ("true" if value else "false") if isinstance(value, bool) else repr(value)
     if len(shown) > 60:
         shown = shown[:57] + "..."
     return AmpConfigError(f"{where}: {path} = {shown}: {what}")

@@ -40,7 +40,7 @@ BAD_DICTS = [
     ({"loss_scale": {"kind": "Dynamic"}}, "loss_scale.kind = 'Dynamic'", "did you mean 'dynamic'"),
     ({"loss_scale": {"init_scale": 10**400}}, "loss_scale.init_scale = 1000", "out of range"),
     ({"loss_scale": {"init_scale": "1024"}}, "loss_scale.init_scale = '1024'", "a number"),
-    ({"loss_scale": {"growth_interval": True}}, "loss_scale.growth_interval = True", "a number"),
+    ({"loss_scale": {"growth_interval": True}}, "loss_scale.growth_interval = true", "a number"),
     ({"loss_scale": {"init_scale": float("nan")}}, "loss_scale.init_scale = nan", "not nan"),
 ]
 
