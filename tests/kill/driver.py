@@ -139,18 +139,22 @@ def reference(worker: str, n: int, paths: list[str]) -> dict[int, str]:
 
 
 def chain(worker: str, n: int, paths: list[str], ref: dict[int, str], kills: int,
-          seed: int, startup_kill_s: tuple[float, float] = (0.0, 0.4)) -> Counts:
-    """Kill-and-resume ``kills`` times (see the module docstring); returns the counts."""
+          seed: int, startup_kill_s: tuple[float, float] = (0.0, 0.4),
+          weights: tuple[int, int, int] = (1, 3, 2)) -> Counts:
+    """Kill-and-resume ``kills`` times (see the module docstring); returns the counts.
+    ``weights``: how often to kill at startup, inside a save, just after a save."""
     with tempfile.TemporaryDirectory() as d:
         zygote = Zygote(worker, paths, Path(d))
         try:
-            return _chain(zygote, Path(d), n, ref, kills, random.Random(seed), startup_kill_s)
+            return _chain(zygote, Path(d), n, ref, kills, random.Random(seed), startup_kill_s,
+                          weights)
         finally:
             zygote.abort()
 
 
 def _chain(zygote: Zygote, d: Path, n: int, ref: dict[int, str], kills: int,
-           rng: random.Random, startup_kill_s: tuple[float, float]) -> Counts:
+           rng: random.Random, startup_kill_s: tuple[float, float],
+           weights: tuple[int, int, int]) -> Counts:
     counts = Counts()
     run = None
     try:
@@ -161,7 +165,7 @@ def _chain(zygote: Zygote, d: Path, n: int, ref: dict[int, str], kills: int,
         while True:
             last = counts.kills >= kills
             mode = "none" if last else rng.choices(
-                ["startup", "in_save", "after_save"], weights=[1, 3, 2])[0]
+                ["startup", "in_save", "after_save"], weights=weights)[0]
             run = zygote.start(folder, n)
             counts.processes += 1
             timer = None
