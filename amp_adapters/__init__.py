@@ -10,7 +10,9 @@ Files:
     dtypes.py     the dtype vocabulary: names, low dtypes, aliases, widest-wins order
     oplists/      op lists as data (canonical vocabulary -> each framework's op names)
     planner.py    categorize / plan_op: the cast decision for one op
-    scaler.py     the loss-scale state machine and its state dict
+    loss_scale/   the loss-scale rule, once: LossScaleConfig, LossScaleState, update over
+                  the ArrayOps vocabulary (NumpyOps here), check_guard, strict state dicts
+    scaler.py     DynamicLossScale / StaticLossScale / NoOpLossScale: config + state views
     policyfile.py reading and checking a policy file's structure (before anything is built)
     checkpoint.py atomic, verified checkpoint folders (the backends' save/load_checkpoint)
     report.py     CastReport: decisions per op, diffable across frameworks
@@ -20,19 +22,24 @@ Files:
 from .dtypes import LOW_DTYPES, dtype_name
 from .errors import (AmpConfigError, CheckpointError, ConflictingOpError, OverflowGuardError,
                      UnknownChoiceError, UnknownOpError)
-from .planner import Category, OpDecision, categorize, effective_lists, plan_op, widest
+from .planner import (UNKNOWN, Category, OpDecision, attrs_read, categorize, effective_lists,
+                      plan_op, widest)
 from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy
+from .loss_scale import LossScaleConfig, LossScaleState
 from .report import CastReport, compare
 from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale,
-                     loss_scale_from_config, loss_scale_from_state_dict)
+                     loss_scale_from_config, loss_scale_from_parts, loss_scale_from_state_dict)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "LOW_DTYPES", "dtype_name", "AmpConfigError", "CheckpointError", "ConflictingOpError",
-    "OverflowGuardError", "UnknownChoiceError",
-    "UnknownOpError", "Category", "OpDecision", "categorize", "effective_lists", "plan_op",
+    "LOW_DTYPES", "dtype_name",
+    "AmpConfigError", "CheckpointError", "ConflictingOpError", "OverflowGuardError",
+    "UnknownChoiceError",
+    "UnknownOpError", "UNKNOWN", "Category", "OpDecision", "attrs_read", "categorize",
+    "effective_lists", "plan_op",
     "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
-    "loss_scale_from_config", "loss_scale_from_state_dict", "__version__",
+    "loss_scale_from_config", "loss_scale_from_state_dict", "loss_scale_from_parts",
+    "LossScaleConfig", "LossScaleState", "__version__",
 ]

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import difflib
-from typing import Iterable
+from typing import Iterable, Optional
 
 
 def close_matches(name: str, known: Iterable[str], n: int = 3) -> list[str]:
@@ -57,21 +57,28 @@ class UnknownChoiceError(AmpConfigError):
 
 
 class OverflowGuardError(RuntimeError):
-    """Raised by a backend after ``max_consecutive_skips`` overflow steps in a row.
+    """Raised by a backend when loss scaling cannot go on (see ``loss_scale.guard``).
 
-    Skipping forever while the scale collapses hides a real bug (an inf in the
-    data, a diverged model); this names the parameters whose gradients were
-    non-finite so the user can look at them.
+    After ``max_consecutive_skips`` overflow steps in a row, when the scale has
+    collapsed to 0 or a float32 denormal, or when too many steps of a window were
+    skipped: skipping forever while the scale collapses hides a real bug (an inf
+    in the data, a diverged model); this names the parameters whose gradients
+    were non-finite so the user can look at them.
     """
 
-    def __init__(self, skips: int, scale: float, param_names: Iterable[str]):
+    def __init__(self, skips: int, scale: float, param_names: Iterable[str],
+                 reason: Optional[str] = None):
         self.param_names = list(param_names)
+        self.skips, self.scale = skips, scale
         names = ", ".join(self.param_names[:10]) or "(none found on the last check)"
         more = f" and {len(self.param_names) - 10} more" if len(self.param_names) > 10 else ""
+        what = reason or (f"{skips} overflow steps in a row (loss scale now {scale:g}); the "
+                          f"optimizer has not updated since")
+        hint = ("raise max_consecutive_skips" if reason is None else
+                "see the settings named above")
         super().__init__(
-            f"{skips} overflow steps in a row (loss scale now {scale:g}); the optimizer "
-            f"has not updated since. Non-finite gradients in: {names}{more}. Check the "
-            f"data and the loss for inf/nan, or raise max_consecutive_skips."
+            f"{what}. Non-finite gradients in: {names}{more}. Check the "
+            f"data and the loss for inf/nan, or {hint}."
         )
 
 

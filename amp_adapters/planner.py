@@ -7,7 +7,12 @@ inserts the casts it returns; it never decides anything itself.
 Dtypes are numpy-style strings (``amp_adapters.dtypes``: "float16", "bfloat16", "float32",
 "float64");
 ``None`` stands for an input that is never cast (integers, or a slot the op
-table keeps in fp32, such as batch-norm statistics).
+table keeps in fp32, such as batch-norm statistics); ``UNKNOWN`` for a floating
+value whose dtype is known only when the graph runs (a traced MXNet symbol).
+
+The answer is complete: which inputs to cast (and to what), which slots the
+table keeps in fp32, and for emulation which inputs to round through the low
+dtype and which outputs to round. A backend only applies it.
 """
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ from typing import AbstractSet, Mapping, Optional, Sequence
 from .dtypes import AMP_DTYPES, widest
 from .oplists import CATEGORIES, canonical_defaults, load_table
 from .policy import Policy
+
+UNKNOWN = "unknown"  # a floating input whose dtype is known only at run time (traced symbol)
 
 
 @dataclass(frozen=True)
@@ -36,10 +43,19 @@ class OpDecision:
 
     ``run_dtype`` is the dtype the kernel computes in (None when the op has no
     floating input); ``casts[i]`` is the dtype input ``i`` is cast to, or None.
-    ``emulated``: no low-precision kernel here, so the backend computes in
-    float32 and rounds inputs and outputs through ``low_dtype``. ``fell_back``:
-    the op would run in ``low_dtype`` but has no kernel here, so it runs in
-    float32 (a backend logs that once).
+    For an ``UNKNOWN`` input ``casts[i]`` means "cast if needed" (a cast that
+    is free at run time when the dtype already matches). ``multicast``: a
+    promote op with inputs of unknown dtype; every floating input is cast to
+    their widest dtype, decided at run time (``amp_multicast``). ``kept[i]``:
+    the op table keeps input ``i`` in fp32 (statistics, affine parameters), so
+    it is never cast. ``emulated``: no low-precision kernel here, so the backend
+    computes in float32 on inputs with ``round_inputs[i]`` replaced by their
+    value rounded through ``low_dtype`` (fp32 -> low -> fp32; this replaces
+    ``casts[i]``) and, when ``round_outputs``, rounds every floating output
+    except the slots in ``kept_outputs`` the same way. ``kept_outputs``: output
+    slots the table keeps fp32 (never declared low, never rounded).
+    ``fell_back``: the op would run in ``low_dtype`` but has no kernel here,
+    so it runs in float32 (a backend logs that once).
     """
 
     op: str
@@ -52,6 +68,24 @@ class OpDecision:
     fell_back: bool
     low_dtype: Optional[str]
     reason: str
+    kept: tuple[bool, ...] = ()
+    multicast: bool = False
+    round_inputs: tuple[bool, ...] = ()
+    round_outputs: bool = False
+    kept_outputs: tuple[str, ...] = ()
+
+    @functools.cached_property
+    def device_dependent(self) -> bool:
+        """True if the device's kernels took part in this decision (the op would run in
+        ``low_dtype``): a backend memoizing decisions must key this one on the device too."""
+        return self.low_dtype is not None and (
+            self.run_dtype == self.low_dtype or self.emulated or self.fell_back)
+
+    @functools.cached_property
+    def needs_action(self) -> bool:
+        """True if a backend has anything to do for this op (a cast, a rounding)."""
+        return self.multicast or self.round_outputs or any(self.round_inputs) or any(
+            c is not None for c in self.casts)
 
     @property
     def num_casts(self) -> int:
@@ -111,26 +145,52 @@ def _categorize(policy: Policy, framework: str, op: str, canonical: Optional[str
     return Category(op, canonical, "follow", "in no list: follows its inputs")
 
 
+def attrs_read(policy: Policy, framework: str, op: str) -> tuple[str, ...]:
+    """The attribute names of ``op`` whose values can change its decision under ``policy``
+    (the table's conditional attribute, the policy's conditional-fp32 rules): what a
+    backend that memoizes decisions must key on, besides the input dtypes and device."""
+    return _attrs_read(policy, framework, op)
+
+
+@functools.lru_cache(maxsize=4096)
+def _attrs_read(policy: Policy, framework: str, op: str) -> tuple[str, ...]:
+    names = []
+    rule = load_table(framework).conditional.get(op)
+    if rule is not None:
+        names.append(rule.attr)
+    names += [attr for rule_op, attr, _ in policy.framework_ops(framework).conditional_fp32
+              if rule_op == op]
+    return tuple(dict.fromkeys(names))
+
+
 def plan_op(policy: Policy, framework: str, op: str,
             input_dtypes: Sequence[Optional[str]], *,
             lowp_kernels: Optional[AbstractSet[str]] = None,
             attrs: Optional[Mapping[str, object]] = None,
-            force_fp32: Optional[str] = None) -> OpDecision:
+            force_fp32: Optional[str] = None,
+            input_names: Optional[Sequence[str]] = None) -> OpDecision:
     """Decide how ``op`` runs given its ``input_dtypes``.
 
     ``lowp_kernels``: the framework op names that have a ``policy.dtype``
     kernel on the current device; None means every op has one (a GPU). An op
     that would run in low precision without a kernel runs in float32 (or is
-    emulated when ``policy.emulate``), instead of crashing. ``force_fp32``: a
-    reason to run this one op in fp32 whatever its category (outside
-    ``fp16_guard``, a black-listed variable). An op with a float64 input is
-    left alone: AMP does not touch float64 computations.
+    emulated when ``policy.emulate``), instead of crashing. ``attrs``: the op's
+    attributes (any mapping; only the ones ``attrs_read`` names are looked at).
+    ``force_fp32``: a reason to run this one op in fp32 whatever its category
+    (outside ``fp16_guard``, a black-listed variable). ``input_names``: the
+    slot name of each input; slots the op table keeps in fp32 are never cast
+    (``kept``) and count as None. An ``UNKNOWN`` input counts as float32 for
+    the decision. An op with a float64 input is left alone: AMP does not touch
+    float64 computations.
     """
-    dtypes = tuple(input_dtypes)
+    kept = _kept(framework, op, input_names, len(input_dtypes))
+    given = tuple(None if k else d for d, k in zip(input_dtypes, kept))
+    dtypes = tuple("float32" if d == UNKNOWN else d for d in given)
     cat = categorize(policy, framework, op, attrs)
     if force_fp32 and policy.enabled:
         cat = Category(op, cat.canonical, "fp32", force_fp32)
     reason, low = cat.reason, policy.dtype
+    by_inputs = False  # the run dtype comes from the inputs (promote/follow), not the category
     if not policy.enabled or "float64" in dtypes:
         target = widest(dtypes)
         if policy.enabled:
@@ -143,6 +203,7 @@ def plan_op(policy: Policy, framework: str, op: str,
             reason += f"; O2: every op not in fp32 runs in {low}"
     else:  # promote, follow: the widest input wins, whatever the order
         target = widest(dtypes)
+        by_inputs = True
     emulated = fell_back = False
     if policy.enabled and target == low and lowp_kernels is not None and op not in lowp_kernels:
         target = "float32"
@@ -154,11 +215,35 @@ def plan_op(policy: Policy, framework: str, op: str,
             fell_back = True
             reason += f"; no {low} kernel for {op} on this device: runs in float32"
     leave = not policy.enabled or "float64" in dtypes
-    casts = tuple(target if not leave and d in AMP_DTYPES and d != target else None
-                  for d in dtypes)
-    return OpDecision(op=op, canonical=cat.canonical, category=cat.category, input_dtypes=dtypes,
+    unknown = tuple(d == UNKNOWN for d in given)
+    # emulation rounds every AMP-dtype input not already in the low dtype (an upcast of a
+    # low value is exact, so such an input is only cast)
+    round_inputs = tuple(emulated and (u or (d in AMP_DTYPES and d != low))
+                         for d, u in zip(dtypes, unknown))
+    # a promote op with inputs of unknown dtype: their widest is known only at run time
+    promote_unknown = by_inputs and cat.category == "promote" and any(unknown)
+    multicast = (not leave and promote_unknown and sum(d in AMP_DTYPES for d in dtypes) > 1)
+    casts = tuple(
+        None if (leave or r or promote_unknown or d not in AMP_DTYPES or (u and by_inputs)
+                 or (d == target and not u))
+        else target
+        for d, u, r in zip(dtypes, unknown, round_inputs))
+    return OpDecision(op=op, canonical=cat.canonical, category=cat.category, input_dtypes=given,
                       run_dtype=target, casts=casts, emulated=emulated, fell_back=fell_back,
-                      low_dtype=low if policy.enabled else None, reason=reason)
+                      low_dtype=low if policy.enabled else None, reason=reason,
+                      kept=kept, multicast=multicast, round_inputs=round_inputs,
+                      round_outputs=emulated,
+                      kept_outputs=load_table(framework).keep_fp32_outputs.get(op, ()))
+
+
+def _kept(framework: str, op: str, input_names: Optional[Sequence[str]],
+          n: int) -> tuple[bool, ...]:
+    """Which inputs the op table keeps in fp32, by slot name."""
+    keep = load_table(framework).keep_fp32_inputs.get(op, ())
+    if not keep or input_names is None:
+        return (False,) * n
+    names = tuple(input_names) + ("",) * (n - len(input_names))
+    return tuple(name in keep for name in names[:n])
 
 
 def effective_lists(policy: Policy, framework: str) -> dict[str, list[str]]:

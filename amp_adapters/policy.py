@@ -20,7 +20,8 @@ from .oplists import CATEGORIES, FRAMEWORKS, canonical_ops, load_table
 from .policyfile import (check_names, check_op_lists, check_policy_dict, check_rule,
                          dataclass_fields, framework_name_hint, read_toml)
 from .scaler import (LOSS_SCALE_KINDS, DynamicLossScale, LossScale, NoOpLossScale,
-                     StaticLossScale, loss_scale_from_config)
+                     StaticLossScale, loss_scale_from_config, loss_scale_from_parts)
+from .loss_scale import LossScaleConfig
 
 LEVELS = ("O0", "O1", "O2")
 
@@ -138,10 +139,13 @@ class Policy:
             raise AmpConfigError(f"Policy.emulate must be true or false, got {self.emulate!r}")
         if self.loss_scale is None:
             object.__setattr__(self, "loss_scale", default_loss_scale(self.dtype))
+        elif isinstance(self.loss_scale, LossScaleConfig):  # the core record: at its start
+            object.__setattr__(self, "loss_scale", loss_scale_from_parts(self.loss_scale))
         elif not isinstance(self.loss_scale, (DynamicLossScale, StaticLossScale, NoOpLossScale)):
             raise AmpConfigError(
-                f"Policy.loss_scale must be a DynamicLossScale, StaticLossScale or "
-                f"NoOpLossScale (or None for the dtype's default), got {self.loss_scale!r}")
+                f"Policy.loss_scale must be a DynamicLossScale, StaticLossScale, "
+                f"NoOpLossScale or LossScaleConfig (or None for the dtype's default), got "
+                f"{self.loss_scale!r}")
 
     @property
     def enabled(self) -> bool:

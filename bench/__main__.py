@@ -17,7 +17,8 @@ import sys
 import time
 
 SECTIONS = ("mxnet_step_overhead", "paddle_step_overhead", "check_cost", "casts_per_step",
-            "emulation_cost", "loss_scaling_claim", "checkpoint_cost")
+            "emulation_cost", "loss_scaling_claim", "mxnet_op_cost", "paddle_minimize_size",
+            "paddle_check_parts", "paddle_skip_fold", "checkpoint_cost")
 
 
 def header() -> str:

@@ -32,6 +32,7 @@ VARIANTS = ("plain", "native", "paddle_amp")
 
 
 OPTIMIZERS = {"adam": lambda: paddle.optimizer.Adam(0.001),
+              "sgd": lambda: paddle.optimizer.SGD(0.01),
               "momentum": lambda: paddle.optimizer.Momentum(0.01, momentum=0.9)}
 
 

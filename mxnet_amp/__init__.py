@@ -24,11 +24,12 @@ Files:
 
     config.py     init()'s native arguments -> Policy
     patching.py   init/reset: cast wrappers around MXNet's op functions
+    active.py     the policy init() installed (read without importing patching)
     graph.py      symbol graphs: plan every op, rewrite with casts
     convert.py    convert_symbol / convert_model / convert_hybrid_block
     kernels.py    which ops have a low-precision kernel on a device (probed once)
     lists.py      the native list_* helpers
-    trainer.py    init_trainer / scale_loss / unscale: loss scaling and the skip
+    trainer.py    init_trainer / scale_loss / unscale: step stages, loss scaling, the skip
     overflow.py   the on-device overflow check
     report.py     cast_report of a hybridized block
     traced.py     blocks traced before/under init: reset re-traces, init warns

@@ -20,21 +20,25 @@ from mxnet import symbol as sym
 from mxnet.base import _LIB, check_call, py_str
 from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
-# ROUNDED: what emulation rounds through the low dtype. dtype_name reads MXNet's structured bf16.
-from amp_adapters.dtypes import AMP_DTYPES as ROUNDED
 from amp_adapters.dtypes import FLOAT_DTYPES as FLOATS
 from amp_adapters.dtypes import dtype_name
 
 _ND_AMP_CAST, _SYM_AMP_CAST = nd.amp_cast, sym.amp_cast
 _SYM_AMP_MULTICAST = sym.amp_multicast
 _BF16 = np.dtype([("bfloat16", np.uint16)])  # how MXNet 1.x spells bfloat16 in numpy
-_local = threading.local()
+
+
+class _Local(threading.local):
+    bypass = False  # inside ``unpatched``: patched ops call straight through
+
+
+_local = _Local()
 
 
 @contextlib.contextmanager
 def unpatched():
     """Inside this block patched ops call straight through (probes, our own casts)."""
-    prev = getattr(_local, "bypass", False)
+    prev = _local.bypass
     _local.bypass = True
     try:
         yield
@@ -43,7 +47,18 @@ def unpatched():
 
 
 def bypassed() -> bool:
-    return getattr(_local, "bypass", False)
+    return _local.bypass
+
+
+def call_unpatched(fn: Any, args: tuple, kwargs: dict) -> Any:
+    """``fn(*args, **kwargs)`` with patched ops calling straight through (``unpatched``,
+    without the context manager's cost: this is on every wrapped call)."""
+    prev = _local.bypass
+    _local.bypass = True
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _local.bypass = prev
 
 
 @functools.lru_cache(maxsize=None)

@@ -16,10 +16,9 @@ from typing import AbstractSet, Iterator, Mapping, Optional
 import mxnet as mx
 
 from amp_adapters import OpDecision, Policy, plan_op
-from amp_adapters.dtypes import FLOAT_RANK
-from amp_adapters.oplists import load_table
+from amp_adapters.dtypes import AMP_DTYPES, FLOAT_RANK
 
-from ._mx import FLOATS, ROUNDED, cast, dtype_name, input_names, unpatched
+from ._mx import FLOATS, cast, dtype_name, input_names, unpatched
 from .kernels import KernelSet, log_fallback
 
 _CASTS = ("amp_cast", "amp_multicast")
@@ -64,12 +63,12 @@ def entry_dtypes(sym: mx.sym.Symbol, known: Mapping[str, str]) -> dict[str, Opti
             for n, t in zip(internals.list_outputs(), types)}
 
 
-def _slot_dtypes(op: str, dtypes: list[Optional[str]]) -> list[Optional[str]]:
-    """Input dtypes as the planner wants them: None for non-floats and never-cast slots."""
-    keep = set(load_table("mxnet").keep_fp32_inputs.get(op, ()))
-    names = input_names(op)
-    return [None if (d not in FLOATS or (i < len(names) and names[i] in keep)) else d
-            for i, d in enumerate(dtypes)]
+def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy, kernels: AbstractSet[str],
+          force_fp32: Optional[str] = None) -> OpDecision:
+    """The core's decision for node ``n`` given its input dtypes (non-floats count as None)."""
+    return plan_op(policy, "mxnet", n.op, [d if d in FLOATS else None for d in dtypes],
+                   lowp_kernels=kernels, attrs=n.attrs, force_fp32=force_fp32,
+                   input_names=input_names(n.op))
 
 
 def plan_graph(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
@@ -87,8 +86,7 @@ def plan_graph(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
             continue
         if n.op == "null":
             continue
-        ins = _slot_dtypes(n.op, [dtypes.get(origin.get(e, e)) for e in n.inputs])
-        out.append(plan_op(policy, "mxnet", n.op, ins, lowp_kernels=kernels, attrs=n.attrs))
+        out.append(_plan(n, [dtypes.get(origin.get(e, e)) for e in n.inputs], policy, kernels))
     return out
 
 
@@ -128,13 +126,12 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: m
                 value[n.name] = n.symbol
                 continue
             ins = list(n.inputs)
-            d = plan_op(policy, "mxnet", n.op, _slot_dtypes(n.op, [dtype.get(e) for e in ins]),
-                        lowp_kernels=kernels, attrs=n.attrs,
-                        force_fp32="excluded by the caller" if n.name in excluded else None)
+            d = _plan(n, [dtype.get(e) for e in ins], policy, kernels,
+                      force_fp32="excluded by the caller" if n.name in excluded else None)
             if d.emulated or d.fell_back:
                 log_fallback(n.op, ctx, d.reason)
-            for i, target in enumerate(d.casts):
-                if d.emulated and d.input_dtypes[i] in ROUNDED:
+            for i, (target, rnd) in enumerate(zip(d.casts, d.round_inputs)):
+                if rnd:
                     ins[i] = cast_entry(cast_entry(ins[i], d.low_dtype), "float32")
                 elif target is not None:
                     ins[i] = cast_entry(ins[i], target)
@@ -143,7 +140,7 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: m
             for k, o in enumerate(n.outputs):
                 value[o] = outs[k] if len(n.outputs) > 1 else outs
                 dtype[o] = inferred[k]
-                if d.emulated and dtype[o] in ROUNDED:
+                if d.round_outputs and dtype[o] in AMP_DTYPES:
                     o_round = cast_entry(cast_entry(o, d.low_dtype), "float32")
                     value[o], dtype[o] = value[o_round], "float32"
     heads = sym.list_outputs()

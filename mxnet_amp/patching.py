@@ -5,15 +5,17 @@ Every Python function that dispatches to an op the policy does not leave to
 their ``op``/``_internal``/``contrib``/``linalg`` modules, and ``mx.np``,
 ``mx.npx``, ``mx.nd.np``, ``mx.sym.np``... including the module globals the
 ndarray operators such as ``a @ b`` go through). A wrapper asks
-``amp_adapters.plan_op`` how the op runs, given its input dtypes and the ops
-that have a low-precision kernel on the current device, and inserts exactly
-the casts the plan returns. Imperative calls see real dtypes. While a
-HybridBlock is traced only parameters declare theirs, so a traced value of
-unknown dtype gets an ``amp_cast`` in front of ``lower`` and ``fp32`` ops (free
-at run time when the dtype already matches) and ``amp_multicast`` in front of
-``promote`` ops (the widest input, decided at run time); a parameter is
-cast once per graph, however many ops use it. ``emulated`` ops round their
-floating inputs and outputs through the low dtype and compute in float32.
+``amp_adapters.plan_op`` how the op runs, given its input dtypes and slot
+names, its attributes and the ops that have a low-precision kernel on the
+current device, and applies exactly what the plan says: casts, a runtime
+``amp_multicast`` for a promote op with traced inputs, emulation round trips.
+It decides once per call signature (the argument dtypes, the device type when
+kernels take part, the attribute values the policy reads): a repeated call
+costs a dict lookup plus the casts it needs. Imperative calls see real dtypes;
+while a HybridBlock is traced only parameters declare theirs, and a traced
+value of unknown dtype gets the plan's cast-if-needed (``amp_cast`` is free at
+run time when the dtype already matches). A parameter is cast once per traced
+graph however many ops use it (the cache lives for that one trace).
 
 Wrappers add no host sync; the first call of an op on a device type may
 probe its kernel once (see ``kernels``).
@@ -23,16 +25,20 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+import threading
 from typing import Any, Callable, Optional
 
 import mxnet as mx
 from mxnet import base
 
-from amp_adapters import AmpConfigError, OpDecision, Policy, effective_lists, plan_op
+from amp_adapters import (UNKNOWN, AmpConfigError, OpDecision, Policy, attrs_read,
+                          effective_lists, plan_op)
 from amp_adapters.oplists import load_table
+from amp_adapters.dtypes import AMP_DTYPES
 
-from ._mx import (ROUNDED, bypassed, cast, is_symbol, is_tensor, multicast_widest, tensor_dtype,
-                  unpatched)
+from ._mx import (_local, call_unpatched, cast, is_symbol, is_tensor, multicast_widest,
+                  tensor_dtype, unpatched)
+from .active import active_policy, set_policy
 from .config import resolve_policy
 from . import traced
 from .kernels import KernelSet, forget_fallback_logs, log_fallback
@@ -40,15 +46,10 @@ from .kernels import KernelSet, forget_fallback_logs, log_fallback
 _MODULES = ("mxnet.ndarray", "mxnet.symbol", "mxnet.numpy", "mxnet.numpy_extension")
 _NP_ALIASES = {"_npi_true_divide": ("true_divide", "divide")}
 
-_policy: Optional[Policy] = None
 _patches: list[tuple[Any, str, Callable]] = []  # (module, attribute, original)
 # (id(parameter variable), how) -> (variable, its cast): a traced weight is cast once, not per use
+# (outside a Gluon trace, which has its own; see ``_traced_graph``)
 _param_casts: dict[tuple[int, str], tuple[Any, Any]] = {}
-
-
-def active_policy() -> Optional[Policy]:
-    """The policy ``init`` installed, or None."""
-    return _policy
 
 
 def init(target_dtype: object = "float16", target_precision_ops: Optional[list] = None,
@@ -66,14 +67,14 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
     Calling it again with the same policy is a no-op; with another policy it
     raises (call ``reset()`` first). Returns the policy in force.
     """
-    global _policy
     resolved = resolve_policy(target_dtype, target_precision_ops, conditional_fp32_ops, fp32_ops,
                               policy=policy, emulate=emulate)
-    if _policy is not None:
-        if resolved == _policy:
-            return _policy
+    current = active_policy()
+    if current is not None:
+        if resolved == current:
+            return current
         raise AmpConfigError("mxnet_amp.init was already called with a different policy "
-                             f"(dtype={_policy.dtype}, emulate={_policy.emulate}); call "
+                             f"(dtype={current.dtype}, emulate={current.emulate}); call "
                              "mxnet_amp.reset() first to change it")
     targets = _targets(resolved)
     for fn, places in targets.items():
@@ -81,7 +82,10 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
         for module, attr, _op in places:
             _patches.append((module, attr, fn))
             setattr(module, attr, wrapper)
-    _policy = resolved
+    hybrid = mx.gluon.HybridBlock
+    _patches.append((hybrid, "_get_graph", hybrid._get_graph))
+    hybrid._get_graph = _traced_graph(hybrid._get_graph)
+    set_policy(resolved)
     traced.warn_traced_before_init()
     _patches.extend(traced.record_tracing())
     return resolved
@@ -90,12 +94,11 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
 def reset() -> None:
     """Undo ``init`` completely: every patched function is restored, the policy dropped,
     and blocks traced under ``init`` trace again, in float32, on their next forward."""
-    global _policy
     traced.restore_float32()
     while _patches:
         module, attr, original = _patches.pop()
         setattr(module, attr, original)
-    _policy = None
+    set_policy(None)
     _param_casts.clear()
     forget_fallback_logs()
 
@@ -147,95 +150,193 @@ def _targets(policy: Policy) -> dict[Callable, list[tuple[Any, str, str]]]:
     return {fn: places for fn, places in targets.items() if places}
 
 
-def _slots(args: tuple, kwargs: dict, arg_names: list[str]) -> list[tuple[Any, Any, str]]:
-    """(container, key, name) of every tensor argument, one level into lists."""
-    out = []
+_ND, _SYM = mx.nd.NDArray, mx.sym.Symbol  # legacy and numpy flavours subclass these
+_TENSORS = (_ND, _SYM)
+_MEMO_LIMIT = 4096  # distinct call signatures per op kept; beyond, the memo starts over
+
+
+def _find(args: tuple, kwargs: dict) -> list[tuple[Any, Optional[int], Any]]:
+    """(argument index or keyword, list index or None, tensor) of every tensor argument,
+    one level into lists and tuples."""
+    found = []
     for i, a in enumerate(args):
-        name = arg_names[i] if i < len(arg_names) else ""
-        if is_tensor(a):
-            out.append((args, i, name))
-        elif isinstance(a, list):
-            out.extend((a, j, name) for j, x in enumerate(a) if is_tensor(x))
+        if isinstance(a, _TENSORS):
+            found.append((i, None, a))
+        elif isinstance(a, (list, tuple)):
+            found.extend((i, j, x) for j, x in enumerate(a) if isinstance(x, _TENSORS))
     for k, v in kwargs.items():
-        if k != "out" and is_tensor(v):
-            out.append((kwargs, k, k))
-    return out
+        if k != "out" and isinstance(v, _TENSORS):
+            found.append((k, None, v))
+    return found
+
+
+def _signature(args: tuple, kwargs: dict) -> Optional[tuple]:
+    """The dtype of every tensor argument, by position (False: not a tensor; an unknown
+    traced dtype is UNKNOWN), one level into lists; None if there is no tensor at all."""
+    key = []
+    any_tensor = False
+    for a in args:
+        if isinstance(a, _ND):
+            key.append(a.dtype)
+            any_tensor = True
+        elif isinstance(a, _SYM):
+            key.append(tensor_dtype(a) or UNKNOWN)
+            any_tensor = True
+        elif isinstance(a, (list, tuple)):
+            inner = tuple(x.dtype if isinstance(x, _ND) else
+                          (tensor_dtype(x) or UNKNOWN) if isinstance(x, _SYM) else False
+                          for x in a)
+            any_tensor = any_tensor or any(t is not False for t in inner)
+            key.append(inner)
+        else:
+            key.append(False)
+    if kwargs:
+        for k, v in kwargs.items():
+            if k != "out" and isinstance(v, _TENSORS):
+                key.append((k, v.dtype if isinstance(v, _ND) else tensor_dtype(v) or UNKNOWN))
+                any_tensor = True
+    return tuple(key) if any_tensor else None
 
 
 def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
-    keep_fp32 = set(load_table("mxnet").keep_fp32_inputs.get(op, ()))
+    """A cast wrapper for ``fn`` (which dispatches to ``op``) under ``policy``.
+
+    The decision is memoized per call signature: (tensor positions, their
+    dtypes, device type, the attribute values the policy reads), so a repeated
+    call costs a dict lookup plus the casts the plan asks for. The memo lives
+    in this wrapper: ``reset()``/``init()`` drop it with the wrapper.
+    """
     try:
         arg_names = list(inspect.signature(fn).parameters)
     except (TypeError, ValueError):
         arg_names = []
+    read = tuple((a, arg_names.index(a) if a in arg_names else None)
+                 for a in attrs_read(policy, "mxnet", op))
+    # a generated legacy op function dispatches straight to the engine, calling no other
+    # (patched) Python op, so it needs no bypass around it; mx.np functions do call others
+    direct = getattr(getattr(fn, "__code__", None), "co_filename", "") == "<string>"
+    memo: dict[tuple, Any] = {}  # key -> (decision, act?), or {device type id: that}
+
+    def decide(key: tuple, args: tuple, kwargs: dict) -> tuple[OpDecision, bool]:
+        found = _find(args, kwargs)
+        first = found[0][2]
+        ctx = mx.context.current_context() if is_symbol(first) else first.context
+        entry = memo.get(key)
+        if type(entry) is dict and ctx.device_typeid in entry:
+            return entry[ctx.device_typeid]
+        names = [arg_names[i] if isinstance(i, int) and i < len(arg_names) else
+                 (i if isinstance(i, str) else "") for i, _, _ in found]
+        dtypes = [UNKNOWN if dt is None else dt for dt in (tensor_dtype(x) for _, _, x in found)]
+        attrs = {k: v for k, v in kwargs.items() if not isinstance(v, _TENSORS)}
+        attrs.update((name, a) for name, a in zip(arg_names, args)  # attributes by position
+                     if not isinstance(a, (_TENSORS, list, tuple)))
+        d = plan_op(policy, "mxnet", op, dtypes, lowp_kernels=KernelSet(ctx, policy.dtype),
+                    attrs=attrs, input_names=names)
+        if d.emulated or d.fell_back:
+            log_fallback(op, ctx, d.reason)
+        if len(memo) >= _MEMO_LIMIT:
+            memo.clear()
+        value = (d, d.needs_action)
+        if d.device_dependent:
+            memo.setdefault(key, {})[ctx.device_typeid] = value
+        else:
+            memo[key] = value
+        return value
 
     @functools.wraps(fn)
     def amp_wrapper(*args: Any, **kwargs: Any) -> Any:
-        if bypassed():
+        if _local.bypass:
             return fn(*args, **kwargs)
-        args_l = [list(a) if isinstance(a, (list, tuple)) else a for a in args]
-        slots = _slots(args_l, kwargs, arg_names)  # args_l is mutated through the slots
-        if not slots:
+        key = _signature(args, kwargs)
+        if key is None:  # no tensor argument
             return fn(*args, **kwargs)
-        tensors = [c[k] for c, k, _ in slots]
-        symbolic = is_symbol(tensors[0])
-        ctx = mx.context.current_context() if symbolic else tensors[0].context
-        known = [tensor_dtype(t) for t in tensors]  # None: a traced value, dtype not known yet
-        dtypes = [None if name in keep_fp32 else (k or "float32")
-                  for (_, _, name), k in zip(slots, known)]
-        attrs = {k: v for k, v in kwargs.items() if not is_tensor(v)}
-        attrs.update((name, a) for name, a in zip(arg_names, args)  # attributes by position
-                     if not is_tensor(a) and not isinstance(a, (list, tuple)))
-        d = plan_op(policy, "mxnet", op, dtypes, lowp_kernels=KernelSet(ctx, policy.dtype),
-                    attrs=attrs)
-        if d.emulated or d.fell_back:
-            log_fallback(op, ctx, d.reason)
+        if read:
+            key = (key, *[str(kwargs[a]) if a in kwargs else
+                          str(args[p]) if p is not None and p < len(args) else None
+                          for a, p in read])
+        entry = memo.get(key)
+        if entry is None or type(entry) is dict:
+            entry = decide(key, args, kwargs)  # a miss, or a decision made per device
+        d, act = entry
+        if not act:
+            return fn(*args, **kwargs) if direct else call_unpatched(fn, args, kwargs)
         with unpatched():
-            _cast_inputs(d, slots, dtypes, known)
-            out = fn(*[type(a)(b) if isinstance(a, tuple) else b for a, b in zip(args, args_l)],
-                     **kwargs)
-            return _round_outputs(d, out) if d.emulated else out
+            args, kwargs = _apply(d, _find(args, kwargs), args, kwargs)
+            out = fn(*args, **kwargs)
+            return _round_outputs(d, out) if d.round_outputs else out
 
     amp_wrapper.__amp_original__ = fn  # type: ignore[attr-defined]
     return amp_wrapper
 
 
-def _cast_inputs(d: OpDecision, slots: list, dtypes: list, known: list) -> None:
-    """Apply the plan's casts in place; a traced value of unknown dtype is cast whenever
-    the plan could need it (``amp_cast`` is free at run time if the dtype matches)."""
-    unknown = [(c, k) for (c, k, _), dt, kn in zip(slots, dtypes, known)
-               if dt is not None and kn is None]
-    if d.category == "promote" and unknown:
-        live = [(c, k) for (c, k, _), dt in zip(slots, dtypes) if dt is not None]
-        if len(live) > 1:
-            for (c, k), y in zip(live, multicast_widest([c[k] for c, k in live])):
-                c[k] = y
-        return
-    for (c, k, _), dt, kn, target in zip(slots, dtypes, known, d.casts):
-        if d.emulated and dt in ROUNDED:  # traced inputs count as float32
-            c[k] = _param_cast(c[k], f"{d.low_dtype}->float32", kn,
-                               lambda x: cast(cast(x, d.low_dtype), "float32"))
-        elif kn is None and dt is not None and d.category in ("lower", "fp32"):
-            c[k] = cast(c[k], d.run_dtype)
-        elif target is not None:
-            c[k] = _param_cast(c[k], target, kn, lambda x: cast(x, target))
+def _apply(d: OpDecision, found: list, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The arguments with the plan's casts and roundings applied (inputs are not mutated)."""
+    values = [x for _, _, x in found]
+    if d.multicast:
+        live = [n for n, dt in enumerate(d.input_dtypes) if dt in AMP_DTYPES or dt == UNKNOWN]
+        for n, y in zip(live, multicast_widest([values[n] for n in live])):
+            values[n] = y
+    else:
+        for n, (x, target, rnd) in enumerate(zip(values, d.casts, d.round_inputs)):
+            known = d.input_dtypes[n] if d.input_dtypes[n] != UNKNOWN else None
+            if rnd:
+                values[n] = _param_cast(x, f"{d.low_dtype}->float32", known,
+                                        lambda v: cast(cast(v, d.low_dtype), "float32"))
+            elif target is not None:
+                values[n] = _param_cast(x, target, known, lambda v, t=target: cast(v, t))
+    new_args = [list(a) if isinstance(a, (list, tuple)) else a for a in args]
+    kwargs = dict(kwargs)
+    for (i, j, _), v in zip(found, values):
+        if isinstance(i, str):
+            kwargs[i] = v
+        elif j is None:
+            new_args[i] = v
+        else:
+            new_args[i][j] = v
+    return tuple(type(a)(b) if isinstance(a, tuple) else b
+                 for a, b in zip(args, new_args)), kwargs
 
 
 def _param_cast(x: Any, how: str, known: Optional[str], make: Callable[[Any], Any]) -> Any:
     """``make(x)``, shared by every use of ``x`` when it is a traced parameter (a variable
-    with a declared dtype), so a weight used by several ops is cast once per step."""
+    with a declared dtype), so a weight used by several ops is cast once per graph. The
+    cache belongs to the graph being traced (``traced_graph``); outside a Gluon trace
+    (symbols built by hand) it lives until ``reset()``."""
     if not (is_symbol(x) and known is not None):
         return make(x)
+    casts = _trace.casts if _trace.casts is not None else _param_casts
     key = (id(x), how)
-    if key not in _param_casts:
-        _param_casts[key] = (x, make(x))  # holding x keeps its id unique
-    return _param_casts[key][1]
+    if key not in casts:
+        casts[key] = (x, make(x))  # holding x keeps its id unique
+    return casts[key][1]
+
+
+class _Trace(threading.local):
+    casts: Optional[dict] = None  # the parameter casts of the graph being traced, if any
+
+
+_trace = _Trace()
+
+
+def _traced_graph(get_graph: Callable) -> Callable:
+    """``HybridBlock._get_graph`` with a parameter-cast cache for the one graph it traces."""
+    @functools.wraps(get_graph)
+    def traced(block: Any, *args: Any) -> Any:
+        if block._cached_graph or _trace.casts is not None:
+            return get_graph(block, *args)
+        _trace.casts = {}
+        try:
+            return get_graph(block, *args)
+        finally:
+            _trace.casts = None
+    traced.__amp_original__ = get_graph  # type: ignore[attr-defined]
+    return traced
 
 
 def _round_outputs(d: OpDecision, out: Any) -> Any:
     """Round the floating outputs of an emulated op through its low dtype."""
     def rnd(x: Any) -> Any:
-        if not is_tensor(x) or (not is_symbol(x) and tensor_dtype(x) not in ROUNDED):
+        if not is_tensor(x) or (not is_symbol(x) and tensor_dtype(x) not in AMP_DTYPES):
             return x
         return cast(cast(x, d.low_dtype), "float32")
     if isinstance(out, (list, tuple)):

@@ -11,23 +11,44 @@ device is checked with one host sync per step (see ``overflow``); an overflow
 step skips the whole update, so parameters and optimizer state (momentum, Adam
 moments and step counts) stay bit-identical. Unscaling is folded into the
 optimizer's ``rescale_grad`` through ``trainer._scale``, as in the native, so
-it costs nothing. Every scale move is ``LossScale.adjust(found_inf)``; the new
-scale is used by the very next ``scale_loss``.
+it costs nothing. Every scale move is the core's ``loss_scale.update`` (via
+``LossScale.adjust``) and every stop the core's ``check_guard``; the new scale
+is used by the very next ``scale_loss``.
+
+The per-step protocol is one explicit ``Stage`` (like torch's ``OptState``):
+``READY`` -> ``scale_loss`` -> ``SCALED`` -> (``unscale`` -> ``UNSCALED``) ->
+``trainer.step``/``update`` -> ``STEPPED``. A misplaced call raises an error
+naming the stage it came in. ``scale_loss`` always starts a step afresh: an
+overflow answer cached by ``trainer.allreduce_grads()`` for a batch the user
+then dropped (no ``update()``) does not leak into the next step.
 """
 from __future__ import annotations
 
 import contextlib
+import enum
+import numbers
+from decimal import Decimal
 from typing import Any, Iterator, Optional, Union
 
 from mxnet.gluon import Trainer
 
-from amp_adapters import (AmpConfigError, LossScale, OverflowGuardError, Policy,
-                          StaticLossScale, loss_scale_from_state_dict)
+from amp_adapters import (AmpConfigError, LossScale, LossScaleConfig, Policy, StaticLossScale,
+                          loss_scale_from_parts)
+from amp_adapters.loss_scale import SkipWindow, check_guard
 from amp_adapters.scaler import LOSS_SCALE_KINDS
 
 from ._mx import unpatched
+from .active import active_policy
 from .overflow import FiniteCheck
-from .patching import active_policy
+
+
+class Stage(enum.Enum):
+    """Where a trainer is in its step (the errors of misplaced calls name it)."""
+
+    READY = "READY (no scale_loss yet in this step)"
+    SCALED = "SCALED (inside/after scale_loss, gradients still scaled)"
+    UNSCALED = "UNSCALED (unscale(trainer) was called in this step)"
+    STEPPED = "STEPPED (trainer.step()/update() done; the next step starts at scale_loss)"
 
 
 class AmpTrainerState:
@@ -35,13 +56,9 @@ class AmpTrainerState:
 
     def __init__(self, trainer: Trainer, loss_scale: LossScale):
         self.trainer = trainer
-        self.state: LossScale = loss_scale
         self.original_scale: float = trainer._scale
-        self.last_step_skipped = False
-        self.nonfinite_params: list[str] = []
-        self._found_inf: Optional[bool] = None  # this step's answer, once computed
-        self._unscaled = False
         self._check = FiniteCheck()
+        self.reset(loss_scale)
         allreduce = trainer._allreduce_grads
 
         def _allreduce_grads() -> None:
@@ -58,10 +75,32 @@ class AmpTrainerState:
             self._checked_found_inf()  # ... so every worker takes the same decision
         trainer._allreduce_grads = _allreduce_grads
 
+    def reset(self, loss_scale: LossScale, last_step_skipped: bool = False) -> None:
+        """Start from ``loss_scale`` at stage READY (``init_trainer``, ``load_state_dict``)."""
+        self.state: LossScale = loss_scale
+        self.last_step_skipped = last_step_skipped
+        self.nonfinite_params: list[str] = []
+        self.stage = Stage.READY
+        self._found_inf: Optional[bool] = None  # this step's answer, once computed
+        self._window: Optional[SkipWindow] = SkipWindow.at(loss_scale.state)
+        self.trainer._scale = self.original_scale
+
     @property
     def loss_scale(self) -> float:
         """The current scale (the native ``LossScaler.loss_scale`` attribute)."""
         return self.state.scale
+
+    def begin_step(self) -> float:
+        """``scale_loss``: a new step (or another loss of this one) at the current scale.
+
+        New gradients are coming, so an overflow answer cached by ``allreduce_grads()``
+        (for a batch then dropped, or before more accumulation) is forgotten."""
+        self._found_inf = None
+        self.nonfinite_params = []
+        self.stage = Stage.SCALED
+        scale = self.state.scale
+        self.trainer._scale = self.original_scale / scale
+        return scale
 
     def _checked_found_inf(self) -> bool:
         """Whether this step overflowed; checks once per step (one host sync)."""
@@ -74,17 +113,18 @@ class AmpTrainerState:
     def has_overflow(self, params: Any) -> bool:
         """Called by ``Trainer._update`` once per step: True skips the update.
 
-        Moves the scale with ``adjust(found_inf)`` and raises
-        ``OverflowGuardError`` after ``max_consecutive_skips`` overflows in a row.
+        Moves the scale with the core's transition and asks the core's guard, which
+        raises ``OverflowGuardError`` after ``max_consecutive_skips`` overflows in a row,
+        when the scale collapsed to 0/a denormal, or on too many skips in a window.
         """
         found_inf = self._checked_found_inf()
         self.state = self.state.adjust(found_inf)
         self.last_step_skipped = found_inf
-        self._found_inf, self._unscaled = None, False
+        self._found_inf = None
+        self.stage = Stage.STEPPED
         self.trainer._scale = self.original_scale
-        if self.state.exhausted:
-            raise OverflowGuardError(self.state.consecutive_skips, self.state.scale,
-                                     self.nonfinite_params)
+        self._window = check_guard(self.state.config, self.state.state, self.nonfinite_params,
+                                   self._window)
         return found_inf
 
 
@@ -99,13 +139,18 @@ def _amp(trainer: Any) -> AmpTrainerState:
     return state
 
 
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (numbers.Real, Decimal)) and not isinstance(x, bool)
+
+
 def init_trainer(trainer: Trainer, loss_scale: Union[LossScale, float, None] = None) -> None:
     """Attach loss scaling to ``trainer``.
 
     ``loss_scale``: a ``DynamicLossScale`` / ``StaticLossScale`` / ``NoOpLossScale``,
-    a number (a static scale), or None for the policy's default (dynamic for
-    float16, none for bfloat16; the policy of ``init``, else float16's).
-    Calling it again replaces the scale.
+    a ``LossScaleConfig`` (started at its ``init_scale``), a number (a static scale), or
+    None for the policy's default (dynamic for float16, none for bfloat16; the policy of
+    ``init``, else float16's).
+    Calling it again replaces the scale (and starts the step protocol afresh).
     """
     if not isinstance(trainer, Trainer):
         raise TypeError(f"init_trainer expects a mxnet.gluon.Trainer, got "
@@ -113,14 +158,17 @@ def init_trainer(trainer: Trainer, loss_scale: Union[LossScale, float, None] = N
                         f"in gluon.Trainer(params, optimizer)")
     if loss_scale is None:
         loss_scale = (active_policy() or Policy()).loss_scale
-    elif isinstance(loss_scale, (int, float)) and not isinstance(loss_scale, bool):
-        loss_scale = StaticLossScale(scale=float(loss_scale))
+    elif _is_number(loss_scale):
+        loss_scale = StaticLossScale(scale=loss_scale)
+    elif isinstance(loss_scale, LossScaleConfig):
+        loss_scale = loss_scale_from_parts(loss_scale)
     elif not isinstance(loss_scale, tuple(LOSS_SCALE_KINDS.values())):
         raise AmpConfigError(f"loss_scale must be a DynamicLossScale, StaticLossScale, "
-                             f"NoOpLossScale or a number, got {type(loss_scale).__name__}")
+                             f"NoOpLossScale, LossScaleConfig or a number, got "
+                             f"{type(loss_scale).__name__}")
     existing = getattr(trainer, "_amp_loss_scaler", None)
     if isinstance(existing, AmpTrainerState):
-        existing.state = loss_scale
+        existing.reset(loss_scale)
     else:
         trainer._amp_loss_scaler = AmpTrainerState(trainer, loss_scale)
 
@@ -132,9 +180,7 @@ def scale_loss(loss: Any, trainer: Trainer) -> Iterator[Any]:
     Also sets ``trainer._scale = original / scale`` so ``trainer.step`` unscales
     the gradients inside the optimizer update (no extra pass, no host sync).
     """
-    amp = _amp(trainer)
-    scale = amp.state.scale
-    trainer._scale = amp.original_scale / scale
+    scale = _amp(trainer).begin_step()
     with unpatched():
         scaled = ([l * scale for l in loss] if isinstance(loss, (list, tuple)) else loss * scale)
     yield scaled
@@ -144,13 +190,18 @@ def unscale(trainer: Trainer) -> None:
     """Divide the gradients by the scale now (e.g. before clipping), at most once per step.
 
     Works on every device in place, without a host sync; ``trainer.step`` then
-    applies no further unscaling and still skips the update on overflow.
+    applies no further unscaling and still skips the update on overflow. Only in
+    stage SCALED (after ``scale_loss`` and ``backward``, before ``trainer.step``).
     """
     amp = _amp(trainer)
-    if amp._unscaled:
-        raise RuntimeError("unscale(trainer) was already called since the last "
-                           "trainer.step(): the gradients are already unscaled; call it at "
-                           "most once per step")
+    if amp.stage is not Stage.SCALED:
+        what = {Stage.UNSCALED: "the gradients are already unscaled; call it at most once per "
+                                "step",
+                Stage.READY: "no loss was scaled yet: call it after backward() on the loss "
+                             "scale_loss yielded",
+                Stage.STEPPED: "the step is done: call it between backward() and "
+                               "trainer.step()"}[amp.stage]
+        raise RuntimeError(f"unscale(trainer) called in stage {amp.stage.value}: {what}")
     factor = trainer._scale / amp.original_scale
     with unpatched():
         for p in trainer._params:
@@ -158,7 +209,7 @@ def unscale(trainer: Trainer) -> None:
                 for g in p.list_grad():
                     g *= factor
     trainer._scale = amp.original_scale
-    amp._unscaled = True
+    amp.stage = Stage.UNSCALED
 
 
 def loss_scale(trainer: Trainer) -> LossScale:
@@ -171,17 +222,36 @@ def last_step_skipped(trainer: Trainer) -> bool:
     return _amp(trainer).last_step_skipped
 
 
+_KEYS = ("loss_scale", "last_step_skipped")
+
+
 def state_dict(trainer: Trainer) -> dict[str, Any]:
-    """The loss-scale state as plain, JSON-serialisable values (save it with the checkpoint)."""
+    """The loss-scale state as plain, JSON-serialisable values (save it with the checkpoint):
+    ``{"loss_scale": <the core's strict state dict>, "last_step_skipped": bool}``."""
     amp = _amp(trainer)
     return {"loss_scale": amp.state.state_dict(), "last_step_skipped": amp.last_step_skipped}
 
 
 def load_state_dict(trainer: Trainer, d: dict[str, Any]) -> None:
-    """Restore what ``state_dict`` returned, so a resumed run follows the same trajectory."""
+    """Restore what ``state_dict`` returned, so a resumed run follows the same trajectory.
+
+    Strict: exactly the two keys, the core's checks on ``loss_scale`` (format version,
+    keys, types, values) and its recorded config must equal the trainer's (it is
+    checked, never applied). Any problem is an ``AmpConfigError`` naming the key and the
+    value, and the trainer is left as it was."""
     amp = _amp(trainer)
-    if not isinstance(d, dict) or "loss_scale" not in d:
-        raise AmpConfigError("load_state_dict expects the dict returned by "
-                             "mxnet_amp.state_dict(trainer) (with a 'loss_scale' key)")
-    amp.state = loss_scale_from_state_dict(d["loss_scale"])
-    amp.last_step_skipped = bool(d.get("last_step_skipped", False))
+    if not isinstance(d, dict):
+        raise AmpConfigError(f"load_state_dict expects the dict mxnet_amp.state_dict(trainer) "
+                             f"returned, got {type(d).__name__}")
+    missing = [k for k in _KEYS if k not in d]
+    unknown = sorted(map(str, set(d) - set(_KEYS)))
+    if missing or unknown:
+        key = missing[0] if missing else unknown[0]
+        what = "misses the" if missing else "has the unknown"
+        raise AmpConfigError(f"mxnet_amp state_dict {what} key {key!r} (expected {list(_KEYS)})")
+    skipped = d["last_step_skipped"]
+    if not isinstance(skipped, bool):
+        raise AmpConfigError(f"mxnet_amp state_dict['last_step_skipped'] = {skipped!r}: must be "
+                             f"true or false")
+    new = amp.state.with_state_dict(d["loss_scale"])
+    amp.reset(new, skipped)

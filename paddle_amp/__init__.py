@@ -18,7 +18,11 @@ Files:
     decorator.py  decorate(): native arguments -> Policy; the optimizer wrapper
     lists.py      AutoMixedPrecisionLists -> OpLists
     rewrite.py    program rewrite: plan every forward op, insert its casts
-    scaling.py    loss scaling as program ops: scale, check, skip, state, all-reduce
+    scaling.py    loss scaling as program ops: the check and the core's update emitted
+    legacy_ops.py BlockOps: the core's ArrayOps vocabulary as legacy-IR ops
+    skip.py       the true skip: optimizer ops under ``if not found_inf``
+    state.py      the loss-scale state in a scope: read, write all or nothing, guard
+    collective.py found_inf all-reduced over data-parallel workers
     checkpoint.py the wrapper's save_checkpoint / load_checkpoint: persistables, step
     kernels.py    which ops have a low-precision kernel on the device used
     env.py        Paddle glue: static/legacy-IR checks, dtype of a var, device

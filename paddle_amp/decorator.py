@@ -193,7 +193,11 @@ class OptimizerWithMixedPrecision:
         return self.loss_scale(scope).state_dict()
 
     def load_state_dict(self, state_dict: dict, scope=None) -> None:
-        """Restore a ``state_dict()`` into ``scope`` (after the startup program / load)."""
+        """Restore a ``state_dict()`` into ``scope`` (after the startup program / load).
+
+        Strict (format version, exact keys, types, values; its recorded config must equal
+        this program's, whose constants are in its ops): any problem is an
+        ``AmpConfigError`` naming the key and value, and no var of the scope is written."""
         self._built("load_state_dict").write(scope or paddle.static.global_scope(), state_dict,
                             self._place or framework._current_expected_place())
 
@@ -215,7 +219,9 @@ class OptimizerWithMixedPrecision:
 
     def check_guard(self, scope=None) -> None:
         """Raise ``OverflowGuardError`` naming the parameters with non-finite gradients after
-        ``max_consecutive_skips`` overflow steps in a row; else return. One host read."""
+        ``max_consecutive_skips`` overflow steps in a row, when the scale has collapsed to 0
+        or a denormal, or (if configured) on too many skips in a window; else return. One
+        host read (the core's ``loss_scale.check_guard``)."""
         self._built("check_guard").check_guard(scope or paddle.static.global_scope())
 
 

@@ -1,18 +1,21 @@
 """Program rewrite: ask the core planner about every forward op, insert what it says.
 
-For each forward op of a legacy program block, ``plan_op`` gets the op type
-and its input dtypes (None for non-floating inputs and for the slots the op
-table keeps in fp32) and answers with a run dtype and per-input casts. This
-module only carries that out:
+For each forward op of a legacy program block, ``plan_op`` gets the op type,
+its input dtypes and slot names and its attributes, and answers with a run
+dtype, per-input casts, the slots kept in fp32 and, for emulation, the inputs
+and outputs to round. This module only carries that out, in one pass over the
+block (each cast op goes in without re-syncing the whole block, which made a
+rewrite quadratic in the program size):
 
 - a cast goes in front of each input the plan names, reusing one cast var per
   (value, dtype) until the value is overwritten, so a weight is cast once per
   step however often it is used; a cast of a cast reads the original value;
 - outputs of an op that runs in the low dtype are declared in that dtype
-  (statistics outputs of the normalisation ops stay fp32);
-- an ``emulated`` op computes in fp32 on inputs and outputs rounded through
-  the low dtype (two casts), so values and, through the casts' gradients,
-  gradients carry fp16 rounding, overflow and underflow;
+  (except the plan's ``kept_outputs``, statistics that stay fp32);
+- an ``emulated`` op computes in fp32 on the inputs the plan rounds and
+  rounds its outputs through the low dtype (two casts each, once per value),
+  so values and, through the casts' gradients, gradients carry fp16 rounding,
+  overflow and underflow;
 - a control-flow op's sub-block is left in fp32: low-precision values it
   reads are cast back to fp32 (renamed inside the sub-block too).
 
@@ -21,17 +24,17 @@ casts come from the forward casts for free.
 """
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 import dataclasses
 import logging
-from typing import AbstractSet, Iterator, Optional
+from typing import AbstractSet, Any, Iterator, Optional
 
 from paddle.base import core, framework, unique_name
 
 from amp_adapters import CastReport, OpDecision, Policy, plan_op
 from amp_adapters.dtypes import LOW_DTYPES as _LOW
 from amp_adapters.dtypes import SHORT_NAMES as _SHORT
-from amp_adapters.oplists import load_table
 
 from .env import VARTYPE_OF, dtype_name
 
@@ -43,6 +46,7 @@ _ROLE = core.op_proto_and_checker_maker.kOpRoleAttrName()
 _NOT_FORWARD = int(core.op_proto_and_checker_maker.OpRole.Backward) | int(
     core.op_proto_and_checker_maker.OpRole.Optimize) | int(
     core.op_proto_and_checker_maker.OpRole.LRSched)
+_NAMESCOPE = core.op_proto_and_checker_maker.kOpNameScopeAttrName()
 _IO_OPS = frozenset({"feed", "fetch", "fetch_v2", "read", "create_py_reader"})
 
 
@@ -68,6 +72,41 @@ def _ops_within(op) -> list:
     return out
 
 
+class _OpAttrs(collections.abc.Mapping):
+    """An op's attributes, read on demand: the planner looks only at those its rules name."""
+
+    def __init__(self, op) -> None:
+        self._op = op
+
+    def __getitem__(self, name: str) -> Any:
+        if not self._op.has_attr(name):
+            raise KeyError(name)
+        return self._op.attr(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._op.attr_names)
+
+    def __len__(self) -> int:
+        return len(self._op.attr_names)
+
+
+def _insert_cast_op(block, i: int, src: str, out: str, in_dtype, out_dtype, role) -> None:
+    """A ``cast`` op at position ``i`` of ``block``, written straight into the block's
+    desc: no whole-block sync and no Python call-stack capture per op (what made
+    ``Block._insert_op`` cost milliseconds a cast on big programs). The output var
+    already exists with its dtype and shape, so no inference is needed."""
+    desc = block.desc._insert_op(i)
+    desc.set_type("cast")
+    desc.set_input("X", [src])
+    desc.set_output("Out", [out])
+    desc._set_int32_attr("in_dtype", int(in_dtype))
+    desc._set_int32_attr("out_dtype", int(out_dtype))
+    desc._set_int32_attr(_ROLE, int(role))
+    desc._set_attr(_NAMESCOPE, framework._full_name_scope())
+    desc.check_attrs()  # the cast op's defaults (use_mkldnn, ...)
+    block.ops.insert(i, framework.Operator(block, desc))
+
+
 @dataclasses.dataclass
 class Rewriter:
     """Rewrites the global block of programs under one policy on one device's kernels.
@@ -82,7 +121,6 @@ class Rewriter:
     black_varnames: AbstractSet[str] = frozenset()
 
     def __post_init__(self) -> None:
-        self._table = load_table("paddle")
         self._logged: set[str] = set()
 
     # -- decisions ---------------------------------------------------------------------------
@@ -95,19 +133,12 @@ class Rewriter:
             return "uses a custom_black_varnames var"
         return None
 
-    def _attrs(self, op) -> Optional[dict]:
-        rules = {r[0] for r in self.policy.paddle_ops.conditional_fp32}
-        if op.type in self._table.conditional or op.type in rules:
-            return {name: op.attr(name) for name in op.attr_names}
-        return None
-
-    def plan(self, block, op, slots) -> OpDecision:
+    def plan(self, block, op, slots, force_fp32: Optional[str] = None) -> OpDecision:
         """The core's decision for ``op`` given the current dtypes of its input ``slots``."""
-        keep = self._table.keep_fp32_inputs.get(op.type, ())
-        dtypes = [None if slot in keep else dtype_name(block._find_var_recursive(name))
-                  for slot, name in slots]
+        dtypes = [dtype_name(block._find_var_recursive(name)) for _, name in slots]
         decision = plan_op(self.policy, "paddle", op.type, dtypes, lowp_kernels=self.kernels,
-                           attrs=self._attrs(op), force_fp32=self._forced_fp32(op))
+                           attrs=_OpAttrs(op), force_fp32=force_fp32 or self._forced_fp32(op),
+                           input_names=[slot for slot, _ in slots])
         if (decision.emulated or decision.fell_back) and op.type not in self._logged:
             self._logged.add(op.type)  # once per op type and program
             logger.info("%s: %s", op.type, decision.reason)
@@ -133,19 +164,22 @@ class Rewriter:
         for op in block.ops:
             if not is_forward(op) or op.type in _IO_OPS:
                 continue
-            keep = self._table.keep_fp32_inputs.get(op.type, ())
             forced = self._forced_fp32(op)
             for slot in op.input_names:
                 for name in op.input(slot):
-                    if name in low and (slot in keep or op.has_attr("sub_block") or plan_op(
-                            self.policy, "paddle", op.type, ("float32",), force_fp32=forced,
-                            lowp_kernels=self.kernels).run_dtype != self.policy.dtype):
+                    if name not in low:
+                        continue
+                    d = plan_op(self.policy, "paddle", op.type, ("float32",), force_fp32=forced,
+                                lowp_kernels=self.kernels, attrs=_OpAttrs(op),
+                                input_names=(slot,))
+                    if d.kept[0] or op.has_attr("sub_block") or d.run_dtype != self.policy.dtype:
                         low.discard(name)
         return frozenset(low)
 
     def rewrite(self, program) -> CastReport:
         """Rewrite the forward ops of ``program``'s global block; return the decisions."""
         block = program.global_block()
+        block._sync_with_cpp()  # once; every insert below keeps Python and C++ in step
         self._cast_of: dict[tuple[str, str], str] = {}
         self._origin: dict[str, str] = {}
         self._rounded: set[str] = set()
@@ -170,12 +204,10 @@ class Rewriter:
                     if target is not None:
                         i = self._rename_in(block, i, op, name, self._cast(block, i, name, target,
                                                                            role))
-                if d.emulated:
-                    for (slot, name), dtype in zip(slots, d.input_dtypes):
+                for (slot, name), rnd in zip(slots, d.round_inputs):
+                    if rnd:
                         name = self._current(op, slot, name, slots)
-                        if dtype is not None:
-                            i = self._rename_in(block, i, op, name,
-                                                self._round(block, i, name, role))
+                        i = self._rename_in(block, i, op, name, self._round(block, i, name, role))
             i = self._outputs(block, i, op, d, role)
             i += 1
         return CastReport("paddle", tuple(decisions))
@@ -184,9 +216,7 @@ class Rewriter:
         """A control-flow op (cond, while): its sub-block is not rewritten and runs in fp32,
         so low-precision values it reads are cast to fp32, in the op and its sub-blocks."""
         slots = [(slot, name) for slot in op.input_names for name in op.input(slot)]
-        dtypes = [dtype_name(block._find_var_recursive(name)) for _, name in slots]
-        d = plan_op(self.policy, "paddle", op.type, dtypes, lowp_kernels=self.kernels,
-                    force_fp32="control flow: its sub-block runs in float32")
+        d = self.plan(block, op, slots, "control flow: its sub-block runs in float32")
         decisions.append(d)
         role = op.attr(_ROLE) if op.has_attr(_ROLE) else 0
         for (_, name), target in zip(slots, d.casts):
@@ -243,8 +273,7 @@ class Rewriter:
         out = block.create_var(name=unique_name.generate(stem), dtype=VARTYPE_OF[target],
                                shape=var.shape, lod_level=var.lod_level, persistable=False,
                                stop_gradient=var.stop_gradient)
-        block._insert_op(i, type="cast", inputs={"X": [var]}, outputs={"Out": [out]},
-                         attrs={"in_dtype": var.dtype, "out_dtype": out.dtype, _ROLE: role})
+        _insert_cast_op(block, i, var.name, out.name, var.dtype, out.dtype, role)
         return out.name
 
     def _outputs(self, block, i: int, op, d: OpDecision, role) -> int:
@@ -257,15 +286,14 @@ class Rewriter:
             self._rounded.discard(name)
         if op.type == "cast" or d.run_dtype is None:
             return i
-        keep = self._table.keep_fp32_outputs.get(op.type, ())
-        for slot in (s for s in op.output_names if s not in keep):
+        for slot in (s for s in op.output_names if s not in d.kept_outputs):
             for name in op.output(slot):
                 var = block._find_var_recursive(name)
                 if dtype_name(var) != "float32":
                     continue
                 if d.run_dtype in _LOW:
                     var.desc.set_dtype(VARTYPE_OF[d.run_dtype])
-                elif d.emulated:
+                elif d.round_outputs:
                     raw = block.create_var(name=unique_name.generate(f"{name}.raw"),
                                            dtype=var.dtype, shape=var.shape,
                                            lod_level=var.lod_level, persistable=False,
@@ -273,10 +301,8 @@ class Rewriter:
                     op._rename_output(name, raw.name)
                     mid = self._insert_cast(block, i + 1, raw.name, d.low_dtype,
                                             f"{name}.emul_{_SHORT[d.low_dtype]}", role)
-                    block._insert_op(i + 2, type="cast", inputs={"X": [mid]},
-                                     outputs={"Out": [var]},
-                                     attrs={"in_dtype": VARTYPE_OF[d.low_dtype],
-                                            "out_dtype": var.dtype, _ROLE: role})
+                    _insert_cast_op(block, i + 2, mid, var.name, VARTYPE_OF[d.low_dtype],
+                                    var.dtype, role)
                     self._rounded.add(name)
                     i += 2
         return i

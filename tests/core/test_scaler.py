@@ -134,7 +134,7 @@ def test_state_dict_kind_mismatch_is_an_error():
     with pytest.raises(AmpConfigError, match="static"):
         DynamicLossScale.from_state_dict(StaticLossScale().state_dict())
     with pytest.raises(UnknownChoiceError, match="loss-scale kind"):
-        loss_scale_from_state_dict({"kind": "dynamc"})
+        loss_scale_from_state_dict({**DynamicLossScale().state_dict(), "kind": "dynamc"})
 
 
 def test_from_config_reads_policy_file_keys():

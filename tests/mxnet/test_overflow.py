@@ -175,3 +175,86 @@ def test_allreduce_then_update_path_also_skips():
     trainer.update(8)
     _assert_identical(before, _snapshot(trainer))
     assert amp.last_step_skipped(trainer) and amp.loss_scale(trainer).scale == 2.0**15
+
+
+# ----------------------------------------------------------------------------- step protocol
+
+def test_stage_errors_name_the_stage():
+    net = mlp()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    amp.init_trainer(trainer, DynamicLossScale(scale=2.0**8))
+    from mxnet_amp.trainer import Stage
+    state = trainer._amp_loss_scaler
+    assert state.stage is Stage.READY
+    with pytest.raises(RuntimeError, match="stage READY"):
+        amp.unscale(trainer)
+    x, y = batch(0)
+    backward(net, trainer, x, y)
+    assert state.stage is Stage.SCALED
+    amp.unscale(trainer)
+    with pytest.raises(RuntimeError, match="stage UNSCALED.*at most once per step"):
+        amp.unscale(trainer)
+    trainer.step(4)
+    assert state.stage is Stage.STEPPED
+    with pytest.raises(RuntimeError, match="stage STEPPED.*between backward"):
+        amp.unscale(trainer)
+
+
+def test_cached_found_inf_of_a_dropped_batch_does_not_leak():
+    """allreduce_grads() caches this step's overflow answer; if the user drops the batch
+    (no update()), the next step must check its own gradients."""
+    net = mlp()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1},
+                            update_on_kvstore=False)
+    amp.init_trainer(trainer, DynamicLossScale(scale=2.0**8))
+    x, y = batch(0)
+    backward(net, trainer, x, y)
+    trainer.step(4)  # kvstore initialised
+    backward(net, trainer, *batch(1))
+    trainer._params[0].grad()[0] = np.inf
+    trainer.allreduce_grads()  # caches found_inf = True ... and the batch is dropped
+    backward(net, trainer, *batch(2))  # a clean batch
+    before = _snapshot(trainer)
+    trainer.allreduce_grads()
+    trainer.update(4)
+    assert not amp.last_step_skipped(trainer)
+    assert amp.loss_scale(trainer).skipped_steps == 0
+    name = trainer._params[0].name
+    assert not np.array_equal(_snapshot(trainer)[0][name][0], before[0][name][0])
+
+
+@pytest.mark.parametrize("make", [
+    lambda: DynamicLossScale.from_mxnet(scale=2.0**-100),
+    lambda: DynamicLossScale.from_torch(2.0**-100),
+], ids=["from_mxnet", "from_torch"])
+def test_no_floor_collapse_raises_the_guard_not_an_internal_error(make):
+    """Interleaved overflows: the consecutive-skip counter resets on each clean step while
+    the scale halves on each overflow; the guard stops at the denormal, naming settings."""
+    net = mlp()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    amp.init_trainer(trainer, make())
+    with pytest.raises(OverflowGuardError, match="collapsed") as err:
+        for step in range(200):
+            backward(net, trainer, *batch(step))
+            if step % 2 == 0:
+                trainer._params[1].grad()[0] = np.inf
+            trainer.step(4)
+    state = amp.loss_scale(trainer)
+    assert state.consecutive_skips == 1 and state.scale < np.finfo(np.float32).tiny
+    assert "min_scale=0" in str(err.value) and trainer._params[1].name in err.value.param_names
+
+
+def test_skip_fraction_guard_and_core_config():
+    from amp_adapters import LossScaleConfig
+    net = mlp()
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    amp.init_trainer(trainer, LossScaleConfig(max_consecutive_skips=None, max_skip_fraction=0.5,
+                                              skip_window=4))
+    assert amp.loss_scale(trainer).skip_window == 4
+    with pytest.raises(OverflowGuardError, match="max_skip_fraction=0.5"):
+        for step, f in enumerate([True, False, True, False, True, True, False, True]):
+            backward(net, trainer, *batch(step))
+            if f:
+                trainer._params[0].grad()[0] = np.inf
+            trainer.step(4)
+    assert step == 7

@@ -157,7 +157,7 @@ def main(mode, steps, inject_step):
                                                "inj": np.array([inj], "float32")},
                                   fetch_list=[loss, local_found])
         digest, finite = state_digest(main_p, scope)
-        log.append({"amp": opt.state_dict(), "digest": digest, "finite": finite})
+        log.append({"amp": opt.state_dict()["state"], "digest": digest, "finite": finite})
         log[-1]["local_found"] = bool(np.asarray(found_v).reshape(-1)[0])
         log[-1]["loss"] = float(np.asarray(loss_v).reshape(-1)[0])
     with open(os.environ["AMP_DIST_OUT"], "w") as f:

@@ -23,7 +23,9 @@ def test_resume_in_new_process_continues_exactly(static, tmp_path):
     paddle.static.save(static.main, str(tmp_path / "model"))
     (tmp_path / "amp.json").write_text(json.dumps(opt.state_dict()))
     rest = resume_run(static, opt, range(SPLIT, RESUME_STEPS))  # the uninterrupted run
-    assert any(s["skipped_steps"] for s in rest) and len({s["scale"] for s in first + rest}) > 2
+    states = [s["state"] for s in first + rest]  # state_dict format 1: {"state": {...}, ...}
+    assert states[-1]["skipped_steps"] > states[SPLIT - 1]["skipped_steps"]
+    assert len({s["scale"] for s in states}) > 2
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")])}

@@ -1,13 +1,18 @@
 """Loss scaling in the program: true skips, the core state machine step by step, the guard."""
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import paddle
 import pytest
 
 import paddle_amp
-from amp_adapters import DynamicLossScale, OverflowGuardError, Policy, StaticLossScale
+from amp_adapters import (AmpConfigError, DynamicLossScale, OverflowGuardError, Policy,
+                          StaticLossScale)
 from paddle_helpers import batch, mlp
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "core"))  # scaler_cases: shared corruptions
 
 OPTIMIZERS = {
     "sgd_l2": lambda: paddle.optimizer.SGD(0.1, weight_decay=paddle.regularizer.L2Decay(0.01)),
@@ -79,12 +84,26 @@ CONFIGS = {
     "growth_to_inf_is_refused": lambda: dict(policy=Policy(loss_scale=DynamicLossScale(
         scale=2.0**125, growth_interval=1, max_scale=math.inf))),
     "static": lambda: dict(use_dynamic_loss_scaling=False, init_loss_scaling=128.0),
+    # the issue's cases: factors that are not float32 values run the core's elementary ops
+    # (a float32 attribute would give 27.000001907348633 where the rule gives 27.0)
+    "non_dyadic_1.7_0.3": lambda: dict(policy=Policy(loss_scale=DynamicLossScale(
+        scale=10.0, growth_interval=1, growth_factor=1.7, backoff_factor=0.3, min_scale=0.5,
+        max_scale=math.inf))),
+    "non_dyadic_1.1_0.9": lambda: dict(policy=Policy(loss_scale=DynamicLossScale(
+        scale=100.0, growth_interval=2, hysteresis=2, growth_factor=1.1, backoff_factor=0.9))),
+    "non_dyadic_3.1_0.7": lambda: dict(policy=Policy(loss_scale=DynamicLossScale(
+        scale=3.0, growth_interval=1, growth_factor=3.1, backoff_factor=0.7, min_scale=1.0,
+        max_scale=math.inf))),
+    # float32-exact non-dyadic ratios (Paddle's own arguments): the fused op is exact
+    "paddle_ratios_1.5_0.8": lambda: dict(init_loss_scaling=1000.0, incr_every_n_steps=2,
+                                          decr_every_n_nan_or_inf=1, incr_ratio=1.5,
+                                          decr_ratio=0.8),
 }
 
 
 # which configs Paddle's fused update_loss_scaling op computes exactly (else elementary ops)
 FUSED = {"new_defaults", "old_defaults", "paddle_args", "native_op_plus_clip",
-         "growth_to_inf_is_refused"}
+         "growth_to_inf_is_refused", "paddle_ratios_1.5_0.8"}
 
 
 @pytest.mark.parametrize("config", sorted(CONFIGS))
@@ -94,7 +113,8 @@ def test_state_follows_core_machine_step_by_step(static, config):
     opt = paddle_amp.decorate(paddle.optimizer.SGD(0.01), **CONFIGS[config]())
     opt.minimize(loss)
     static.exe.run(static.startup)
-    fused = any(op.type == "update_loss_scaling" for op in static.main.global_block().ops)
+    fused = any(op.type == "update_loss_scaling" and not op.attr("stop_update")  # not the
+                for op in static.main.global_block().ops)  # SGD fold's gradient zeroing
     assert fused == (config in FUSED)
     expected = opt.policy.loss_scale
     assert opt.loss_scale() == expected
@@ -118,6 +138,8 @@ def test_state_follows_core_machine_step_by_step(static, config):
         assert max(scales) == np.float32(2.0**127)
     if config == "static":
         assert isinstance(expected, StaticLossScale) and set(scales) == {128.0}
+    if config == "non_dyadic_1.7_0.3":
+        assert scales[1] == np.float32(10.0 * 1.7) and 0.5 in scales
 
 
 def test_guard_names_the_params_with_non_finite_grads(static):
@@ -144,13 +166,14 @@ def test_state_dict_round_trip(static):
     static.exe.run(static.startup)
     static.run(batch(0, overflow=True))
     saved = opt.state_dict()
-    assert saved["kind"] == "dynamic" and saved["scale"] == 32.0 and saved["skipped_steps"] == 1
+    assert saved["kind"] == "dynamic" and saved["state"]["scale"] == 32.0
+    assert saved["state"]["skipped_steps"] == 1
     static.run(batch(1))
     opt.load_state_dict(saved)
     assert opt.state_dict() == saved
     with pytest.raises(ValueError, match="growth_interval"):
-        opt.load_state_dict({**saved, "growth_interval": 7})
-    with pytest.raises(ValueError, match="'static' loss scale"):
+        opt.load_state_dict({**saved, "config": {**saved["config"], "growth_interval": 7}})
+    with pytest.raises(ValueError, match="'static'"):
         opt.load_state_dict(StaticLossScale().state_dict())
     assert opt.state_dict() == saved  # nothing half-loaded
 
@@ -173,3 +196,107 @@ def test_global_norm_clipping_is_skipped_with_the_update(static, name):
     assert not _changed(before, static.state())
     static.run(batch(2))
     assert _changed(before, static.state())
+
+
+def test_fused_op_only_where_it_is_exact():
+    """``update_loss_scaling`` multiplies by float32 attributes in float32: exact for the
+    rule only when both factors are float32 values, the floor is >= 1 and growth cannot
+    overflow below the ceiling."""
+    from paddle_amp.scaling import native_update_is_exact
+    exact = lambda **kw: native_update_is_exact(DynamicLossScale(**kw).config)  # noqa: E731
+    assert exact() and exact(growth_factor=1.5, backoff_factor=0.75, max_scale=math.inf)
+    assert not exact(growth_factor=1.7)          # 1.7 is not a float32 value
+    assert not exact(backoff_factor=0.3)
+    assert exact(**{"growth_factor": float(np.float32(1.7))})
+    assert not exact(min_scale=0.5)              # the op's floor is 1
+    assert not exact(scale=2.0**100, max_scale=2.0**127, growth_factor=4.0)  # inf below cap
+    assert not native_update_is_exact(StaticLossScale().config)
+
+
+def _scope_state(opt):
+    return opt.loss_scale().state
+
+
+def test_state_dict_corruptions_change_nothing(static):
+    """Every corruption: an AmpConfigError naming key and value; the scope state unchanged,
+    even when only a late key is bad (write all or nothing)."""
+    from scaler_cases import CORRUPTIONS, corrupt
+    _, _, loss = mlp()
+    running = DynamicLossScale(hysteresis=2, max_scale=math.inf, scale=8.0)
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), policy=Policy(loss_scale=running))
+    opt.minimize(loss)
+    static.exe.run(static.startup)
+    static.run(batch(0, overflow=True))
+    before = _scope_state(opt)
+    good = running.with_state_dict(running.state_dict()).state_dict()
+    good["state"].update(scale=4.0, good_steps=1, bad_steps=1, total_steps=9, skipped_steps=3)
+    cases = [(p, v, shown) for p, v, shown in CORRUPTIONS]
+    # fits the core's int64, not the program's int32 counter: refused before any write
+    cases.append((("state", "good_steps"), 2**40, str(2**40)))
+    for path, value, shown in cases:
+        with pytest.raises(AmpConfigError) as e:
+            opt.load_state_dict(corrupt(path, value, good))
+        assert path[-1] in str(e.value) and shown in str(e.value), str(e.value)
+        assert _scope_state(opt) == before, (path, value)
+    opt.load_state_dict(good)
+    assert _scope_state(opt).as_dict() == good["state"]
+
+
+NO_FLOOR = {"from_torch": lambda: DynamicLossScale.from_torch(2.0**-100, growth_interval=1000),
+            "from_mxnet": lambda: DynamicLossScale.from_mxnet(scale=2.0**-100,
+                                                              growth_interval=1000)}
+
+
+@pytest.mark.parametrize("make", sorted(NO_FLOOR))
+def test_no_floor_collapse_raises(static, make):
+    """Interleaved overflows with no floor: the consecutive counter resets on each clean
+    step, the scale sinks to a denormal; check_guard raises naming the settings."""
+    _, _, loss = mlp(loss_factor=1e-30)
+    config = NO_FLOOR[make]()
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.01), policy=Policy(loss_scale=config))
+    opt.minimize(loss)
+    static.exe.run(static.startup)
+    with pytest.raises(OverflowGuardError, match="collapsed") as e:
+        for step in range(200):
+            static.run(batch(step, overflow=step % 2 == 0))
+            opt.check_guard()
+    state = opt.loss_scale()
+    assert state.consecutive_skips <= 1 and 0 <= state.scale < np.finfo(np.float32).tiny
+    assert "min_scale=0" in str(e.value) and "backoff_factor=0.5" in str(e.value)
+
+
+def test_elementary_update_is_straight_line_ops(static):
+    """The core's update is emitted branch-free: the only conditional block is the one that
+    records which gradients overflowed (Adam skips itself), and the program holds the
+    rounding rule's float64 multiply."""
+    _, _, loss = mlp()
+    opt = paddle_amp.decorate(paddle.optimizer.Adam(0.01), policy=Policy(
+        loss_scale=DynamicLossScale(growth_factor=1.7, backoff_factor=0.3, min_scale=0.5)))
+    opt.minimize(loss)
+    ops = [op.type for op in static.main.global_block().ops]
+    assert ops.count("conditional_block") == 1 and "update_loss_scaling" not in ops
+    assert {"where", "elementwise_max", "elementwise_min", "isfinite_v2"} <= set(ops)
+    muls = [op for op in static.main.global_block().ops if op.type == "elementwise_mul"
+            and op.output("Out")[0] and static.main.global_block().var(
+                op.output("Out")[0]).dtype == paddle.base.core.VarDesc.VarType.FP64]
+    assert len(muls) == 2  # scale * growth_factor and scale * backoff_factor, in float64
+
+
+def test_skip_fraction_guard(static):
+    _, _, loss = mlp()
+    policy = Policy(loss_scale=DynamicLossScale(max_consecutive_skips=None,
+                                                max_skip_fraction=0.5, skip_window=4))
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), policy=policy)
+    opt.minimize(loss)
+    static.exe.run(static.startup)
+    with pytest.raises(OverflowGuardError, match="max_skip_fraction=0.5") as e:
+        for step, f in enumerate([True, False, True, False, True, True, False, True]):
+            static.run(batch(step, overflow=f))
+            opt.check_guard()
+    assert step == 7 and e.value.param_names  # window 2: 3 of 4 skipped
+
+
+def test_block_ops_provide_the_whole_vocabulary(static):
+    from amp_adapters.loss_scale import ArrayOps
+    from paddle_amp.legacy_ops import BlockOps
+    assert isinstance(BlockOps(static.main.global_block()), ArrayOps)

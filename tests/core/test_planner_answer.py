@@ -1,0 +1,100 @@
+"""plan_op's complete answer: unknown dtypes, kept slots, multicast, emulation round-trips.
+
+Each row is (policy, op, input dtypes, input slot names, kernels) -> the fields a
+backend applies; a backend decides nothing of this itself.
+"""
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amp_adapters import UNKNOWN, Policy, attrs_read, plan_op
+
+O1, O2 = Policy.preset("O1"), Policy.preset("O2")
+EMU = Policy.preset("O1", emulate=True)
+F32, F16, BF16, U = "float32", "float16", "bfloat16", UNKNOWN
+NONE = frozenset()
+
+# policy, op, dtypes, names, kernels -> casts, multicast, round_inputs, round_outputs, run
+ROWS = [
+    # unknown (traced) inputs: "cast if needed" to a run dtype the category fixes
+    (O1, "FullyConnected", (U, F16), None, None, (F16, None), False, (False, False), False, F16),
+    (O1, "softmax", (U,), None, None, (F32,), False, (False,), False, F32),
+    (O1, "FullyConnected", (U, F32), None, NONE, (F32, None), False, (False, False), False, F32),
+    # promote with unknowns: the widest is known at run time only -> one multicast
+    (O1, "broadcast_add", (F16, U), None, None, (None, None), True, (False, False), False, F32),
+    (O1, "broadcast_add", (U, None), None, None, (None, None), False, (False, False), False,
+     F32),
+    (O1, "broadcast_add", (F16, F32), None, None, (F32, None), False, (False, False), False,
+     F32),
+    # O2: a follow op with a traced input still goes low
+    (O2, "relu", (U,), None, None, (F16,), False, (False,), False, F16),
+    # kept slots: never cast, whatever the decision
+    (O1, "BatchNorm", (F32, F32, F32, F32, F32),
+     ("data", "gamma", "beta", "moving_mean", "moving_var"), None,
+     (None,) * 5, False, (False,) * 5, False, F32),
+    (O1, "layer_norm", (F16, F16, F16), ("X", "Scale", "Bias"), None,
+     (F32, None, None), False, (False,) * 3, False, F32),
+    # emulation: fp32 and unknown inputs round-trip, a low input is only upcast (exact)
+    (EMU, "FullyConnected", (F32, F16, U), None, NONE,
+     (None, F32, None), False, (True, False, True), True, F32),
+    (EMU, "FullyConnected", (BF16, F32), None, NONE,
+     (None, None), False, (True, True), True, F32),
+    (EMU, "FullyConnected", (F32, F32), None, None, (F16, F16), False, (False, False), False,
+     F16),  # a kernel here: real fp16, no emulation
+    # float64: left alone, nothing to do
+    (O1, "FullyConnected", ("float64", U), None, None, (None, None), False, (False, False),
+     False, "float64"),
+]
+
+
+@pytest.mark.parametrize("policy,op,dtypes,names,kernels,casts,multicast,rin,rout,run", ROWS)
+def test_complete_answer(policy, op, dtypes, names, kernels, casts, multicast, rin, rout, run):
+    fw = "paddle" if op == "layer_norm" else "mxnet"
+    d = plan_op(policy, fw, op, dtypes, lowp_kernels=kernels, input_names=names)
+    assert (d.casts, d.multicast, d.round_inputs, d.round_outputs, d.run_dtype) == (
+        casts, multicast, rin, rout, run)
+    assert d.needs_action == (any(c is not None for c in casts) or multicast or any(rin)
+                              or rout)
+
+
+def test_kept_slots_are_reported_as_never_cast():
+    d = plan_op(O1, "paddle", "batch_norm", (F16, F32, F32, F32, F32),
+                input_names=("X", "Scale", "Bias", "Mean", "Variance"))
+    assert d.kept == (False, True, True, True, True)
+    assert d.input_dtypes == (F16, None, None, None, None)  # the report's view
+    assert d.kept_outputs == ("MeanOut", "VarianceOut", "SavedMean", "SavedVariance",
+                              "ReserveSpace")
+    assert plan_op(O1, "paddle", "batch_norm", (F16, F32)).kept == (False, False)  # no names
+
+
+def test_device_dependent_only_when_kernels_took_part():
+    assert plan_op(O1, "mxnet", "FullyConnected", (F32,), lowp_kernels=NONE).device_dependent
+    assert plan_op(O1, "mxnet", "FullyConnected", (F32,)).device_dependent
+    assert not plan_op(O1, "mxnet", "softmax", (F16,), lowp_kernels=NONE).device_dependent
+    assert not plan_op(Policy.preset("O0"), "mxnet", "FullyConnected", (F32,)).device_dependent
+
+
+def test_attrs_read_names_what_the_memo_must_key_on():
+    assert attrs_read(O1, "mxnet", "Activation") == ("act_type",)
+    assert attrs_read(O1, "mxnet", "exp") == ()
+    rules = Policy(mxnet_ops=__import__("amp_adapters").OpLists(
+        conditional_fp32=(("exp", "foo", ("1",)),)))
+    assert attrs_read(rules, "mxnet", "exp") == ("foo",)
+
+
+dtype = st.sampled_from([F16, BF16, F32, "float64", None, U])
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.sampled_from(["FullyConnected", "softmax", "broadcast_add", "relu", "Activation"]),
+       st.lists(dtype, min_size=1, max_size=4), st.sampled_from([O1, O2, EMU]),
+       st.sampled_from([None, NONE]))
+def test_a_kept_or_non_floating_input_is_never_touched(op, dtypes, policy, kernels):
+    d = plan_op(policy, "mxnet", op, dtypes, lowp_kernels=kernels)
+    for dt, c, r in zip(d.input_dtypes, d.casts, d.round_inputs):
+        if dt not in (F16, BF16, F32, U):
+            assert c is None and not r
+        assert not (c is not None and r)  # a rounding replaces the cast
+    if d.multicast:
+        assert all(c is None for c in d.casts)
+    assert d.round_outputs == d.emulated
