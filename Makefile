@@ -1,17 +1,29 @@
-# make demo / make test work on a fresh machine with only Python 3.11:
-# each creates .venv if missing and installs what it needs.
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
+# make demo / make test work on a fresh machine: each creates .venv with Python 3.11 (MXNet
+# 1.9.1 has no wheels, and numpy<1.24 does not build, on newer Pythons) and installs only what
+# it needs (CPU builds; no torch: its oracle tests skip unless .ci/run or you install one).
+PYTHON ?= $(shell tools/find_python 3.11)
 VENV := .venv
 PY := $(VENV)/bin/python
+PIP_INSTALL := $(PY) -m pip install --progress-bar on
+NO_PYTHON311 := Python 3.11 not found (MXNet 1.9.1 needs it): install it (pyenv install 3.11, apt install python3.11-venv, uv python install 3.11) or run make PYTHON=/path/to/python3.11
+DEMO_PLOT ?= out/demo.png
 # Paddle 3.3.1 (legacy program IR) lives in a second environment: one Paddle per process.
 VENV3 := .venv-paddle3
 PY3 := $(VENV3)/bin/python
 
 .PHONY: demo test test-paddle3 bench clean
 
-$(VENV)/.installed: setup.cfg pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e ".[mxnet,paddle,test]" "torch==2.13.0"
+$(PY):
+	@test -n "$(PYTHON)" || { echo "make: $(NO_PYTHON311)" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.demo-installed: setup.cfg pyproject.toml | $(PY)
+	@$(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { echo "make: $(VENV) is not Python 3.11: rm -rf $(VENV) and run make again" >&2; exit 1; }
+	$(PIP_INSTALL) -e ".[mxnet,paddle,demo]"
+	touch $@
+
+$(VENV)/.test-installed: $(VENV)/.demo-installed
+	$(PIP_INSTALL) -e ".[mxnet,paddle,demo,test]"
 	touch $@
 
 $(VENV3)/.installed: setup.cfg pyproject.toml
@@ -19,18 +31,20 @@ $(VENV3)/.installed: setup.cfg pyproject.toml
 	$(PY3) -m pip install -q -e ".[test]" "paddlepaddle==3.3.1" "numpy<2"
 	touch $@
 
-demo: $(VENV)/.installed
-	$(VENV)/bin/amp-adapters demo --plot docs/demo.png
+# The figure goes to out/ (untracked); make demo DEMO_PLOT=docs/demo.png refreshes the README's.
+demo: $(VENV)/.demo-installed
+	@mkdir -p $(dir $(DEMO_PLOT))
+	$(VENV)/bin/amp-adapters demo --plot $(DEMO_PLOT)
 
-test: $(VENV)/.installed
+test: $(VENV)/.test-installed
 	$(PY) -m pytest -q
 
 # The Paddle and core tests again, against Paddle 3.3.1 with the legacy IR.
 test-paddle3: $(VENV3)/.installed
 	FLAGS_enable_pir_api=0 $(PY3) -m pytest -q tests/core tests/paddle
 
-bench: $(VENV)/.installed
+bench: $(VENV)/.test-installed
 	$(PY) -m bench
 
 clean:
-	rm -rf $(VENV) $(VENV3) *.egg-info
+	rm -rf $(VENV) $(VENV3) *.egg-info out

@@ -15,7 +15,9 @@ Files:
     scaler.py     DynamicLossScale / StaticLossScale / NoOpLossScale: config + state views
     policyfile.py reading and checking a policy file's structure (before anything is built)
     checkpoint.py atomic, verified checkpoint folders (the backends' save/load_checkpoint)
-    report.py     CastReport: decisions per op, diffable across frameworks
+    report.py     CastReport: decisions per op and the graph's casts; print(report) is the table
+    fallback.py   what a backend says about ops without a low-precision kernel here
+    quiet.py      framework log noise off, for our command and examples
     errors.py     the config and checkpoint errors
     cli.py        ``amp-adapters lists|explain`` (other subcommands come by entry point)
 """

@@ -1,6 +1,9 @@
 """Cast reports: every op of a model with its decision, diffable across frameworks.
 
-A backend builds a ``CastReport`` from the ``OpDecision``s it applied. Two
+A backend builds a ``CastReport`` from the ``OpDecision``s it applied and the
+casts it counted in the graph that runs (``GraphCasts``: emulation's round
+trips included, and counted apart), so the report, the demo's table and the
+program agree; ``print(report)`` is the table with each op's reason. Two
 frameworks' reports for the same model under the same policy must agree on
 the canonical columns; ``compare`` lists where they do not, and names the
 canonical ops that one framework's model does not have. Ops are compared by
@@ -11,22 +14,55 @@ fp32 does not agree with one that ran in fp16.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Iterable, Optional
 
+from .dtypes import LOW_DTYPES
 from .planner import OpDecision
 
 
 @dataclass(frozen=True)
+class GraphCasts:
+    """The cast nodes of a graph's forward pass, as the backend found them in the graph."""
+
+    total: int
+    round_trips: int  # of ``total``: emulation's casts to the low dtype and straight back
+
+    @classmethod
+    def count(cls, casts: Iterable[tuple[str, str, Optional[str]]]) -> "GraphCasts":
+        """From ``(input, output, to_dtype)`` of every cast node (``to_dtype`` None when it is
+        decided at run time). A cast to float32 of a cast's output in a low dtype is a round
+        trip: both count as emulation's."""
+        casts = list(casts)
+        low_outputs = {out for _, out, to in casts if to in LOW_DTYPES}
+        back = {inp for inp, _, to in casts if to == "float32" and inp in low_outputs}
+        rounding = sum((to == "float32" and inp in low_outputs) or
+                       (to in LOW_DTYPES and out in back) for inp, out, to in casts)
+        return cls(len(casts), rounding)
+
+
+@dataclass(frozen=True)
 class CastReport:
-    """The decisions applied to one model, in graph order."""
+    """The decisions applied to one model, in graph order, and the casts in its graph.
+
+    ``graph_casts`` is None for a report built from decisions alone (no graph).
+    """
 
     framework: str
     decisions: tuple[OpDecision, ...]
+    graph_casts: Optional[GraphCasts] = None
+
+    @property
+    def planned_casts(self) -> int:
+        """Casts the plan asks for (before a backend collapses duplicates; no round trips)."""
+        return sum(d.num_casts for d in self.decisions)
 
     @property
     def num_casts(self) -> int:
-        """Casts the plan asks for (before a backend collapses duplicates)."""
-        return sum(d.num_casts for d in self.decisions)
+        """Cast nodes in the forward graph when counted there, else the planned casts."""
+        return self.graph_casts.total if self.graph_casts else self.planned_casts
+
+    def __str__(self) -> str:
+        return self.format()
 
     def precisions(self) -> dict[str, frozenset[Optional[str]]]:
         """{canonical op: the precisions its instances got}; ops without one are left out."""
@@ -36,18 +72,29 @@ class CastReport:
                 out.setdefault(d.canonical, set()).add(d.precision)
         return {k: frozenset(v) for k, v in out.items()}
 
+    def summary(self) -> str:
+        """The first line: ops, and casts as counted (from the graph, or planned)."""
+        head = f"{self.framework}: {len(self.decisions)} ops, {self.num_casts} casts"
+        g = self.graph_casts
+        if g is None:
+            return head + " planned"
+        low = next((d.low_dtype for d in self.decisions if d.emulated), "the low dtype")
+        trips = f" ({g.round_trips} of them emulation's round trips through {low})"
+        return head + " in the forward graph" + (trips if g.round_trips else "")
+
     def format(self) -> str:
-        """A fixed-width table: op, canonical op, category, input dtypes, run dtype, casts."""
-        rows = [("op", "canonical", "category", "inputs", "runs in", "casts")]
+        """The table: op, canonical op, category, input dtypes, run dtype, planned casts, why."""
+        rows = [("op", "canonical", "category", "inputs", "runs in", "casts", "why")]
         for d in self.decisions:
             run = (d.run_dtype or "-") + (f" (emulated {d.low_dtype})" if d.emulated else "")
             rows.append((d.op, d.canonical or "-", d.category,
-                         ",".join(x or "-" for x in d.input_dtypes), run, str(d.num_casts)))
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-        lines.insert(1, "  ".join("-" * w for w in widths))
-        return f"{self.framework}: {len(self.decisions)} ops, {self.num_casts} casts\n" + \
-            "\n".join(lines)
+                         ",".join(x or "-" for x in d.input_dtypes), run, str(d.num_casts),
+                         d.reason))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+        lines = ["  ".join([c.ljust(w) for c, w in zip(r, widths)] + [r[-1]]).rstrip()
+                 for r in rows]
+        lines.insert(1, "  ".join(["-" * w for w in widths] + ["---"]))
+        return self.summary() + "\n" + "\n".join(lines)
 
 
 def compare(a: CastReport, b: CastReport) -> list[str]:

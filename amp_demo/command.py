@@ -9,27 +9,68 @@ a backend is imported when its trainer runs.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 from typing import Optional, Sequence
 
 from amp_adapters import AmpConfigError, DynamicLossScale, Policy
+from amp_adapters.cli import HelpFormatter, Parser
+from amp_adapters.quiet import quiet_frameworks
 
 # O1 fp16, emulated where the device has no fp16 kernel; a short growth interval so the
 # dynamic loss scale visibly grows into overflows and backs off within the demo.
 DEMO_POLICY = Policy.preset("O1", emulate=True, loss_scale=DynamicLossScale(growth_interval=100))
-HELP = "train one MLP in each framework, in fp32 and with AMP"
+HELP = "train one MLP in each framework, in fp32 and with AMP, side by side"
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")  # what matplotlib's Agg backend writes
+
+
+def positive_steps(text: str) -> int:
+    """``--steps``: an integer >= 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of steps >= 1, got {text!r}")
+    return n
+
+
+def figure_path(text: str) -> str:
+    """``--plot``: a path whose format matplotlib writes, in a writable directory that exists
+    (checked here, not after the whole training run)."""
+    if os.path.splitext(text)[1].lower() not in PLOT_SUFFIXES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the figure must end in {', '.join(PLOT_SUFFIXES)}")
+    folder = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"{text!r}: directory {folder!r} does not exist")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text!r}: directory {folder!r} is not writable")
+    return text
+
+
+def require(modules: Sequence[str], extra: str) -> None:
+    """An AmpConfigError naming the missing ``modules`` and the pip extra that brings them."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise AmpConfigError(f"{', '.join(missing)} not installed: pip install "
+                             f"\"amp-adapters[{extra}]\" (from a checkout: pip install "
+                             f"\".[{extra}]\")")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The demo's options, on ``p``."""
-    p.add_argument("--framework", default="both", choices=("both", "mxnet", "paddle", "numpy"))
+    p.add_argument("--framework", default="both", choices=("both", "mxnet", "paddle", "numpy"),
+                   help="where to train (numpy: a reference trainer, fp16 emulated)")
     p.add_argument("--policy", metavar="FILE",
                    help="a TOML policy file (default: O1 fp16, emulated where there is no "
                         "fp16 kernel, dynamic loss scale growing every 100 steps)")
-    p.add_argument("--steps", type=int, default=800)
-    p.add_argument("--plot", metavar="PNG", help="write loss curves and the loss scale here")
-    p.add_argument("--k-log2", type=int, default=0,
+    p.add_argument("--steps", type=positive_steps, default=800, help="training steps (batch 64)")
+    p.add_argument("--plot", metavar="FILE", type=figure_path,
+                   help="write loss curves and the loss scale to this .png/.pdf/.svg "
+                        "(default: no figure)")
+    p.add_argument("--k-log2", type=int, default=0, metavar="K",
                    help="divide the loss by 2**K and multiply the learning rate by it")
 
 
@@ -42,13 +83,19 @@ def register(subparsers: "argparse._SubParsersAction") -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Train, print progress and the side-by-side table, write the figure if asked."""
-    os.environ.setdefault("GLOG_minloglevel", "2")  # Paddle's C++ INFO lines are noise here
+    quiet_frameworks()  # before any framework is imported
+    policy = Policy.from_file(args.policy) if args.policy else DEMO_POLICY
+    frameworks = ("mxnet", "paddle") if args.framework == "both" else (args.framework,)
+    require(["sklearn"] + (["matplotlib"] if args.plot else []), "demo")
+    for fw in ("mxnet", "paddle"):  # a policy file drives both: a misspelt name is an error
+        policy.validate_for(fw)
+    for fw in frameworks:
+        if fw != "numpy":
+            require([fw], fw)
     from .data import digits_data
     from .table import format_table
     from .trainers import train
 
-    policy = Policy.from_file(args.policy) if args.policy else DEMO_POLICY
-    frameworks = ("mxnet", "paddle") if args.framework == "both" else (args.framework,)
     k = 2.0**args.k_log2
     data = digits_data(args.steps)
     every = max(1, args.steps // 5)
@@ -79,11 +126,12 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python -m amp_demo [options]``: the demo without the core's CLI (same options)."""
-    parser = argparse.ArgumentParser(prog="python -m amp_demo", description=HELP)
+    prog = "python -m amp_demo"
+    parser = Parser(prog=prog, command=prog, description=HELP, formatter_class=HelpFormatter)
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:
         return run(args)
-    except AmpConfigError as e:
+    except (AmpConfigError, OSError) as e:
         print(f"{parser.prog}: error: {e}", file=sys.stderr)
         return 2

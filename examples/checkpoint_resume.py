@@ -16,12 +16,16 @@ had never stopped (same scales, same skipped steps, same weights).
 import argparse
 import sys
 
-import mxnet as mx
-import numpy as np
-from mxnet import autograd, gluon
+from amp_adapters.quiet import quiet_frameworks
 
-import mxnet_amp as amp
-from amp_adapters import CheckpointError, DynamicLossScale
+quiet_frameworks()  # framework log noise off: glog INFO lines, "Cannot decide type", ...
+
+import mxnet as mx  # noqa: E402
+import numpy as np  # noqa: E402
+from mxnet import autograd, gluon  # noqa: E402
+
+import mxnet_amp as amp  # noqa: E402
+from amp_adapters import CheckpointError, DynamicLossScale  # noqa: E402
 
 STEPS = 40
 
@@ -56,9 +60,12 @@ def train(net, trainer, first, last, folder=None, every=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n".join(__doc__.splitlines()[8:]))
     parser.add_argument("command", choices=("save", "resume", "full", "run"))
-    parser.add_argument("folder", nargs="?", help="the checkpoint folder (save, resume, run)")
+    parser.add_argument("folder", nargs="?", metavar="DIR",
+                        help="the checkpoint folder (save, resume, run)")
     args = parser.parse_args(argv)
     if args.command != "full" and not args.folder:
         parser.error(f"{args.command} needs the checkpoint folder: "

@@ -6,11 +6,15 @@ Clipping the *scaled* gradients would clip at max_norm * scale, i.e. not at all.
 
     python examples/gluon_clipping.py
 """
-import mxnet as mx
-from mxnet import autograd, gluon
+from amp_adapters.quiet import quiet_frameworks
 
-import mxnet_amp as amp
-from amp_adapters import DynamicLossScale
+quiet_frameworks()  # framework log noise off: glog INFO lines, "Cannot decide type", ...
+
+import mxnet as mx  # noqa: E402
+from mxnet import autograd, gluon  # noqa: E402
+
+import mxnet_amp as amp  # noqa: E402
+from amp_adapters import DynamicLossScale  # noqa: E402
 
 amp.init(policy="O1", emulate=True)  # emulated fp16 on a CPU
 net = gluon.nn.Dense(1, in_units=8)

@@ -9,12 +9,16 @@ mxnet.contrib.amp crashes there: "FP16 gemm on cpu not implemented").
 import argparse
 import os
 
-import mxnet as mx
-import numpy as np
-from mxnet import autograd, gluon
-from sklearn.datasets import load_digits
+from amp_adapters.quiet import quiet_frameworks
 
-import mxnet_amp as amp
+quiet_frameworks()  # framework log noise off: glog INFO lines, "Cannot decide type", ...
+
+import mxnet as mx  # noqa: E402
+import numpy as np  # noqa: E402
+from mxnet import autograd, gluon  # noqa: E402
+from sklearn.datasets import load_digits  # noqa: E402
+
+import mxnet_amp as amp  # noqa: E402
 
 
 def train(hybridize: bool, steps: int = 300) -> float:

@@ -10,6 +10,10 @@ import os
 
 os.environ.setdefault("FLAGS_enable_pir_api", "0")  # Paddle 3.x: the legacy program IR
 
+from amp_adapters.quiet import quiet_frameworks
+
+quiet_frameworks()  # framework log noise off: glog INFO lines, "Cannot decide type", ...
+
 import numpy as np  # noqa: E402
 import paddle  # noqa: E402
 from sklearn.datasets import load_digits  # noqa: E402

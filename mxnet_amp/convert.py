@@ -9,6 +9,7 @@ are cast inside the graph, once per dtype.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Optional, Sequence
 
 import mxnet as mx
@@ -80,7 +81,9 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
     converted = convert_symbol(sym, target_dtype, target_dtype_ops, fp32_ops,
                                conditional_fp32_ops, excluded_sym_names,
                                cast_optional_params=cast_optional_params, ctx=ctx, **kw)
-    ret = SymbolBlock(converted, inputs)
+    with warnings.catch_warnings():  # the data inputs have no dtype until called: MXNet's
+        warnings.filterwarnings("ignore", message="Cannot decide type")  # noise, not the user's
+        ret = SymbolBlock(converted, inputs)
     params = {name: p._reduce() for name, p in block.collect_params().items()}
     ret.collect_params().load_dict(params, ctx=ctx)
     return ret

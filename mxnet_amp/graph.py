@@ -129,7 +129,7 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: m
             d = _plan(n, [dtype.get(e) for e in ins], policy, kernels,
                       force_fp32="excluded by the caller" if n.name in excluded else None)
             if d.emulated or d.fell_back:
-                log_fallback(n.op, ctx, d.reason)
+                log_fallback(n.op, ctx, d)
             for i, (target, rnd) in enumerate(zip(d.casts, d.round_inputs)):
                 if rnd:
                     ins[i] = cast_entry(cast_entry(ins[i], d.low_dtype), "float32")

@@ -10,16 +10,19 @@ waits on its result: one host sync per op per device type, once per process.
 from __future__ import annotations
 
 import collections.abc
-import logging
-from typing import Callable, Iterator
+import contextlib
+import os
+import sys
+from typing import Callable, Iterator, Sequence
 
 import mxnet as mx
 from mxnet import autograd
 from mxnet import ndarray as nd
 
-from ._mx import cast, unpatched
+from amp_adapters import OpDecision
+from amp_adapters.fallback import FallbackNotices
 
-logger = logging.getLogger("mxnet_amp")
+from ._mx import cast, unpatched
 
 _Make = Callable[..., "nd.NDArray"]
 
@@ -67,11 +70,27 @@ def _generic(op: str) -> Callable[[_Make], object]:
     return call
 
 
+@contextlib.contextmanager
+def _stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 to /dev/null: a probe that fails is the expected answer, and MXNet's
+    C++ logs it there ("could not create a primitive descriptor iterator", oneDNN's words,
+    or "MXNET_SAFE_ACCUMULATION=1 is recommended"), which tells a user nothing."""
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
 def _runs(recipe: Callable[[_Make], object], ctx: mx.Context, dtype: str) -> bool:
     def make(*shape: int) -> nd.NDArray:
         return cast(nd.ones(shape, ctx=ctx), dtype)
     try:
-        with unpatched(), autograd.pause(), ctx:
+        with unpatched(), autograd.pause(), ctx, _stderr_silenced():
             out = recipe(make)
             for o in out if isinstance(out, (list, tuple)) else [out]:
                 o.wait_to_read()  # host sync: errors surface here, once per op
@@ -116,17 +135,21 @@ class KernelSet(collections.abc.Set):
         return sum(1 for _ in self)
 
 
-_logged: set[tuple[str, str]] = set()
+_notices = FallbackNotices("mxnet_amp")
 
 
-def log_fallback(op: str, ctx: mx.Context, reason: str) -> None:
-    """Log, once per op and device type, that ``op`` does not run in low precision here."""
-    key = (op, ctx.device_type)
-    if key not in _logged:
-        _logged.add(key)
-        logger.warning("%s on %s: %s", op, ctx, reason)
+def log_fallback(op: str, ctx: mx.Context, decision: OpDecision) -> None:
+    """Warn, once per op and device type, that ``op`` runs in float32 for lack of a kernel
+    (INFO when it is emulated)."""
+    _notices.note(op, str(ctx), decision)
+
+
+def summarize_fallbacks(what: str, decisions: Sequence[OpDecision], ctx: mx.Context) -> None:
+    """One line about a model: ops in the low dtype, in float32 and why (when any lacks a
+    kernel here; see ``amp_adapters.fallback.summary``)."""
+    _notices.summarize(what, decisions, str(ctx))
 
 
 def forget_fallback_logs() -> None:
     """Let the next ``init`` log its fallbacks again (called by ``reset``)."""
-    _logged.clear()
+    _notices.forget()

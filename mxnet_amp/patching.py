@@ -233,7 +233,7 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
         d = plan_op(policy, "mxnet", op, dtypes, lowp_kernels=KernelSet(ctx, policy.dtype),
                     attrs=attrs, input_names=names)
         if d.emulated or d.fell_back:
-            log_fallback(op, ctx, d.reason)
+            log_fallback(op, ctx, d)
         if len(memo) >= _MEMO_LIMIT:
             memo.clear()
         value = (d, d.needs_action)
@@ -319,16 +319,21 @@ _trace = _Trace()
 
 
 def _traced_graph(get_graph: Callable) -> Callable:
-    """``HybridBlock._get_graph`` with a parameter-cast cache for the one graph it traces."""
+    """``HybridBlock._get_graph`` with a parameter-cast cache for the one graph it traces;
+    after the trace, one log line about the model: how many ops run in the low dtype, how
+    many stay float32 and why (from its cast report, ``report.summarize_block``)."""
     @functools.wraps(get_graph)
     def traced(block: Any, *args: Any) -> Any:
         if block._cached_graph or _trace.casts is not None:
             return get_graph(block, *args)
         _trace.casts = {}
         try:
-            return get_graph(block, *args)
+            out = get_graph(block, *args)
         finally:
             _trace.casts = None
+        from .report import summarize_block  # report imports this module
+        summarize_block(block)
+        return out
     traced.__amp_original__ = get_graph  # type: ignore[attr-defined]
     return traced
 

@@ -2,18 +2,24 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import logging
 from typing import Any, Optional
 
 import mxnet as mx
 from mxnet.gluon import HybridBlock
 
 from amp_adapters import CastReport, Policy
+from amp_adapters.report import GraphCasts
 
 from ._mx import dtype_name
 from .config import PolicyLike, as_policy
 from .graph import plan_graph
+from .kernels import summarize_fallbacks
 from .patching import active_policy
 from .traced import traced_without_amp
+
+logger = logging.getLogger("mxnet_amp")
 
 
 def block_graph(block: Any) -> tuple[list, mx.sym.Symbol]:
@@ -24,6 +30,15 @@ def block_graph(block: Any) -> tuple[list, mx.sym.Symbol]:
         raise RuntimeError("the block has no traced graph yet: call block.hybridize() and run "
                            "one forward pass first")
     return block._cached_graph
+
+
+def graph_casts(sym: mx.sym.Symbol) -> GraphCasts:
+    """The ``amp_cast`` / ``amp_multicast`` nodes of a traced graph (emulation's included)."""
+    nodes = json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
+    return GraphCasts.count(
+        (nodes[n["inputs"][0][0]]["name"], n["name"],
+         n.get("attrs", {}).get("dtype") if n["op"] == "amp_cast" else None)
+        for n in nodes if n["op"] in ("amp_cast", "amp_multicast"))
 
 
 def block_context(block: HybridBlock) -> mx.Context:
@@ -39,7 +54,8 @@ def cast_report(block: HybridBlock, *, policy: Optional[PolicyLike] = None,
 
     Uses the policy of ``init`` unless ``policy`` is given, the block's context
     unless ``ctx`` is, and ``input_dtype`` for the data inputs. An op that stays
-    float32 for lack of a kernel, or is emulated, says so in its ``reason``.
+    float32 for lack of a kernel, or is emulated, says so in its ``reason``. The casts
+    are counted in the traced graph, the one that runs (``GraphCasts``).
     """
     chosen = as_policy(policy) if policy is not None else active_policy()
     if chosen is None:
@@ -54,5 +70,22 @@ def cast_report(block: HybridBlock, *, policy: Optional[PolicyLike] = None,
         plan = [dataclasses.replace(d, reason="traced before mxnet_amp.init(): the cached "
                                               "graph has no AMP casts (hybridize again)")
                 for d in plan]
-    return CastReport("mxnet", tuple(plan))
+    return CastReport("mxnet", tuple(plan), graph_casts(sym))
 
+
+
+def summarize_block(block: HybridBlock) -> None:
+    """After ``init``'s policy traced ``block``: the summary line of its cast report (one per
+    model; nothing when every op planned low precision has its kernel here). A graph the
+    report cannot plan costs the line, never the forward pass that traced it."""
+    policy = active_policy()
+    if policy is None or not policy.enabled:
+        return
+    ctx = block_context(block)
+    try:
+        report = cast_report(block, policy=policy, ctx=ctx)
+    except (mx.base.MXNetError, KeyError, ValueError, TypeError, RuntimeError) as e:
+        logger.info("mxnet_amp: block %s: no summary (%s: %s)", block.name, type(e).__name__, e)
+        return
+    summarize_fallbacks(f"mxnet_amp: block {block.name} ({type(block).__name__})",
+                        report.decisions, ctx)

@@ -26,6 +26,7 @@ Files:
     checkpoint.py the wrapper's save_checkpoint / load_checkpoint: persistables, step
     kernels.py    which ops have a low-precision kernel on the device used
     env.py        Paddle glue: static/legacy-IR checks, dtype of a var, device
+    report.py     the forward casts of a program, counted for cast_report
 """
 from amp_adapters import CastReport, OverflowGuardError, Policy
 

@@ -6,6 +6,7 @@ true skip on overflow for every optimizer, and the core's state machine.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import weakref
 from typing import Optional
@@ -23,6 +24,7 @@ from . import checkpoint
 from .env import current_device, require_legacy_static
 from .kernels import lowp_kernels
 from .lists import check_lists
+from .report import program_casts
 from .rewrite import Rewriter
 from .scaling import LossScaling, resolve_ring_id
 
@@ -40,12 +42,14 @@ _OLD_DEFAULTS = dict(init_loss_scaling=2.0**15, incr_every_n_steps=1000,
 
 
 def cast_report(program) -> CastReport:
-    """The cast decisions applied to ``program`` (after ``minimize``/``backward``)."""
+    """The cast decisions applied to ``program`` (after ``minimize``/``backward``), with the
+    forward casts counted in the program as it is now (``program_casts``)."""
     try:
-        return _REPORTS[program]
+        report = _REPORTS[program]
     except KeyError:
         raise ValueError("this program was not rewritten by paddle_amp: call minimize() or "
                          "backward() of a paddle_amp-decorated optimizer on it first") from None
+    return dataclasses.replace(report, graph_casts=program_casts(program))
 
 
 class OptimizerWithMixedPrecision:

@@ -27,7 +27,6 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import dataclasses
-import logging
 from typing import AbstractSet, Any, Iterator, Optional
 
 from paddle.base import core, framework, unique_name
@@ -35,10 +34,11 @@ from paddle.base import core, framework, unique_name
 from amp_adapters import CastReport, OpDecision, Policy, plan_op
 from amp_adapters.dtypes import LOW_DTYPES as _LOW
 from amp_adapters.dtypes import SHORT_NAMES as _SHORT
+from amp_adapters.fallback import FallbackNotices
 
 from .env import VARTYPE_OF, dtype_name
 
-logger = logging.getLogger("paddle_amp")
+_DEVICE = "this device"  # the kernels set was probed on the place the program will run on
 
 # The native fp16_guard name scope: code written for the native guard works unchanged.
 GUARD_PATTERN = "__use_fp16__"
@@ -121,7 +121,7 @@ class Rewriter:
     black_varnames: AbstractSet[str] = frozenset()
 
     def __post_init__(self) -> None:
-        self._logged: set[str] = set()
+        self._notices = FallbackNotices("paddle_amp")  # each op type warns once per decorate
 
     # -- decisions ---------------------------------------------------------------------------
 
@@ -139,9 +139,7 @@ class Rewriter:
         decision = plan_op(self.policy, "paddle", op.type, dtypes, lowp_kernels=self.kernels,
                            attrs=_OpAttrs(op), force_fp32=force_fp32 or self._forced_fp32(op),
                            input_names=[slot for slot, _ in slots])
-        if (decision.emulated or decision.fell_back) and op.type not in self._logged:
-            self._logged.add(op.type)  # once per op type and program
-            logger.info("%s: %s", op.type, decision.reason)
+        self._notices.note(op.type, _DEVICE, decision)
         return decision
 
     # -- rewrite ------------------------------------------------------------------------------
@@ -210,6 +208,7 @@ class Rewriter:
                         i = self._rename_in(block, i, op, name, self._round(block, i, name, role))
             i = self._outputs(block, i, op, d, role)
             i += 1
+        self._notices.summarize("paddle_amp: program", decisions, _DEVICE)
         return CastReport("paddle", tuple(decisions))
 
     def _control_flow(self, block, i: int, op, decisions: list) -> int:

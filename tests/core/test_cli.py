@@ -1,9 +1,19 @@
 """The amp-adapters command, run as a user runs it (a subprocess of the console script)."""
+import argparse
 import os
 import subprocess
 import sys
 
-from amp_adapters.cli import main
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import amp_adapters
+from amp_adapters import AmpConfigError
+from amp_adapters.cli import _attr, main
+from amp_demo import command
+
+DEMO = {"demo": command.register}  # the subcommand amp_demo installs (entry point)
 
 EXE = os.path.join(os.path.dirname(sys.executable), "amp-adapters")
 
@@ -49,3 +59,116 @@ def test_bad_policy_file_is_a_clean_error(tmp_path):
     path.write_text("levl = 'O1'")
     r = run("lists", "--framework", "mxnet", "--policy", str(path))
     assert r.returncode == 2 and "'levl'" in r.stderr and "Traceback" not in r.stderr
+
+
+# -- user errors: one line, exit 2, no traceback, before any training -------------------------
+
+USER_ERRORS = {
+    "attr without =": (["explain", "Activation", "--framework", "mxnet", "--attr", "act_type"],
+                       "--attr"),
+    "zero steps": (["demo", "--steps", "0"], "--steps"),
+    "negative steps": (["demo", "--steps", "-5"], "--steps"),
+    "steps not a number": (["demo", "--steps", "ten"], "--steps"),
+    "plot in a missing directory": (["demo", "--plot", "nodir/x.png"], "does not exist"),
+    "plot not an image": (["demo", "--plot", "x.txt"], ".png"),
+    "missing policy file": (["lists", "--framework", "mxnet", "--policy", "BADFILE"],
+                            "'BADFILE' does not exist"),
+    "policy is a directory": (["lists", "--framework", "mxnet", "--policy", "."], "directory"),
+    "missing --framework": (["lists"], "--framework"),
+    "unknown command": (["bogus"], "bogus"),
+    "unknown framework": (["lists", "--framework", "torch"], "torch"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(USER_ERRORS))
+def test_user_errors_are_one_line_and_exit_2(case, tmp_path, capsys):
+    argv, needle = USER_ERRORS[case]
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # relative paths resolve in an empty directory
+    try:
+        with pytest.raises(SystemExit) as exc:
+            raise SystemExit(main(argv, commands=DEMO))
+    finally:
+        os.chdir(cwd)
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert err.startswith("amp-adapters: error: ") and err.count("\n") == 1, err
+    assert needle in err and "Traceback" not in err
+
+
+def test_user_errors_are_caught_before_training(tmp_path, capsys):
+    """A bad --plot or policy is refused before the first step (nothing printed on stdout:
+    no progress line, no table), not after 800 training steps."""
+    policy = tmp_path / "p.toml"
+    policy.write_text('[ops.paddle]\nfp32 = ["matmul_v3"]\n')
+    for argv in (["demo", "--plot", str(tmp_path / "nodir" / "x.png")],
+                 ["demo", "--framework", "numpy", "--policy", str(policy)]):
+        with pytest.raises(SystemExit) as exc:
+            raise SystemExit(main(argv, commands=DEMO))
+        out, err = capsys.readouterr()
+        assert exc.value.code == 2 and out == "" and err.startswith("amp-adapters: error:")
+
+
+def test_misspelt_framework_op_in_a_policy_for_lists(tmp_path, capsys):
+    """`lists` checks a policy's framework op names like `explain` checks its op, for both
+    frameworks' sections, whichever --framework is listed."""
+    path = tmp_path / "p.toml"
+    path.write_text('[ops.mxnet]\nfp32 = ["FullyConected"]\n')
+    assert main(["lists", "--framework", "paddle", "--policy", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown op 'FullyConected'" in err and "'FullyConnected'" in err
+
+
+@given(text=st.text(alphabet="ab=_1", max_size=8))
+@settings(max_examples=60, derandomize=True, deadline=None)
+def test_attr_parser_accepts_exactly_key_equals_value(text):
+    key, eq, value = text.partition("=")
+    if eq and key:
+        assert _attr(text) == (key, value)
+    else:
+        with pytest.raises(argparse.ArgumentTypeError, match="KEY=VALUE"):
+            _attr(text)
+
+
+def test_version():
+    r = run("--version")
+    assert r.returncode == 0 and r.stdout.strip() == f"amp-adapters {amp_adapters.__version__}"
+
+
+def test_help_is_plain_text_with_defaults(capsys):
+    for argv in (["--help"], ["demo", "--help"], ["explain", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv, commands=DEMO)
+        out = capsys.readouterr().out
+        assert "``" not in out and "(default: None)" not in out
+        if argv[0] == "demo":
+            assert "(default: 800)" in out and "(default: both)" in out
+        if argv[0] == "explain":
+            assert "(default: float16)" in out
+
+
+def test_lists_shows_conditional_rules(tmp_path, capsys):
+    path = tmp_path / "p.toml"
+    path.write_text('[ops.mxnet]\nconditional_fp32 = [{ op = "LeakyReLU", attr = "act_type", '
+                    'values = ["gelu"] }]\n')
+    assert main(["lists", "--framework", "mxnet", "--policy", str(path)]) == 0
+    rules = capsys.readouterr().out.split("[conditional]")[1]
+    assert "Activation act_type=softrelu -> fp32  (softplus)" in rules
+    assert "Activation act_type=relu -> follow  (relu)" in rules
+    assert "LeakyReLU act_type=gelu -> fp32" in rules  # the policy's own rule wins
+
+
+def test_demo_names_a_missing_dependency_and_its_extra():
+    """Without a framework or scikit-learn, one line says which extra to install (the test
+    environments have them all, so the check runs on a module name that does not exist)."""
+    with pytest.raises(AmpConfigError, match=r'no_such_module not installed: pip install '
+                                             r'"amp-adapters\[demo\]"'):
+        command.require(["no_such_module"], "demo")
+
+
+def test_python_m_amp_demo_errors_are_one_line_too(capsys):
+    with pytest.raises(SystemExit) as exc:
+        command.main(["--steps", "-5"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and err.count("\n") == 1
+    assert err.startswith("python -m amp_demo: error: argument --steps")

@@ -1,5 +1,9 @@
 """Cast reports: formatting, counting, and cross-framework comparison."""
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from amp_adapters import CastReport, Policy, compare, plan_op
+from amp_adapters.report import GraphCasts
 
 O1 = Policy.preset("O1")
 
@@ -14,11 +18,50 @@ PD = report("paddle", [("matmul_v2", ("float32", "float32")), ("softmax", ("floa
                        ("elementwise_add", ("float16", "float16"))])
 
 
-def test_format_lists_every_op_with_its_columns():
+def test_format_lists_every_op_with_its_columns_and_reason():
     text = MX.format()
-    assert text.splitlines()[0] == "mxnet: 3 ops, 3 casts"
+    assert text.splitlines()[0] == "mxnet: 3 ops, 3 casts planned"  # no graph: planned casts
     row = next(line for line in text.splitlines() if line.startswith("FullyConnected"))
-    assert row.split() == ["FullyConnected", "linear", "lower", "float32,float32", "float16", "2"]
+    assert row.split()[:6] == ["FullyConnected", "linear", "lower", "float32,float32", "float16",
+                               "2"]
+    assert row.endswith("canonical op 'linear' is lower by default for float16")  # the why
+
+
+def test_print_is_the_table():
+    assert str(MX) == MX.format() and "CastReport(" not in str(MX)
+    assert text_columns(str(MX)) == ["op", "canonical", "category", "inputs", "runs in", "casts",
+                                     "why"]
+
+
+def text_columns(text):
+    header = text.splitlines()[1]
+    return [c.strip() for c in header.split("  ") if c.strip()]
+
+
+def test_graph_casts_are_the_count_and_round_trips_are_labelled():
+    emulate = Policy.preset("O1", emulate=True)
+    d = plan_op(emulate, "paddle", "mul", ("float32", "float32"), lowp_kernels=frozenset())
+    # x -> fp16 -> fp32 (a round trip), w -> fp16 -> fp32, out -> fp16 -> fp32, and one real cast
+    casts = [("x", "x.h", "float16"), ("x.h", "x.r", "float32"), ("w", "w.h", "float16"),
+             ("w.h", "w.r", "float32"), ("o", "o.h", "float16"), ("o.h", "o.r", "float32"),
+             ("z", "z.h", "float16")]
+    g = GraphCasts.count(casts)
+    assert (g.total, g.round_trips) == (7, 6)
+    r = CastReport("paddle", (d,), g)
+    assert r.num_casts == 7 and r.planned_casts == 0
+    assert str(r).splitlines()[0] == ("paddle: 1 ops, 7 casts in the forward graph (6 of them "
+                                      "emulation's round trips through float16)")
+
+
+@given(st.lists(st.tuples(st.sampled_from("abcdef"), st.sampled_from("abcdef"),
+                          st.sampled_from(["float16", "bfloat16", "float32", None])),
+                max_size=8))
+@settings(max_examples=80, derandomize=True, deadline=None)
+def test_round_trips_never_exceed_the_casts(casts):
+    g = GraphCasts.count(casts)
+    assert 0 <= g.round_trips <= g.total == len(casts)
+    if not any(to == "float32" for _, _, to in casts):
+        assert g.round_trips == 0
 
 
 def test_compare_flags_ops_missing_on_one_side():

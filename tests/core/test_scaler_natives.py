@@ -28,6 +28,10 @@ import pytest  # noqa: E402
 from amp_adapters import DynamicLossScale  # noqa: E402
 
 F32_MAX = float(np.finfo(np.float32).max)
+# `make test` installs no torch (from PyPI it is the CUDA build, gigabytes); .ci/run adds the CPU
+# wheel. Elsewhere: pip install torch --index-url https://download.pytorch.org/whl/cpu
+NO_TORCH = ("torch oracle: no torch installed (make test never installs it; .ci/run installs "
+            "the CPU wheel, or pip install torch from PyTorch's CPU index)")
 
 
 def f32(x):
@@ -253,7 +257,7 @@ TORCH_CASES = [
 @pytest.mark.parametrize("init,growth,backoff,interval", TORCH_CASES)
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_torch_amp_update_scale_kernel(init, growth, backoff, interval, seed):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=NO_TORCH)
     flags = overflow_sequence(seed, 500)
     scales = run_torch_kernel(torch, init, growth, backoff, interval, flags)
     assert_moves_both_ways(scales, init)
@@ -263,13 +267,13 @@ def test_torch_amp_update_scale_kernel(init, growth, backoff, interval, seed):
 
 @pytest.mark.parametrize("growth,backoff", [(1.5, 0.8), (1.1, 0.9), (3.0, 0.7)])
 def test_torch_kernel_non_dyadic_factors(growth, backoff):
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=NO_TORCH)
     run_torch_kernel(torch, 1000.0, growth, backoff, 3, overflow_sequence(3, 500))
 
 
 def test_torch_non_dyadic_factor_single_step():
     """torch rounds the double product scale * factor once; so must from_torch."""
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=NO_TORCH)
     scale, tracker = torch.full((1,), 9.0), torch.zeros((1,), dtype=torch.int32)
     native, _ = torch_update_scale(torch, scale, tracker, True, 2.0, 0.8, 2000)
     assert native == f32(9.0 * 0.8) == 7.199999809265137
@@ -289,14 +293,14 @@ def test_golden_trace_core():
 
 
 def test_golden_trace_torch():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=NO_TORCH)
     scale, tracker = torch.full((1,), 8.0), torch.zeros((1,), dtype=torch.int32)
     got = [torch_update_scale(torch, scale, tracker, f, 2.0, 0.5, 3) for f, _, _ in GOLDEN]
     assert got == [(s, t) for _, s, t in GOLDEN]
 
 
 def test_torch_growth_stops_below_float32_overflow():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=NO_TORCH)
     for init in (2.0**126, 2.0**127, F32_MAX):
         flags = [False] * 10 + [True] + [False] * 9
         scales = run_torch_kernel(torch, init, 2.0, 0.5, 3, flags)
@@ -308,7 +312,7 @@ def test_torch_growth_stops_below_float32_overflow():
     (2.0**16, 2.0, 0.5, 3, 0), (32.0, 2.0, 0.5, 5, 1), (512.0, 4.0, 0.25, 4, 2)])
 def test_torch_gradscaler_with_sgd(init, growth, backoff, interval, seed):
     """A real GradScaler on CPU: scale(loss).backward(), step(opt), update()."""
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason=NO_TORCH)
     torch.manual_seed(0)
     w = torch.nn.Parameter(torch.tensor([1.0]))
     opt = torch.optim.SGD([w], lr=1e-6)

@@ -69,3 +69,16 @@ def test_checkpoint_resume_run_resumes_where_it_stopped(tmp_path):
     resumed = run("checkpoint_resume.py", "run", str(tmp_path / "b"))
     assert "resuming after step 20" in resumed
     assert resumed.strip().splitlines()[-1] == full.strip().splitlines()[-1]
+
+
+def test_examples_turn_the_frameworks_log_noise_off(tmp_path):
+    """Run as a user runs it (no GLOG_minloglevel in the environment): no glog INFO lines
+    ("I1123 ... New Executor is Running"), no oneDNN probe lines, no "No ccache found"."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GLOG_", "FLAGS_call"))}
+    env["FLAGS_enable_pir_api"] = "0"
+    r = subprocess.run([sys.executable, os.path.join(EXAMPLES, "paddle_static.py")],
+                       capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert not re.search(r"^[IW]\d{4} ", r.stderr, re.M), r.stderr[-3000:]
+    for noise in ("New Executor", "No ccache found", "primitive descriptor", "Cannot decide"):
+        assert noise not in r.stderr
