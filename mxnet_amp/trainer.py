@@ -64,6 +64,7 @@ class AmpTrainerState:
         def _allreduce_grads() -> None:
             if not trainer._distributed:
                 if not self._checked_found_inf():  # never push an overflow into the kvstore
+                    self._apply_pre_unscale()  # before a kvstore-side optimizer sees them
                     allreduce()
                 return
             if trainer._update_on_kvstore:
@@ -82,6 +83,7 @@ class AmpTrainerState:
         self.nonfinite_params: list[str] = []
         self.stage = Stage.READY
         self._found_inf: Optional[bool] = None  # this step's answer, once computed
+        self._pre_unscale = 1.0  # a part of 1/scale applied to the gradients (huge scales)
         self._window: Optional[SkipWindow] = SkipWindow.at(loss_scale.state)
         self.trainer._scale = self.original_scale
 
@@ -99,8 +101,18 @@ class AmpTrainerState:
         self.nonfinite_params = []
         self.stage = Stage.SCALED
         scale = self.state.scale
-        self.trainer._scale = self.original_scale / scale
+        # MXNet's optimizers refuse a rescale_grad below float32's normal range, so a scale
+        # above 2**64 is unscaled in two exact power-of-two parts: 2**-64 on the gradients
+        # (one extra pass, only then) and the rest through rescale_grad as usual.
+        self._pre_unscale = _SPLIT_UNSCALE if scale > 1 / _SPLIT_UNSCALE else 1.0
+        self.trainer._scale = self.original_scale / (scale * self._pre_unscale)
         return scale
+
+    def _apply_pre_unscale(self) -> None:
+        """Multiply the gradients by the split-off part of 1/scale, once (see begin_step)."""
+        if self._pre_unscale != 1.0:
+            _multiply_grads(self.trainer, self._pre_unscale)
+            self._pre_unscale = 1.0
 
     def _checked_found_inf(self) -> bool:
         """Whether this step overflowed; checks once per step (one host sync)."""
@@ -118,6 +130,9 @@ class AmpTrainerState:
         when the scale collapsed to 0/a denormal, or on too many skips in a window.
         """
         found_inf = self._checked_found_inf()
+        if not found_inf:
+            self._apply_pre_unscale()
+        self._pre_unscale = 1.0
         self.state = self.state.adjust(found_inf)
         self.last_step_skipped = found_inf
         self._found_inf = None
@@ -126,6 +141,18 @@ class AmpTrainerState:
         self._window = check_guard(self.state.config, self.state.state, self.nonfinite_params,
                                    self._window)
         return found_inf
+
+
+_SPLIT_UNSCALE = 2.0**-64
+
+
+def _multiply_grads(trainer: Trainer, factor: float) -> None:
+    """Every gradient on every device times ``factor``, in place (no host sync)."""
+    with unpatched():
+        for p in trainer._params:
+            if p.grad_req != "null" and p._grad is not None:
+                for g in p.list_grad():
+                    g *= factor
 
 
 def _amp(trainer: Any) -> AmpTrainerState:
@@ -203,11 +230,9 @@ def unscale(trainer: Trainer) -> None:
                                "trainer.step()"}[amp.stage]
         raise RuntimeError(f"unscale(trainer) called in stage {amp.stage.value}: {what}")
     factor = trainer._scale / amp.original_scale
-    with unpatched():
-        for p in trainer._params:
-            if factor != 1 and p.grad_req != "null" and p._grad is not None:
-                for g in p.list_grad():
-                    g *= factor
+    if factor != 1:
+        _multiply_grads(trainer, factor)
+    amp._apply_pre_unscale()
     trainer._scale = amp.original_scale
     amp.stage = Stage.UNSCALED
 

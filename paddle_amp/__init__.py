@@ -1,9 +1,10 @@
-"""paddle_amp: ``paddle.static.amp.decorate`` for legacy static programs, on the shared core.
+"""paddle_amp: ``paddle.static.amp.decorate`` for static programs, on the shared core.
 
 Every precision decision comes from ``amp_adapters.plan_op`` and every
 loss-scale move equals ``DynamicLossScale.adjust``; this package only
-translates them into program ops. Works on Paddle 2.6.2 and 3.3.1 with the
-legacy program IR (``FLAGS_enable_pir_api=0``).
+translates them into program ops. Works on Paddle 2.6.2 (legacy program IR)
+and Paddle 3.x in either IR: PIR (the default) or the legacy IR
+(``FLAGS_enable_pir_api=0``), chosen by the program's own IR.
 
     opt = paddle_amp.decorate(paddle.optimizer.Adam(1e-3))   # native arguments work too
     opt.minimize(loss)
@@ -25,14 +26,19 @@ Files:
     collective.py found_inf all-reduced over data-parallel workers
     checkpoint.py the wrapper's save_checkpoint / load_checkpoint: persistables, step
     kernels.py    which ops have a low-precision kernel on the device used
-    env.py        Paddle glue: static/legacy-IR checks, dtype of a var, device
+    env.py        Paddle glue: static check, the program's IR, dtype names, device
     report.py     the forward casts of a program, counted for cast_report
+    opnames.py    PIR op and operand names -> the legacy names the op tables use
+    pir_rewrite.py  the same rewrite on PIR programs (combine and attribute operands)
+    pir_scaling.py  loss scaling as PIR ops: the core's update, the true skip via pd_op.if
+    pir_ops.py    the core's update vocabulary (ArrayOps) as PIR ops
+    pir_guard.py  fp16_guard on both IRs (PIR: records the ops built inside)
 """
 from amp_adapters import CastReport, OverflowGuardError, Policy
 
 from .decorator import OptimizerWithMixedPrecision, cast_report, decorate
 from .lists import AutoMixedPrecisionLists
-from .rewrite import fp16_guard
+from .pir_guard import fp16_guard
 
 CustomOpLists = AutoMixedPrecisionLists  # the native alias
 

@@ -21,9 +21,11 @@ from amp_adapters.dtypes import LOW_DTYPES, dtype_name, low_dtype
 from amp_adapters.policy import default_loss_scale
 
 from . import checkpoint
-from .env import current_device, require_legacy_static
+from .env import current_device, expected_place, program_ir, require_static
 from .kernels import lowp_kernels
 from .lists import check_lists
+from .pir_rewrite import PirRewriter, value_dtype
+from .pir_scaling import PirLossScaling
 from .report import program_casts
 from .rewrite import Rewriter
 from .scaling import LossScaling, resolve_ring_id
@@ -80,17 +82,20 @@ class OptimizerWithMixedPrecision:
 
     # -- building ---------------------------------------------------------------------------
 
-    def _new_rewriter(self) -> Rewriter:
-        kernels = lowp_kernels(current_device(), self.policy.dtype) \
-            if self.policy.enabled else frozenset()
-        return Rewriter(self.policy, kernels, self._use_guard, self._black_varnames)
+    def _new_rewriter(self, program, kernels=None):
+        """The rewrite for ``program``'s IR (legacy ``Rewriter`` or ``PirRewriter``)."""
+        if kernels is None:
+            kernels = lowp_kernels(current_device(), self.policy.dtype) \
+                if self.policy.enabled else frozenset()
+        cls = PirRewriter if program_ir(program) == "pir" else Rewriter
+        return cls(self.policy, kernels, self._use_guard, self._black_varnames)
 
     def backward(self, loss, startup_program=None, parameter_list=None, no_grad_set=None,
                  callbacks=None):
         """Rewrite ``loss``'s program, scale the loss, append the backward pass.
 
         Returns the (param, scaled grad) list, as the native does."""
-        require_legacy_static("paddle_amp backward()")
+        require_static("paddle_amp backward()")
         if self._train_program is not None:
             raise RuntimeError("this decorated optimizer already built a program; decorate a "
                                "new optimizer for another program")
@@ -103,15 +108,20 @@ class OptimizerWithMixedPrecision:
                 f"{' wrapping the same ' + type(self._optimizer).__name__ if same else ''}: a "
                 f"second one would rewrite it again and apply a second update every step; "
                 f"use one decorated optimizer per program")
-        self._rewriter = self._new_rewriter()
-        with framework.program_guard(program, startup_program):
+        self._rewriter = self._new_rewriter(program)
+        pir = program_ir(program) == "pir"
+        if pir:  # the same state machine, built from PIR ops
+            self._scaling = PirLossScaling(self._scaling.initial,
+                                           self._scaling.found_inf_ring_id)
+        with paddle.static.program_guard(program, startup_program):
             if self.policy.enabled:
                 self._low_params = self._rewriter.low_params(program, self._optimizer.type)
                 self._rewriter.set_low_params(program, self._low_params)
                 _REPORTS[program] = self._rewriter.rewrite(program)
             self._scaling.create_vars()
             block = program.global_block()
-            if loss.dtype != core.VarDesc.VarType.FP32:
+            if (value_dtype(loss) if pir else loss.dtype) not in ("float32",
+                                                                  core.VarDesc.VarType.FP32):
                 loss = loss.astype("float32")
             self._scaled_loss = self._scaling.scale_loss(block, loss)
             params_grads = self._optimizer.backward(self._scaled_loss, startup_program,
@@ -128,7 +138,7 @@ class OptimizerWithMixedPrecision:
 
     def apply_optimize(self, loss, startup_program, params_grads):
         """``apply_gradients`` under ``loss``'s program, as the native does."""
-        with framework.program_guard(loss.block.program, startup_program):
+        with paddle.static.program_guard(loss.block.program, startup_program):
             return self.apply_gradients(params_grads)
 
     def minimize(self, loss, startup_program=None, parameter_list=None, no_grad_set=None):
@@ -157,14 +167,12 @@ class OptimizerWithMixedPrecision:
             tensor = scope.find_var(name).get_tensor()
             if dtype_name(tensor._dtype()) != self.policy.dtype:
                 tensor.set(_to_low(tensor, self.policy.dtype), place)  # not twice: bf16 bits
-        derived = test_program is not None and test_program.global_block().has_var(
-            self._scaling.vars["scale"].name)  # a clone of the decorated program: rewritten
-        if test_program is not None and not derived and (self.policy.level == "O2"
-                                                         or use_fp16_test):
-            rewriter = Rewriter(self.policy, self._rewriter.kernels, self._use_guard,
-                                self._black_varnames)
-            rewriter.set_low_params(test_program, self._low_params)
-            _REPORTS[test_program] = rewriter.rewrite(test_program)
+        if test_program is not None and not _derived(test_program, self._scaling) and (
+                self.policy.level == "O2" or use_fp16_test):
+            rewriter = self._new_rewriter(test_program, self._rewriter.kernels)
+            with paddle.static.program_guard(test_program):
+                rewriter.set_low_params(test_program, self._low_params)
+                _REPORTS[test_program] = rewriter.rewrite(test_program)
 
     def _built(self, what: str) -> LossScaling:
         if not self._scaling.vars:
@@ -203,7 +211,7 @@ class OptimizerWithMixedPrecision:
         this program's, whose constants are in its ops): any problem is an
         ``AmpConfigError`` naming the key and value, and no var of the scope is written."""
         self._built("load_state_dict").write(scope or paddle.static.global_scope(), state_dict,
-                            self._place or framework._current_expected_place())
+                            self._place or expected_place())
 
     def save_checkpoint(self, path, program, scope=None, step: Optional[int] = None):
         """Save ``program``'s persistables from ``scope`` (parameters, optimizer state, the
@@ -231,7 +239,11 @@ class OptimizerWithMixedPrecision:
 
 def _check_loss(loss, parameter_list, no_grad_set) -> "framework.Program":
     """``loss``'s program, after checking that ``backward`` can build on it: a Variable of
-    one element with at least one trainable parameter on its path. Changes nothing."""
+    one element with at least one trainable parameter on its path. Changes nothing.
+    (A PIR value is passed through: these checks read legacy-IR ops.)"""
+    pir_value = getattr(getattr(paddle, "pir", None), "Value", None)
+    if pir_value is not None and isinstance(loss, pir_value):
+        return loss.block.program
     if not isinstance(loss, framework.Variable):
         raise TypeError(f"loss must be a paddle static Variable (the output of the "
                         f"program's loss op), got {type(loss).__name__} {loss!r:.60}")
@@ -256,6 +268,17 @@ def _check_loss(loss, parameter_list, no_grad_set) -> "framework.Program":
     return loss.block.program
 
 
+def _derived(test_program, scaling: LossScaling) -> bool:
+    """True if ``test_program`` is a clone of the decorated program (so already rewritten):
+    it holds the loss-scale state. Under PIR, where ``clone(for_test=True)`` does not exist,
+    that is ``main.clone()``."""
+    name = scaling.vars["scale"].name
+    if program_ir(test_program) == "legacy":
+        return test_program.global_block().has_var(name)
+    return any(op.name() == "pd_op.data" and op.result(0).name == name
+               for op in test_program.global_block().ops)
+
+
 def _to_low(tensor, dtype: str):
     """The fp32 ``tensor`` as a numpy array of ``dtype`` (bf16 as its uint16 bit pattern)."""
     values = np.asarray(tensor, dtype=np.float32)
@@ -278,7 +301,7 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
              use_pure_fp16=None, use_fp16_guard=None, use_bf16=None, *,
              use_amp_guard=None, policy: Optional[Policy] = None, emulate: bool = False,
              found_inf_ring_id=None):
-    """Decorate ``optimizer`` for mixed-precision training of a static (legacy IR) program.
+    """Decorate ``optimizer`` for mixed-precision training of a static program (either IR).
 
     Takes both native argument sets: the new one (``level``, ``dtype``,
     ``master_weight``, ``use_amp_guard``; defaults 2**16, 2000, 1, 2.0, 0.5) and
@@ -302,7 +325,7 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
     all-reduce. ``check_guard`` then raises on every worker at the same step, but
     names only the parameters whose gradients were not finite on that worker.
     """
-    require_legacy_static("paddle_amp.decorate")
+    require_static("paddle_amp.decorate")
     if found_inf_ring_id is not None:
         resolve_ring_id(found_inf_ring_id)  # TypeError now rather than at minimize()
     if not isinstance(optimizer, paddle.optimizer.Optimizer):

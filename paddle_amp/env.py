@@ -1,9 +1,9 @@
-"""Paddle glue shared by the backend: mode checks, dtype names, places.
+"""Paddle glue shared by the backend: mode checks, the program's IR, dtype names, places.
 
-Paddle 2.6.2 and 3.3.1 both keep the legacy program IR that this backend
-rewrites; 3.3.1 builds PIR programs unless ``FLAGS_enable_pir_api=0``. The
-checks here fail early, with the way out in the message, instead of deep in
-the rewrite.
+Paddle 2.6.2 builds legacy programs; Paddle 3.x builds PIR programs unless
+``FLAGS_enable_pir_api=0``. The backend works on both: which rewrite and which
+loss-scaling ops a program gets is decided by the program's own IR
+(``program_ir``), never by a flag the user sets.
 """
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ VarType = core.VarDesc.VarType
 DTYPE_OF = {getattr(VarType, SHORT_NAMES[name].upper()): name for name in FLOAT_DTYPES}
 VARTYPE_OF = {name: vt for vt, name in DTYPE_OF.items()}
 
-
 def dtype_name(var) -> Optional[str]:
     """The floating dtype of a dense-tensor ``var`` as a string, or None (ints, bools, others)."""
     if var is None or var.type != VarType.LOD_TENSOR:
@@ -28,21 +27,25 @@ def dtype_name(var) -> Optional[str]:
     return DTYPE_OF.get(var.dtype)
 
 
-def require_legacy_static(what: str) -> None:
-    """Raise unless Paddle is in static-graph mode on the legacy program IR."""
+def program_ir(program) -> str:
+    """'pir' for a PIR program (Paddle 3's default), else 'legacy'."""
+    pir = getattr(paddle, "pir", None)
+    return "pir" if pir is not None and isinstance(program, getattr(pir, "Program", ())) \
+        else "legacy"
+
+
+def ir() -> str:
+    """The IR new static programs are built in now: 'pir' or 'legacy'."""
+    return "pir" if framework.in_pir_mode() else "legacy"
+
+
+def require_static(what: str) -> None:
+    """Raise unless Paddle is in static-graph mode (either IR)."""
     if paddle.in_dynamic_mode():
         raise RuntimeError(
             f"{what} rewrites static programs, but Paddle is in dynamic (dygraph) mode. "
             f"Call paddle.enable_static() before building the program; for dygraph use "
             f"paddle.amp.auto_cast and paddle.amp.GradScaler.")
-    if framework.in_pir_mode():
-        raise RuntimeError(
-            f"{what} works on the legacy program IR only, and PIR is on "
-            f"(FLAGS_enable_pir_api=1, the default of Paddle 3). Set FLAGS_enable_pir_api=0 in "
-            f"the environment before importing paddle, or build and run the program inside "
-            f"`with paddle.pir_utils.OldIrGuard():` (it calls paddle.framework.set_flags("
-            f"{{'FLAGS_enable_pir_api': 0}}) and switches the IR; set_flags alone does not "
-            f"switch an already imported Paddle 3).")
 
 
 def current_device() -> str:
@@ -52,3 +55,10 @@ def current_device() -> str:
     gpu = isinstance(place, core.CUDAPlace) or (
         isinstance(place, core.Place) and place.is_gpu_place())
     return "GPU" if gpu else "CPU"
+
+
+def expected_place():
+    """The place programs run on (Paddle 3 under PIR reports an undefined place through
+    ``_current_expected_place``; ``_current_expected_place_`` resolves it)."""
+    resolve = getattr(framework, "_current_expected_place_", framework._current_expected_place)
+    return resolve()

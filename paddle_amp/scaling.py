@@ -235,5 +235,7 @@ class LossScaling:
         flags = self.vars.get("grad_finite")
         self._window = scope_state.guard(
             scope, self._names(), self.config,
-            lambda: scope_state.nonfinite_params(scope, flags and flags.name, self.param_names),
+            # `flags and flags.name` would call bool() on a PIR value, which raises
+            lambda: scope_state.nonfinite_params(
+                scope, None if flags is None else flags.name, self.param_names),
             self._window)

@@ -258,3 +258,27 @@ def test_skip_fraction_guard_and_core_config():
                 trainer._params[0].grad()[0] = np.inf
             trainer.step(4)
     assert step == 7
+
+
+@pytest.mark.parametrize("update_on_kvstore", [False, True])
+def test_huge_scales_unscale_in_two_exact_parts(update_on_kvstore):
+    """MXNet parses rescale_grad = 1/(scale * batch) as a normal float32 and fails below
+    that range: a scale of 2**125 is unscaled as 2**-64 on the gradients and the rest
+    through rescale_grad, and the update is the unscaled one, exactly."""
+    w = gluon.Parameter("w", shape=(2,), init=mx.init.One())
+    w.initialize(ctx=CTXS)
+    trainer = gluon.Trainer([w], "sgd", {"learning_rate": 0.5},
+                            update_on_kvstore=update_on_kvstore)
+    amp.init_trainer(trainer, DynamicLossScale.from_torch(2.0**125, growth_interval=100))
+    for step in range(2):
+        for ctx in CTXS:
+            with mx.autograd.record():
+                loss = (w.data(ctx) * mx.nd.array([2.0**-3, 2.0**-4], ctx=ctx)).sum()
+                with amp.scale_loss(loss, trainer) as scaled:
+                    scaled.backward()
+        trainer.step(8)  # rescale_grad would be 2**-128: subnormal
+        assert not amp.last_step_skipped(trainer)
+    expected = 1.0 - 2 * 0.5 * 2 * np.array([2.0**-3, 2.0**-4]) / 8  # two steps, two devices
+    for d in w.list_data():
+        assert d.asnumpy().tolist() == expected.tolist()
+    assert amp.loss_scale(trainer).scale == 2.0**125

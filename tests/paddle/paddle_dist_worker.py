@@ -5,6 +5,7 @@ PADDLE_MASTER / AMP_GLOO_HTTP (all on 127.0.0.1) and $AMP_DIST_OUT, where this w
 
     python paddle_dist_worker.py auto|off STEPS INJECT_STEP
 
+The program is in the IR FLAGS_enable_pir_api selects (the test passes the session's IR).
 Each worker builds the same MLP program with ``paddle_amp.decorate(Momentum)`` (a stateful
 optimizer, so an overflow step runs the true-skip path: the optimizer in a conditional block),
 ``found_inf_ring_id`` left to auto (``auto``: on, ring 0, since PADDLE_TRAINERS_NUM=2) or False
@@ -28,6 +29,8 @@ from paddle.base import core  # noqa: E402
 from paddle.base.framework import OpProtoHolder  # noqa: E402
 
 import paddle_amp  # noqa: E402
+from paddle_amp.env import program_ir  # noqa: E402
+from paddle_amp.opnames import legacy_name  # noqa: E402
 from paddle_helpers import AMP_STATE_PREFIXES, mlp  # noqa: E402
 
 RING = 0
@@ -75,6 +78,33 @@ def init_comm(rank, nranks):
     return store
 
 
+def pir_flag_ops(block):
+    """``flag_ops`` of a PIR block: (the last op of the flag reduction, its op names)."""
+    ops = block.ops
+    at = next(i for i, op in enumerate(ops) if op.name() == "pd_op.check_finite_and_unscale_")
+    out, last = [], ops[at]
+    for op in ops[at + 1:]:
+        if op.name().startswith("builtin."):  # the split of the unscaled-gradients vector
+            continue
+        name = legacy_name(op.name())
+        if name not in FLAG_OPS:
+            break
+        out.append(name + (f":{op.attrs()['reduce_type']}" if name == "all_reduce" else ""))
+        last = op
+    return last, out
+
+
+def pir_insert_grad_allreduce(block, grads, nranks):
+    """``insert_grad_allreduce`` for a PIR block: in-place all-reduce and scale of each
+    gradient right after paddle_amp's check and flag reduction."""
+    last, _ = pir_flag_ops(block)
+    paddle.pir.set_insertion_point_after(last)
+    for g in grads:
+        paddle._C_ops.all_reduce_(g, RING, 0)  # 0 = sum
+        paddle._C_ops.scale_(g, 1.0 / nranks, 0.0, True)
+    paddle.pir.reset_insertion_point_to_end()
+
+
 def flag_ops(block):
     """paddle_amp's ops right after its check (the flag reduction, if any), as "type[:reduce]"."""
     at = next(i for i, op in enumerate(block.ops) if op.type == "check_finite_and_unscale") + 1
@@ -117,6 +147,12 @@ def build(ring_setting, nranks):
         paddle.assign(g0 + inj, g0)  # g + 0 is exact
         opt.apply_optimize(loss, startup, params_grads)
         block = main.global_block()
+        if program_ir(main) == "pir":
+            reduction = pir_flag_ops(block)[1]
+            pir_insert_grad_allreduce(block, [g for _, g in params_grads], nranks)
+            check = next(op for op in block.ops
+                         if op.name() == "pd_op.check_finite_and_unscale_")
+            return main, startup, opt, loss, check.result(1), reduction
         reduction = flag_ops(block)[1]
         insert_grad_allreduce(block, [g for _, g in params_grads], nranks)
     check = next(op for op in block.ops if op.type == "check_finite_and_unscale")
@@ -128,6 +164,13 @@ def state_digest(program, scope):
     """sha256 of every parameter and optimizer state (velocity, learning rate), by name."""
     h = hashlib.sha256()
     finite = True
+    if program_ir(program) == "pir":
+        for name, tensor in sorted(program.state_dict("all", scope).items()):
+            if not name.startswith(AMP_STATE_PREFIXES):
+                arr = np.array(tensor)
+                h.update(name.encode() + arr.tobytes())
+                finite = finite and bool(np.isfinite(arr).all())
+        return h.hexdigest(), finite
     for var in sorted(program.list_vars(), key=lambda v: v.name):
         if var.persistable and var.type == core.VarDesc.VarType.LOD_TENSOR \
                 and not var.name.startswith(AMP_STATE_PREFIXES):
@@ -157,7 +200,8 @@ def main(mode, steps, inject_step):
                                                "inj": np.array([inj], "float32")},
                                   fetch_list=[loss, local_found])
         digest, finite = state_digest(main_p, scope)
-        log.append({"amp": opt.state_dict()["state"], "digest": digest, "finite": finite})
+        amp = opt.state_dict()
+        log.append({"amp": amp.get("state", amp), "digest": digest, "finite": finite})
         log[-1]["local_found"] = bool(np.asarray(found_v).reshape(-1)[0])
         log[-1]["loss"] = float(np.asarray(loss_v).reshape(-1)[0])
     with open(os.environ["AMP_DIST_OUT"], "w") as f:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import paddle
@@ -31,6 +32,10 @@ class Static:
 
     def state(self) -> dict[str, np.ndarray]:
         """Every persistable tensor of the main program except the AMP state: params + optimizer."""
+        if is_pir(self.main):
+            return {name: np.array(t).copy() for name, t in
+                    self.main.state_dict("all", self.scope).items()
+                    if not name.startswith(AMP_STATE_PREFIXES)}
         out = {}
         for var in self.main.list_vars():
             if (var.persistable and var.type == paddle.base.core.VarDesc.VarType.LOD_TENSOR
@@ -41,12 +46,22 @@ class Static:
         return out
 
 
-def mlp(in_dim: int = 8, hidden: int = 16, out_dim: int = 1, loss_factor: float = 1.0):
-    """x -> fc(relu) -> fc -> mean squared error (times ``loss_factor``). Returns (x, y, loss)."""
+def mlp(in_dim: int = 8, hidden: int = 16, out_dim: int = 1, loss_factor: float = 1.0,
+        names: str = ""):
+    """x -> fc(relu) -> fc -> mean squared error (times ``loss_factor``). Returns (x, y, loss).
+
+    ``names``: a prefix that names the parameters explicitly (a checkpoint loaded in another
+    process needs the same names; under PIR generated parameter names depend on what the
+    process built before)."""
+    def attrs(i):
+        if not names:
+            return {}
+        return dict(weight_attr=paddle.ParamAttr(name=f"{names}{i}.w"),
+                    bias_attr=paddle.ParamAttr(name=f"{names}{i}.b"))
     x = paddle.static.data("x", [None, in_dim], "float32")
     y = paddle.static.data("y", [None, out_dim], "float32")
-    h = paddle.static.nn.fc(x, hidden, activation="relu")
-    out = paddle.static.nn.fc(h, out_dim)
+    h = paddle.static.nn.fc(x, hidden, activation="relu", **attrs(0))
+    out = paddle.static.nn.fc(h, out_dim, **attrs(1))
     diff = out - y
     loss = paddle.mean(diff * diff)
     if loss_factor != 1.0:
@@ -63,6 +78,31 @@ def batch(step: int, in_dim: int = 8, out_dim: int = 1, n: int = 4, overflow: bo
     return {"x": x, "y": rng.rand(n, out_dim).astype("float32")}
 
 
+def is_pir(program) -> bool:
+    """True for a PIR program (Paddle 3's default IR)."""
+    from paddle_amp.env import program_ir
+    return program_ir(program) == "pir"
+
+
+def pir_mode() -> bool:
+    """True when the suite builds PIR programs (AMP_TEST_IR=pir, read by conftest.py)."""
+    return os.environ.get("AMP_TEST_IR", "legacy") == "pir"
+
+
+def op_names(program) -> set[str]:
+    """The (legacy) names of the ops in ``program``'s global block, on either IR."""
+    if is_pir(program):
+        from paddle_amp.opnames import legacy_name
+        return {legacy_name(op.name()) for op in program.global_block().ops}
+    return {op.type for op in program.global_block().ops}
+
+
+def pir_ops(program, legacy_type: str) -> list:
+    """The ops of ``program``'s global block whose legacy name is ``legacy_type`` (PIR)."""
+    from paddle_amp.opnames import legacy_name
+    return [op for op in program.global_block().ops if legacy_name(op.name()) == legacy_type]
+
+
 def forward_ops(program, op_type: str):
     """The forward ops of ``op_type`` in ``program``'s global block."""
     from paddle_amp.rewrite import is_forward
@@ -75,7 +115,7 @@ RESUME_OVERFLOWS = (2, 5, 6)
 
 def resume_build(paddle_amp):
     """The checkpoint model: MLP + Adam, a scale that grows every 2 clean steps."""
-    _, _, loss = mlp()
+    _, _, loss = mlp(names="resume_fc")
     opt = paddle_amp.decorate(paddle.optimizer.Adam(0.01), init_loss_scaling=8.0,
                               incr_every_n_steps=2, decr_every_n_nan_or_inf=1)
     opt.minimize(loss)

@@ -14,7 +14,7 @@ import paddle
 import pytest
 
 import paddle_amp
-from paddle_helpers import mlp
+from paddle_helpers import is_pir, mlp, pir_mode
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -30,7 +30,7 @@ REDUCTION = ["cast", "c_allreduce_max" if "c_allreduce_max" in
 
 def _run(mode):
     env = {"PYTHONPATH": os.pathsep.join([str(REPO), str(HERE), os.environ.get("PYTHONPATH", "")]),
-           "FLAGS_enable_pir_api": "0"}
+           "FLAGS_enable_pir_api": "1" if pir_mode() else "0"}  # the session's IR
     results = pd_launch.launch([sys.executable, str(HERE / "paddle_dist_worker.py"), mode,
                                 str(STEPS), str(INJECT)], nproc=2, timeout=TIMEOUT, extra_env=env)
     a, b = sorted(results, key=lambda r: r["rank"])
@@ -73,7 +73,9 @@ def _build(**kw):
     opt = paddle_amp.decorate(paddle.optimizer.Momentum(0.1), **kw)
     opt.minimize(loss)
     ops = loss.block.program.global_block().ops
-    return opt, [op for op in ops if op.type in ("c_allreduce_max", "all_reduce")]
+    if is_pir(loss.block.program):
+        return opt, [op.attrs()["ring_id"] for op in ops if op.name() == "pd_op.all_reduce_"]
+    return opt, [op.attr("ring_id") for op in ops if op.type in ("c_allreduce_max", "all_reduce")]
 
 
 @pytest.mark.parametrize("world, trainers, setting, ring", [
@@ -92,7 +94,7 @@ def test_found_inf_ring_id_setting(static, monkeypatch, world, trainers, setting
         monkeypatch.setenv("PADDLE_TRAINERS_NUM", trainers)
     opt, reduce_ops = _build(found_inf_ring_id=setting)
     assert opt.found_inf_ring_id == ring
-    assert [op.attr("ring_id") for op in reduce_ops] == ([] if ring is None else [ring])
+    assert reduce_ops == ([] if ring is None else [ring])
 
 
 def test_found_inf_ring_id_must_be_a_ring(static):

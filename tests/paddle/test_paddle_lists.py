@@ -29,6 +29,7 @@ def _white_list_model():
     return x, y, paddle.mean(diff * diff)
 
 
+@pytest.mark.legacy_ir
 def test_cpu_white_list_inserts_casts_and_trains(static, caplog):
     _, _, loss = _white_list_model()
     lists = paddle_amp.AutoMixedPrecisionLists(custom_white_list=["scale", "concat"])
@@ -55,6 +56,7 @@ def test_cpu_white_list_inserts_casts_and_trains(static, caplog):
     assert opt.loss_scale().skipped_steps == 0
 
 
+@pytest.mark.legacy_ir
 def test_native_inserts_no_casts_on_cpu(static):
     _, _, loss = _white_list_model()
     lists = paddle.static.amp.AutoMixedPrecisionLists(custom_white_list=["scale", "concat"])
@@ -70,6 +72,7 @@ def test_native_lists_object_is_accepted(static):
     assert {d.op: d.run_dtype for d in opt.cast_report().decisions}["scale"] == "float16"
 
 
+@pytest.mark.legacy_ir
 @pytest.mark.parametrize("softmax_first", [False, True])
 def test_promote_does_not_depend_on_input_order(static, softmax_first):
     """add(matmul, softmax) and add(softmax, matmul) both run fp32, planned as on a GPU."""
@@ -141,16 +144,22 @@ def test_dygraph_call_is_an_error():
         paddle_amp.decorate(paddle.optimizer.SGD(0.1, parameters=[]))
 
 
-def test_pir_is_a_clear_error():
-    """Under PIR (Paddle 3's default) decorate says how to switch to the legacy IR."""
+@pytest.mark.skipif(int(paddle.__version__.split(".")[0]) < 3,
+                    reason="PIR is Paddle 3's default IR; Paddle 2.6 builds legacy programs")
+def test_decorate_works_under_pir_at_default_flags():
+    """Paddle 3's default IR needs no flag and no guard: decorate picks the program's IR."""
     code = ("import paddle, paddle_amp; paddle.enable_static()\n"
-            "try:\n    paddle_amp.decorate(paddle.optimizer.SGD(0.1))\n"
-            "except RuntimeError as e:\n    print(e)\n")
-    env = {**os.environ, "FLAGS_enable_pir_api": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, timeout=120).stdout
-    assert "legacy program IR" in out and "FLAGS_enable_pir_api=0" in out
-    assert "paddle.pir_utils.OldIrGuard()" in out and "set_flags" in out
+            "x = paddle.static.data('x', [None, 4], 'float32')\n"
+            "loss = paddle.mean(paddle.static.nn.fc(x, 1))\n"
+            "opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1))\n"
+            "opt.minimize(loss)\n"
+            "print(type(loss.block.program).__module__, paddle_amp.cast_report("
+            "loss.block.program).framework)\n")
+    env = {k: v for k, v in os.environ.items() if k != "FLAGS_enable_pir_api"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-2:] == ["paddle.base.libpaddle.pir", "paddle"]
 
 
 def test_native_argument_sets_map_onto_from_paddle(static):
@@ -201,6 +210,7 @@ def test_bf16_runs_on_cpu_without_loss_scaling(static):
     assert opt.loss_scale() == NoOpLossScale(total_steps=3)
 
 
+@pytest.mark.legacy_ir
 def test_control_flow_reads_fp32_copies(static):
     """A sub-block is not rewritten (it runs in fp32): a low-precision value it reads is cast
     back to fp32 for it, instead of reaching an fp32-only kernel (relu on CPU) as fp16."""

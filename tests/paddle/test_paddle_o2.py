@@ -1,6 +1,7 @@
 """O2 (pure low precision, fp32 masters) on a LayerNorm model, and evaluation clones."""
 import numpy as np
 import paddle
+import pytest
 
 import paddle_amp
 from paddle_helpers import batch
@@ -18,6 +19,7 @@ def _layernorm_model():
     return out, paddle.mean(diff * diff)
 
 
+@pytest.mark.legacy_ir
 def test_o2_with_layer_norm_builds_runs_and_evaluates(static):
     out, loss = _layernorm_model()
     opt = paddle_amp.decorate(paddle.optimizer.Momentum(0.05, multi_precision=True),
@@ -61,6 +63,7 @@ def test_o2_with_fp16_guard_keeps_unguarded_ops_fp32(static):
     assert np.isfinite(static.run({"x": np.ones((2, 8), "float32")}, [loss])[0])
 
 
+@pytest.mark.legacy_ir
 def test_black_varnames_keep_their_ops_fp32(static):
     x = paddle.static.data("x", [None, 8], "float32")
     a = paddle.scale(x, 2.0)
@@ -74,6 +77,7 @@ def test_black_varnames_keep_their_ops_fp32(static):
     assert [s.run_dtype for s in scales] == ["float16", "float32"]
 
 
+@pytest.mark.legacy_ir
 def test_separate_eval_program_is_rewritten_with_use_fp16_test(static):
     x = paddle.static.data("x", [None, 8], "float32")
     out = paddle.scale(paddle.static.nn.fc(x, 4), 2.0)
@@ -91,6 +95,7 @@ def test_separate_eval_program_is_rewritten_with_use_fp16_test(static):
     assert np.array_equal(evaluated, trained)
 
 
+@pytest.mark.legacy_ir
 def test_amp_init_converts_each_low_param_once(static, monkeypatch):
     """Planned as on a GPU (our kernel query says every kernel exists), O2 declares the fc
     weights bf16 and amp_init converts them in the scope; a second amp_init (or one after

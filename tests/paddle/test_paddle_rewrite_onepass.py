@@ -12,6 +12,8 @@ paddle = pytest.importorskip("paddle")
 
 import rewrite_models  # noqa: E402
 
+pytestmark = pytest.mark.legacy_ir  # golden legacy programs; the PIR rewrite: test_paddle_pir_*
+
 
 @pytest.fixture(scope="module")
 def golden():

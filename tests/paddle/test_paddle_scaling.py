@@ -10,7 +10,8 @@ import pytest
 import paddle_amp
 from amp_adapters import (AmpConfigError, DynamicLossScale, OverflowGuardError, Policy,
                           StaticLossScale)
-from paddle_helpers import batch, mlp
+from paddle_amp.opnames import legacy_name
+from paddle_helpers import batch, mlp, op_names, pir_mode
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "core"))  # scaler_cases: shared corruptions
 
@@ -39,7 +40,7 @@ def test_overflow_step_is_skipped_for_real(static, name, overflow):
     before = static.state()
     assert any("moment" in k or "velocity" in k for k in before) or name == "sgd_l2"
     # Adam and AdamW skip inside their kernel; SGD and Momentum run in a conditional block
-    main_ops = {op.type for op in static.main.global_block().ops}
+    main_ops = op_names(static.main)
     assert ({"adam", "adamw"} & main_ops != set()) == name.startswith("adam")
     bad = batch(2, overflow=overflow == "inf_input")
     if overflow == "nan_label":
@@ -53,6 +54,7 @@ def test_overflow_step_is_skipped_for_real(static, name, overflow):
     assert _changed(after, static.state()), "the next finite step updates again"
 
 
+@pytest.mark.legacy_ir  # the native fails under PIR: test_paddle_pir_training.py
 def test_native_moves_weights_on_overflow_with_momentum(static):
     """What the true skip fixes: the native zeroes the grads and still runs Momentum."""
     _, _, loss = mlp()
@@ -113,8 +115,11 @@ def test_state_follows_core_machine_step_by_step(static, config):
     opt = paddle_amp.decorate(paddle.optimizer.SGD(0.01), **CONFIGS[config]())
     opt.minimize(loss)
     static.exe.run(static.startup)
-    fused = any(op.type == "update_loss_scaling" and not op.attr("stop_update")  # not the
-                for op in static.main.global_block().ops)  # SGD fold's gradient zeroing
+    if pir_mode():
+        fused = "update_loss_scaling" in op_names(static.main)
+    else:
+        fused = any(op.type == "update_loss_scaling" and not op.attr("stop_update")  # not the
+                    for op in static.main.global_block().ops)  # SGD fold's gradient zeroing
     assert fused == (config in FUSED)
     expected = opt.policy.loss_scale
     assert opt.loss_scale() == expected
@@ -178,7 +183,7 @@ def test_state_dict_round_trip(static):
     assert opt.state_dict() == saved  # nothing half-loaded
 
 
-@pytest.mark.skipif(not paddle.__version__.startswith("2."),
+@pytest.mark.skipif(not paddle.__version__.startswith("2.") and not pir_mode(),
                     reason="Paddle 3.3.1's ClipGradByGlobalNorm calls paddle.sqrt, which rejects "
                            "legacy-IR Variables, even without AMP")
 @pytest.mark.parametrize("name", ["momentum", "adam"])
@@ -273,12 +278,16 @@ def test_elementary_update_is_straight_line_ops(static):
     opt = paddle_amp.decorate(paddle.optimizer.Adam(0.01), policy=Policy(
         loss_scale=DynamicLossScale(growth_factor=1.7, backoff_factor=0.3, min_scale=0.5)))
     opt.minimize(loss)
-    ops = [op.type for op in static.main.global_block().ops]
+    block = static.main.global_block()
+    ops = [legacy_name(op.name()) if pir_mode() else op.type for op in block.ops]
     assert ops.count("conditional_block") == 1 and "update_loss_scaling" not in ops
     assert {"where", "elementwise_max", "elementwise_min", "isfinite_v2"} <= set(ops)
-    muls = [op for op in static.main.global_block().ops if op.type == "elementwise_mul"
-            and op.output("Out")[0] and static.main.global_block().var(
-                op.output("Out")[0]).dtype == paddle.base.core.VarDesc.VarType.FP64]
+    if pir_mode():
+        muls = [op for op in block.ops if op.name() == "pd_op.multiply"
+                and str(op.result(0).dtype) == "paddle.float64"]
+    else:
+        muls = [op for op in block.ops if op.type == "elementwise_mul" and op.output("Out")[0]
+                and block.var(op.output("Out")[0]).dtype == paddle.base.core.VarDesc.VarType.FP64]
     assert len(muls) == 2  # scale * growth_factor and scale * backoff_factor, in float64
 
 

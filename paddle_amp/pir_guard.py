@@ -1,0 +1,55 @@
+"""``fp16_guard`` on both IRs: the native name scope (legacy) and recorded op ids (PIR).
+
+The legacy rewrite finds guarded ops by the ``__use_fp16__`` name scope the
+native ``fp16_guard`` puts on them. PIR ops keep no name scope, so under PIR
+``paddle_amp.fp16_guard`` also records which ops of the current program were
+built inside it (by ``op.id()``); ``guarded_ops`` hands them to the PIR
+rewrite. The native ``paddle.static.amp.fp16_guard`` leaves no trace under
+PIR; a program decorated with ``use_fp16_guard`` whose guard recorded nothing
+is an error there (``PirRewriter``), never silently unguarded.
+"""
+from __future__ import annotations
+
+import contextlib
+import weakref
+from typing import Iterator
+
+import paddle
+from paddle.base import framework
+
+from .rewrite import GUARD_PATTERN
+
+_GUARDED: "weakref.WeakKeyDictionary[object, set[int]]" = weakref.WeakKeyDictionary()
+
+
+def _op_ids(program) -> set[int]:
+    ids = set()
+    stack = [program.global_block()]
+    while stack:
+        block = stack.pop()
+        for op in block.ops:
+            ids.add(op.id())
+            if op.num_regions():
+                stack.extend(list(op.blocks()))
+    return ids
+
+
+@contextlib.contextmanager
+def fp16_guard() -> Iterator[None]:
+    """Ops built inside run in low precision when decorated with ``use_fp16_guard`` (O2),
+    on the legacy IR and under PIR."""
+    if not framework.in_pir_mode():
+        with framework.name_scope(prefix=GUARD_PATTERN):
+            yield
+        return
+    program = paddle.static.default_main_program()
+    before = _op_ids(program)
+    try:
+        yield
+    finally:
+        _GUARDED.setdefault(program, set()).update(_op_ids(program) - before)
+
+
+def guarded_ops(program) -> frozenset[int]:
+    """The ids of ``program``'s ops built inside ``paddle_amp.fp16_guard()`` under PIR."""
+    return frozenset(_GUARDED.get(program, ()))
