@@ -10,6 +10,7 @@
     amp.unscale(trainer)                        # optional, before clipping; once per step
     trainer.step(batch_size)                    # skipped on overflow, on every device
     amp.loss_scale(trainer), amp.last_step_skipped(trainer), amp.state_dict(trainer)
+    amp.save_checkpoint(path, net, trainer); step = amp.load_checkpoint(path, net, trainer)
     amp.cast_report(net); amp.convert_hybrid_block(net); amp.reset()
 
 Without ``policy=`` the native default lists (preset ``mxnet-native``).
@@ -37,11 +38,14 @@ Files:
     overflow.py   the on-device overflow check
     o2.py         O2: cast_params (the core's parameter plan), float32 master weights
     report.py     cast_report of a hybridized block
+    traced.py     blocks traced before/under init: reset re-traces, init warns
+    checkpoint.py save_checkpoint / load_checkpoint: params, trainer, loss scale, step
     _mx.py        MXNet glue: op registry, dtype of a tensor, casts
 """
 from amp_adapters import (DynamicLossScale, NoOpLossScale, OverflowGuardError, Policy,
                           StaticLossScale)
 
+from .checkpoint import load_checkpoint, save_checkpoint
 from .convert import convert_hybrid_block, convert_model, convert_symbol
 from .lists import (list_conditional_fp32_ops, list_fp32_ops, list_loss_output_functions,
                     list_lp16_fp32_ops, list_lp16_ops, list_widest_type_cast)
@@ -53,8 +57,8 @@ from .trainer import (init_trainer, last_step_skipped, load_state_dict, loss_sca
 
 __all__ = [
     "init", "reset", "active_policy", "cast_params", "init_trainer", "scale_loss", "unscale",
-    "loss_scale",
-    "last_step_skipped", "state_dict", "load_state_dict", "convert_symbol", "convert_model",
+    "loss_scale", "last_step_skipped", "state_dict", "load_state_dict", "save_checkpoint",
+    "load_checkpoint", "convert_symbol", "convert_model",
     "convert_hybrid_block", "cast_report", "list_lp16_ops", "list_fp32_ops",
     "list_lp16_fp32_ops", "list_conditional_fp32_ops", "list_widest_type_cast",
     "list_loss_output_functions", "Policy", "DynamicLossScale", "StaticLossScale",

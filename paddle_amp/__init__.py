@@ -28,6 +28,7 @@ Files:
     state.py      the loss-scale state in a scope: read, write all or nothing, guard
     collective.py found_inf all-reduced over data-parallel workers
     masters.py    O2: low-precision parameters and their (emulated) float32 masters
+    checkpoint.py the wrapper's save_checkpoint / load_checkpoint: persistables, step
     kernels.py    which ops have a low-precision kernel on the device used
     env.py        Paddle glue: static check, the program's IR, dtype names, device
     report.py     the forward casts of a program, counted for cast_report
