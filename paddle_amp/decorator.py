@@ -12,12 +12,13 @@ import math
 import weakref
 from typing import Optional
 
+import numpy as np
 import paddle
 from paddle.base import core, framework
 
 from amp_adapters import (AmpConfigError, CastReport, DynamicLossScale, LossScale, OpLists,
                           ParamPlan, Policy, StaticLossScale, UnknownChoiceError)
-from amp_adapters.dtypes import LOW_DTYPES, dtype_name, low_dtype
+from amp_adapters.dtypes import LOW_DTYPES, low_dtype
 from amp_adapters.policy import default_loss_scale, resolve_policy
 
 from .amp_nn import check_finite_and_unscale, update_loss_scaling  # noqa: F401 (native names)
