@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-import numpy as np
 import paddle
 from paddle.base import core
 
@@ -20,6 +19,7 @@ from amp_adapters.dtypes import dtype_name
 from .env import DTYPE_OF, current_device
 from .kernels import lowp_kernels
 from .lists import check_amp_dtype, check_lists
+from .masters import from_low, to_low
 from .rewrite import Rewriter
 
 
@@ -86,14 +86,11 @@ def cast_parameters(place, program, scope=None, names: Optional[Iterable[str]] =
             tensor = scope.find_var(param.name).get_tensor()
             if dtype_name(tensor._dtype()) == dtype:
                 continue  # converted already: never twice (bf16 bits)
-            from .decorator import _to_low  # the one fp32 -> low conversion (amp_init's)
-            low = _to_low(tensor, dtype)
+            low = to_low(tensor, dtype)  # the one fp32 -> low conversion (amp_init's)
             tensor.set(low, place)
             master = (master_weights or {}).get(param.name)
             if rewrite_master_weight and master is not None:
-                back = low.astype(np.float32) if dtype == "float16" else \
-                    (low.astype(np.uint32) << 16).view(np.float32)
-                scope.find_var(master.name).get_tensor().set(back, place)
+                scope.find_var(master.name).get_tensor().set(from_low(low, dtype), place)
 
 
 def find_true_prev_op(ops, cur_op, var_name):
