@@ -20,7 +20,9 @@ import paddle
 from paddle.base import core, framework
 
 from amp_adapters import checkpoint as ckpt_core
-from amp_adapters.errors import CheckpointError
+from amp_adapters.errors import CheckpointError, NotSupportedError
+
+from .env import program_ir
 
 PREFIX = "model"
 _SKIP_TYPES = (core.VarDesc.VarType.FEED_MINIBATCH, core.VarDesc.VarType.FETCH_LIST,
@@ -32,6 +34,12 @@ def _persistables(program) -> list:
 
 
 def _check_program(opt: Any, program) -> None:
+    if program_ir(program) == "pir":
+        raise NotSupportedError(
+            "save_checkpoint/load_checkpoint support legacy-IR programs only for now: for a "
+            "PIR program (Paddle 3's default) save with paddle.static.save(program, path) plus "
+            "opt.state_dict(), and resume with paddle.static.load plus opt.load_state_dict "
+            "(exact under PIR: tests/paddle/test_paddle_checkpoint.py)")
     if not isinstance(program, framework.Program):
         raise TypeError(f"program must be a paddle.static.Program, got {type(program).__name__}")
     if program is not opt._train_program:

@@ -6,7 +6,12 @@ from paddle.base import unique_name
 
 import paddle_amp
 from amp_adapters import CheckpointError
-from paddle_helpers import Static, batch, mlp, resume_build, resume_run
+from paddle_helpers import Static, batch, mlp, pir_mode, resume_build, resume_run
+
+pytestmark = pytest.mark.skipif(pir_mode(), reason=(
+    "save_checkpoint/load_checkpoint are legacy-IR only for now; under PIR they raise "
+    "NotSupportedError (test_paddle_pir_training.py) and paddle.static.save + state_dict "
+    "resume exactly (test_paddle_checkpoint.py)"))
 
 
 def test_round_trip_continues_bit_identically(static, tmp_path):

@@ -7,6 +7,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "kill"))
 
 import driver  # noqa: E402
+import pytest  # noqa: E402
+from paddle_helpers import pir_mode  # noqa: E402
+
+pytestmark = pytest.mark.skipif(pir_mode(), reason=(
+    "save_checkpoint is legacy-IR only for now (a clear NotSupportedError under PIR)"))
 
 WORKER = os.path.join(HERE, "paddle_ckpt_kill_worker.py")
 PATHS = [HERE, os.path.dirname(os.path.dirname(HERE))]

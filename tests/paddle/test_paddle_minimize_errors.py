@@ -8,7 +8,11 @@ import pytest
 
 import paddle_amp
 from amp_adapters import AmpConfigError, StaticLossScale
-from paddle_helpers import batch, mlp
+from paddle_helpers import batch, mlp, pir_mode
+
+pytestmark = pytest.mark.skipif(pir_mode(), reason=(
+    "the loss checks and the one-wrapper-per-program rule read legacy program ops; not "
+    "yet under PIR"))
 
 
 def _snapshot(program):

@@ -13,7 +13,12 @@ from paddle.base import core
 
 import paddle_amp
 from amp_adapters import ConflictingOpError, NotSupportedError, Policy, categorize
-from paddle_helpers import batch, forward_ops, mlp
+from paddle_helpers import batch, forward_ops, mlp, pir_mode
+
+pytestmark = pytest.mark.skipif(pir_mode(), reason=(
+    "the native whole-program utilities (fp16_utils, bf16, cast_model_to_fp16) and these "
+    "checks read legacy program ops (op.type, var descs); Paddle 3.3.1's own versions "
+    "have no PIR branch either"))
 
 # tests/native_surface.py, loaded by path: putting tests/ on sys.path would make the
 # tests/mxnet folder importable as "mxnet" where MXNet is not installed

@@ -13,7 +13,11 @@ from paddle.base import unique_name
 
 import paddle_amp
 from amp_adapters import DynamicLossScale, OverflowGuardError, Policy
-from paddle_helpers import Static, batch, mlp
+from paddle_helpers import Static, batch, mlp, pir_mode
+
+pytestmark = pytest.mark.skipif(pir_mode(), reason=(
+    "emulated float32 master weights are built on legacy-IR programs only; under PIR, O2 "
+    "stores parameters low only where the optimizer has a low-precision kernel (a GPU)"))
 
 STEPS = 30
 
