@@ -16,7 +16,8 @@ and Paddle 3.x in either IR: PIR (the default) or the legacy IR
 
 Files:
 
-    decorator.py  decorate(): native arguments -> Policy; the optimizer wrapper
+    config.py     decorate()'s native arguments (both overloads) -> Policy + loss scale
+    decorator.py  decorate() and OptimizerWithMixedPrecision: the optimizer wrapper
     lists.py      AutoMixedPrecisionLists (and BF16): live sets -> OpLists
     casting.py    cast_model_to_fp16 / cast_parameters_to_fp16, graph helpers
     fp16_lists.py fp16_utils.py bf16/ amp_nn.py debugging.py function_overload.py
