@@ -33,7 +33,7 @@ Files:
     lists/        the native list_* helpers, and the symbol_fp16 / symbol_bf16 lists
     amp.py        the native amp.amp module's names
     loss_scaler.py  LossScaler on the core's state machine
-    trainer.py    init_trainer / scale_loss / unscale: step stages, loss scaling, the skip
+    scaling.py    init_trainer / scale_loss / unscale: step stages, loss scaling, the skip
     overflow.py   the on-device overflow check
     o2.py         O2: cast_params (the core's parameter plan), float32 master weights
     report.py     cast_report of a hybridized block
@@ -48,7 +48,7 @@ from .lists import (list_conditional_fp32_ops, list_fp32_ops, list_loss_output_f
 from .o2 import cast_params
 from .patching import active_policy, init, reset
 from .report import cast_report
-from .trainer import (init_trainer, last_step_skipped, load_state_dict, loss_scale, scale_loss,
+from .scaling import (init_trainer, last_step_skipped, load_state_dict, loss_scale, scale_loss,
                       state_dict, unscale)
 
 __all__ = [
