@@ -14,16 +14,18 @@ Files:
     loss_scale/   the loss-scale rule, once: LossScaleConfig, LossScaleState, update over
                   the ArrayOps vocabulary (NumpyOps here), check_guard, strict state dicts
     scaler.py     DynamicLossScale / StaticLossScale / NoOpLossScale: config + state views
+    policyfile.py reading and checking a policy file's structure (before anything is built)
+    checkpoint.py atomic, verified checkpoint folders (the backends' save/load_checkpoint)
     report.py     CastReport: decisions per op and the graph's casts; print(report) is the table
     fallback.py   what a backend says about ops without a low-precision kernel here
     quiet.py      framework log noise off, for our command and examples
-    errors.py     the config errors
+    errors.py     the config and checkpoint errors
     cli.py        ``amp-adapters lists|explain|diff`` (other subcommands come by entry point)
     native_diff.py  where the shared O1 and each native default disagree, and why
 """
 from .dtypes import LOW_DTYPES, dtype_name
-from .errors import (AmpConfigError, ConflictingOpError, OverflowGuardError, UnknownChoiceError,
-                     UnknownOpError)
+from .errors import (AmpConfigError, CheckpointError, ConflictingOpError, OverflowGuardError,
+                     UnknownChoiceError, UnknownOpError)
 from .params import ParamPlan, ParamUse, plan_params
 from .planner import (UNKNOWN, Category, OpDecision, attrs_read, categorize, effective_lists,
                       plan_op, widest)
@@ -39,9 +41,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "LOW_DTYPES", "dtype_name",
-    "AmpConfigError", "ConflictingOpError", "OverflowGuardError", "UnknownChoiceError",
-    "UnknownOpError", "ParamPlan", "ParamUse", "plan_params", "UNKNOWN", "Category",
-    "OpDecision", "attrs_read", "categorize", "effective_lists", "plan_op",
+    "AmpConfigError", "CheckpointError", "ConflictingOpError", "OverflowGuardError",
+    "UnknownChoiceError", "UnknownOpError", "ParamPlan", "ParamUse", "plan_params", "UNKNOWN",
+    "Category", "OpDecision", "attrs_read", "categorize", "effective_lists", "plan_op",
     "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
     "loss_scale_from_config", "loss_scale_from_state_dict", "loss_scale_from_parts",

@@ -25,10 +25,10 @@ class AmpConfigError(ValueError):
 class UnknownOpError(AmpConfigError):
     """An op name that the framework (or the canonical vocabulary) does not know."""
 
-    def __init__(self, name: str, where: str, known: Iterable[str]):
+    def __init__(self, name: str, where: str, known: Iterable[str], hint: str = ""):
         self.name = name
         super().__init__(
-            f"unknown op {name!r} for {where}.{_hint(name, known)} "
+            f"unknown op {name!r} for {where}.{_hint(name, known)}{hint} "
             f"Run `amp-adapters lists --framework ...` to see the known names."
         )
 
@@ -94,3 +94,7 @@ def unsupported(native: str, why: str, instead: str):
     stand_in.__name__ = stand_in.__qualname__ = native.rsplit(".", 1)[-1]
     stand_in.__doc__ = f"Not supported: {why}. Use {instead} instead."
     return stand_in
+class CheckpointError(RuntimeError):
+    """A checkpoint is missing, incomplete, corrupt or does not fit the run loading it.
+
+    Raised before any parameter, optimizer state or loss scale is changed."""

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Union
@@ -19,8 +18,10 @@ from .dtypes import POLICY_DTYPES as DTYPES
 from .dtypes import dtype_name
 from .errors import AmpConfigError, ConflictingOpError, UnknownChoiceError, UnknownOpError
 from .oplists import CATEGORIES, FRAMEWORKS, canonical_ops, load_table
-from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale,
-                     loss_scale_from_config, loss_scale_from_parts)
+from .policyfile import (check_names, check_op_lists, check_policy_dict, check_rule,
+                         dataclass_fields, framework_name_hint, read_toml)
+from .scaler import (LOSS_SCALE_KINDS, DynamicLossScale, LossScale, NoOpLossScale,
+                     StaticLossScale, loss_scale_from_config, loss_scale_from_parts)
 from .loss_scale import LossScaleConfig
 
 LEVELS = ("O0", "O1", "O2", "OD")
@@ -53,11 +54,8 @@ class OpLists:
         if not isinstance(self.replace, bool):
             raise AmpConfigError(f"OpLists.replace must be true or false, got {self.replace!r}")
         for cat in CATEGORIES:
-            value = getattr(self, cat)
-            if isinstance(value, str):
-                raise AmpConfigError(f"OpLists.{cat} must be a collection of op names, not the "
-                                     f"string {value!r} (write [{value!r}])")
-            object.__setattr__(self, cat, frozenset(value))
+            object.__setattr__(self, cat, frozenset(check_names(getattr(self, cat), "OpLists",
+                                                                cat)))
         seen: dict[str, list[str]] = {}
         for cat in CATEGORIES:
             for name in getattr(self, cat):
@@ -65,13 +63,14 @@ class OpLists:
         for name, cats in sorted(seen.items()):
             if len(cats) > 1:
                 raise ConflictingOpError(name, cats)
-        rules = []
-        for rule in self.conditional_fp32:
-            if len(rule) != 3 or isinstance(rule[2], str):
-                raise AmpConfigError(f"conditional rule {rule!r} must be (op, attribute, [values])")
-            rules.append((str(rule[0]), str(rule[1]), tuple(map(str, rule[2]))))
-            if rules[-1][0] in seen:  # an op in a list and in conditional_fp32: two answers
-                raise ConflictingOpError(rules[-1][0], [*seen[rules[-1][0]], "conditional_fp32"])
+        if not isinstance(self.conditional_fp32, (list, tuple)):
+            raise AmpConfigError(f"OpLists: conditional_fp32 = {self.conditional_fp32!r}: must "
+                                 f"be a list of (op, attribute, [values]) rules")
+        rules = [check_rule(r, "OpLists", f"conditional_fp32[{i}]")
+                 for i, r in enumerate(self.conditional_fp32)]
+        for op, _, _ in rules:
+            if op in seen:  # an op in a list and in conditional_fp32: two answers
+                raise ConflictingOpError(op, [*seen[op], "conditional_fp32"])
         object.__setattr__(self, "conditional_fp32", tuple(rules))
 
     def category(self, name: str) -> Optional[str]:
@@ -86,16 +85,9 @@ class OpLists:
             r[0] for r in self.conditional_fp32}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], where: str) -> "OpLists":
-        d = dict(d)
-        allowed = (*CATEGORIES, "conditional_fp32", "replace")
-        for key in d:
-            if key not in allowed:
-                raise UnknownChoiceError(f"key in {where}", key, allowed)
-        d["conditional_fp32"] = tuple(
-            (r["op"], r["attr"], tuple(r["values"])) if isinstance(r, Mapping) else tuple(r)
-            for r in d.get("conditional_fp32", ()))
-        return cls(**d)
+    def from_dict(cls, d: Mapping[str, Any], where: str, canonical: bool = False) -> "OpLists":
+        """Op lists from one ``[ops]`` / ``[ops.<framework>]`` table (checked first)."""
+        return cls(**check_op_lists(d, where, "ops", canonical))
 
 
 def default_loss_scale(dtype: str,
@@ -159,7 +151,7 @@ class Policy:
         unknown = sorted(self.ops.names() - canonical_ops())
         if unknown:
             raise UnknownOpError(unknown[0], "the canonical vocabulary (Policy.ops)",
-                                 canonical_ops())
+                                 canonical_ops(), framework_name_hint(unknown[0]))
         if self.defaults not in DEFAULTS:
             raise UnknownChoiceError("Policy.defaults", self.defaults, DEFAULTS)
         if self.unlisted is not None and self.unlisted not in CATEGORIES:
@@ -218,27 +210,30 @@ class Policy:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "policy") -> "Policy":
-        """A policy from the structure of a policy file (see ``from_file``)."""
-        d = dict(d)
-        allowed = ("preset", "dtype", "level", "emulate", "ops", "loss_scale")
-        for key in d:
-            if key not in allowed:
-                raise UnknownChoiceError(f"key in {where}", key, allowed)
-        kw: dict[str, Any] = {}
-        if "preset" in d:
-            preset = d.pop("preset")
-            if preset not in PRESETS:
-                raise UnknownChoiceError(f"preset in {where}", preset, PRESETS)
-            kw.update(PRESETS[preset])
-        ops = dict(d.pop("ops", {}))
+        """A policy from the structure of a policy file (see ``from_file``).
+
+        The whole structure is checked first (``policyfile.check_policy_dict``): a
+        wrong type, an unknown key or value is an ``AmpConfigError`` naming
+        ``where``, the key path and the value, and nothing is built."""
+        checked = check_policy_dict(d, where, PRESETS, DTYPES, LEVELS, _LOSS_SCALE_FIELDS)
+        kw: dict[str, Any] = dict(PRESETS[checked.pop("preset")]) if "preset" in checked else {}
+        ops = checked.pop("ops", {})
         for fw in FRAMEWORKS:
             if fw in ops:
-                kw[f"{fw}_ops"] = OpLists.from_dict(ops.pop(fw), f"{where} [ops.{fw}]")
-        kw["ops"] = OpLists.from_dict(ops, f"{where} [ops]")
-        if "loss_scale" in d:
-            kw["loss_scale"] = loss_scale_from_config(d.pop("loss_scale"))
-        kw.update(d)
-        return cls(**kw)
+                kw[f"{fw}_ops"] = OpLists(**ops[fw])
+        if "ops" in ops:
+            kw["ops"] = OpLists(**ops["ops"])
+        if "loss_scale" in checked:
+            table = dict(checked.pop("loss_scale"))
+            try:
+                kw["loss_scale"] = loss_scale_from_config(table)
+            except AmpConfigError as e:
+                raise AmpConfigError(f"{where}: [loss_scale]: {e}") from None
+        kw.update(checked)
+        try:
+            return cls(**kw)
+        except AmpConfigError as e:
+            raise AmpConfigError(f"{where}: {e}") from None
 
     @classmethod
     def from_file(cls, path: "str | Path") -> "Policy":
@@ -256,16 +251,15 @@ class Policy:
         [loss_scale]             # kind = dynamic | static | none, plus the scaler fields
         init_scale = 65536
         ```
-        """
-        path = Path(path)
-        try:
-            data = tomllib.loads(path.read_text("utf-8"))
-        except FileNotFoundError:
-            raise AmpConfigError(f"policy file {str(path)!r} does not exist") from None
-        except tomllib.TOMLDecodeError as e:
-            raise AmpConfigError(f"policy file {str(path)!r} is not valid TOML: {e}") from None
-        return cls.from_dict(data, where=str(path))
 
+        Every problem (no such file, not UTF-8, not TOML, a duplicate key, a wrong
+        type or name) is an ``AmpConfigError`` naming the file and the key.
+        """
+        data, where = read_toml(path)
+        return cls.from_dict(data, where=where)
+
+
+_LOSS_SCALE_FIELDS = {kind: dataclass_fields(c) for kind, c in LOSS_SCALE_KINDS.items()}
 
 PRESETS: dict[str, dict[str, Any]] = {
     "O0": {"dtype": "float32", "level": "O0"},

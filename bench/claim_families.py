@@ -19,7 +19,6 @@ import importlib
 import time
 from typing import Optional
 
-import numpy as np
 
 from amp_adapters import DynamicLossScale, NoOpLossScale, Policy
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import math
 
 import mxnet as mx
-import numpy as np
 from mxnet import autograd, gluon
 
 import mxnet_amp as amp

@@ -1,16 +1,20 @@
 """Checkpoint and resume a mixed-precision Gluon run without losing the loss-scale trajectory.
 
-Save the parameters, the trainer (optimizer) states and `amp.state_dict(trainer)`;
-restore all three in a new process and the run continues exactly as if it had
-never stopped (same scales, same skipped steps, same weights).
+`amp.save_checkpoint(DIR, net, trainer)` saves the parameters, the optimizer
+states, the loss-scale state and the step as one atomic checkpoint (the
+previous one stays valid until the new one is complete, so the run can be
+killed at any moment); `amp.load_checkpoint(DIR, net, trainer)` verifies it and
+restores all of it in a new process, and the run continues exactly as if it
+had never stopped (same scales, same skipped steps, same weights).
 
     python examples/checkpoint_resume.py save DIR     # train 20 steps, save
     python examples/checkpoint_resume.py resume DIR   # load, train 20 more
     python examples/checkpoint_resume.py full         # 40 steps in one go: the same last line
+    python examples/checkpoint_resume.py run DIR      # 40 steps, a checkpoint every 5; kill it
+                                                      # (Ctrl-C) and run it again: it resumes
 """
 import argparse
-import json
-import os
+import sys
 
 from amp_adapters.quiet import quiet_frameworks
 
@@ -21,11 +25,14 @@ import numpy as np  # noqa: E402
 from mxnet import autograd, gluon  # noqa: E402
 
 import mxnet_amp as amp  # noqa: E402
-from amp_adapters import DynamicLossScale  # noqa: E402
+from amp_adapters import CheckpointError, DynamicLossScale  # noqa: E402
+
+STEPS = 40
 
 
 def build():
     amp.init(policy="O1", emulate=True)
+    mx.random.seed(0)
     net = gluon.nn.HybridSequential()
     net.add(gluon.nn.Dense(16, activation="relu", in_units=8), gluon.nn.Dense(1, in_units=16))
     net.initialize(mx.init.Xavier(), force_reinit=True)
@@ -35,52 +42,59 @@ def build():
     return net, trainer
 
 
-def train(net, trainer, steps, first):
-    rng = np.random.default_rng(first)  # the data of steps first..first+steps
-    for _ in range(steps):
-        x = mx.nd.array(rng.standard_normal((32, 8)))
+def train(net, trainer, first, last, folder=None, every=None):
+    """Steps first+1..last; the data of step k depend on k only. Checkpoint every ``every``."""
+    loss = None
+    for k in range(first + 1, last + 1):
+        x = mx.nd.array(np.random.default_rng(k).standard_normal((32, 8)))
         with autograd.record():
             loss = ((net(x) - x.sum(axis=1, keepdims=True)) ** 2).mean()
             with amp.scale_loss(loss, trainer) as scaled:
                 autograd.backward(scaled)
         trainer.step(1)
+        if every and k % every == 0:
+            amp.save_checkpoint(folder, net, trainer, step=k)
     state = amp.loss_scale(trainer)
-    print(f"after step {first + steps}: scale {state.scale:g}, skipped {state.skipped_steps}, "
-          f"loss {loss.asscalar():.4f}")
+    print(f"after step {last}: scale {state.scale:g}, skipped {state.skipped_steps}"
+          + (f", loss {loss.asscalar():.4f}" if loss is not None else ""))
 
 
-def parse_args() -> argparse.Namespace:
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog="\n".join(__doc__.splitlines()[6:]))
-    parser.add_argument("command", choices=("save", "resume", "full"))
+                                     epilog="\n".join(__doc__.splitlines()[8:]))
+    parser.add_argument("command", choices=("save", "resume", "full", "run"))
     parser.add_argument("folder", nargs="?", metavar="DIR",
-                        help="where save writes and resume reads the checkpoint")
-    args = parser.parse_args()
+                        help="the checkpoint folder (save, resume, run)")
+    args = parser.parse_args(argv)
     if args.command != "full" and not args.folder:
-        parser.error(f"{args.command} needs DIR, the checkpoint folder")
-    return args
+        parser.error(f"{args.command} needs the checkpoint folder: "
+                     f"checkpoint_resume.py {args.command} DIR")
+    net, trainer = build()
+    if args.command == "full":
+        train(net, trainer, 0, STEPS // 2)
+        train(net, trainer, STEPS // 2, STEPS)
+    elif args.command == "save":
+        train(net, trainer, 0, STEPS // 2)
+        amp.save_checkpoint(args.folder, net, trainer, step=STEPS // 2)
+    elif args.command == "resume":
+        net(mx.nd.zeros((1, 8)))  # shapes known before loading
+        try:
+            step = amp.load_checkpoint(args.folder, net, trainer)
+        except CheckpointError as e:
+            sys.exit(f"checkpoint_resume.py: error: {e}")
+        train(net, trainer, step, STEPS)
+    else:
+        net(mx.nd.zeros((1, 8)))
+        try:
+            step = amp.load_checkpoint(args.folder, net, trainer)
+            print(f"resuming after step {step}")
+        except CheckpointError as e:
+            if "no complete checkpoint" not in str(e) and "does not exist" not in str(e):
+                sys.exit(f"checkpoint_resume.py: error: {e}")
+            step = 0
+        train(net, trainer, step, STEPS, args.folder, every=5)
 
 
 if __name__ == "__main__":
-    command = parse_args()
-    folder, command = command.folder, command.command
-    mx.random.seed(0)
-    net, trainer = build()
-    if command == "full":
-        train(net, trainer, 20, 0)
-        train(net, trainer, 20, 20)
-    elif command == "save":
-        train(net, trainer, 20, 0)
-        os.makedirs(folder, exist_ok=True)
-        net.save_parameters(os.path.join(folder, "net.params"))
-        trainer.save_states(os.path.join(folder, "trainer.states"))
-        with open(os.path.join(folder, "amp.json"), "w") as f:
-            json.dump(amp.state_dict(trainer), f)
-    else:
-        net(mx.nd.zeros((1, 8)))  # initialise the optimizer's view of the shapes
-        net.load_parameters(os.path.join(folder, "net.params"))
-        trainer.load_states(os.path.join(folder, "trainer.states"))
-        with open(os.path.join(folder, "amp.json")) as f:
-            amp.load_state_dict(trainer, json.load(f))
-        train(net, trainer, 20, 20)
+    main()

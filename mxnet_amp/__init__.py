@@ -10,6 +10,7 @@
     amp.unscale(trainer)                        # optional, before clipping; once per step
     trainer.step(batch_size)                    # skipped on overflow, on every device
     amp.loss_scale(trainer), amp.last_step_skipped(trainer), amp.state_dict(trainer)
+    amp.save_checkpoint(path, net, trainer); step = amp.load_checkpoint(path, net, trainer)
     amp.cast_report(net); amp.convert_hybrid_block(net); amp.reset()
 
 Without ``policy=`` the native default lists (preset ``mxnet-native``).
@@ -24,16 +25,17 @@ readable; the new scale is used by the very next step.
 
 Roles (the same file names in both backends; README.md's Layout has the full map):
 
-    role      mxnet_amp                  paddle_amp
-    config    config                     config
-    kernels   kernels                    kernels
-    lists     lists (package)            lists
-    rewrite   patching, graph            rewrite, pir_rewrite
-    scaling   scaling, overflow          scaling, skip, state, collective, legacy_ops,
-                                         pir_scaling, pir_ops
-    masters   masters                    masters
-    report    report                     report
-    glue      _mx                        env
+    role        mxnet_amp           paddle_amp
+    config      config              config
+    kernels     kernels             kernels
+    lists       lists (package)     lists
+    rewrite     patching, graph     rewrite, pir_rewrite
+    scaling     scaling, overflow   scaling, skip, state, collective, legacy_ops,
+                                    pir_scaling, pir_ops
+    masters     masters             masters
+    report      report              report
+    checkpoint  checkpoint          checkpoint
+    glue        _mx                 env
 
 Files:
 
@@ -46,8 +48,10 @@ Files:
     overflow.py   (scaling) the on-device overflow check
     masters.py    O2: cast_params (the core's parameter plan), float32 master weights
     report.py     cast_report of a hybridized block
+    checkpoint.py save_checkpoint / load_checkpoint: params, trainer, loss scale, step
     _mx.py        MXNet glue: op registry, dtype of a tensor, casts
     active.py     the policy init() installed (read without importing patching)
+    traced.py     blocks traced before/under init: reset re-traces, init warns
     convert.py    convert_symbol / convert_model / convert_hybrid_block / _bucketing_module
     amp.py        the native amp.amp module's names
     loss_scaler.py  LossScaler on the core's state machine and guard
@@ -55,6 +59,7 @@ Files:
 from amp_adapters import (DynamicLossScale, NoOpLossScale, OverflowGuardError, Policy,
                           StaticLossScale)
 
+from .checkpoint import load_checkpoint, save_checkpoint
 from .convert import convert_hybrid_block, convert_model, convert_symbol
 from .lists import (list_conditional_fp32_ops, list_fp32_ops, list_loss_output_functions,
                     list_lp16_fp32_ops, list_lp16_ops, list_widest_type_cast)
@@ -66,8 +71,8 @@ from .scaling import (init_trainer, last_step_skipped, load_state_dict, loss_sca
 
 __all__ = [
     "init", "reset", "active_policy", "cast_params", "init_trainer", "scale_loss", "unscale",
-    "loss_scale",
-    "last_step_skipped", "state_dict", "load_state_dict", "convert_symbol", "convert_model",
+    "loss_scale", "last_step_skipped", "state_dict", "load_state_dict", "save_checkpoint",
+    "load_checkpoint", "convert_symbol", "convert_model",
     "convert_hybrid_block", "cast_report", "list_lp16_ops", "list_fp32_ops",
     "list_lp16_fp32_ops", "list_conditional_fp32_ops", "list_widest_type_cast",
     "list_loss_output_functions", "Policy", "DynamicLossScale", "StaticLossScale",

@@ -20,7 +20,6 @@ from mxnet import symbol as sym
 from mxnet.base import _LIB, check_call, py_str
 from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
-from amp_adapters.dtypes import FLOAT_DTYPES as FLOATS
 from amp_adapters.dtypes import dtype_name
 
 _ND_AMP_CAST, _SYM_AMP_CAST = nd.amp_cast, sym.amp_cast

@@ -17,8 +17,9 @@ import mxnet as mx
 
 from amp_adapters import OpDecision, Policy, plan_op
 from amp_adapters.dtypes import AMP_DTYPES, FLOAT_RANK, LOW_DTYPES
+from amp_adapters.dtypes import FLOAT_DTYPES as FLOATS
 
-from ._mx import _BF16, FLOATS, cast, dtype_name, input_names, unpatched
+from ._mx import _BF16, cast, dtype_name, input_names, unpatched
 from .kernels import KernelSet, log_fallback
 
 _CASTS = ("amp_cast", "amp_multicast")

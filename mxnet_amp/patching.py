@@ -40,6 +40,7 @@ from ._mx import (_local, call_unpatched, cast, is_symbol, is_tensor, multicast_
                   tensor_dtype, unpatched)
 from .active import active_policy, set_policy
 from .config import resolve_policy
+from . import traced
 from .kernels import KernelSet, forget_fallback_logs, log_fallback
 
 _MODULES = ("mxnet.ndarray", "mxnet.symbol", "mxnet.numpy", "mxnet.numpy_extension")
@@ -85,11 +86,15 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
     _patches.append((hybrid, "_get_graph", hybrid._get_graph))
     hybrid._get_graph = _traced_graph(hybrid._get_graph)
     set_policy(resolved)
+    traced.warn_traced_before_init()
+    _patches.extend(traced.record_tracing())
     return resolved
 
 
 def reset() -> None:
-    """Undo ``init`` completely: every patched function is restored, the policy dropped."""
+    """Undo ``init`` completely: every patched function is restored, the policy dropped,
+    and blocks traced under ``init`` trace again, in float32, on their next forward."""
+    traced.restore_float32()
     while _patches:
         module, attr, original = _patches.pop()
         setattr(module, attr, original)

@@ -1,6 +1,7 @@
 """``cast_report``: what every op of a hybridized block runs in, and why."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from typing import Any, Optional
@@ -8,7 +9,7 @@ from typing import Any, Optional
 import mxnet as mx
 from mxnet.gluon import HybridBlock
 
-from amp_adapters import CastReport
+from amp_adapters import CastReport, Policy
 from amp_adapters.policy import PolicyLike, resolve_policy
 from amp_adapters.report import GraphCasts
 
@@ -16,6 +17,7 @@ from ._mx import dtype_name
 from .graph import plan_graph
 from .kernels import summarize_fallbacks
 from .patching import active_policy
+from .traced import traced_without_amp
 
 logger = logging.getLogger("mxnet_amp")
 
@@ -61,8 +63,14 @@ def cast_report(block: HybridBlock, *, policy: Optional[PolicyLike] = None,
     inputs, sym = block_graph(block)
     known = {i.name: input_dtype for i in inputs}
     known.update({name: dtype_name(p.dtype) for name, p in block.collect_params().items()})
-    return CastReport("mxnet", tuple(plan_graph(sym, known, chosen, ctx or block_context(block))),
-                      graph_casts(sym))
+    stale = policy is None and traced_without_amp(block)
+    plan = plan_graph(sym, known, Policy.preset("O0") if stale else chosen,
+                      ctx or block_context(block))
+    if stale:  # the graph that runs was traced before init: every op as traced, float32
+        plan = [dataclasses.replace(d, reason="traced before mxnet_amp.init(): the cached "
+                                              "graph has no AMP casts (hybridize again)")
+                for d in plan]
+    return CastReport("mxnet", tuple(plan), graph_casts(sym))
 
 
 

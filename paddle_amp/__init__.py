@@ -16,16 +16,17 @@ and Paddle 3.x in either IR: PIR (the default) or the legacy IR
 
 Roles (the same file names in both backends; README.md's Layout has the full map):
 
-    role      mxnet_amp                  paddle_amp
-    config    config                     config
-    kernels   kernels                    kernels
-    lists     lists (package)            lists
-    rewrite   patching, graph            rewrite, pir_rewrite
-    scaling   scaling, overflow          scaling, skip, state, collective, legacy_ops,
-                                         pir_scaling, pir_ops
-    masters   masters                    masters
-    report    report                     report
-    glue      _mx                        env
+    role        mxnet_amp           paddle_amp
+    config      config              config
+    kernels     kernels             kernels
+    lists       lists (package)     lists
+    rewrite     patching, graph     rewrite, pir_rewrite
+    scaling     scaling, overflow   scaling, skip, state, collective, legacy_ops,
+                                    pir_scaling, pir_ops
+    masters     masters             masters
+    report      report              report
+    checkpoint  checkpoint          checkpoint
+    glue        _mx                 env
 
 Files:
 
@@ -45,6 +46,7 @@ Files:
     report.py     the forward casts of a program, counted for cast_report
     env.py        Paddle glue: static check, the program's IR, dtype names, device
     decorator.py  decorate() and OptimizerWithMixedPrecision: the optimizer wrapper
+    checkpoint.py the wrapper's save_checkpoint / load_checkpoint: persistables, step
     casting.py    cast_model_to_fp16 / cast_parameters_to_fp16, graph helpers
     opnames.py    PIR op and operand names -> the legacy names the op tables use
     pir_guard.py  fp16_guard on both IRs (PIR: records the ops built inside)

@@ -12,6 +12,7 @@ import logging
 import weakref
 from typing import Optional
 
+import numpy as np
 import paddle
 from paddle.base import core, framework
 
@@ -19,6 +20,7 @@ from amp_adapters import CastReport, LossScale, ParamPlan, Policy
 
 from .amp_nn import check_finite_and_unscale, update_loss_scaling  # noqa: F401 (native names)
 from .casting import cast_model_to_fp16, cast_parameters_to_fp16  # noqa: F401 (native names)
+from . import checkpoint
 from .config import resolve_decorate
 from .env import current_device, expected_place, program_ir, require_static
 from .fp16_utils import update_role_var_grad  # noqa: F401 (a native name)
@@ -36,6 +38,8 @@ logger = logging.getLogger("paddle_amp")
 
 # The reports of rewritten programs, for ``cast_report``; a program's entry dies with it.
 _REPORTS: "weakref.WeakKeyDictionary[framework.Program, CastReport]" = weakref.WeakKeyDictionary()
+# The decorated optimizer that built each program: a second one on the same program is refused.
+_BUILT: "weakref.WeakKeyDictionary[framework.Program, object]" = weakref.WeakKeyDictionary()
 
 
 def cast_report(program) -> CastReport:
@@ -97,7 +101,15 @@ class OptimizerWithMixedPrecision:
         if self._train_program is not None:
             raise RuntimeError("this decorated optimizer already built a program; decorate a "
                                "new optimizer for another program")
-        program = loss.block.program
+        program = _check_loss(loss, parameter_list, no_grad_set)  # before anything changes
+        other = _BUILT.get(program)
+        if other is not None:
+            same = other._optimizer is self._optimizer
+            raise RuntimeError(
+                f"this program was already built by another paddle_amp-decorated optimizer"
+                f"{' wrapping the same ' + type(self._optimizer).__name__ if same else ''}: a "
+                f"second one would rewrite it again and apply a second update every step; "
+                f"use one decorated optimizer per program")
         self._rewriter = self._new_rewriter(program)
         pir = program_ir(program) == "pir"
         if pir:  # the same state machine, built from PIR ops
@@ -118,6 +130,7 @@ class OptimizerWithMixedPrecision:
             if self._masters is not None:
                 params_grads = self._masters.swap_in(program, params_grads)
         self._train_program, self._startup_program = program, startup_program  # built
+        _BUILT[program] = self
         return params_grads
 
     def _plan_low_params(self, program) -> None:
@@ -257,12 +270,59 @@ class OptimizerWithMixedPrecision:
         self._built("load_state_dict").write(scope or paddle.static.global_scope(), state_dict,
                             self._place or expected_place())
 
+    def save_checkpoint(self, path, program, scope=None, step: Optional[int] = None):
+        """Save ``program``'s persistables from ``scope`` (parameters, optimizer state, the
+        loss-scale state) and ``step`` as the newest checkpoint in the folder ``path``.
+
+        Atomic: the previous checkpoint stays valid until this one is complete (see
+        ``amp_adapters.checkpoint``). ``step`` defaults to the loss scale's
+        ``total_steps``. Returns ``path`` as a ``Path``."""
+        return checkpoint.save(self, path, program, scope, step)
+
+    def load_checkpoint(self, path, program, scope=None, *, check_policy: bool = True) -> int:
+        """Restore the newest checkpoint of ``path`` into ``scope`` (after the startup
+        program); returns its step. Verified first (checksums, the policy, the optimizer
+        type, every persistable's name, shape and dtype): a torn, truncated or mismatched
+        checkpoint is a ``CheckpointError`` and the scope is left unchanged."""
+        return checkpoint.load(self, path, program, scope, check_policy=check_policy)
+
     def check_guard(self, scope=None) -> None:
         """Raise ``OverflowGuardError`` naming the parameters with non-finite gradients after
         ``max_consecutive_skips`` overflow steps in a row, when the scale has collapsed to 0
         or a denormal, or (if configured) on too many skips in a window; else return. One
         host read (the core's ``loss_scale.check_guard``)."""
         self._built("check_guard").check_guard(scope or paddle.static.global_scope())
+
+
+def _check_loss(loss, parameter_list, no_grad_set) -> "framework.Program":
+    """``loss``'s program, after checking that ``backward`` can build on it: a Variable of
+    one element with at least one trainable parameter on its path. Changes nothing.
+    (A PIR value is passed through: these checks read legacy-IR ops.)"""
+    pir_value = getattr(getattr(paddle, "pir", None), "Value", None)
+    if pir_value is not None and isinstance(loss, pir_value):
+        return loss.block.program
+    if not isinstance(loss, framework.Variable):
+        raise TypeError(f"loss must be a paddle static Variable (the output of the "
+                        f"program's loss op), got {type(loss).__name__} {loss!r:.60}")
+    if np.prod(loss.shape) != 1:
+        raise ValueError(f"loss {loss.name!r} has shape {list(loss.shape)}, not one element; "
+                         f"reduce it first (e.g. paddle.mean(loss))")
+    block = loss.block.program.global_block()
+    needed = {loss.name}
+    for op in reversed(block.ops):  # the ops loss depends on, and their inputs
+        if needed.intersection(op.output_arg_names):
+            needed.update(op.input_arg_names)
+    skip = {v if isinstance(v, str) else v.name for v in (no_grad_set or ())}
+    allowed = None if parameter_list is None else {
+        p if isinstance(p, str) else p.name for p in parameter_list}
+    trainable = [p.name for p in block.all_parameters()
+                 if p.trainable and p.name in needed and p.name not in skip
+                 and (allowed is None or p.name in allowed)]
+    if not trainable:
+        raise ValueError(f"loss {loss.name!r} depends on no trainable parameter (given "
+                         f"parameter_list and no_grad_set), so there is nothing to update; "
+                         f"check that the loss is computed from the model's output")
+    return loss.block.program
 
 
 def _derived(test_program, scaling: LossScaling) -> bool:

@@ -8,7 +8,6 @@ same number of parameters low and keep the same number in float32 (the
 frameworks name and split parameters alike in these models: a weight and a
 bias per dense/conv layer, scale and bias per norm).
 """
-import mxnet as mx
 import paddle
 import pytest
 

@@ -55,6 +55,23 @@ def test_checkpoint_resume_continues_the_exact_trajectory(tmp_path):
     assert "after step 40" in resumed
 
 
+def test_checkpoint_resume_without_arguments_or_checkpoint_is_a_clear_error(tmp_path):
+    for args, needle in [((), "the following arguments are required: command"),
+                         (("resume",), "resume needs the checkpoint folder"),
+                         (("resume", str(tmp_path / "none")), "does not exist")]:
+        r = subprocess.run([sys.executable, os.path.join(EXAMPLES, "checkpoint_resume.py"),
+                            *args], capture_output=True, text=True, timeout=120)
+        assert r.returncode != 0 and needle in r.stderr and "Traceback" not in r.stderr
+
+
+def test_checkpoint_resume_run_resumes_where_it_stopped(tmp_path):
+    full = run("checkpoint_resume.py", "run", str(tmp_path / "a"))
+    run("checkpoint_resume.py", "save", str(tmp_path / "b"))  # a checkpoint after step 20
+    resumed = run("checkpoint_resume.py", "run", str(tmp_path / "b"))
+    assert "resuming after step 20" in resumed
+    assert resumed.strip().splitlines()[-1] == full.strip().splitlines()[-1]
+
+
 def test_examples_turn_the_frameworks_log_noise_off(tmp_path):
     """Run as a user runs it (no GLOG_minloglevel in the environment): no glog INFO lines
     ("I1123 ... New Executor is Running"), no oneDNN probe lines, no "No ccache found"."""

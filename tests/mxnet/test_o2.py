@@ -9,7 +9,7 @@ import mxnet as mx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mxnet import autograd, gluon, nd
+from mxnet import gluon, nd
 
 import mxnet_amp as amp
 from amp_adapters import AmpConfigError, DynamicLossScale, Policy

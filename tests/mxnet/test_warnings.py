@@ -2,7 +2,6 @@
 model gets one summary line; emulation (asked for) is INFO, not a warning."""
 import logging
 
-import mxnet as mx
 import pytest
 from mxnet import gluon, nd
 

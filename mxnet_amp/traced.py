@@ -1,0 +1,103 @@
+"""Blocks whose graph was traced before ``init`` or under it: what ``init``/``reset`` do to them.
+
+A hybridized block caches the graph it traced on its first forward (with the
+ops ``init`` patched, or without). Patching later changes nothing in that
+graph, so:
+
+- ``reset()`` clears the cache of every block whose traced graph contains AMP
+  casts: its next forward traces again, in float32 (``restore_float32``);
+- ``init()`` warns once per block traced before it (that block keeps running
+  its float32 graph until ``block.hybridize()`` is called again) and
+  remembers that graph, so ``cast_report`` describes what actually runs
+  (``traced_without_amp``).
+
+``init`` finds the blocks traced before it with ``gc.get_objects()`` (a scan
+of live Python objects, ~50 ms, once per ``init``) and wraps
+``HybridBlock._build_cache`` to record the blocks traced under it, which is
+all ``reset`` looks at. ``SymbolBlock``s (e.g. from ``convert_hybrid_block``)
+are left alone: their graph is their definition. No host sync.
+"""
+from __future__ import annotations
+
+import gc
+import json
+import warnings
+import weakref
+from typing import Any
+
+from mxnet.gluon import HybridBlock, SymbolBlock
+
+_CASTS = ("amp_cast", "amp_multicast")
+# block -> the cached graph it had when init found it (traced without AMP)
+_before_init: "weakref.WeakKeyDictionary[HybridBlock, Any]" = weakref.WeakKeyDictionary()
+_warned: "weakref.WeakSet[HybridBlock]" = weakref.WeakSet()
+_under_amp: "weakref.WeakSet[HybridBlock]" = weakref.WeakSet()  # traced while init was on
+
+
+def traced_blocks() -> list[HybridBlock]:
+    """Every live hybridized block with a cached (traced) graph, except SymbolBlocks."""
+    wanted: dict[type, bool] = {}  # per type, not per object: ~30 ms for 150k objects
+    out = []
+    for o in gc.get_objects():
+        t = type(o)
+        ok = wanted.get(t)
+        if ok is None:
+            ok = wanted[t] = issubclass(t, HybridBlock) and not issubclass(t, SymbolBlock)
+        if ok and o._cached_graph:
+            out.append(o)
+    return out
+
+
+def has_amp_casts(block: HybridBlock) -> bool:
+    """Whether the block's cached graph has the casts ``init``'s wrappers insert."""
+    nodes = json.loads(block._cached_graph[1].tojson(remove_amp_cast=False))["nodes"]
+    return any(n.get("op") in _CASTS for n in nodes)
+
+
+def warn_traced_before_init() -> None:
+    """Warn once per block traced before ``init``; remember its (float32) graph."""
+    for block in traced_blocks():
+        if has_amp_casts(block):
+            continue
+        _before_init[block] = block._cached_graph
+        if block not in _warned:
+            _warned.add(block)
+            warnings.warn(
+                f"mxnet_amp.init(): block {block.name!r} ({type(block).__name__}) was "
+                f"hybridized and run before init, so its cached graph runs without AMP "
+                f"(float32); call {block.name}.hybridize() again (or build the model after "
+                f"init) to apply the policy", stacklevel=3)
+
+
+def traced_without_amp(block: HybridBlock) -> bool:
+    """True if ``block`` still runs a graph traced before ``init`` (no AMP casts)."""
+    graph = _before_init.get(block)
+    return graph is not None and block._cached_graph is graph
+
+
+def record_tracing() -> list[tuple[Any, str, Any]]:
+    """Wrap ``HybridBlock._build_cache`` (where a block traces its graph) to remember each
+    block traced from now on; returns the patch as (class, attribute, original) for
+    ``reset`` to undo. Costs one WeakSet insert per trace, nothing per step."""
+    original = HybridBlock._build_cache
+
+    def _build_cache(block: HybridBlock, *args: Any) -> Any:
+        _under_amp.add(block)
+        return original(block, *args)
+
+    HybridBlock._build_cache = _build_cache
+    return [(HybridBlock, "_build_cache", original)]
+
+
+def restore_float32() -> list[str]:
+    """Clear the cache of every block traced under ``init`` whose graph has AMP casts; its
+    next forward traces in float32. Returns their names."""
+    cleared = []
+    for block in list(_under_amp):
+        if block._cached_graph and not isinstance(block, SymbolBlock) and \
+                has_amp_casts(block):
+            block._clear_cached_op()
+            cleared.append(block.name)
+    _under_amp.clear()
+    _before_init.clear()
+    return cleared

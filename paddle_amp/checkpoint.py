@@ -1,0 +1,98 @@
+"""Checkpoints of a decorated static program: every persistable, the loss scale, the step.
+
+``save`` writes ``paddle.static.save``'s files (``model.pdparams``: parameters,
+``model.pdopt``: optimizer accumulators, learning rate and the loss-scale vars,
+``model.pdmodel``: the program) from ``scope`` through
+``amp_adapters.checkpoint`` (temp folder, fsync, rename, pointer swap), so a
+kill at any moment leaves the previous checkpoint loadable; the files stay
+readable by ``paddle.static.load``. ``load`` verifies the checksums and the
+policy, then checks that the saved tensors are exactly the program's
+persistables (names, shapes, dtypes) and that the scope holds them all before
+it writes any. One host read (save) or write (load) per persistable.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import paddle
+from paddle.base import core, framework
+
+from amp_adapters import checkpoint as ckpt_core
+from amp_adapters.errors import CheckpointError
+
+PREFIX = "model"
+_SKIP_TYPES = (core.VarDesc.VarType.FEED_MINIBATCH, core.VarDesc.VarType.FETCH_LIST,
+               core.VarDesc.VarType.READER, core.VarDesc.VarType.RAW)
+
+
+def _persistables(program) -> list:
+    return [v for v in program.list_vars() if v.persistable and v.type not in _SKIP_TYPES]
+
+
+def _check_program(opt: Any, program) -> None:
+    if not isinstance(program, framework.Program):
+        raise TypeError(f"program must be a paddle.static.Program, got {type(program).__name__}")
+    if program is not opt._train_program:
+        raise CheckpointError("save_checkpoint/load_checkpoint take the program this optimizer "
+                              "decorated (the one minimize() built), so the loss-scale state "
+                              "is in it")
+
+
+def _scope_array(scope, name: str) -> Optional[np.ndarray]:
+    found = scope.find_var(name)
+    if found is None or not found.get_tensor()._is_initialized():
+        return None
+    return np.array(found.get_tensor())
+
+
+def save(opt: Any, path, program, scope=None,
+         step: Optional[int] = None) -> Path:
+    """``opt`` (the decorated optimizer) saves ``program``; see its ``save_checkpoint``."""
+    opt._built("save_checkpoint")
+    _check_program(opt, program)
+    scope = scope or paddle.static.global_scope()
+    missing = [v.name for v in _persistables(program) if _scope_array(scope, v.name) is None]
+    if missing:
+        raise CheckpointError(f"persistables {missing[:5]} are not in the scope: run the "
+                              f"startup program (in the scope passed as scope=) first")
+    state = opt.loss_scale(scope)
+    step = state.total_steps if step is None else step
+    meta = {"optimizer": type(opt._optimizer).__name__}
+    with ckpt_core.save(path, framework="paddle", step=step, policy=opt.policy,
+                        loss_scale=state, meta=meta) as folder:
+        with paddle.static.scope_guard(scope):
+            paddle.static.save(program, str(folder / PREFIX))
+    return Path(path)
+
+
+def load(opt: Any, path, program, scope=None, *,
+         check_policy: bool = True) -> int:
+    """``opt`` (the decorated optimizer) loads into ``program``; see its ``load_checkpoint``."""
+    opt._built("load_checkpoint")
+    _check_program(opt, program)
+    scope = scope or paddle.static.global_scope()
+    ckpt = ckpt_core.load(path, framework="paddle", policy=opt.policy, check_policy=check_policy)
+    ckpt_core.check_meta(ckpt, "optimizer", type(opt._optimizer).__name__, "the optimizer")
+    saved = paddle.static.load_program_state(str(ckpt.file(PREFIX)))
+    wanted = {v.name for v in _persistables(program)}
+    if set(saved) != wanted:
+        raise CheckpointError(
+            f"checkpoint {str(path)!r} does not fit this program: persistables missing from "
+            f"it {sorted(wanted - set(saved))[:5]}, not in the program "
+            f"{sorted(set(saved) - wanted)[:5]}")
+    for name in sorted(wanted):
+        current = _scope_array(scope, name)
+        if current is None:
+            raise CheckpointError(f"{name!r} is not in the scope: run the startup program "
+                                  f"(in the scope passed as scope=) before load_checkpoint")
+        if current.shape != saved[name].shape or current.dtype != saved[name].dtype:
+            raise CheckpointError(
+                f"checkpoint {str(path)!r} does not fit this program: {name} is "
+                f"{saved[name].dtype}{list(saved[name].shape)} there, "
+                f"{current.dtype}{list(current.shape)} here")
+    place = opt._place or framework._current_expected_place()
+    for name in sorted(wanted):
+        scope.find_var(name).get_tensor().set(saved[name], place)
+    return ckpt.step
