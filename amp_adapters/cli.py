@@ -3,7 +3,7 @@
     amp-adapters lists --framework mxnet --dtype float16 [--policy FILE]
     amp-adapters explain softmax --framework paddle [--policy FILE] [--attr act_type=softrelu]
     amp-adapters diff --framework mxnet [--dtype float16]   (shared O1 vs the native default)
-    amp-adapters demo [--framework mxnet|paddle|both|numpy] [--policy FILE] [--steps N]
+    amp-adapters demo [--framework mxnet|paddle|both|numpy] [--policy FILE|PRESET] [--steps N]
                       [--plot out.png] [--k-log2 0]
 
 ``demo`` is not defined here: installed packages add subcommands through the

@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 from amp_adapters import AmpConfigError, DynamicLossScale, Policy
 from amp_adapters.cli import HelpFormatter, Parser
+from amp_adapters.policy import resolve_policy
 from amp_adapters.quiet import quiet_frameworks
 
 # O1 fp16, emulated where the device has no fp16 kernel; a short growth interval so the
@@ -63,8 +64,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The demo's options, on ``p``."""
     p.add_argument("--framework", default="both", choices=("both", "mxnet", "paddle", "numpy"),
                    help="where to train (numpy: a reference trainer, fp16 emulated)")
-    p.add_argument("--policy", metavar="FILE",
-                   help="a TOML policy file (default: O1 fp16, emulated where there is no "
+    p.add_argument("--policy", metavar="POLICY",
+                   help="a preset name (O1, O2, ...) or a TOML policy file, as policy= takes "
+                        "in both backends (default: O1 fp16, emulated where there is no "
                         "fp16 kernel, dynamic loss scale growing every 100 steps)")
     p.add_argument("--steps", type=positive_steps, default=800, help="training steps (batch 64)")
     p.add_argument("--plot", metavar="FILE", type=figure_path,
@@ -84,7 +86,7 @@ def register(subparsers: "argparse._SubParsersAction") -> None:
 def run(args: argparse.Namespace) -> int:
     """Train, print progress and the side-by-side table, write the figure if asked."""
     quiet_frameworks()  # before any framework is imported
-    policy = Policy.from_file(args.policy) if args.policy else DEMO_POLICY
+    policy = resolve_policy(args.policy) if args.policy else DEMO_POLICY  # the core's front door
     frameworks = ("mxnet", "paddle") if args.framework == "both" else (args.framework,)
     require(["sklearn"] + (["matplotlib"] if args.plot else []), "demo")
     for fw in ("mxnet", "paddle"):  # a policy file drives both: a misspelt name is an error

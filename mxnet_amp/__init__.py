@@ -23,24 +23,38 @@ checked on every device with one host sync per step, also with
 ``update_on_kvstore=True``; the loss scale is configurable, checkpointable and
 readable; the new scale is used by the very next step.
 
+Roles (the same file names in both backends; README.md's Layout has the full map):
+
+    role        mxnet_amp           paddle_amp
+    config      config              config
+    kernels     kernels             kernels
+    lists       lists (package)     lists
+    rewrite     patching, graph     rewrite, pir_rewrite
+    scaling     scaling, overflow   scaling, skip, state, collective, legacy_ops,
+                                    pir_scaling, pir_ops
+    masters     masters             masters
+    report      report              report
+    checkpoint  checkpoint          checkpoint
+    glue        _mx                 env
+
 Files:
 
     config.py     init()'s native arguments -> Policy
-    patching.py   init/reset: cast wrappers around MXNet's op functions
-    active.py     the policy init() installed (read without importing patching)
-    graph.py      symbol graphs: plan every op, rewrite with casts
-    convert.py    convert_symbol / convert_model / convert_hybrid_block / _bucketing_module
     kernels.py    which ops have a low-precision kernel on a device (probed once)
     lists/        the native list_* helpers, and the symbol_fp16 / symbol_bf16 lists
-    amp.py        the native amp.amp module's names
-    loss_scaler.py  LossScaler on the core's state machine
-    trainer.py    init_trainer / scale_loss / unscale: step stages, loss scaling, the skip
-    overflow.py   the on-device overflow check
-    o2.py         O2: cast_params (the core's parameter plan), float32 master weights
+    patching.py   (rewrite) init/reset: cast wrappers around MXNet's op functions
+    graph.py      (rewrite) symbol graphs: plan every op, rewrite with casts
+    scaling.py    init_trainer / scale_loss / unscale: step stages, loss scaling, the skip
+    overflow.py   (scaling) the on-device overflow check
+    masters.py    O2: cast_params (the core's parameter plan), float32 master weights
     report.py     cast_report of a hybridized block
-    traced.py     blocks traced before/under init: reset re-traces, init warns
     checkpoint.py save_checkpoint / load_checkpoint: params, trainer, loss scale, step
     _mx.py        MXNet glue: op registry, dtype of a tensor, casts
+    active.py     the policy init() installed (read without importing patching)
+    traced.py     blocks traced before/under init: reset re-traces, init warns
+    convert.py    convert_symbol / convert_model / convert_hybrid_block / _bucketing_module
+    amp.py        the native amp.amp module's names
+    loss_scaler.py  LossScaler on the core's state machine and guard
 """
 from amp_adapters import (DynamicLossScale, NoOpLossScale, OverflowGuardError, Policy,
                           StaticLossScale)
@@ -49,10 +63,10 @@ from .checkpoint import load_checkpoint, save_checkpoint
 from .convert import convert_hybrid_block, convert_model, convert_symbol
 from .lists import (list_conditional_fp32_ops, list_fp32_ops, list_loss_output_functions,
                     list_lp16_fp32_ops, list_lp16_ops, list_widest_type_cast)
-from .o2 import cast_params
+from .masters import cast_params
 from .patching import active_policy, init, reset
 from .report import cast_report
-from .trainer import (init_trainer, last_step_skipped, load_state_dict, loss_scale, scale_loss,
+from .scaling import (init_trainer, last_step_skipped, load_state_dict, loss_scale, scale_loss,
                       state_dict, unscale)
 
 __all__ = [

@@ -7,7 +7,7 @@ from .lists import (list_conditional_fp32_ops, list_fp32_ops,  # noqa: F401
                     list_lp16_use_fp32_params, list_widest_type_cast)
 from .loss_scaler import LossScaler  # noqa: F401
 from .patching import init  # noqa: F401
-from .trainer import init_trainer, scale_loss, unscale  # noqa: F401
+from .scaling import init_trainer, scale_loss, unscale  # noqa: F401
 
 __all__ = ["init", "init_trainer", "scale_loss", "unscale", "convert_model",
            "convert_hybrid_block", "list_lp16_ops", "list_fp32_ops", "list_lp16_fp32_ops",

@@ -22,7 +22,7 @@ from amp_adapters import checkpoint as core
 from amp_adapters.errors import CheckpointError
 
 from .patching import active_policy
-from .trainer import AmpTrainerState, load_state_dict
+from .scaling import AmpTrainerState, load_state_dict
 
 PARAMS, STATES = "net.params", "trainer.states"
 

@@ -6,7 +6,10 @@ its constants (start 2**16, x2 after 2000 clean steps, /2 on overflow, at most
 used by the very next step (natively two steps later) and every gradient on
 every device is checked (natively the first device only). ``init_trainer``
 attaches a richer object to a Trainer; this one is for code that builds its
-own scaler. One host sync per ``has_overflow``.
+own scaler. Like the trainer's, every ``has_overflow`` then asks the core's
+guard (``loss_scale.check_guard``): a collapsed scale or
+``max_consecutive_skips`` overflows in a row raise ``OverflowGuardError``
+instead of skipping forever. One host sync per ``has_overflow``.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import logging
 from typing import Any, Optional, Sequence
 
 from amp_adapters import DynamicLossScale, LossScale
+from amp_adapters.loss_scale import SkipWindow, check_guard
 
 from .overflow import FiniteCheck
 
@@ -24,6 +28,7 @@ class LossScaler:
     def __init__(self, loss_scale: Optional[LossScale] = None):
         self.state: LossScale = loss_scale or DynamicLossScale.from_mxnet()
         self._check = FiniteCheck()
+        self._window: Optional[SkipWindow] = SkipWindow.at(self.state.state)
 
     @property
     def loss_scale(self) -> float:
@@ -32,12 +37,15 @@ class LossScaler:
 
     def has_overflow(self, params: Sequence[Any]) -> bool:
         """True if any gradient of ``params`` (Gluon Parameters) is not finite on any device;
-        moves the scale (``adjust(found_inf)``). One host sync."""
-        found_inf = bool(self._check.nonfinite(list(params)))
+        moves the scale (``adjust(found_inf)``), then the core's guard may raise
+        ``OverflowGuardError`` naming those parameters. One host sync."""
+        nonfinite = self._check.nonfinite(list(params))
+        found_inf = bool(nonfinite)
         before = self.state.scale
         self.state = self.state.adjust(found_inf)
         if self.state.scale != before:
             logging.info("AMP: %s loss scale to %f",
                          "decreasing" if self.state.scale < before else "increasing",
                          self.state.scale)
+        self._window = check_guard(self.state.config, self.state.state, nonfinite, self._window)
         return found_inf

@@ -14,29 +14,44 @@ and Paddle 3.x in either IR: PIR (the default) or the legacy IR
         opt.check_guard()        # OverflowGuardError after max_consecutive_skips overflows
     opt.loss_scale()             # DynamicLossScale(scale=..., good_steps=..., skipped_steps=...)
 
+Roles (the same file names in both backends; README.md's Layout has the full map):
+
+    role        mxnet_amp           paddle_amp
+    config      config              config
+    kernels     kernels             kernels
+    lists       lists (package)     lists
+    rewrite     patching, graph     rewrite, pir_rewrite
+    scaling     scaling, overflow   scaling, skip, state, collective, legacy_ops,
+                                    pir_scaling, pir_ops
+    masters     masters             masters
+    report      report              report
+    checkpoint  checkpoint          checkpoint
+    glue        _mx                 env
+
 Files:
 
-    decorator.py  decorate(): native arguments -> Policy; the optimizer wrapper
+    config.py     decorate()'s native arguments (both overloads) -> Policy + loss scale
+    kernels.py    which ops have a low-precision kernel on the device used
     lists.py      AutoMixedPrecisionLists (and BF16): live sets -> OpLists
+    rewrite.py    program rewrite: plan every forward op, insert its casts
+    pir_rewrite.py  (rewrite) the same on PIR programs (combine and attribute operands)
+    scaling.py    loss scaling as program ops: the check and the core's update emitted
+    skip.py       (scaling) the true skip: optimizer ops under ``if not found_inf``
+    state.py      (scaling) the loss-scale state in a scope: read, write all or nothing, guard
+    collective.py (scaling) found_inf all-reduced over data-parallel workers
+    legacy_ops.py (scaling) BlockOps: the core's ArrayOps vocabulary as legacy-IR ops
+    pir_scaling.py  (scaling) loss scaling as PIR ops: the true skip via pd_op.if
+    pir_ops.py    (scaling) the core's update vocabulary (ArrayOps) as PIR ops
+    masters.py    O2: low-precision parameters and their (emulated) float32 masters
+    report.py     the forward casts of a program, counted for cast_report
+    env.py        Paddle glue: static check, the program's IR, dtype names, device
+    decorator.py  decorate() and OptimizerWithMixedPrecision: the optimizer wrapper
+    checkpoint.py the wrapper's save_checkpoint / load_checkpoint: persistables, step
     casting.py    cast_model_to_fp16 / cast_parameters_to_fp16, graph helpers
+    opnames.py    PIR op and operand names -> the legacy names the op tables use
+    pir_guard.py  fp16_guard on both IRs (PIR: records the ops built inside)
     fp16_lists.py fp16_utils.py bf16/ amp_nn.py debugging.py function_overload.py
                   the native submodules at the same paths
-    rewrite.py    program rewrite: plan every forward op, insert its casts
-    scaling.py    loss scaling as program ops: the check and the core's update emitted
-    legacy_ops.py BlockOps: the core's ArrayOps vocabulary as legacy-IR ops
-    skip.py       the true skip: optimizer ops under ``if not found_inf``
-    state.py      the loss-scale state in a scope: read, write all or nothing, guard
-    collective.py found_inf all-reduced over data-parallel workers
-    masters.py    O2: low-precision parameters and their (emulated) float32 masters
-    checkpoint.py the wrapper's save_checkpoint / load_checkpoint: persistables, step
-    kernels.py    which ops have a low-precision kernel on the device used
-    env.py        Paddle glue: static check, the program's IR, dtype names, device
-    report.py     the forward casts of a program, counted for cast_report
-    opnames.py    PIR op and operand names -> the legacy names the op tables use
-    pir_rewrite.py  the same rewrite on PIR programs (combine and attribute operands)
-    pir_scaling.py  loss scaling as PIR ops: the core's update, the true skip via pd_op.if
-    pir_ops.py    the core's update vocabulary (ArrayOps) as PIR ops
-    pir_guard.py  fp16_guard on both IRs (PIR: records the ops built inside)
 """
 from amp_adapters import CastReport, OverflowGuardError, Policy
 

@@ -2,13 +2,13 @@
 
 The returned optimizer rewrites the program (``rewrite.Rewriter``), scales the
 loss, and replaces the native unscale/update with ``scaling.LossScaling``: a
-true skip on overflow for every optimizer, and the core's state machine.
+true skip on overflow for every optimizer, and the core's state machine. What
+the native arguments mean (the policy, the loss scale) is ``config.py``'s answer.
 """
 from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import weakref
 from typing import Optional
 
@@ -16,15 +16,12 @@ import numpy as np
 import paddle
 from paddle.base import core, framework
 
-from amp_adapters import (AmpConfigError, CastReport, DynamicLossScale, LossScale, OpLists,
-                          ParamPlan, Policy, StaticLossScale, UnknownChoiceError)
-from amp_adapters.dtypes import LOW_DTYPES, low_dtype
-from amp_adapters.policy import default_loss_scale, resolve_policy
+from amp_adapters import CastReport, LossScale, ParamPlan, Policy
 
 from .amp_nn import check_finite_and_unscale, update_loss_scaling  # noqa: F401 (native names)
-from .casting import (cast_model_to_fp16, cast_parameters_to_fp16,  # noqa: F401
-                      native_policy)
+from .casting import cast_model_to_fp16, cast_parameters_to_fp16  # noqa: F401 (native names)
 from . import checkpoint
+from .config import resolve_decorate
 from .env import current_device, expected_place, program_ir, require_static
 from .fp16_utils import update_role_var_grad  # noqa: F401 (a native name)
 from .function_overload import FunctionType, overload  # noqa: F401 (native names)
@@ -43,13 +40,6 @@ logger = logging.getLogger("paddle_amp")
 _REPORTS: "weakref.WeakKeyDictionary[framework.Program, CastReport]" = weakref.WeakKeyDictionary()
 # The decorated optimizer that built each program: a second one on the same program is refused.
 _BUILT: "weakref.WeakKeyDictionary[framework.Program, object]" = weakref.WeakKeyDictionary()
-
-# The native argument sets: the new ``decorate`` and the old fluid fp16 overload, which is
-# selected (as natively) by passing use_pure_fp16, use_fp16_guard or use_bf16.
-_NEW_DEFAULTS = dict(init_loss_scaling=2.0**16, incr_every_n_steps=2000,
-                     decr_every_n_nan_or_inf=1, incr_ratio=2.0, decr_ratio=0.5)
-_OLD_DEFAULTS = dict(init_loss_scaling=2.0**15, incr_every_n_steps=1000,
-                     decr_every_n_nan_or_inf=2, incr_ratio=2.0, decr_ratio=0.8)
 
 
 def cast_report(program) -> CastReport:
@@ -346,13 +336,6 @@ def _derived(test_program, scaling: LossScaling) -> bool:
                for op in test_program.global_block().ops)
 
 
-def _loss_scale(dtype: str, dynamic: Optional[bool], args: dict) -> LossScale:
-    """The loss scale the native arguments describe, where the core says ``dtype`` needs one."""
-    if dynamic is None or dynamic:
-        return default_loss_scale(dtype, lambda: DynamicLossScale.from_paddle(**args))
-    return default_loss_scale(dtype, lambda: StaticLossScale(scale=args["init_loss_scaling"]))
-
-
 def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weight=None,
              master_grad=False, init_loss_scaling=None, incr_every_n_steps=None,
              decr_every_n_nan_or_inf=None, incr_ratio=None, decr_ratio=None,
@@ -378,6 +361,8 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
     scaling arguments. ``emulate=True`` rounds through fp16 where the device has
     no fp16 kernel.
 
+    The arguments -> policy translation is ``config.resolve_decorate``.
+
     ``found_inf_ring_id`` (data parallel): every worker must take the same skip
     decision and scale step, but each checks its own gradients, which differ
     when the gradient all-reduce comes after the check. So the overflow flag is
@@ -398,64 +383,13 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
     if not isinstance(optimizer, paddle.optimizer.Optimizer):
         raise TypeError(f"decorate() needs a paddle.optimizer.Optimizer, got "
                         f"{type(optimizer).__name__}")
-    if isinstance(level, (int, float)) and not isinstance(level, bool):
-        raise TypeError(f"level={level!r} looks like the old positional init_loss_scaling; "
-                        f"pass the loss-scaling arguments by keyword")
-    for name, flag in (("master_grad", master_grad), ("use_promote", use_promote)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be True or False, got {flag!r}")
-    old = any(a is not None for a in (use_pure_fp16, use_fp16_guard, use_bf16))
-    given = dict(init_loss_scaling=init_loss_scaling, incr_every_n_steps=incr_every_n_steps,
-                 decr_every_n_nan_or_inf=decr_every_n_nan_or_inf, incr_ratio=incr_ratio,
-                 decr_ratio=decr_ratio)
-    args = {k: (v if v is not None else (_OLD_DEFAULTS if old else _NEW_DEFAULTS)[k])
-            for k, v in given.items()}
-    for k in ("init_loss_scaling", "incr_ratio", "decr_ratio"):
-        if isinstance(args[k], bool) or not isinstance(args[k], (int, float)) or \
-                not math.isfinite(args[k]):
-            raise TypeError(f"{k} must be a finite number, got {args[k]!r}")
-    if old:
-        level = "O2" if use_pure_fp16 else "O1"
-        dtype = "bfloat16" if use_bf16 else "float16"
-        use_guard = bool(use_pure_fp16) if use_fp16_guard is None else bool(use_fp16_guard)
-    else:
-        use_guard = bool(use_amp_guard)
-    if not isinstance(level, str) or not isinstance(dtype, str):
-        raise TypeError(f"level and dtype must be strings, got {level!r} and {dtype!r}")
-    dtype = low_dtype(dtype)
-    level = level.upper()
-    if level not in ("O0", "O1", "O2", "OD"):
-        raise UnknownChoiceError("level", level, ("O0", "O1", "O2", "OD"))
-    if policy is not None:
-        policy = resolve_policy(policy)
-        if amp_lists is not None and policy.dtype in LOW_DTYPES:
-            dtype = policy.dtype
-    lists = check_lists(amp_lists, dtype)
-    if level == "OD" and amp_lists is not None and policy is None:
-        logger.warning("level OD: amp_lists are not used, as natively (only the default "
-                       "white list runs in %s)", dtype)
-        lists = check_lists(None, dtype)
-    if policy is None:
-        if level == "O0":
-            policy = Policy.preset("O0")
-        else:
-            policy = native_policy(lists, dtype, level, use_promote,
-                                   loss_scale=_loss_scale(dtype, use_dynamic_loss_scaling, args)
-                                   ).with_emulation(emulate)
-    else:
-        if lists.overrides() != OpLists():
-            raise AmpConfigError(
-                "decorate() got both policy= and amp_lists= with custom op lists: put the op "
-                "lists in the policy (Policy(paddle_ops=OpLists(...))); amp_lists may then "
-                "carry only custom_black_varnames")
-        policy = policy.with_emulation(emulate)
-        if use_promote and policy.unlisted is None:
-            policy = policy.replace(unlisted="promote")
-        if policy.paddle_ops != OpLists():  # list objects checked their names already
-            policy.validate_for("paddle", core.get_all_op_names())
-    if policy.level == "O2" and hasattr(optimizer, "_multi_precision"):
+    config = resolve_decorate(
+        amp_lists, level, dtype, master_grad, init_loss_scaling, incr_every_n_steps,
+        decr_every_n_nan_or_inf, incr_ratio, decr_ratio, use_dynamic_loss_scaling,
+        use_amp_guard, use_promote, use_pure_fp16=use_pure_fp16, use_fp16_guard=use_fp16_guard,
+        use_bf16=use_bf16, policy=policy, emulate=emulate)
+    if config.policy.level == "O2" and hasattr(optimizer, "_multi_precision"):
         optimizer._multi_precision = master_weight is not False
-    master_grad = master_grad and policy.level == "O2"
-    return OptimizerWithMixedPrecision(optimizer, policy, use_guard, lists.black_varnames or (),
-                                       found_inf_ring_id, master_grad=master_grad)
-
+    return OptimizerWithMixedPrecision(optimizer, config.policy, config.use_guard,
+                                       config.black_varnames, found_inf_ring_id,
+                                       master_grad=config.master_grad)

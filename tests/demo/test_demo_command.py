@@ -54,6 +54,17 @@ def test_a_bad_policy_file_is_one_error_line(tmp_path, capsys):
     assert err.startswith("amp-adapters: error:") and "'levl'" in err
 
 
+def test_policy_takes_a_preset_name_as_policy_does_in_both_backends(capsys):
+    """``--policy`` goes through ``amp_adapters.resolve_policy``: a preset name works, and a
+    name that is neither a preset nor a file is one error line naming the presets."""
+    pytest.importorskip("sklearn")
+    assert command.main(["--framework", "numpy", "--steps", "3", "--policy", "O2"]) == 0
+    assert "fp16 O2 (emulated)" in demo_rows(capsys.readouterr().out)
+    assert cli.main(["demo", "--framework", "numpy", "--policy", "O7"], commands=DEMO) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("amp-adapters: error:") and "no preset name" in err and "'O1'" in err
+
+
 def test_setup_cfg_declares_the_demo_entry_point():
     """What ``pip install`` turns into the entry point the core's CLI looks up."""
     cfg = configparser.ConfigParser()

@@ -12,7 +12,7 @@ from mxnet import gluon
 from mxnet.contrib import amp as native
 
 import mxnet_amp as amp
-from amp_adapters import ConflictingOpError, DynamicLossScale, Policy
+from amp_adapters import ConflictingOpError, DynamicLossScale, OverflowGuardError, Policy
 
 # tests/native_surface.py, loaded by path: putting tests/ on sys.path would make the
 # tests/mxnet folder importable as "mxnet" where MXNet is not installed
@@ -206,6 +206,22 @@ def test_loss_scaler_moves_without_lag_and_checks_every_device():
     for found_inf in trace:
         expected = expected.adjust(found_inf)
     assert scaler.state == expected and scaler.loss_scale == expected.scale
+
+
+def test_loss_scaler_asks_the_core_guard_as_the_trainer_does():
+    """A scale collapse (no floor, so only the guard stops it) and too many overflows in a row
+    raise OverflowGuardError from the LossScaler shim too, naming the parameter."""
+    bad = _params_with_grads([[np.inf, 0.0]])
+    collapsing = amp.LossScaler(DynamicLossScale.from_mxnet(scale=2.0**-124,
+                                                            max_consecutive_skips=None))
+    with pytest.raises(OverflowGuardError, match="collapsed") as err:
+        for _ in range(8):
+            collapsing.has_overflow(bad)
+    assert err.value.param_names == ["w"] and collapsing.loss_scale < 2.0**-126
+    stuck = amp.LossScaler(DynamicLossScale.from_mxnet(max_consecutive_skips=3))
+    assert stuck.has_overflow(bad) and stuck.has_overflow(bad)
+    with pytest.raises(OverflowGuardError, match="3 overflow steps in a row"):
+        stuck.has_overflow(bad)
 
 
 def test_excluded_sym_names_and_conditional_ops_in_converted_symbols():

@@ -13,7 +13,7 @@ from mxnet import gluon, nd
 
 import mxnet_amp as amp
 from amp_adapters import AmpConfigError, DynamicLossScale, Policy
-from mxnet_amp import o2
+from mxnet_amp import masters as mx_masters
 from mxnet_testutil import backward, batch, mlp
 
 OPTIMIZERS = {"sgd": ("sgd", {"learning_rate": 0.1, "momentum": 0.9}),
@@ -89,7 +89,7 @@ def test_o2_trains_like_fp32(preset, opt):
 def test_parameter_is_its_master_rounded_to_nearest():
     net, trainer, _ = _setup("O2")
     _steps(net, trainer, 4)
-    masters = o2.masters(trainer)
+    masters = mx_masters.masters(trainer)
     assert set(masters) == set(net.collect_params())
     for name, master in masters.items():
         assert master.dtype == np.float32
@@ -134,7 +134,7 @@ def test_checkpoint_resume_is_exact(tmp_path):
     net.load_parameters(str(tmp_path / "p.params"))
     trainer.load_states(str(tmp_path / "t.states"))
     amp.load_state_dict(trainer, amp_state)
-    assert set(o2.masters(trainer)) == set(net.collect_params())
+    assert set(mx_masters.masters(trainer)) == set(net.collect_params())
     rest = _steps(net, trainer, 4, start=4)
     np.testing.assert_array_equal(np.concatenate([first, rest]), straight)
     resumed = _snapshot(net, trainer)
@@ -191,7 +191,7 @@ def test_master_update_equals_the_native_multi_precision_update(name, kwargs):
     w0 = rs.randn(16, 8).astype(np.float16)
     native = mx.optimizer.Updater(mx.optimizer.create(name, learning_rate=0.1,
                                                       multi_precision=True, **kwargs))
-    ours = o2.MasterWeightUpdater(mx.optimizer.create(name, learning_rate=0.1, **kwargs))
+    ours = mx_masters.MasterWeightUpdater(mx.optimizer.create(name, learning_rate=0.1, **kwargs))
     w_native, w_ours = nd.array(w0, dtype="float16"), nd.array(w0, dtype="float16")
     for _ in range(5):
         g = nd.array(rs.randn(16, 8).astype(np.float16), dtype="float16")
@@ -222,7 +222,7 @@ def test_any_sequence_of_overflow_and_clean_steps(overflows):
         assert amp.last_step_skipped(trainer) == overflow
         same = all(np.array_equal(before[k], after[k]) for k in before)
         assert same == overflow
-        for name, master in o2.masters(trainer).items():
+        for name, master in mx_masters.masters(trainer).items():
             np.testing.assert_array_equal(net.collect_params()[name].data().asnumpy(),
                                           master.asnumpy().astype(np.float16))
     amp.reset()

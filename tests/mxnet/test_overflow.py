@@ -183,7 +183,7 @@ def test_stage_errors_name_the_stage():
     net = mlp()
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
     amp.init_trainer(trainer, DynamicLossScale(scale=2.0**8))
-    from mxnet_amp.trainer import Stage
+    from mxnet_amp.scaling import Stage
     state = trainer._amp_loss_scaler
     assert state.stage is Stage.READY
     with pytest.raises(RuntimeError, match="stage READY"):

@@ -195,7 +195,7 @@ def init_trainer(trainer: Trainer, loss_scale: Union[LossScale, float, None] = N
                              f"{type(loss_scale).__name__}")
     policy = active_policy()
     if policy is not None and policy.level == "O2":
-        from .o2 import attach  # O2: float32 masters for the low-precision parameters
+        from .masters import attach  # O2: float32 masters for the low-precision parameters
         attach(trainer, policy)
     existing = getattr(trainer, "_amp_loss_scaler", None)
     if isinstance(existing, AmpTrainerState):

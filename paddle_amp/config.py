@@ -1,0 +1,128 @@
+"""From ``decorate``'s native arguments (either overload, or an explicit policy) to one ``Policy``.
+
+The Paddle counterpart of ``mxnet_amp/config.py``: argument checking, the two
+native argument sets and their loss-scaling defaults, and the mapping onto the
+core (``Policy``, ``DynamicLossScale.from_paddle``). Nothing here touches a
+program or an optimizer; ``decorator.decorate`` applies the result.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from paddle.base import core
+
+from amp_adapters import (AmpConfigError, DynamicLossScale, LossScale, OpLists, Policy,
+                          StaticLossScale, UnknownChoiceError)
+from amp_adapters.dtypes import LOW_DTYPES, low_dtype
+from amp_adapters.policy import PolicyLike, default_loss_scale, resolve_policy
+
+from .casting import native_policy
+from .lists import check_lists
+
+logger = logging.getLogger("paddle_amp")
+
+LEVELS = ("O0", "O1", "O2", "OD")
+
+# The native argument sets: the new ``decorate`` and the old fluid fp16 overload, which is
+# selected (as natively) by passing use_pure_fp16, use_fp16_guard or use_bf16.
+NEW_DEFAULTS = dict(init_loss_scaling=2.0**16, incr_every_n_steps=2000,
+                    decr_every_n_nan_or_inf=1, incr_ratio=2.0, decr_ratio=0.5)
+OLD_DEFAULTS = dict(init_loss_scaling=2.0**15, incr_every_n_steps=1000,
+                    decr_every_n_nan_or_inf=2, incr_ratio=2.0, decr_ratio=0.8)
+
+
+@dataclass(frozen=True)
+class DecorateConfig:
+    """What ``decorate``'s arguments mean: the policy and the native switches beside it."""
+
+    policy: Policy
+    use_guard: bool                 # fp16_guard / use_amp_guard: only guarded ops go low
+    black_varnames: frozenset       # amp_lists.custom_black_varnames
+    master_grad: bool               # O2 only: fp32 gradients of low-precision parameters
+
+
+def native_loss_scale(dtype: str, dynamic: Optional[bool], args: dict) -> LossScale:
+    """The loss scale the native arguments describe, where the core says ``dtype`` needs one
+    (``use_dynamic_loss_scaling=False``: a static scale; overflow steps are still skipped)."""
+    if dynamic is None or dynamic:
+        return default_loss_scale(dtype, lambda: DynamicLossScale.from_paddle(**args))
+    return default_loss_scale(dtype, lambda: StaticLossScale(scale=args["init_loss_scaling"]))
+
+
+def resolve_decorate(amp_lists=None, level="O1", dtype="float16", master_grad=False,
+                     init_loss_scaling=None, incr_every_n_steps=None,
+                     decr_every_n_nan_or_inf=None, incr_ratio=None, decr_ratio=None,
+                     use_dynamic_loss_scaling=None, use_amp_guard=None, use_promote=False, *,
+                     use_pure_fp16=None, use_fp16_guard=None, use_bf16=None,
+                     policy: Optional[PolicyLike] = None,
+                     emulate: bool = False) -> DecorateConfig:
+    """``decorate``'s arguments (see its docstring) -> ``DecorateConfig``, checked.
+
+    Without ``policy`` the decisions are the installed native's (preset
+    ``paddle-native`` plus ``amp_lists``' live sets, read now) at ``level``;
+    the loss-scaling arguments, defaulted per overload, map onto
+    ``DynamicLossScale.from_paddle``. An explicit ``policy`` wins over lists,
+    level, dtype and the scaling arguments; custom op lists in ``amp_lists``
+    beside it are an error (one of them would be ignored). Raises TypeError /
+    ``AmpConfigError`` naming the argument, before anything is built."""
+    if isinstance(level, (int, float)) and not isinstance(level, bool):
+        raise TypeError(f"level={level!r} looks like the old positional init_loss_scaling; "
+                        f"pass the loss-scaling arguments by keyword")
+    for name, flag in (("master_grad", master_grad), ("use_promote", use_promote)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be True or False, got {flag!r}")
+    old = any(a is not None for a in (use_pure_fp16, use_fp16_guard, use_bf16))
+    given = dict(init_loss_scaling=init_loss_scaling, incr_every_n_steps=incr_every_n_steps,
+                 decr_every_n_nan_or_inf=decr_every_n_nan_or_inf, incr_ratio=incr_ratio,
+                 decr_ratio=decr_ratio)
+    args = {k: (v if v is not None else (OLD_DEFAULTS if old else NEW_DEFAULTS)[k])
+            for k, v in given.items()}
+    for k in ("init_loss_scaling", "incr_ratio", "decr_ratio"):
+        if isinstance(args[k], bool) or not isinstance(args[k], (int, float)) or \
+                not math.isfinite(args[k]):
+            raise TypeError(f"{k} must be a finite number, got {args[k]!r}")
+    if old:
+        level = "O2" if use_pure_fp16 else "O1"
+        dtype = "bfloat16" if use_bf16 else "float16"
+        use_guard = bool(use_pure_fp16) if use_fp16_guard is None else bool(use_fp16_guard)
+    else:
+        use_guard = bool(use_amp_guard)
+    if not isinstance(level, str) or not isinstance(dtype, str):
+        raise TypeError(f"level and dtype must be strings, got {level!r} and {dtype!r}")
+    dtype = low_dtype(dtype)
+    level = level.upper()
+    if level not in LEVELS:
+        raise UnknownChoiceError("level", level, LEVELS)
+    if policy is not None:
+        policy = resolve_policy(policy)
+        if amp_lists is not None and policy.dtype in LOW_DTYPES:
+            dtype = policy.dtype
+    lists = check_lists(amp_lists, dtype)
+    if level == "OD" and amp_lists is not None and policy is None:
+        logger.warning("level OD: amp_lists are not used, as natively (only the default "
+                       "white list runs in %s)", dtype)
+        lists = check_lists(None, dtype)
+    if policy is None:
+        if level == "O0":
+            policy = Policy.preset("O0")
+        else:
+            policy = native_policy(lists, dtype, level, use_promote,
+                                   loss_scale=native_loss_scale(dtype, use_dynamic_loss_scaling,
+                                                                args)
+                                   ).with_emulation(emulate)
+    else:
+        if lists.overrides() != OpLists():
+            raise AmpConfigError(
+                "decorate() got both policy= and amp_lists= with custom op lists: put the op "
+                "lists in the policy (Policy(paddle_ops=OpLists(...))); amp_lists may then "
+                "carry only custom_black_varnames")
+        policy = policy.with_emulation(emulate)
+        if use_promote and policy.unlisted is None:
+            policy = policy.replace(unlisted="promote")
+        if policy.paddle_ops != OpLists():  # list objects checked their names already
+            policy.validate_for("paddle", core.get_all_op_names())
+    return DecorateConfig(policy, use_guard, frozenset(lists.black_varnames or ()),
+                          master_grad and policy.level == "O2")
