@@ -319,3 +319,22 @@ def test_results_with_a_dtype_attribute_keep_it(static):
     report = PirRewriter(policy, kernels=None).rewrite(static.main)
     assert [d.run_dtype for d in report.decisions if d.op == "reduce_sum"] == ["float16"] * 2
     assert str(follows.dtype) == "paddle.float16" and str(fixed.dtype) == "paddle.float32"
+
+
+def test_o2_decorate_under_pir_plans_through_the_core_and_keeps_params_fp32_without_masters(
+        static, caplog):
+    """decorate's O2 takes the one param_plan path on PIR too; with no CPU momentum kernel in
+    the low dtype and no emulated masters under PIR, the planned-low weights stay float32
+    (cast once per step), and the log says why."""
+    _, loss = layernorm_model()
+    opt = paddle_amp.decorate(paddle.optimizer.Momentum(0.1),
+                              policy=Policy.preset("O2", emulate=True))
+    with caplog.at_level("INFO", logger="paddle_amp"):
+        opt.minimize(loss)
+    plan = opt.param_plan()
+    assert plan.low and all(n.startswith("fc_") for n in plan.low)
+    assert not opt._low_params and opt.master_update is None
+    assert any("PIR has no emulated master weights" in r.getMessage() for r in caplog.records)
+    params = [op.result(0) for op in static.main.global_block().ops
+              if op.name() == "builtin.parameter"]
+    assert params and {str(p.dtype) for p in params} == {"paddle.float32"}
