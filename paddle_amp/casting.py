@@ -20,6 +20,7 @@ from amp_adapters.dtypes import dtype_name
 from .env import DTYPE_OF, current_device
 from .kernels import lowp_kernels
 from .lists import check_amp_dtype, check_lists
+from .masters import to_low
 from .rewrite import Rewriter
 
 
@@ -86,8 +87,7 @@ def cast_parameters(place, program, scope=None, names: Optional[Iterable[str]] =
             tensor = scope.find_var(param.name).get_tensor()
             if dtype_name(tensor._dtype()) == dtype:
                 continue  # converted already: never twice (bf16 bits)
-            from .decorator import _to_low  # the one fp32 -> low conversion (amp_init's)
-            low = _to_low(tensor, dtype)
+            low = to_low(tensor, dtype)  # the one fp32 -> low conversion (amp_init's)
             tensor.set(low, place)
             master = (master_weights or {}).get(param.name)
             if rewrite_master_weight and master is not None:
