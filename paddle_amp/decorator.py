@@ -135,15 +135,21 @@ class OptimizerWithMixedPrecision:
 
     def _plan_low_params(self, program) -> None:
         """O2: store the planned parameters low, with native or EMULATED float32 masters."""
-        if not hasattr(self._rewriter, "param_plan"):  # PIR: low only where the optimizer has
-            self._low_params = self._rewriter.low_params(program, self._optimizer.type)  # a kernel
-            self._rewriter.set_low_params(program, self._low_params)
-            return
-        plan = self._param_plan = self._rewriter.param_plan(program)
+        plan = self._param_plan = self._rewriter.param_plan(program)  # either IR: the core's
         low, kernels = plan.low, self._rewriter.kernels
-        native = current_device() == "GPU" and (kernels is None or self._optimizer.type
-                                                 in kernels)
-        if low and not native:
+        has_kernel = kernels is None or self._optimizer.type in kernels
+        native = current_device() == "GPU" and has_kernel
+        if low and program_ir(program) == "pir":
+            # PIR: no emulated masters. ``masters.MasterWeights`` builds legacy ops
+            # (Block.create_parameter/append_op, which a PIR block lacks), so under PIR the
+            # parameters are stored low only where the optimizer has a low kernel (its own
+            # multi_precision masters); elsewhere they stay float32, cast once per step.
+            if not has_kernel:
+                logger.info("O2 under PIR: %s has no %s kernel here and PIR has no emulated "
+                            "master weights, so the parameters stay float32",
+                            self._optimizer.type, self.policy.dtype)
+                return
+        elif low and not native:
             if getattr(self._optimizer, "_multi_precision", True) is False:
                 logger.info("O2 with master_weight=False: %s has no %s kernel here, so the "
                             "parameters stay float32", self._optimizer.type, self.policy.dtype)

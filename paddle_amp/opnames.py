@@ -19,7 +19,7 @@ category, so every PIR name goes through ``legacy_name``:
    ``pd_op.`` name, which no table lists: never a different legacy op by accident.
 
 Operand and result names are snake_case under PIR and CamelCase in the legacy
-tables (``Scale`` -> ``scale``, ``MeanOut`` -> ``mean_out``): ``snake``.
+tables (``Scale`` -> ``scale``, ``MeanOut`` -> ``mean_out``): ``snake``, and back: ``camel``.
 """
 from __future__ import annotations
 
@@ -94,3 +94,9 @@ def legacy_name(pir_name: str) -> str:
 def snake(slot: str) -> str:
     """A legacy CamelCase slot name in PIR's snake_case (``MeanOut`` -> ``mean_out``)."""
     return re.sub(r"(?<!^)(?=[A-Z])", "_", slot).lower()
+
+
+def camel(slot: str) -> str:
+    """A PIR snake_case operand name as the legacy CamelCase slot the op tables and the core
+    use (``mean_out`` -> ``MeanOut``, ``x`` -> ``X``): the inverse of ``snake``."""
+    return "".join(part[:1].upper() + part[1:] for part in slot.split("_"))

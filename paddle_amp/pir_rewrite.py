@@ -1,17 +1,21 @@
 """The PIR program rewrite: the core's decisions applied to a Paddle 3 (PIR) program.
 
 The PIR twin of ``rewrite.Rewriter``, with the same surface (``plan``,
-``low_params``, ``set_low_params``, ``rewrite``) and the same decisions: every
-op's PIR name and operands are translated into the legacy vocabulary
-(``opnames``) and the core's ``plan_op`` decides. Then, before the backward
-pass is built (so gradient casts come from the forward casts):
+``param_plan``, ``low_params``, ``set_low_params``, ``rewrite``) and the same
+decisions: every op's PIR name and operand names are translated into the
+legacy vocabulary (``opnames``) and the core's ``plan_op`` (for O2 parameter
+storage ``plan_params``) decides, with the slots the table keeps fp32, the
+inputs and outputs to round. This module only applies that answer; then,
+before the backward pass is built (so gradient casts come from the forward
+casts):
 
 - each planned cast is a ``pd_op.cast`` inserted before the op (before the
   ``builtin.combine`` for list operands such as concat's), cached per value
   and target dtype (SSA: a value only changes under an in-place op);
-- results of an op that runs in the low dtype are retyped to it (statistics
-  outputs of the normalisation ops stay fp32, as in the legacy tables);
-- an ``emulated`` op computes in fp32 on inputs and outputs rounded through
+- results of an op that runs in the low dtype are retyped to it (except the
+  decision's ``kept_outputs``, statistics that stay fp32);
+- an ``emulated`` op computes in fp32 on the inputs the decision rounds
+  (``round_inputs``) and, with ``round_outputs``, rounds its results through
   the low dtype (cast low, cast back);
 - operands that were attributes in the legacy IR (scale factors, axes,
   shapes: no gradient semantics) are never cast;
@@ -27,20 +31,20 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
-import logging
 from typing import AbstractSet, Any, Iterator, Optional
 
 import paddle
-from amp_adapters import AmpConfigError, CastReport, OpDecision, Policy, plan_op
+from amp_adapters import (AmpConfigError, CastReport, OpDecision, ParamPlan, ParamUse, Policy,
+                          plan_op, plan_params)
 from amp_adapters.dtypes import FLOAT_DTYPES, LOW_DTYPES, dtype_name
-from amp_adapters.oplists import load_table
+from amp_adapters.fallback import FallbackNotices
 
 from . import opnames
 from .pir_guard import guarded_ops
 
-logger = logging.getLogger("paddle_amp")
-
 _pir = paddle.base.libpaddle.pir
+_DEVICE = "this device"  # the kernels set was probed on the place the program will run on
+_CONTROL_FLOW = "control flow: its blocks run in float32"
 
 
 def value_dtype(value) -> Optional[str]:
@@ -119,8 +123,7 @@ class PirRewriter:
     black_varnames: AbstractSet[str] = frozenset()
 
     def __post_init__(self) -> None:
-        self._table = load_table("paddle")
-        self._logged: set[str] = set()
+        self._notices = FallbackNotices("paddle_amp")  # each op type warns once per decorate
         self._guarded: frozenset[int] = frozenset()
 
     # -- decisions ---------------------------------------------------------------------------
@@ -150,51 +153,51 @@ class PirRewriter:
                 out.append(_Slot(op, i, name, value, cast))
         return out
 
-    def plan(self, op, slots: list[_Slot]) -> OpDecision:
-        """The core's decision for ``op`` given the current dtypes of its ``slots``."""
+    def plan(self, op, slots: list[_Slot], force_fp32: Optional[str] = None) -> OpDecision:
+        """The core's decision for ``op`` given the current dtypes of its ``slots`` (named in
+        the legacy vocabulary, so the core keeps the table's fp32 slots: ``kept``)."""
         legacy = opnames.legacy_name(op.name())
-        keep = {opnames.snake(s) for s in self._table.keep_fp32_inputs.get(legacy, ())}
-        dtypes = [value_dtype(s.value) if s.cast and s.name not in keep else None
-                  for s in slots]
+        dtypes = [value_dtype(s.value) if s.cast else None for s in slots]
         decision = plan_op(self.policy, "paddle", legacy, dtypes, lowp_kernels=self.kernels,
-                           attrs=_Attrs(op), force_fp32=self._forced_fp32(op))
-        if (decision.emulated or decision.fell_back) and legacy not in self._logged:
-            self._logged.add(legacy)
-            logger.info("%s: %s", legacy, decision.reason)
+                           attrs=_Attrs(op), force_fp32=force_fp32 or self._forced_fp32(op),
+                           input_names=[opnames.camel(s.name) for s in slots])
+        self._notices.note(legacy, _DEVICE, decision)
         return decision
 
     # -- O2 parameters -------------------------------------------------------------------------
 
-    def low_params(self, program, optimizer_type: str) -> frozenset[str]:
-        """O2: the parameters every consumer would read in the low dtype, and the optimizer
-        can update in it on this device (else they stay fp32 and are cast once per step)."""
-        if self.policy.level != "O2" or (self.kernels is not None
-                                          and optimizer_type not in self.kernels):
-            return frozenset()
+    def param_plan(self, program) -> ParamPlan:
+        """O2: the storage dtype of every parameter, decided by the core (``plan_params``)
+        from its readers; an op in a control-flow block runs in float32."""
         self._prepare(program)
-        low = set()
+        top = {op.id() for op in program.global_block().ops}
+        uses: dict[str, list[ParamUse]] = {}
         for param in _parameters(program):
-            ok = True
-            for user in param.all_used_ops():
-                if user.num_regions() or (opnames.is_plumbing(user.name())
-                                           and user.name() != "builtin.combine"):
-                    ok = False
-                    break
-                target = user
-                if user.name() == "builtin.combine":
-                    target = user.result(0).all_used_ops()[0]
-                legacy = opnames.legacy_name(target.name())
-                keep = {opnames.snake(s) for s in self._table.keep_fp32_inputs.get(legacy, ())}
-                slot_names = [s.name for s in self._slots(target) if s.value.is_same(param)]
-                if any(n in keep for n in slot_names) or plan_op(
-                        self.policy, "paddle", legacy, ("float32",),
-                        force_fp32=self._forced_fp32(target),
-                        lowp_kernels=self.kernels).run_dtype != self.policy.dtype:
-                    ok = False
-                    break
-            if ok:
-                low.add(param.name)
-        return frozenset(low)
+            uses[param.name] = [use for user in param.all_used_ops()
+                                for use in self._param_uses(user, param, user.id() in top)]
+        return plan_params(self.policy, "paddle", uses, lowp_kernels=self.kernels)
+
+    def _param_uses(self, user, param, top: bool) -> list[ParamUse]:
+        """How ``user`` (``top``: an op of the global block, not of a control-flow block)
+        reads ``param``: one ``ParamUse`` per operand slot it feeds."""
+        if user.num_regions() or not top:
+            return [ParamUse(opnames.legacy_name(user.name()), force_fp32=_CONTROL_FLOW)]
+        if opnames.is_plumbing(user.name()) and user.name() != "builtin.combine":
+            return [ParamUse(user.name(), force_fp32="program plumbing reads the stored value")]
+        if user.name() == "builtin.combine":  # a list operand: the op reading the list
+            user = user.result(0).all_used_ops()[0]
+        legacy, attrs, forced = opnames.legacy_name(user.name()), _Attrs(user), \
+            self._forced_fp32(user)
+        slots = [opnames.camel(s.name) for s in self._slots(user) if s.value.is_same(param)]
+        return [ParamUse(legacy, attrs, slot, forced) for slot in slots or [None]]
+
+    def low_params(self, program, optimizer_type: Optional[str] = None) -> frozenset[str]:
+        """O2: the parameters stored in the low dtype (see ``param_plan``); none when
+        ``optimizer_type`` has no low kernel here (PIR has no emulated masters)."""
+        if optimizer_type is not None and self.kernels is not None \
+                and optimizer_type not in self.kernels:
+            return frozenset()
+        return self.param_plan(program).low
 
     def set_low_params(self, program, names: AbstractSet[str]) -> None:
         """Declare the parameters ``names`` in the low dtype (O2; ``amp_init`` converts values)."""
@@ -245,6 +248,7 @@ class PirRewriter:
                     self._forget(op)
         finally:
             paddle.pir.reset_insertion_point_to_end()
+        self._notices.summarize("paddle_amp: program", decisions, _DEVICE)
         return CastReport("paddle", tuple(decisions))
 
     def _inputs(self, op, slots: list[_Slot], d: OpDecision) -> None:
@@ -252,11 +256,10 @@ class PirRewriter:
             if target is not None:
                 slot.owner.operand(slot.index).set_source(self._cast(slot.owner, slot.value,
                                                                      target))
-        if d.emulated:
-            for slot, dtype in zip(slots, d.input_dtypes):
-                if dtype is not None:
-                    current = slot.owner.operand_source(slot.index)
-                    slot.owner.operand(slot.index).set_source(self._round(slot.owner, current))
+        for slot, rnd in zip(slots, d.round_inputs):
+            if rnd:
+                current = slot.owner.operand_source(slot.index)
+                slot.owner.operand(slot.index).set_source(self._round(slot.owner, current))
         for owner in {id(s.owner): s.owner for s in slots if s.owner is not op}.values():
             _retype_combine(owner)
 
@@ -287,8 +290,7 @@ class PirRewriter:
         """Retype (low) or round (emulated) ``op``'s float32 results."""
         if d.run_dtype is None:
             return
-        legacy = opnames.legacy_name(op.name())
-        keep = {opnames.snake(s) for s in self._table.keep_fp32_outputs.get(legacy, ())}
+        keep = {opnames.snake(s) for s in d.kept_outputs}
         names = op.get_output_names()
         for i, result in enumerate(op.results()):
             if (names[i] if i < len(names) else "") in keep or value_dtype(result) != "float32":
@@ -296,7 +298,7 @@ class PirRewriter:
             if d.run_dtype in LOW_DTYPES:
                 if not _fixed_dtype(op):  # its infer-meta is not re-run: only retype results
                     result.set_type(_retyped(result, d.run_dtype))  # that follow the inputs
-            elif d.emulated:
+            elif d.round_outputs:
                 paddle.pir.set_insertion_point_after(op)
                 low = paddle.cast(result, d.low_dtype)
                 back = paddle.cast(low, "float32")
@@ -322,7 +324,7 @@ class PirRewriter:
                 values.append(v)
         d = plan_op(self.policy, "paddle", opnames.legacy_name(op.name()),
                     [value_dtype(v) for v in values], lowp_kernels=self.kernels,
-                    force_fp32="control flow: its blocks run in float32")
+                    force_fp32=_CONTROL_FLOW)
         for value, target in zip(values, d.casts):
             if target is None:
                 continue

@@ -15,9 +15,10 @@ import paddle_amp
 from amp_adapters import DynamicLossScale, OverflowGuardError, Policy
 from paddle_helpers import Static, batch, mlp, pir_mode
 
-pytestmark = pytest.mark.skipif(pir_mode(), reason=(
-    "emulated float32 master weights are built on legacy-IR programs only; under PIR, O2 "
-    "stores parameters low only where the optimizer has a low-precision kernel (a GPU)"))
+pytestmark = pytest.mark.skipif(
+    pir_mode(), reason="emulated master weights are legacy-IR only (MasterWeights builds legacy "
+                       "ops); under PIR, O2 stores parameters low only where the optimizer has "
+                       "a low kernel (test_paddle_pir_training.py)")
 
 STEPS = 30
 

@@ -42,6 +42,11 @@ def test_pir_names_map_onto_the_legacy_tables():
     # a PIR-only op is never mistaken for another legacy op
     assert opnames.legacy_name("pd_op.fused_no_such_op") == "fused_no_such_op"
     assert opnames.snake("MeanOut") == "mean_out" and opnames.snake("Scale") == "scale"
+    # PIR operand names go back to the table's slots (the core decides kept slots by them)
+    table = load_table("paddle")
+    slots = {s for kept in (table.keep_fp32_inputs, table.keep_fp32_outputs)
+             for names in kept.values() for s in names} | {"X", "XShape"}
+    assert {s: opnames.camel(opnames.snake(s)) for s in slots} == {s: s for s in slots}
 
 
 _PHI = sorted({paddle.base.core._get_phi_kernel_name(n) for n in paddle.base.core.get_all_op_names()

@@ -9,8 +9,9 @@ import paddle_amp
 from amp_adapters import AmpConfigError, OpLists, Policy
 from paddle_amp import kernels
 from paddle_amp.pir_rewrite import PirRewriter
+from paddle_amp.rewrite import Rewriter
 from paddle_helpers import batch, mlp, pir_mode
-from pir_testutil import casts, layernorm_model, natural, white_list_model
+from pir_testutil import built, by_position, casts, layernorm_model, natural, white_list_model
 
 pytestmark = pytest.mark.skipif(not pir_mode(), reason="PIR programs: AMP_TEST_IR=pir on "
                                                        "Paddle 3 (make test-paddle3)")
@@ -223,6 +224,9 @@ def test_o2_declares_low_params_low_and_reads_them_uncast(static):
     rewriter = PirRewriter(Policy.preset("O2", dtype="bfloat16"), kernels=None)
     low = rewriter.low_params(static.main, "momentum")
     assert low and all(n.startswith("fc_") for n in low)  # layer_norm's scale/bias stay fp32
+    plan = rewriter.param_plan(static.main)  # the core's answer (plan_params), with reasons
+    assert plan.low == low and "layer_norm keeps its Scale input in float32" in plan.format()
+    assert not PirRewriter(rewriter.policy, kernels=set()).low_params(static.main, "momentum")
     rewriter.set_low_params(static.main, low)
     params = {op.result(0).name: op.result(0) for op in static.main.global_block().ops
               if op.name() == "builtin.parameter"}
@@ -234,20 +238,68 @@ def test_o2_declares_low_params_low_and_reads_them_uncast(static):
     assert not cast_from & low
 
 
+def test_param_plan_equals_the_legacy_irs_and_a_cond_block_keeps_params_fp32():
+    """O2 parameter storage is the core's plan_params on either IR: the same dtypes and
+    reasons for the same model; under PIR a weight also read inside a cond block stays fp32
+    (the legacy IR's rule: a control-flow block runs in fp32; Paddle 3 builds no legacy cond)."""
+    plans = {}
+    for ir in ("legacy", "pir"):
+        with built(ir) as env:
+            layernorm_model()
+            cls = PirRewriter if ir == "pir" else Rewriter
+            plans[ir] = cls(Policy.preset("O2", dtype="bfloat16"),
+                            kernels=None).param_plan(env.main)
+    assert plans["pir"].low and by_position(plans["pir"].dtypes) == \
+        by_position(plans["legacy"].dtypes)  # fc counters differ between the IRs' builders
+    ln = [n for n in plans["pir"].dtypes if n.startswith("layer_norm")]  # (legacy fc is mul)
+    assert ln and all(plans["pir"].reasons[n] == plans["legacy"].reasons[n] for n in ln)
+    with built("pir") as env:
+        out, _ = layernorm_model()
+        w = paddle.create_parameter([1], "float32", name="in_cond_w")
+        flag = paddle.static.data("flag", [1], "bool")
+        paddle.static.nn.cond(paddle.reshape(flag, []), lambda: out * w, lambda: out)
+        plan = PirRewriter(Policy.preset("O2", dtype="bfloat16"),
+                           kernels=None).param_plan(env.main)
+    assert plan.dtypes["in_cond_w"] == "float32" and "control flow" in plan.reasons["in_cond_w"]
+    assert len(plan.low) == len(plans["pir"].low)  # the other weights: as without the cond
+
+
+def test_an_emulated_op_rounds_only_what_the_core_says(static, caplog):
+    """An emulated matmul reading a low (fp16) value only casts it up (round_inputs is False:
+    the upcast is exact), as the legacy IR does; its fallback notice goes through the shared
+    FallbackNotices, with the program summary."""
+    x = paddle.static.data("x", [2, 8], "float32")
+    y = paddle.static.data("y", [8, 4], "float32")
+    paddle.matmul(paddle.scale(x, 2.0), y)
+    policy = Policy.preset("O1", emulate=True, paddle_ops=OpLists(lower={"scale"}))
+    with caplog.at_level("INFO", logger="paddle_amp"):
+        report = PirRewriter(policy, kernels=kernels.lowp_kernels("CPU", "float16")) \
+            .rewrite(static.main)
+    mm = {d.op: d for d in report.decisions}["matmul_v2"]
+    assert mm.emulated and mm.round_inputs == (False, True)
+    op = [o for o in static.main.global_block().ops if o.name() == "pd_op.matmul"][0]
+    up = op.operand_source(0).get_defining_op()  # one cast fp16 -> fp32, straight from scale
+    assert up.name() == "pd_op.cast" and up.operand_source(0).get_defining_op().name() == \
+        "pd_op.scale"
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("matmul_v2 on this device: ") for m in messages)
+    assert any(m.startswith("paddle_amp: program: ") and "EMULATED" in m for m in messages)
+
+
 def test_conditional_fp32_rules_read_pir_attributes(static):
     """A policy rule on an attribute (softmax over axis -1 in fp32) reads the PIR op's
     attributes: the same decision as the legacy IR's for the same rule."""
     x = paddle.static.data("x", [2, 8], "float32")
     a = paddle.nn.functional.softmax(paddle.scale(x, 2.0), axis=-1)
     b = paddle.nn.functional.softmax(paddle.scale(x, 3.0), axis=0)
+    # softmax is lower by its canonical name, the rule on its paddle name (one OpLists may
+    # not hold an op both in a list and in conditional_fp32)
     rule = OpLists(lower={"scale"}, conditional_fp32=[("softmax", "axis", ["-1"])])
-    report = PirRewriter(Policy.preset("O1", paddle_ops=rule), kernels=None).rewrite(static.main)
+    policy = Policy.preset("O1", ops=OpLists(lower={"softmax"}), paddle_ops=rule)
+    report = PirRewriter(policy, kernels=None).rewrite(static.main)
     softmax = [d for d in report.decisions if d.op == "softmax"]
-    # An op in a list and in conditional_fp32 is a conflict, so softmax keeps its table
-    # category (fp32) off the rule: the rule decides only where the attribute matches.
-    assert [d.run_dtype for d in softmax] == ["float32", "float32"]
+    assert [d.run_dtype for d in softmax] == ["float32", "float16"]
     assert "conditional_fp32: axis=-1" in softmax[0].reason
-    assert "conditional_fp32" not in softmax[1].reason
 
 
 def test_pir_ops_provide_the_whole_vocabulary():
@@ -267,3 +319,22 @@ def test_results_with_a_dtype_attribute_keep_it(static):
     report = PirRewriter(policy, kernels=None).rewrite(static.main)
     assert [d.run_dtype for d in report.decisions if d.op == "reduce_sum"] == ["float16"] * 2
     assert str(follows.dtype) == "paddle.float16" and str(fixed.dtype) == "paddle.float32"
+
+
+def test_o2_decorate_under_pir_plans_through_the_core_and_keeps_params_fp32_without_masters(
+        static, caplog):
+    """decorate's O2 takes the one param_plan path on PIR too; with no CPU momentum kernel in
+    the low dtype and no emulated masters under PIR, the planned-low weights stay float32
+    (cast once per step), and the log says why."""
+    _, loss = layernorm_model()
+    opt = paddle_amp.decorate(paddle.optimizer.Momentum(0.1),
+                              policy=Policy.preset("O2", emulate=True))
+    with caplog.at_level("INFO", logger="paddle_amp"):
+        opt.minimize(loss)
+    plan = opt.param_plan()
+    assert plan.low and all(n.startswith("fc_") for n in plan.low)
+    assert not opt._low_params and opt.master_update is None
+    assert any("PIR has no emulated master weights" in r.getMessage() for r in caplog.records)
+    params = [op.result(0) for op in static.main.global_block().ops
+              if op.name() == "builtin.parameter"]
+    assert params and {str(p.dtype) for p in params} == {"paddle.float32"}
