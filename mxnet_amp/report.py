@@ -16,7 +16,7 @@ from amp_adapters.report import GraphCasts
 from ._mx import dtype_name
 from .graph import plan_graph
 from .kernels import summarize_fallbacks
-from .patching import active_policy
+from .active import active_policy
 from .traced import traced_without_amp
 
 logger = logging.getLogger("mxnet_amp")

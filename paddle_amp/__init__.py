@@ -43,7 +43,7 @@ Files:
     pir_scaling.py  (scaling) loss scaling as PIR ops: the true skip via pd_op.if
     pir_ops.py    (scaling) the core's update vocabulary (ArrayOps) as PIR ops
     masters.py    O2: low-precision parameters and their (emulated) float32 masters
-    report.py     the forward casts of a program, counted for cast_report
+    report.py     cast_report of a rewritten program, its forward casts counted in it
     env.py        Paddle glue: static check, the program's IR, dtype names, device
     decorator.py  decorate() and OptimizerWithMixedPrecision: the optimizer wrapper
     checkpoint.py the wrapper's save_checkpoint / load_checkpoint: persistables, step
@@ -55,7 +55,8 @@ Files:
 """
 from amp_adapters import CastReport, OverflowGuardError, Policy
 
-from .decorator import OptimizerWithMixedPrecision, cast_report, decorate
+from .decorator import OptimizerWithMixedPrecision, decorate
+from .report import cast_report
 from .lists import AutoMixedPrecisionLists
 from .pir_guard import fp16_guard
 

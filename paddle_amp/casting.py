@@ -20,6 +20,7 @@ from .env import DTYPE_OF, current_device
 from .kernels import lowp_kernels
 from .lists import check_amp_dtype, check_lists
 from .masters import from_low, to_low
+from .report import record
 from .rewrite import Rewriter
 
 
@@ -43,14 +44,13 @@ def cast_model(program, amp_lists=None, use_guard: bool = True, dtype: str = "fl
                level: str = "O2", use_promote: bool = False) -> set[str]:
     """Rewrite ``program`` (its forward ops) in ``dtype`` at ``level``; returns the names of
     the parameters declared ``dtype`` (convert them with ``cast_parameters``)."""
-    from .decorator import _REPORTS  # the cast_report registry
     lists = check_lists(amp_lists, dtype)
     policy = native_policy(lists, dtype, level.upper(), use_promote)
     rewriter = Rewriter(policy, lowp_kernels(current_device(), dtype), use_guard,
                         frozenset(lists.black_varnames or ()))
     low = rewriter.low_params(program)
     rewriter.set_low_params(program, low)
-    _REPORTS[program] = rewriter.rewrite(program)
+    record(program, rewriter.rewrite(program))
     return set(low)
 
 

@@ -7,7 +7,6 @@ the native arguments mean (the policy, the loss scale) is ``config.py``'s answer
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import weakref
 from typing import Optional
@@ -30,27 +29,14 @@ from .lists import AutoMixedPrecisionLists, check_amp_dtype, check_lists  # noqa
 from .masters import EMULATED_LABEL, NATIVE_LABEL, MasterWeights
 from .pir_rewrite import PirRewriter, value_dtype
 from .pir_scaling import PirLossScaling
-from .report import program_casts
+from .report import cast_report, record
 from .rewrite import Rewriter
 from .scaling import LossScaling, resolve_ring_id
 
 logger = logging.getLogger("paddle_amp")
 
-# The reports of rewritten programs, for ``cast_report``; a program's entry dies with it.
-_REPORTS: "weakref.WeakKeyDictionary[framework.Program, CastReport]" = weakref.WeakKeyDictionary()
 # The decorated optimizer that built each program: a second one on the same program is refused.
 _BUILT: "weakref.WeakKeyDictionary[framework.Program, object]" = weakref.WeakKeyDictionary()
-
-
-def cast_report(program) -> CastReport:
-    """The cast decisions applied to ``program`` (after ``minimize``/``backward``), with the
-    forward casts counted in the program as it is now (``program_casts``)."""
-    try:
-        report = _REPORTS[program]
-    except KeyError:
-        raise ValueError("this program was not rewritten by paddle_amp: call minimize() or "
-                         "backward() of a paddle_amp-decorated optimizer on it first") from None
-    return dataclasses.replace(report, graph_casts=program_casts(program))
 
 
 class OptimizerWithMixedPrecision:
@@ -118,7 +104,7 @@ class OptimizerWithMixedPrecision:
         with paddle.static.program_guard(program, startup_program):
             if self.policy.enabled:
                 self._plan_low_params(program)
-                _REPORTS[program] = self._rewriter.rewrite(program)
+                record(program, self._rewriter.rewrite(program))
             self._scaling.create_vars()
             block = program.global_block()
             if (value_dtype(loss) if pir else loss.dtype) not in ("float32",
@@ -235,7 +221,7 @@ class OptimizerWithMixedPrecision:
             rewriter = self._new_rewriter(test_program, self._rewriter.kernels)
             with paddle.static.program_guard(test_program):
                 rewriter.set_low_params(test_program, self._low_params)
-                _REPORTS[test_program] = rewriter.rewrite(test_program)
+                record(test_program, rewriter.rewrite(test_program))
 
     def _built(self, what: str) -> LossScaling:
         if not self._scaling.vars:
