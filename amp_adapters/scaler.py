@@ -209,10 +209,10 @@ class StaticLossScale(_View):
     skip_window: int = 1000
 
     def _records(self) -> tuple[LossScaleConfig, LossScaleState]:
-        if isinstance(self.scale, (int, float)) and not isinstance(self.scale, bool) and (
-                not math.isfinite(self.scale) or self.scale <= 0):
+        scale = _real("StaticLossScale", "scale", self.scale, allow_inf=True)
+        if not (math.isfinite(scale) and scale > 0):
             raise AmpConfigError(f"StaticLossScale.scale must be finite and > 0, "
-                                 f"got {self.scale!r}")
+                                 f"got {self.scale!r:.40}")
         config = LossScaleConfig(kind="static", init_scale=self.scale, min_scale=0.0,
                                  max_scale=math.inf,
                                  max_consecutive_skips=self.max_consecutive_skips,

@@ -133,9 +133,6 @@ FIELDS = {"dynamic": ["scale", "growth_factor", "backoff_factor", "growth_interv
 
 
 @needs_strict_core
-@pytest.mark.xfail(raises=OverflowError, strict=False,
-                   reason="known, issue 11's constructors: StaticLossScale(scale=10**400) raises "
-                          "OverflowError (math.isfinite of a huge int) instead of AmpConfigError")
 @FUZZ
 @given(st.sampled_from(sorted(KINDS)).flatmap(lambda k: st.tuples(
     st.just(k), st.dictionaries(st.sampled_from(FIELDS[k]), st.one_of(numbers, junk),
@@ -232,3 +229,11 @@ def test_policy_and_oplists_constructors_build_or_raise_clearly(policy_kw, lists
         except AmpConfigError:
             continue
         assert value == build(**kw) and hash(value) == hash(build(**kw))
+
+
+@pytest.mark.parametrize("scale", [10**400, -(10**400), 0, float("inf")])
+def test_static_scale_out_of_range_is_a_config_error(scale):
+    """A static scale that is no finite positive float32 (an int too large for a float
+    included: math.isfinite would raise OverflowError on it) is a clear AmpConfigError."""
+    with pytest.raises(AmpConfigError, match="StaticLossScale.scale must be finite and > 0"):
+        StaticLossScale(scale=scale)
