@@ -221,3 +221,16 @@ def _chain(zygote: Zygote, d: Path, n: int, ref: dict[int, str], kills: int,
     finally:
         if run is not None:
             run.kill()
+
+
+def check_kills_never_corrupt(worker: str, paths, n: int = 12, kills: int = 20,
+                              seed: int = 15):
+    """Kill ``worker`` >= ``kills`` times at random points (some inside a save); every resume
+    must be bit-identical to the uninterrupted run, or a clear "no complete checkpoint"."""
+    ref = reference(worker, n, paths)
+    counts = chain(worker, n, paths, ref, kills=kills, seed=seed)
+    print(counts)
+    assert counts.kills >= kills
+    assert counts.kills_in_save >= 1 and counts.exact_resumes >= 1
+    assert counts.clear_errors + counts.exact_resumes + counts.completed_runs >= counts.kills
+    return counts

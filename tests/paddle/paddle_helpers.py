@@ -129,3 +129,15 @@ def resume_run(env: Static, opt, steps) -> list[dict]:
         env.run(batch(step, overflow=step in RESUME_OVERFLOWS))
         out.append(opt.state_dict())
     return out
+
+
+def white_list_model():
+    """fc -> scale -> concat -> fc: scale and concat have CPU fp16 kernels, matmul (mul) has none."""
+    x = paddle.static.data("x", [None, 8], "float32")
+    y = paddle.static.data("y", [None, 1], "float32")
+    h = paddle.static.nn.fc(x, 16, activation="relu")
+    s = paddle.scale(h, 0.5)
+    c = paddle.concat([s, paddle.scale(h, 2.0)], axis=1)
+    out = paddle.static.nn.fc(c, 1)
+    diff = out - y
+    return paddle.mean(diff * diff)

@@ -8,7 +8,7 @@ import paddle
 from paddle.base import unique_name
 
 import paddle_amp
-from paddle_helpers import Static, batch, is_pir, mlp
+from paddle_helpers import Static, batch, is_pir, mlp, white_list_model  # noqa: F401
 
 
 OPTIMIZERS = {
@@ -81,18 +81,6 @@ def train(ir: str, optimizer: str, steps: int, overflow=(), **decorate):
         losses = [float(np.asarray(env.run(batch(s, overflow=s in overflow), [loss])[0]).ravel()[0])
                   for s in range(steps)]
         return losses, opt.state_dict(), env.state(), paddle_amp.cast_report(env.main)
-
-
-def white_list_model():
-    """fc -> scale -> concat -> fc: scale and concat have CPU fp16 kernels, matmul has none."""
-    x = paddle.static.data("x", [None, 8], "float32")
-    y = paddle.static.data("y", [None, 1], "float32")
-    h = paddle.static.nn.fc(x, 16, activation="relu")
-    s = paddle.scale(h, 0.5)
-    c = paddle.concat([s, paddle.scale(h, 2.0)], axis=1)
-    out = paddle.static.nn.fc(c, 1)
-    diff = out - y
-    return paddle.mean(diff * diff)
 
 
 def casts(program) -> list:

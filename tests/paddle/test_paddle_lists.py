@@ -14,24 +14,12 @@ from amp_adapters import (ConflictingOpError, DynamicLossScale, NoOpLossScale, O
 from paddle_amp.env import current_device
 from paddle_amp.kernels import lowp_kernels
 from paddle_amp.rewrite import Rewriter
-from paddle_helpers import batch, forward_ops, mlp
-
-
-def _white_list_model():
-    """fc -> scale -> concat -> fc: scale and concat have CPU fp16 kernels, mul has none."""
-    x = paddle.static.data("x", [None, 8], "float32")
-    y = paddle.static.data("y", [None, 1], "float32")
-    h = paddle.static.nn.fc(x, 16, activation="relu")
-    s = paddle.scale(h, 0.5)
-    c = paddle.concat([s, paddle.scale(h, 2.0)], axis=1)
-    out = paddle.static.nn.fc(c, 1)
-    diff = out - y
-    return x, y, paddle.mean(diff * diff)
+from paddle_helpers import batch, forward_ops, mlp, white_list_model
 
 
 @pytest.mark.legacy_ir
 def test_cpu_white_list_inserts_casts_and_trains(static, caplog):
-    _, _, loss = _white_list_model()
+    loss = white_list_model()
     lists = paddle_amp.AutoMixedPrecisionLists(custom_white_list=["scale", "concat"])
     opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), lists)
     with caplog.at_level(logging.INFO, logger="paddle_amp"):
@@ -58,14 +46,14 @@ def test_cpu_white_list_inserts_casts_and_trains(static, caplog):
 
 @pytest.mark.legacy_ir
 def test_native_inserts_no_casts_on_cpu(static):
-    _, _, loss = _white_list_model()
+    loss = white_list_model()
     lists = paddle.static.amp.AutoMixedPrecisionLists(custom_white_list=["scale", "concat"])
     paddle.static.amp.decorate(paddle.optimizer.SGD(0.1), lists).minimize(loss)
     assert not forward_ops(static.main, "cast")
 
 
 def test_native_lists_object_is_accepted(static):
-    _, _, loss = _white_list_model()
+    loss = white_list_model()
     native = paddle.static.amp.AutoMixedPrecisionLists(custom_white_list=["scale"])
     opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), native)
     opt.minimize(loss)
