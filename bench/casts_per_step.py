@@ -67,7 +67,7 @@ def mxnet_rows() -> list[str]:
 
 
 def _pd_counts(main) -> tuple[int, int]:
-    from paddle_amp.rewrite import is_forward
+    from paddle_amp.ir.legacy import is_forward
 
     params = {p.name for p in main.all_parameters()}
     casts = [op for op in main.global_block().ops if op.type == "cast" and is_forward(op)]

@@ -14,14 +14,14 @@ from bench.timing import interleaved, ratio
 
 
 def _build_with_conditional_block(hidden: int):
-    import paddle_amp.scaling as scaling
+    import paddle_amp.ir.legacy.skip as skip
 
-    fold = scaling.fold_sgd
-    scaling.fold_sgd = lambda *args, **kwargs: None  # no fold: the guard moves the SGD ops
+    foldable = skip.FOLDABLE
+    skip.FOLDABLE = frozenset()  # no fold: the skip table sends the SGD ops to the guard
     try:
         return build("paddle_amp", hidden, "sgd")
     finally:
-        scaling.fold_sgd = fold
+        skip.FOLDABLE = foldable
 
 
 def run(steps: int = 600, hiddens=(64, 256)) -> str:

@@ -6,12 +6,12 @@ from typing import Optional, Sequence
 from amp_adapters import AmpConfigError, OpLists, Policy
 from amp_adapters.dtypes import low_dtype
 from amp_adapters.policy import PolicyLike
-from amp_adapters.policy import resolve_policy as resolve_policy_like
+from amp_adapters.policy import resolve_policy
 
 from ._mx import registry
 
 
-def resolve_policy(target_dtype: object = "float16",
+def init_policy(target_dtype: object = "float16",
                    target_precision_ops: Optional[Sequence[str]] = None,
                    conditional_fp32_ops: Optional[Sequence[tuple]] = None,
                    fp32_ops: Optional[Sequence[str]] = None, *,
@@ -33,7 +33,7 @@ def resolve_policy(target_dtype: object = "float16",
         if any(v is not None for v in given.values()):
             raise AmpConfigError("pass op lists either in policy= (Policy.mxnet_ops) or as "
                                  "target_precision_ops/fp32_ops/conditional_fp32_ops, not both")
-        resolved = resolve_policy_like(policy)
+        resolved = resolve_policy(policy)
     else:
         dtype = low_dtype(target_dtype, "target_dtype")
         for name, value in given.items():

@@ -21,7 +21,7 @@ from mxnet.gluon import HybridBlock, SymbolBlock
 from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
 from ._mx import dtype_name
-from .config import PolicyLike, resolve_policy
+from .config import PolicyLike, init_policy
 from .graph import rewrite
 from .report import block_context, block_graph
 
@@ -73,7 +73,7 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
     if not isinstance(cast_optional_params, bool):
         raise TypeError(f"cast_optional_params must be True or False, "
                         f"got {cast_optional_params!r}")
-    pol = resolve_policy(target_dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops,
+    pol = init_policy(target_dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops,
                          policy=policy, emulate=emulate)
     inputs = sym.list_inputs()
     known = {name: "float32" for name in inputs}

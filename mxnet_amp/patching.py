@@ -39,7 +39,7 @@ from amp_adapters.dtypes import AMP_DTYPES
 from ._mx import (_local, call_unpatched, cast, is_symbol, is_tensor, multicast_widest,
                   tensor_dtype, unpatched)
 from .active import active_policy, set_policy
-from .config import resolve_policy
+from .config import init_policy
 from . import traced
 from .kernels import KernelSet, forget_fallback_logs, log_fallback
 
@@ -67,7 +67,7 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
     Calling it again with the same policy is a no-op; with another policy it
     raises (call ``reset()`` first). Returns the policy in force.
     """
-    resolved = resolve_policy(target_dtype, target_precision_ops, conditional_fp32_ops, fp32_ops,
+    resolved = init_policy(target_dtype, target_precision_ops, conditional_fp32_ops, fp32_ops,
                               policy=policy, emulate=emulate)
     current = active_policy()
     if current is not None:

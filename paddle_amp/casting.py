@@ -13,9 +13,9 @@ from typing import Iterable, Optional
 import paddle
 from paddle.base import core
 
-from amp_adapters import Policy
 from amp_adapters.dtypes import dtype_name
 
+from .config import native_policy
 from .env import DTYPE_OF, current_device
 from .kernels import lowp_kernels
 from .lists import check_amp_dtype, check_lists
@@ -23,15 +23,6 @@ from .masters import from_low, to_low
 from .report import record
 from .rewrite import Rewriter
 
-
-
-def native_policy(lists, dtype: str, level: str, use_promote: bool = False, **fields) -> Policy:
-    """The ``paddle-native`` policy at ``level`` with ``lists``' live sets as overrides: what
-    the native decides for these arguments (``use_promote``: unlisted ops promote)."""
-    return Policy.preset("paddle-native", dtype=dtype, level=level,
-                         unlisted="promote" if use_promote else None,
-                         paddle_ops=lists.overrides("promote" if use_promote else "fp32"),
-                         **fields)
 
 
 def dtype_of(dest_type) -> str:

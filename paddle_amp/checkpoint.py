@@ -13,7 +13,7 @@ it writes any. One host read (save) or write (load) per persistable.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 import paddle
@@ -33,7 +33,7 @@ def _persistables(program) -> list:
     return [v for v in program.list_vars() if v.persistable and v.type not in _SKIP_TYPES]
 
 
-def _check_program(opt: Any, program) -> None:
+def _check_program(program, built) -> None:
     if program_ir(program) == "pir":
         raise NotSupportedError(
             "save_checkpoint/load_checkpoint support legacy-IR programs only for now: for a "
@@ -42,7 +42,7 @@ def _check_program(opt: Any, program) -> None:
             "(exact under PIR: tests/paddle/test_paddle_checkpoint.py)")
     if not isinstance(program, framework.Program):
         raise TypeError(f"program must be a paddle.static.Program, got {type(program).__name__}")
-    if program is not opt._train_program:
+    if program is not built:
         raise CheckpointError("save_checkpoint/load_checkpoint take the program this optimizer "
                               "decorated (the one minimize() built), so the loss-scale state "
                               "is in it")
@@ -55,34 +55,37 @@ def _scope_array(scope, name: str) -> Optional[np.ndarray]:
     return np.array(found.get_tensor())
 
 
-def save(opt: Any, path, program, scope=None,
-         step: Optional[int] = None) -> Path:
-    """``opt`` (the decorated optimizer) saves ``program``; see its ``save_checkpoint``."""
-    opt._built("save_checkpoint")
-    _check_program(opt, program)
-    scope = scope or paddle.static.global_scope()
+def check_saveable(program, built, scope) -> None:
+    """``program`` is ``built`` (the decorated program, so the loss-scale state is in it) and
+    ``scope`` holds all its persistables: else the error, before anything is read."""
+    _check_program(program, built)
     missing = [v.name for v in _persistables(program) if _scope_array(scope, v.name) is None]
     if missing:
         raise CheckpointError(f"persistables {missing[:5]} are not in the scope: run the "
                               f"startup program (in the scope passed as scope=) first")
-    state = opt.loss_scale(scope)
-    step = state.total_steps if step is None else step
-    meta = {"optimizer": type(opt._optimizer).__name__}
-    with ckpt_core.save(path, framework="paddle", step=step, policy=opt.policy,
-                        loss_scale=state, meta=meta) as folder:
+
+
+def save(path, program, scope, policy, loss_scale, optimizer: str,
+         step: Optional[int] = None) -> Path:
+    """Save ``program``'s persistables from ``scope`` (checked by ``check_saveable``) with
+    ``policy``, the ``loss_scale`` read from it and the ``optimizer``'s class name; ``step``
+    defaults to the loss scale's ``total_steps``."""
+    step = loss_scale.total_steps if step is None else step
+    with ckpt_core.save(path, framework="paddle", step=step, policy=policy,
+                        loss_scale=loss_scale, meta={"optimizer": optimizer}) as folder:
         with paddle.static.scope_guard(scope):
             paddle.static.save(program, str(folder / PREFIX))
     return Path(path)
 
 
-def load(opt: Any, path, program, scope=None, *,
+def load(path, program, built, scope, policy, optimizer: str, place, *,
          check_policy: bool = True) -> int:
-    """``opt`` (the decorated optimizer) loads into ``program``; see its ``load_checkpoint``."""
-    opt._built("load_checkpoint")
-    _check_program(opt, program)
-    scope = scope or paddle.static.global_scope()
-    ckpt = ckpt_core.load(path, framework="paddle", policy=opt.policy, check_policy=check_policy)
-    ckpt_core.check_meta(ckpt, "optimizer", type(opt._optimizer).__name__, "the optimizer")
+    """Restore the newest checkpoint of ``path`` into ``scope`` for ``program`` (which must be
+    ``built``, the decorated one) at ``place``, after checking it was saved under ``policy``
+    by an ``optimizer`` of the same class; returns its step."""
+    _check_program(program, built)
+    ckpt = ckpt_core.load(path, framework="paddle", policy=policy, check_policy=check_policy)
+    ckpt_core.check_meta(ckpt, "optimizer", optimizer, "the optimizer")
     saved = paddle.static.load_program_state(str(ckpt.file(PREFIX)))
     wanted = {v.name for v in _persistables(program)}
     if set(saved) != wanted:
@@ -100,7 +103,6 @@ def load(opt: Any, path, program, scope=None, *,
                 f"checkpoint {str(path)!r} does not fit this program: {name} is "
                 f"{saved[name].dtype}{list(saved[name].shape)} there, "
                 f"{current.dtype}{list(current.shape)} here")
-    place = opt._place or framework._current_expected_place()
     for name in sorted(wanted):
         scope.find_var(name).get_tensor().set(saved[name], place)
     return ckpt.step

@@ -1,9 +1,11 @@
 """From ``decorate``'s native arguments (either overload, or an explicit policy) to one ``Policy``.
 
-The Paddle counterpart of ``mxnet_amp/config.py``: argument checking, the two
-native argument sets and their loss-scaling defaults, and the mapping onto the
-core (``Policy``, ``DynamicLossScale.from_paddle``). Nothing here touches a
-program or an optimizer; ``decorator.decorate`` applies the result.
+The peer of ``mxnet_amp/config.py``, on the same floor (it reads the list
+objects and the core, nothing that touches a program): native arguments ->
+``Policy``, in named steps: which overload (``overload``), the argument
+checks (``check_arguments``), the policy (``native_policy`` from the lists'
+live sets, or the caller's ``policy=``), the loss scale
+(``DynamicLossScale.from_paddle``). ``decorator.decorate`` applies the result.
 """
 from __future__ import annotations
 
@@ -14,17 +16,14 @@ from typing import Optional
 
 from paddle.base import core
 
-from amp_adapters import (AmpConfigError, DynamicLossScale, LossScale, OpLists, Policy,
+from amp_adapters import (LEVELS, AmpConfigError, DynamicLossScale, LossScale, OpLists, Policy,
                           StaticLossScale, UnknownChoiceError)
 from amp_adapters.dtypes import LOW_DTYPES, low_dtype
 from amp_adapters.policy import PolicyLike, default_loss_scale, resolve_policy
 
-from .casting import native_policy
 from .lists import check_lists
 
 logger = logging.getLogger("paddle_amp")
-
-LEVELS = ("O0", "O1", "O2", "OD")
 
 # The native argument sets: the new ``decorate`` and the old fluid fp16 overload, which is
 # selected (as natively) by passing use_pure_fp16, use_fp16_guard or use_bf16.
@@ -44,12 +43,58 @@ class DecorateConfig:
     master_grad: bool               # O2 only: fp32 gradients of low-precision parameters
 
 
+def native_policy(lists, dtype: str, level: str, use_promote: bool = False, **fields) -> Policy:
+    """The ``paddle-native`` policy at ``level`` with ``lists``' live sets as overrides: what
+    the native decides for these arguments (``use_promote``: unlisted ops promote)."""
+    return Policy.preset("paddle-native", dtype=dtype, level=level,
+                         unlisted="promote" if use_promote else None,
+                         paddle_ops=lists.overrides("promote" if use_promote else "fp32"),
+                         **fields)
+
+
 def native_loss_scale(dtype: str, dynamic: Optional[bool], args: dict) -> LossScale:
     """The loss scale the native arguments describe, where the core says ``dtype`` needs one
     (``use_dynamic_loss_scaling=False``: a static scale; overflow steps are still skipped)."""
     if dynamic is None or dynamic:
         return default_loss_scale(dtype, lambda: DynamicLossScale.from_paddle(**args))
     return default_loss_scale(dtype, lambda: StaticLossScale(scale=args["init_loss_scaling"]))
+
+
+def overload(use_pure_fp16, use_fp16_guard, use_bf16) -> bool:
+    """True for the old fluid fp16 overload, which (as natively) passing ``use_pure_fp16``,
+    ``use_fp16_guard`` or ``use_bf16`` selects."""
+    return any(a is not None for a in (use_pure_fp16, use_fp16_guard, use_bf16))
+
+
+def check_arguments(level, master_grad, use_promote, scaling: dict) -> None:
+    """TypeError naming the argument: a positional number where ``level`` goes, a flag that
+    is no bool, a loss-scaling number that is not finite."""
+    if isinstance(level, (int, float)) and not isinstance(level, bool):
+        raise TypeError(f"level={level!r} looks like the old positional init_loss_scaling; "
+                        f"pass the loss-scaling arguments by keyword")
+    for name, flag in (("master_grad", master_grad), ("use_promote", use_promote)):
+        if not isinstance(flag, bool):
+            raise TypeError(f"{name} must be True or False, got {flag!r}")
+    for k in ("init_loss_scaling", "incr_ratio", "decr_ratio"):
+        if isinstance(scaling[k], bool) or not isinstance(scaling[k], (int, float)) or \
+                not math.isfinite(scaling[k]):
+            raise TypeError(f"{k} must be a finite number, got {scaling[k]!r}")
+
+
+def explicit_policy(policy: PolicyLike, lists, emulate: bool, use_promote: bool) -> Policy:
+    """The caller's ``policy=`` (it wins over lists, level, dtype and the scaling arguments);
+    custom op lists in ``lists`` beside it are an error (one of them would be ignored)."""
+    if lists.overrides() != OpLists():
+        raise AmpConfigError(
+            "decorate() got both policy= and amp_lists= with custom op lists: put the op "
+            "lists in the policy (Policy(paddle_ops=OpLists(...))); amp_lists may then "
+            "carry only custom_black_varnames")
+    policy = policy.with_emulation(emulate)
+    if use_promote and policy.unlisted is None:
+        policy = policy.replace(unlisted="promote")
+    if policy.paddle_ops != OpLists():  # list objects checked their names already
+        policy.validate_for("paddle", core.get_all_op_names())
+    return policy
 
 
 def resolve_decorate(amp_lists=None, level="O1", dtype="float16", master_grad=False,
@@ -59,31 +104,20 @@ def resolve_decorate(amp_lists=None, level="O1", dtype="float16", master_grad=Fa
                      use_pure_fp16=None, use_fp16_guard=None, use_bf16=None,
                      policy: Optional[PolicyLike] = None,
                      emulate: bool = False) -> DecorateConfig:
-    """``decorate``'s arguments (see its docstring) -> ``DecorateConfig``, checked.
+    """``decorate``'s arguments (see its docstring) -> ``DecorateConfig``, checked: TypeError /
+    ``AmpConfigError`` naming the argument, before anything is built.
 
     Without ``policy`` the decisions are the installed native's (preset
     ``paddle-native`` plus ``amp_lists``' live sets, read now) at ``level``;
     the loss-scaling arguments, defaulted per overload, map onto
-    ``DynamicLossScale.from_paddle``. An explicit ``policy`` wins over lists,
-    level, dtype and the scaling arguments; custom op lists in ``amp_lists``
-    beside it are an error (one of them would be ignored). Raises TypeError /
-    ``AmpConfigError`` naming the argument, before anything is built."""
-    if isinstance(level, (int, float)) and not isinstance(level, bool):
-        raise TypeError(f"level={level!r} looks like the old positional init_loss_scaling; "
-                        f"pass the loss-scaling arguments by keyword")
-    for name, flag in (("master_grad", master_grad), ("use_promote", use_promote)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be True or False, got {flag!r}")
-    old = any(a is not None for a in (use_pure_fp16, use_fp16_guard, use_bf16))
+    ``DynamicLossScale.from_paddle``."""
+    old = overload(use_pure_fp16, use_fp16_guard, use_bf16)
     given = dict(init_loss_scaling=init_loss_scaling, incr_every_n_steps=incr_every_n_steps,
                  decr_every_n_nan_or_inf=decr_every_n_nan_or_inf, incr_ratio=incr_ratio,
                  decr_ratio=decr_ratio)
     args = {k: (v if v is not None else (OLD_DEFAULTS if old else NEW_DEFAULTS)[k])
             for k, v in given.items()}
-    for k in ("init_loss_scaling", "incr_ratio", "decr_ratio"):
-        if isinstance(args[k], bool) or not isinstance(args[k], (int, float)) or \
-                not math.isfinite(args[k]):
-            raise TypeError(f"{k} must be a finite number, got {args[k]!r}")
+    check_arguments(level, master_grad, use_promote, args)
     if old:
         level = "O2" if use_pure_fp16 else "O1"
         dtype = "bfloat16" if use_bf16 else "float16"
@@ -105,24 +139,13 @@ def resolve_decorate(amp_lists=None, level="O1", dtype="float16", master_grad=Fa
         logger.warning("level OD: amp_lists are not used, as natively (only the default "
                        "white list runs in %s)", dtype)
         lists = check_lists(None, dtype)
-    if policy is None:
-        if level == "O0":
-            policy = Policy.preset("O0")
-        else:
-            policy = native_policy(lists, dtype, level, use_promote,
-                                   loss_scale=native_loss_scale(dtype, use_dynamic_loss_scaling,
-                                                                args)
-                                   ).with_emulation(emulate)
+    if policy is not None:
+        policy = explicit_policy(policy, lists, emulate, use_promote)
+    elif level == "O0":
+        policy = Policy.preset("O0")
     else:
-        if lists.overrides() != OpLists():
-            raise AmpConfigError(
-                "decorate() got both policy= and amp_lists= with custom op lists: put the op "
-                "lists in the policy (Policy(paddle_ops=OpLists(...))); amp_lists may then "
-                "carry only custom_black_varnames")
-        policy = policy.with_emulation(emulate)
-        if use_promote and policy.unlisted is None:
-            policy = policy.replace(unlisted="promote")
-        if policy.paddle_ops != OpLists():  # list objects checked their names already
-            policy.validate_for("paddle", core.get_all_op_names())
+        policy = native_policy(lists, dtype, level, use_promote,
+                               loss_scale=native_loss_scale(dtype, use_dynamic_loss_scaling, args)
+                               ).with_emulation(emulate)
     return DecorateConfig(policy, use_guard, frozenset(lists.black_varnames or ()),
                           master_grad and policy.level == "O2")

@@ -1,9 +1,10 @@
 """``decorate``: the native ``paddle.static.amp.decorate``, driven by the core policy.
 
-The returned optimizer rewrites the program (``rewrite.Rewriter``), scales the
-loss, and replaces the native unscale/update with ``scaling.LossScaling``: a
-true skip on overflow for every optimizer, and the core's state machine. What
-the native arguments mean (the policy, the loss scale) is ``config.py``'s answer.
+The returned optimizer picks the program's IR once (``ir.of``), rewrites the
+program (``rewrite.Rewriter``), scales the loss, and replaces the native
+unscale/update with ``scaling.LossScaling``: a true skip on overflow for every
+optimizer, and the core's state machine. What the native arguments mean (the
+policy, the loss scale) is ``config.py``'s answer.
 """
 from __future__ import annotations
 
@@ -19,16 +20,14 @@ from amp_adapters import CastReport, LossScale, ParamPlan, Policy
 
 from .amp_nn import check_finite_and_unscale, update_loss_scaling  # noqa: F401 (native names)
 from .casting import cast_model_to_fp16, cast_parameters_to_fp16  # noqa: F401 (native names)
-from . import checkpoint
+from . import checkpoint, ir as program_ir
 from .config import resolve_decorate
-from .env import current_device, expected_place, program_ir, require_static
+from .env import current_device, expected_place, require_static
 from .fp16_utils import update_role_var_grad  # noqa: F401 (a native name)
 from .function_overload import FunctionType, overload  # noqa: F401 (native names)
 from .kernels import lowp_kernels
 from .lists import AutoMixedPrecisionLists, check_amp_dtype, check_lists  # noqa: F401
 from .masters import EMULATED_LABEL, NATIVE_LABEL, MasterWeights
-from .pir_rewrite import PirRewriter, value_dtype
-from .pir_scaling import PirLossScaling
 from .report import cast_report, record
 from .rewrite import Rewriter
 from .scaling import LossScaling, resolve_ring_id
@@ -55,7 +54,8 @@ class OptimizerWithMixedPrecision:
         self.policy = policy
         self._use_guard = use_guard
         self._black_varnames = frozenset(black_varnames)
-        self._scaling = LossScaling(policy.loss_scale, found_inf_ring_id)
+        self._found_inf_ring_id = found_inf_ring_id
+        self._scaling: Optional[LossScaling] = None  # once built, in the program's IR
         self._rewriter: Optional[Rewriter] = None
         self._low_params: frozenset[str] = frozenset()
         self._param_plan: Optional[ParamPlan] = None
@@ -70,13 +70,11 @@ class OptimizerWithMixedPrecision:
 
     # -- building ---------------------------------------------------------------------------
 
-    def _new_rewriter(self, program, kernels=None):
-        """The rewrite for ``program``'s IR (legacy ``Rewriter`` or ``PirRewriter``)."""
+    def _new_rewriter(self, kernels=None) -> Rewriter:
         if kernels is None:
             kernels = lowp_kernels(current_device(), self.policy.dtype) \
                 if self.policy.enabled else frozenset()
-        cls = PirRewriter if program_ir(program) == "pir" else Rewriter
-        return cls(self.policy, kernels, self._use_guard, self._black_varnames)
+        return Rewriter(self.policy, kernels, self._use_guard, self._black_varnames)
 
     def backward(self, loss, startup_program=None, parameter_list=None, no_grad_set=None,
                  callbacks=None):
@@ -96,21 +94,17 @@ class OptimizerWithMixedPrecision:
                 f"{' wrapping the same ' + type(self._optimizer).__name__ if same else ''}: a "
                 f"second one would rewrite it again and apply a second update every step; "
                 f"use one decorated optimizer per program")
-        self._rewriter = self._new_rewriter(program)
-        pir = program_ir(program) == "pir"
-        if pir:  # the same state machine, built from PIR ops
-            self._scaling = PirLossScaling(self._scaling.initial,
-                                           self._scaling.found_inf_ring_id)
+        ir = program_ir.of(program)  # the program's IR, picked once for the rewrite and scaling
+        self._rewriter = self._new_rewriter()
+        self._scaling = LossScaling(ir, self.policy.loss_scale, self._found_inf_ring_id)
         with paddle.static.program_guard(program, startup_program):
             if self.policy.enabled:
                 self._plan_low_params(program)
                 record(program, self._rewriter.rewrite(program))
             self._scaling.create_vars()
-            block = program.global_block()
-            if (value_dtype(loss) if pir else loss.dtype) not in ("float32",
-                                                                  core.VarDesc.VarType.FP32):
+            if ir.dtype(loss) != "float32":
                 loss = loss.astype("float32")
-            self._scaled_loss = self._scaling.scale_loss(block, loss)
+            self._scaled_loss = self._scaling.scale_loss(loss)
             params_grads = self._optimizer.backward(self._scaled_loss, startup_program,
                                                     parameter_list, no_grad_set, callbacks)
             if self._masters is not None:
@@ -125,7 +119,7 @@ class OptimizerWithMixedPrecision:
         low, kernels = plan.low, self._rewriter.kernels
         has_kernel = kernels is None or self._optimizer.type in kernels
         native = current_device() == "GPU" and has_kernel
-        if low and program_ir(program) == "pir":
+        if low and program_ir.of(program).name == "pir":
             # PIR: no emulated masters. ``masters.MasterWeights`` builds legacy ops
             # (Block.create_parameter/append_op, which a PIR block lacks), so under PIR the
             # parameters are stored low only where the optimizer has a low kernel (its own
@@ -165,7 +159,7 @@ class OptimizerWithMixedPrecision:
             raise RuntimeError("call backward() (or minimize()) before apply_gradients()")
         if self._use_master_grad:
             params_grads = self._master_grads(params_grads)
-        ops = self._scaling.apply(self._train_program, params_grads, self._optimizer)
+        ops = self._scaling.apply(params_grads, self._optimizer)
         if self._masters is not None:
             self._masters.copy_back(self._train_program)
             param_of = {m: p for p, m in self._masters.master_of.items()}  # guard: user's names
@@ -216,15 +210,17 @@ class OptimizerWithMixedPrecision:
                                f"program before amp_init()")
         (self._masters or MasterWeights(self.policy.dtype, self._low_params)).init_scope(
             scope, place)  # converts each parameter once: not twice, bf16 bits
-        if test_program is not None and not _derived(test_program, self._scaling) and (
+        derived = test_program is not None and program_ir.of(test_program).holds_var(
+            self._scaling.vars["scale"].name)  # a clone of the decorated program: rewritten
+        if test_program is not None and not derived and (
                 self.policy.level == "O2" or use_fp16_test):
-            rewriter = self._new_rewriter(test_program, self._rewriter.kernels)
+            rewriter = self._new_rewriter(self._rewriter.kernels)
             with paddle.static.program_guard(test_program):
                 rewriter.set_low_params(test_program, self._low_params)
                 record(test_program, rewriter.rewrite(test_program))
 
     def _built(self, what: str) -> LossScaling:
-        if not self._scaling.vars:
+        if self._scaling is None or not self._scaling.vars:
             raise RuntimeError(f"call minimize() (or backward()) before {what}()")
         return self._scaling
 
@@ -235,7 +231,7 @@ class OptimizerWithMixedPrecision:
     @property
     def found_inf_ring_id(self) -> Optional[int]:
         """The ring ``found_inf`` is all-reduced over (None: not reduced), once built."""
-        return self._scaling.ring_id
+        return None if self._scaling is None else self._scaling.ring_id
 
     def get_scaled_loss(self):
         """The scaled loss var (loss * scale)."""
@@ -269,14 +265,22 @@ class OptimizerWithMixedPrecision:
         Atomic: the previous checkpoint stays valid until this one is complete (see
         ``amp_adapters.checkpoint``). ``step`` defaults to the loss scale's
         ``total_steps``. Returns ``path`` as a ``Path``."""
-        return checkpoint.save(self, path, program, scope, step)
+        scaling, scope = self._built("save_checkpoint"), scope or paddle.static.global_scope()
+        checkpoint.check_saveable(program, self._train_program, scope)
+        return checkpoint.save(path, program, scope, self.policy, scaling.read(scope),
+                               type(self._optimizer).__name__, step)
 
     def load_checkpoint(self, path, program, scope=None, *, check_policy: bool = True) -> int:
         """Restore the newest checkpoint of ``path`` into ``scope`` (after the startup
         program); returns its step. Verified first (checksums, the policy, the optimizer
         type, every persistable's name, shape and dtype): a torn, truncated or mismatched
         checkpoint is a ``CheckpointError`` and the scope is left unchanged."""
-        return checkpoint.load(self, path, program, scope, check_policy=check_policy)
+        self._built("load_checkpoint")
+        return checkpoint.load(path, program, self._train_program,
+                               scope or paddle.static.global_scope(), self.policy,
+                               type(self._optimizer).__name__,
+                               self._place or framework._current_expected_place(),
+                               check_policy=check_policy)
 
     def check_guard(self, scope=None) -> None:
         """Raise ``OverflowGuardError`` naming the parameters with non-finite gradients after
@@ -315,17 +319,6 @@ def _check_loss(loss, parameter_list, no_grad_set) -> "framework.Program":
                          f"parameter_list and no_grad_set), so there is nothing to update; "
                          f"check that the loss is computed from the model's output")
     return loss.block.program
-
-
-def _derived(test_program, scaling: LossScaling) -> bool:
-    """True if ``test_program`` is a clone of the decorated program (so already rewritten):
-    it holds the loss-scale state. Under PIR, where ``clone(for_test=True)`` does not exist,
-    that is ``main.clone()``."""
-    name = scaling.vars["scale"].name
-    if program_ir(test_program) == "legacy":
-        return test_program.global_block().has_var(name)
-    return any(op.name() == "pd_op.data" and op.result(0).name == name
-               for op in test_program.global_block().ops)
 
 
 def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weight=None,

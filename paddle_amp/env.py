@@ -34,11 +34,6 @@ def program_ir(program) -> str:
         else "legacy"
 
 
-def ir() -> str:
-    """The IR new static programs are built in now: 'pir' or 'legacy'."""
-    return "pir" if framework.in_pir_mode() else "legacy"
-
-
 def require_static(what: str) -> None:
     """Raise unless Paddle is in static-graph mode (either IR)."""
     if paddle.in_dynamic_mode():

@@ -13,7 +13,7 @@ from .casting import (cast_model_to_fp16, cast_parameters_to_fp16,  # noqa: F401
                       find_op_index, find_true_post_op, find_true_prev_op, map_block)
 from .fp16_lists import black_list, get_low_precision_dtypestr  # noqa: F401
 from .lists import AutoMixedPrecisionLists  # noqa: F401
-from .rewrite import fp16_guard  # noqa: F401
+from .guard import fp16_guard  # noqa: F401
 
 FLOAT_TYPES = {core.VarDesc.VarType.FP32, core.VarDesc.VarType.FP64}
 SUPPORT_FLOAT_TYPES = {core.VarDesc.VarType.FP32, core.VarDesc.VarType.FP64,

@@ -75,6 +75,20 @@ class _Lists:
                 return cat
         return None
 
+    def _update_list(self) -> None:
+        """The native hook (a no-op here: the sets are live and read at decorate time)."""
+
+    def _apply_custom(self, low: set, fp32: set, custom_low, custom_fp32) -> None:
+        """The custom lists, as the native ``_update_list``: a custom low op leaves the fp32
+        (else gray) set, a custom fp32 op leaves the low (else gray) set and is unsupported."""
+        for op in custom_low:
+            fp32.discard(op) if op in fp32 else self.gray_list.discard(op)
+            low.add(op)
+        for op in custom_fp32:
+            low.discard(op) if op in low else self.gray_list.discard(op)
+            fp32.add(op)
+            self.unsupported_list.add(op)
+
     def overrides(self, unlisted: str = "fp32") -> OpLists:
         """The ops whose category the live sets change from the native defaults.
 
@@ -119,13 +133,7 @@ class AutoMixedPrecisionLists(_Lists):
         self.all_list = set(core.get_all_op_names())
         self.black_varnames = None if custom_black_varnames is None else set(
             _names(custom_black_varnames, "custom_black_varnames"))
-        for op in white:  # as the native _update_list
-            self.black_list.discard(op) if op in self.black_list else self.gray_list.discard(op)
-            self.white_list.add(op)
-        for op in black:
-            self.white_list.discard(op) if op in self.white_list else self.gray_list.discard(op)
-            self.black_list.add(op)
-            self.unsupported_list.add(op)
+        self._apply_custom(self.white_list, self.black_list, white, black)
         for op in gray:
             self.white_list.discard(op)
             self.black_list.discard(op)
@@ -133,10 +141,6 @@ class AutoMixedPrecisionLists(_Lists):
 
     def _defaults(self):
         return native_lists("paddle", self.amp_dtype)
-
-
-    def _update_list(self) -> None:
-        """The native hook (a no-op here: the sets are live and read at decorate time)."""
 
 
 CustomOpLists = AutoMixedPrecisionLists  # the native alias
@@ -167,13 +171,7 @@ class AutoMixedPrecisionListsBF16(_Lists):
         self.unsupported_list = _unsupported("bfloat16")
         self.fp32_varnames = None if custom_fp32_varnames is None else set(
             _names(custom_fp32_varnames, "custom_fp32_varnames"))
-        for op in bf16:
-            self.fp32_list.discard(op) if op in self.fp32_list else self.gray_list.discard(op)
-            self.bf16_list.add(op)
-        for op in fp32:
-            self.bf16_list.discard(op) if op in self.bf16_list else self.gray_list.discard(op)
-            self.fp32_list.add(op)
-            self.unsupported_list.add(op)
+        self._apply_custom(self.bf16_list, self.fp32_list, bf16, fp32)
 
     def _defaults(self):
         return native_lists("paddle", "bfloat16-lists")
@@ -181,10 +179,6 @@ class AutoMixedPrecisionListsBF16(_Lists):
     @property
     def black_varnames(self):
         return self.fp32_varnames
-
-
-    def _update_list(self) -> None:
-        """The native hook (a no-op here: the sets are live)."""
 
 
 def check_lists(amp_lists: object, dtype: str) -> _Lists:

@@ -45,10 +45,6 @@ class MasterWeights:
         self.master_of: dict[str, str] = {}  # low parameter -> its master
         self._params: dict[str, object] = {}  # master name -> low parameter var
 
-    @property
-    def label(self) -> str:
-        return EMULATED_LABEL.format(dtype=self.dtype)
-
     def swap_in(self, program, params_grads: list) -> list:
         """(master, float32 grad) in place of (low param, low grad), after ``append_backward``."""
         block = program.global_block()
@@ -79,10 +75,6 @@ class MasterWeights:
                 master = block.var(master_name)
                 block.append_op(type="cast", inputs={"X": [master]}, outputs={"Out": [p]},
                                 attrs={"in_dtype": master.dtype, "out_dtype": p.dtype})
-
-    def missing(self, scope) -> list[str]:
-        """Low parameters that are not in ``scope`` (the startup program has not run)."""
-        return sorted(n for n in self.names if scope.find_var(n) is None)
 
     def init_scope(self, scope, place) -> None:
         """Masters from the parameters' values, then the parameters converted to the low dtype.

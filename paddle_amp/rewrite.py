@@ -1,126 +1,44 @@
 """Program rewrite: ask the core planner about every forward op, insert what it says.
 
-For each forward op of a legacy program block, ``plan_op`` gets the op type,
-its input dtypes and slot names and its attributes, and answers with a run
-dtype, per-input casts, the slots kept in fp32 and, for emulation, the inputs
-and outputs to round. This module only carries that out, in one pass over the
-block (each cast op goes in without re-syncing the whole block, which made a
-rewrite quadratic in the program size):
+Written once, for both IRs, over ``ir.ProgramIR`` (``ir.of(program)`` picks
+the program's IR). For each forward op ``plan_op`` gets the op's name, its
+input dtypes and slot names (in the legacy vocabulary the op tables use) and
+its attributes, and answers with a run dtype, per-input casts, the slots kept
+in fp32 and, for emulation, the inputs and outputs to round. This module only
+carries that out, in one pass:
 
-- a cast goes in front of each input the plan names, reusing one cast var per
+- a cast goes in front of each input the plan names, reusing one cast per
   (value, dtype) until the value is overwritten, so a weight is cast once per
   step however often it is used; a cast of a cast reads the original value;
 - outputs of an op that runs in the low dtype are declared in that dtype
-  (except the plan's ``kept_outputs``, statistics that stay fp32, and
-  ``XShape``, the shape-only output of reshape2/flatten/transpose2..., which
-  holds no data and is never declared or rounded);
+  (except the plan's ``kept_outputs``, statistics that stay fp32);
 - an ``emulated`` op computes in fp32 on the inputs the plan rounds and
   rounds its outputs through the low dtype (two casts each, once per value),
   so values and, through the casts' gradients, gradients carry fp16 rounding,
   overflow and underflow;
-- a control-flow op's sub-block is left in fp32: low-precision values it
-  reads are cast back to fp32 (renamed inside the sub-block too).
-
-The backward pass is generated afterwards by ``append_backward``, so gradient
-casts come from the forward casts for free.
+- a control-flow op's blocks are left in fp32: low-precision values it reads
+  are cast back to fp32 (inside its blocks too).
 """
 from __future__ import annotations
 
-import collections.abc
 import contextlib
 import dataclasses
-from typing import AbstractSet, Any, Iterator, Optional
+from typing import AbstractSet, Any, Optional
 
-from paddle.base import core, framework, unique_name
-
-from amp_adapters import (CastReport, OpDecision, ParamPlan, ParamUse, Policy, plan_op,
-                          plan_params)
-from amp_adapters.dtypes import LOW_DTYPES as _LOW
-from amp_adapters.dtypes import SHORT_NAMES as _SHORT
+from amp_adapters import CastReport, OpDecision, ParamPlan, Policy, plan_op, plan_params
+from amp_adapters.dtypes import LOW_DTYPES
 from amp_adapters.fallback import FallbackNotices
 
-from .env import VARTYPE_OF, dtype_name
+from . import ir as program_ir
+from .ir import CONTROL_FLOW, ProgramIR, Slot
 
 _DEVICE = "this device"  # the kernels set was probed on the place the program will run on
-
-# The native fp16_guard name scope: code written for the native guard works unchanged.
-GUARD_PATTERN = "__use_fp16__"
-BF16_GUARD_PATTERN = "__use_bf16__"  # the native bf16_guard's name scope
-_ROLE = core.op_proto_and_checker_maker.kOpRoleAttrName()
-_NOT_FORWARD = int(core.op_proto_and_checker_maker.OpRole.Backward) | int(
-    core.op_proto_and_checker_maker.OpRole.Optimize) | int(
-    core.op_proto_and_checker_maker.OpRole.LRSched)
-_NAMESCOPE = core.op_proto_and_checker_maker.kOpNameScopeAttrName()
-_IO_OPS = frozenset({"feed", "fetch", "fetch_v2", "read", "create_py_reader"})
-
-
-@contextlib.contextmanager
-def fp16_guard() -> Iterator[None]:
-    """Ops built inside run in low precision when decorated with ``use_fp16_guard`` (O2)."""
-    with framework.name_scope(prefix=GUARD_PATTERN):
-        yield
-
-
-@contextlib.contextmanager
-def bf16_guard() -> Iterator[None]:
-    """The bf16 spelling of ``fp16_guard`` (``use_bf16_guard``): the same rule."""
-    with framework.name_scope(prefix=BF16_GUARD_PATTERN):
-        yield
-
-
-def is_forward(op) -> bool:
-    """True for an op of the forward pass (not backward, optimizer or LR schedule)."""
-    return not op.has_attr(_ROLE) or not int(op.attr(_ROLE)) & _NOT_FORWARD
-
-
-def _ops_within(op) -> list:
-    """Every op in ``op``'s sub-block, and in theirs, recursively."""
-    out = []
-    for inner in op._block_attr("sub_block").ops:
-        out.append(inner)
-        if inner.has_attr("sub_block"):
-            out.extend(_ops_within(inner))
-    return out
-
-
-class _OpAttrs(collections.abc.Mapping):
-    """An op's attributes, read on demand: the planner looks only at those its rules name."""
-
-    def __init__(self, op) -> None:
-        self._op = op
-
-    def __getitem__(self, name: str) -> Any:
-        if not self._op.has_attr(name):
-            raise KeyError(name)
-        return self._op.attr(name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._op.attr_names)
-
-    def __len__(self) -> int:
-        return len(self._op.attr_names)
-
-
-def _insert_cast_op(block, i: int, src: str, out: str, in_dtype, out_dtype, role) -> None:
-    """A ``cast`` op at position ``i`` of ``block``, written straight into the block's
-    desc: no whole-block sync and no Python call-stack capture per op (what made
-    ``Block._insert_op`` cost milliseconds a cast on big programs). The output var
-    already exists with its dtype and shape, so no inference is needed."""
-    desc = block.desc._insert_op(i)
-    desc.set_type("cast")
-    desc.set_input("X", [src])
-    desc.set_output("Out", [out])
-    desc._set_int32_attr("in_dtype", int(in_dtype))
-    desc._set_int32_attr("out_dtype", int(out_dtype))
-    desc._set_int32_attr(_ROLE, int(role))
-    desc._set_attr(_NAMESCOPE, framework._full_name_scope())
-    desc.check_attrs()  # the cast op's defaults (use_mkldnn, ...)
-    block.ops.insert(i, framework.Operator(block, desc))
 
 
 @dataclasses.dataclass
 class Rewriter:
-    """Rewrites the global block of programs under one policy on one device's kernels.
+    """Rewrites the global block of programs (either IR) under one policy on one device's
+    kernels.
 
     ``use_guard``: only ops built inside ``fp16_guard()`` may leave fp32.
     ``black_varnames``: ops reading or writing these vars run in fp32.
@@ -134,183 +52,141 @@ class Rewriter:
     def __post_init__(self) -> None:
         self._notices = FallbackNotices("paddle_amp")  # each op type warns once per decorate
 
+    def _ir(self, program) -> ProgramIR:
+        ir = program_ir.of(program)
+        ir.prepare(self.use_guard, self.black_varnames)
+        return ir
+
     # -- decisions ---------------------------------------------------------------------------
 
-    def _forced_fp32(self, op) -> Optional[str]:
+    def _forced_fp32(self, ir: ProgramIR, op) -> Optional[str]:
         """Why ``op`` must run in fp32 whatever its category (outside the guard, black vars)."""
-        scope = op.attr("op_namescope") or ""
-        if self.use_guard and GUARD_PATTERN not in scope and BF16_GUARD_PATTERN not in scope:
+        if self.use_guard and not ir.in_guard(op):
             return "outside fp16_guard"
-        if self.black_varnames & set(op.input_arg_names + op.output_arg_names):
+        if self.black_varnames and self.black_varnames & ir.var_names(op):
             return "uses a custom_black_varnames var"
         return None
 
-    def plan(self, block, op, slots, force_fp32: Optional[str] = None) -> OpDecision:
+    def plan(self, ir: ProgramIR, op, slots: list[Slot],
+             force_fp32: Optional[str] = None) -> OpDecision:
         """The core's decision for ``op`` given the current dtypes of its input ``slots``."""
-        dtypes = [dtype_name(block._find_var_recursive(name)) for _, name in slots]
-        decision = plan_op(self.policy, "paddle", op.type, dtypes, lowp_kernels=self.kernels,
-                           attrs=_OpAttrs(op), force_fp32=force_fp32 or self._forced_fp32(op),
-                           input_names=[slot for slot, _ in slots])
-        self._notices.note(op.type, _DEVICE, decision)
+        op_type = ir.op_type(op)
+        dtypes = [ir.dtype(s.value) if s.cast else None for s in slots]
+        decision = plan_op(self.policy, "paddle", op_type, dtypes, lowp_kernels=self.kernels,
+                           attrs=ir.attrs(op), force_fp32=force_fp32 or self._forced_fp32(ir, op),
+                           input_names=[s.name for s in slots])
+        self._notices.note(op_type, _DEVICE, decision)
         return decision
 
-    # -- rewrite ------------------------------------------------------------------------------
+    # -- O2 parameters -------------------------------------------------------------------------
+
+    def param_plan(self, program) -> ParamPlan:
+        """O2: the storage dtype of every parameter, decided by the core (``plan_params``) from
+        its forward readers; an op in a control-flow block runs in float32."""
+        ir = self._ir(program)
+        uses = ir.param_uses(lambda op: self._forced_fp32(ir, op))
+        return plan_params(self.policy, "paddle", uses, lowp_kernels=self.kernels)
+
+    def low_params(self, program, optimizer_type: Optional[str] = None) -> frozenset[str]:
+        """O2: the parameters stored in the low dtype (see ``param_plan``); none when
+        ``optimizer_type`` has no low kernel here."""
+        if optimizer_type is not None and self.kernels is not None \
+                and optimizer_type not in self.kernels:
+            return frozenset()
+        return self.param_plan(program).low
 
     def set_low_params(self, program, names: AbstractSet[str]) -> None:
         """Declare the parameters ``names`` in the low dtype (O2; ``amp_init`` converts values)."""
-        block = program.global_block()
-        for name in names:
-            if block.has_var(name):
-                block.var(name).desc.set_dtype(VARTYPE_OF[self.policy.dtype])
+        program_ir.of(program).set_param_dtype(names, self.policy.dtype)
 
-    def param_plan(self, program) -> ParamPlan:
-        """O2: the storage dtype of every parameter, decided by the core from its forward readers
-        (one pass over the ops); a control-flow op's sub-block runs in float32."""
-        block = program.global_block()
-        uses: dict[str, list[ParamUse]] = {p.name: [] for p in block.all_parameters()}
-        for op in block.ops:
-            if not is_forward(op) or op.type in _IO_OPS:
-                continue
-            forced = ("control flow: its sub-block runs in float32" if op.has_attr("sub_block")
-                      else self._forced_fp32(op))
-            for slot in op.input_names:
-                for name in op.input(slot):
-                    if name in uses:
-                        uses[name].append(ParamUse(op.type, _OpAttrs(op), slot, forced))
-        return plan_params(self.policy, "paddle", uses, lowp_kernels=self.kernels)
-
-    def low_params(self, program) -> frozenset[str]:
-        """O2: the parameters stored in the low dtype (see ``param_plan``)."""
-        return self.param_plan(program).low
+    # -- rewrite ------------------------------------------------------------------------------
 
     def rewrite(self, program) -> CastReport:
         """Rewrite the forward ops of ``program``'s global block; return the decisions."""
-        block = program.global_block()
-        block._sync_with_cpp()  # once; every insert below keeps Python and C++ in step
-        self._cast_of: dict[tuple[str, str], str] = {}
-        self._origin: dict[str, str] = {}
-        self._rounded: set[str] = set()
+        ir = self._ir(program)
+        self._cast_of: dict[tuple, Any] = {}
+        self._origin: dict = {}  # key of a cast's output -> the value it casts
+        self._rounded: set = set()
         decisions = []
-        i = 0
-        while i < len(block.ops):
-            op = block.ops[i]
-            if not is_forward(op) or op.type in _IO_OPS:
-                i += 1
-                continue
-            if op.has_attr("sub_block"):
-                i = self._control_flow(block, i, op, decisions) + 1
-                continue
-            slots = [(slot, name) for slot in op.input_names for name in op.input(slot)]
-            d = self.plan(block, op, slots)
-            decisions.append(d)
-            role = op.attr(_ROLE) if op.has_attr(_ROLE) else 0
-            if op.type == "cast":  # a cast before a cast is a chain: only fix the attribute
-                op._set_attr("in_dtype", block._var_recursive(op.input("X")[0]).dtype)
-            else:
-                for (slot, name), target in zip(slots, d.casts):
-                    if target is not None:
-                        i = self._rename_in(block, i, op, name, self._cast(block, i, name, target,
-                                                                           role))
-                for (slot, name), rnd in zip(slots, d.round_inputs):
-                    if rnd:
-                        name = self._current(op, slot, name, slots)
-                        i = self._rename_in(block, i, op, name, self._round(block, i, name, role))
-            i = self._outputs(block, i, op, d, role)
-            i += 1
+        with contextlib.closing(ir.forward_ops()) as ops:
+            for op in ops:
+                if ir.is_control_flow(op):
+                    decisions.append(self._control_flow(ir, op))
+                    continue
+                slots = ir.slots(op)
+                d = self.plan(ir, op, slots)
+                decisions.append(d)
+                if ir.is_cast(op):  # a cast after a cast is a chain: nothing to insert
+                    ir.chain_cast(op)
+                else:
+                    self._inputs(ir, op, slots, d)
+                self._forget(ir, ir.overwritten(op))  # casts of the values it wrote are stale
+                if not ir.is_cast(op):
+                    self._outputs(ir, op, d)
         self._notices.summarize("paddle_amp: program", decisions, _DEVICE)
         return CastReport("paddle", tuple(decisions))
 
-    def _control_flow(self, block, i: int, op, decisions: list) -> int:
-        """A control-flow op (cond, while): its sub-block is not rewritten and runs in fp32,
-        so low-precision values it reads are cast to fp32, in the op and its sub-blocks."""
-        slots = [(slot, name) for slot in op.input_names for name in op.input(slot)]
-        d = self.plan(block, op, slots, "control flow: its sub-block runs in float32")
-        decisions.append(d)
-        role = op.attr(_ROLE) if op.has_attr(_ROLE) else 0
-        for (_, name), target in zip(slots, d.casts):
+    def _inputs(self, ir: ProgramIR, op, slots: list[Slot], d: OpDecision) -> None:
+        for slot, target in zip(slots, d.casts):
             if target is not None:
-                new, inserted = self._cast(block, i, name, target, role)
-                i += inserted
-                for each in [op, *_ops_within(op)]:
-                    each._rename_input(name, new)
-        return i
+                self._set(ir, slot, slot.value, self._cast(ir, slot.owner, slot.value, target))
+        for slot, rnd in zip(slots, d.round_inputs):
+            if rnd:
+                current = ir.current(slot)
+                self._set(ir, slot, current, self._round(ir, slot.owner, current))
 
     @staticmethod
-    def _current(op, slot, name, slots) -> str:
-        """The name input ``name`` of ``slot`` has now (a cast may have renamed it)."""
-        names = op.input(slot)
-        pos = [n for s, n in slots if s == slot].index(name)
-        return names[pos]
+    def _set(ir: ProgramIR, slot: Slot, old, new) -> None:
+        if ir.key(new) != ir.key(old):
+            ir.set_input(slot, old, new)
 
-    @staticmethod
-    def _rename_in(block, i: int, op, old: str, new: tuple[str, int]) -> int:
-        name, inserted = new
-        if name != old:
-            op._rename_input(old, name)
-        return i + inserted
+    def _cast(self, ir: ProgramIR, before, value, target: str):
+        """``value`` in ``target``, inserted before the op ``before`` (cached)."""
+        src = self._origin.get(ir.key(value), value)
+        if ir.dtype(src) == target:
+            return src
+        key = (ir.key(src), target)
+        if key not in self._cast_of:
+            out = self._cast_of[key] = ir.cast(before, src, target)
+            self._origin[ir.key(out)] = src
+        return self._cast_of[key]
 
-    def _cast(self, block, i: int, name: str, target: str, role) -> tuple[str, int]:
-        """A var holding ``name`` in ``target`` and how many ops were inserted before ``i``."""
-        src = self._origin.get(name, name)
-        if dtype_name(block._var_recursive(src)) == target:
-            return src, 0
-        if (src, target) in self._cast_of:
-            return self._cast_of[(src, target)], 0
-        out = self._insert_cast(block, i, src, target, f"{src}.cast_{_SHORT[target]}", role)
-        self._cast_of[(src, target)] = out
-        self._origin[out] = src
-        return out, 1
+    def _round(self, ir: ProgramIR, before, value):
+        """``value`` rounded through the low dtype (emulation), as a float32 value."""
+        k = ir.key(value)
+        src = self._origin.get(k, value)
+        if k in self._rounded or ir.dtype(value) != "float32" \
+                or ir.dtype(src) == self.policy.dtype:
+            return value
+        if (k, "round") not in self._cast_of:
+            out = self._cast_of[(k, "round")] = ir.round(before, value, self.policy.dtype)
+            self._rounded.add(ir.key(out))
+        return self._cast_of[(k, "round")]
 
-    def _round(self, block, i: int, name: str, role) -> tuple[str, int]:
-        """``name`` rounded through the low dtype (emulation), as a float32 var."""
-        low = self.policy.dtype
-        src = self._origin.get(name, name)
-        if name in self._rounded or dtype_name(block._var_recursive(src)) == low:
-            return name, 0
-        if (name, "round") in self._cast_of:
-            return self._cast_of[(name, "round")], 0
-        mid = self._insert_cast(block, i, name, low, f"{name}.emul_{_SHORT[low]}", role)
-        out = self._insert_cast(block, i + 1, mid, "float32", f"{name}.emul", role)
-        self._cast_of[(name, "round")] = out
-        self._rounded.add(out)
-        return out, 2
+    def _forget(self, ir: ProgramIR, keys: AbstractSet) -> None:
+        """Drop cached casts of values that were overwritten."""
+        for key in [k for k in self._cast_of if k[0] in keys]:
+            del self._cast_of[key]
+        for cast in [c for c, src in self._origin.items() if ir.key(src) in keys]:
+            del self._origin[cast]
+        self._rounded -= set(keys)
 
-    @staticmethod
-    def _insert_cast(block, i: int, src: str, target: str, stem: str, role) -> str:
-        var = block._var_recursive(src)
-        out = block.create_var(name=unique_name.generate(stem), dtype=VARTYPE_OF[target],
-                               shape=var.shape, lod_level=var.lod_level, persistable=False,
-                               stop_gradient=var.stop_gradient)
-        _insert_cast_op(block, i, var.name, out.name, var.dtype, out.dtype, role)
-        return out.name
+    def _outputs(self, ir: ProgramIR, op, d: OpDecision) -> None:
+        """Declare (low) or round (emulated) ``op``'s float32 outputs."""
+        if d.run_dtype is None:
+            return
+        for value in ir.float_outputs(op, d.kept_outputs):
+            if d.run_dtype in LOW_DTYPES:
+                ir.retype(op, value, d.run_dtype)
+            elif d.round_outputs:
+                self._rounded.add(ir.key(ir.round_output(op, value, d.low_dtype)))
 
-    def _outputs(self, block, i: int, op, d: OpDecision, role) -> int:
-        """Declare or round ``op``'s floating outputs; forget casts of overwritten values."""
-        for name in op.output_arg_names:
-            for key in [k for k in self._cast_of if k[0] == name]:
-                del self._cast_of[key]
-            for cast in [c for c, src in self._origin.items() if src == name]:
-                del self._origin[cast]
-            self._rounded.discard(name)
-        if op.type == "cast" or d.run_dtype is None:
-            return i
-        for slot in (s for s in op.output_names if s not in d.kept_outputs and s != "XShape"):
-            for name in op.output(slot):
-                var = block._find_var_recursive(name)
-                if dtype_name(var) != "float32":
-                    continue
-                if d.run_dtype in _LOW:
-                    var.desc.set_dtype(VARTYPE_OF[d.run_dtype])
-                elif d.round_outputs:
-                    raw = block.create_var(name=unique_name.generate(f"{name}.raw"),
-                                           dtype=var.dtype, shape=var.shape,
-                                           lod_level=var.lod_level, persistable=False,
-                                           stop_gradient=var.stop_gradient)
-                    op._rename_output(name, raw.name)
-                    mid = self._insert_cast(block, i + 1, raw.name, d.low_dtype,
-                                            f"{name}.emul_{_SHORT[d.low_dtype]}", role)
-                    _insert_cast_op(block, i + 2, mid, var.name, VARTYPE_OF[d.low_dtype],
-                                    var.dtype, role)
-                    self._rounded.add(name)
-                    i += 2
-        return i
+    def _control_flow(self, ir: ProgramIR, op) -> OpDecision:
+        """A control-flow op (cond, while): its blocks are not rewritten and run in fp32, so
+        low-precision values it reads are cast to fp32, in the op and its blocks."""
+        slots = ir.control_flow_slots(op)
+        d = self.plan(ir, op, slots, CONTROL_FLOW)
+        for slot, target in zip(slots, d.casts):
+            if target is not None:
+                ir.rewire_within(op, slot.value, self._cast(ir, op, slot.value, target))
+        return d

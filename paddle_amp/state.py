@@ -15,8 +15,9 @@ from amp_adapters import AmpConfigError, LossScale, loss_scale_from_parts
 from amp_adapters.loss_scale import (COUNTERS, LossScaleConfig, LossScaleState, SkipWindow,
                                      check_guard, load_state)
 
-COUNTER_DTYPE = {"good_steps": "int32", "bad_steps": "int32", "total_steps": "int64",
-                 "skipped_steps": "int64", "consecutive_skips": "int64"}
+# Each field's var dtype: the counters ``update_loss_scaling`` reads and writes are int32.
+_INT32 = frozenset({"good_steps", "bad_steps"})
+DTYPE = {"scale": "float32", **{c: "int32" if c in _INT32 else "int64" for c in COUNTERS}}
 
 
 def held_fields(config: LossScaleConfig) -> tuple[str, ...]:
@@ -61,7 +62,7 @@ def write(scope, names: dict[str, str], config: LossScaleConfig, d: Any,
     staged = []
     for field, var in names.items():
         value = getattr(state, field)
-        dtype = np.dtype("float32" if field == "scale" else COUNTER_DTYPE[field])
+        dtype = np.dtype(DTYPE[field])
         if dtype.kind == "i" and not np.iinfo(dtype).min <= value <= np.iinfo(dtype).max:
             raise AmpConfigError(f"loss-scale state_dict['state'][{field!r}] = {value!r} does "
                                  f"not fit the program's {dtype.name} counter")

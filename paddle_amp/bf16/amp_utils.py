@@ -12,7 +12,7 @@ from amp_adapters.errors import unsupported
 from ..casting import (cast_model, cast_parameters, find_true_post_op,  # noqa: F401
                        find_true_prev_op)
 from ..lists import AutoMixedPrecisionListsBF16
-from ..rewrite import bf16_guard  # noqa: F401
+from ..guard import bf16_guard  # noqa: F401
 
 
 def convert_float_to_uint16(in_list):

@@ -105,7 +105,7 @@ def pir_ops(program, legacy_type: str) -> list:
 
 def forward_ops(program, op_type: str):
     """The forward ops of ``op_type`` in ``program``'s global block."""
-    from paddle_amp.rewrite import is_forward
+    from paddle_amp.ir.legacy import is_forward
     return [op for op in program.global_block().ops if op.type == op_type and is_forward(op)]
 
 

@@ -351,7 +351,7 @@ def test_custom_lists_match_the_native_object(white, black, dtype):
 def test_in_place_edits_decide_like_the_native_precedence(edits, use_promote):
     """Whatever is edited in place, the policy decorate builds puts each op where Paddle's
     rewrite would: black > white > gray, else fp32 (promote with use_promote)."""
-    from paddle_amp.casting import native_policy
+    from paddle_amp.config import native_policy
     lists = paddle_amp.AutoMixedPrecisionLists()
     for attr, how, op in edits:
         getattr(getattr(lists, attr), how)(op)

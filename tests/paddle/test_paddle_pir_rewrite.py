@@ -8,7 +8,6 @@ import pytest
 import paddle_amp
 from amp_adapters import AmpConfigError, OpLists, Policy
 from paddle_amp import kernels
-from paddle_amp.pir_rewrite import PirRewriter
 from paddle_amp.rewrite import Rewriter
 from paddle_helpers import batch, mlp, pir_mode
 from pir_testutil import built, by_position, casts, layernorm_model, natural, white_list_model
@@ -45,7 +44,7 @@ def test_attribute_operands_are_never_cast(static):
     x = paddle.static.data("x", [4, 8], "float32")
     h = paddle.reshape(paddle.scale(x, paddle.full([1], 2.0)), [8, 4])
     paddle.mean(h, axis=0)
-    report = PirRewriter(Policy.preset("O2"), kernels=None).rewrite(static.main)
+    report = Rewriter(Policy.preset("O2"), kernels=None).rewrite(static.main)
     scale = [d for d in report.decisions if d.op == "scale"][0]
     assert scale.run_dtype == "float16" and scale.input_dtypes == ("float32", None)
     for op in casts(static.main):
@@ -62,7 +61,7 @@ def test_rewrite_adds_nothing_butcasts(static, emulate):
     paddle.mean(paddle.concat([h, paddle.nn.functional.relu(h)], axis=1))
     before = [op.name() for op in static.main.global_block().ops]
     policy = Policy.preset("O1", emulate=emulate, paddle_ops=OpLists(lower={"scale", "concat"}))
-    report = PirRewriter(policy, kernels=kernels.lowp_kernels("CPU", "float16")) \
+    report = Rewriter(policy, kernels=kernels.lowp_kernels("CPU", "float16")) \
         .rewrite(static.main)
     after = [op.name() for op in static.main.global_block().ops]
     added = list(after)
@@ -221,12 +220,12 @@ def test_o2_declares_low_params_low_and_reads_them_uncast(static):
     CPU build registers none in bf16; amp_init's conversion is IR-neutral and tested on the
     legacy IR.)"""
     layernorm_model()
-    rewriter = PirRewriter(Policy.preset("O2", dtype="bfloat16"), kernels=None)
+    rewriter = Rewriter(Policy.preset("O2", dtype="bfloat16"), kernels=None)
     low = rewriter.low_params(static.main, "momentum")
     assert low and all(n.startswith("fc_") for n in low)  # layer_norm's scale/bias stay fp32
     plan = rewriter.param_plan(static.main)  # the core's answer (plan_params), with reasons
     assert plan.low == low and "layer_norm keeps its Scale input in float32" in plan.format()
-    assert not PirRewriter(rewriter.policy, kernels=set()).low_params(static.main, "momentum")
+    assert not Rewriter(rewriter.policy, kernels=set()).low_params(static.main, "momentum")
     rewriter.set_low_params(static.main, low)
     params = {op.result(0).name: op.result(0) for op in static.main.global_block().ops
               if op.name() == "builtin.parameter"}
@@ -246,7 +245,7 @@ def test_param_plan_equals_the_legacy_irs_and_a_cond_block_keeps_params_fp32():
     for ir in ("legacy", "pir"):
         with built(ir) as env:
             layernorm_model()
-            cls = PirRewriter if ir == "pir" else Rewriter
+            cls = Rewriter
             plans[ir] = cls(Policy.preset("O2", dtype="bfloat16"),
                             kernels=None).param_plan(env.main)
     assert plans["pir"].low and by_position(plans["pir"].dtypes) == \
@@ -258,7 +257,7 @@ def test_param_plan_equals_the_legacy_irs_and_a_cond_block_keeps_params_fp32():
         w = paddle.create_parameter([1], "float32", name="in_cond_w")
         flag = paddle.static.data("flag", [1], "bool")
         paddle.static.nn.cond(paddle.reshape(flag, []), lambda: out * w, lambda: out)
-        plan = PirRewriter(Policy.preset("O2", dtype="bfloat16"),
+        plan = Rewriter(Policy.preset("O2", dtype="bfloat16"),
                            kernels=None).param_plan(env.main)
     assert plan.dtypes["in_cond_w"] == "float32" and "control flow" in plan.reasons["in_cond_w"]
     assert len(plan.low) == len(plans["pir"].low)  # the other weights: as without the cond
@@ -273,7 +272,7 @@ def test_an_emulated_op_rounds_only_what_the_core_says(static, caplog):
     paddle.matmul(paddle.scale(x, 2.0), y)
     policy = Policy.preset("O1", emulate=True, paddle_ops=OpLists(lower={"scale"}))
     with caplog.at_level("INFO", logger="paddle_amp"):
-        report = PirRewriter(policy, kernels=kernels.lowp_kernels("CPU", "float16")) \
+        report = Rewriter(policy, kernels=kernels.lowp_kernels("CPU", "float16")) \
             .rewrite(static.main)
     mm = {d.op: d for d in report.decisions}["matmul_v2"]
     assert mm.emulated and mm.round_inputs == (False, True)
@@ -296,7 +295,7 @@ def test_conditional_fp32_rules_read_pir_attributes(static):
     # not hold an op both in a list and in conditional_fp32)
     rule = OpLists(lower={"scale"}, conditional_fp32=[("softmax", "axis", ["-1"])])
     policy = Policy.preset("O1", ops=OpLists(lower={"softmax"}), paddle_ops=rule)
-    report = PirRewriter(policy, kernels=None).rewrite(static.main)
+    report = Rewriter(policy, kernels=None).rewrite(static.main)
     softmax = [d for d in report.decisions if d.op == "softmax"]
     assert [d.run_dtype for d in softmax] == ["float32", "float16"]
     assert "conditional_fp32: axis=-1" in softmax[0].reason
@@ -306,7 +305,7 @@ def test_pir_ops_provide_the_whole_vocabulary():
     """The PIR vocabulary is the core's ArrayOps (the step-by-step state-machine tests of
     test_paddle_scaling.py run it under PIR against the core, non-dyadic factors included)."""
     from amp_adapters.loss_scale import ArrayOps
-    from paddle_amp.pir_ops import PIR_OPS
+    from paddle_amp.ir.pir.ops import PIR_OPS
     assert isinstance(PIR_OPS, ArrayOps)
 
 
@@ -316,7 +315,7 @@ def test_results_with_a_dtype_attribute_keep_it(static):
     x = paddle.static.data("x", [2, 8], "float32")
     follows, fixed = paddle.sum(x), paddle.sum(x, dtype="float32")
     policy = Policy.preset("O1", paddle_ops=OpLists(lower={"reduce_sum"}))
-    report = PirRewriter(policy, kernels=None).rewrite(static.main)
+    report = Rewriter(policy, kernels=None).rewrite(static.main)
     assert [d.run_dtype for d in report.decisions if d.op == "reduce_sum"] == ["float16"] * 2
     assert str(follows.dtype) == "paddle.float16" and str(fixed.dtype) == "paddle.float32"
 

@@ -49,5 +49,9 @@ class PirOps:
     def logical_not(self, x):
         return paddle.logical_not(x)
 
+    def store(self, new, dst) -> None:
+        if new is not dst:
+            paddle.assign(new, output=dst)
+
 
 PIR_OPS = PirOps()

@@ -17,7 +17,7 @@ from typing import Optional
 
 from paddle.base import unique_name
 
-from .env import VarType
+from ...env import VarType
 
 _BOOL, _FP32, _FP64 = VarType.BOOL, VarType.FP32, VarType.FP64
 
@@ -95,10 +95,6 @@ class BlockOps:
 
     def assign(self, src, dst) -> None:
         self.block.append_op(type="assign", inputs={"X": [src]}, outputs={"Out": [dst]})
-
-    def increment(self, var) -> None:
-        self.block.append_op(type="increment", inputs={"X": [var]}, outputs={"Out": [var]},
-                             attrs={"step": 1.0})
 
     # -- the ArrayOps vocabulary ------------------------------------------------------------
 

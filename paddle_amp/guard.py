@@ -6,7 +6,7 @@ native ``fp16_guard`` puts on them. PIR ops keep no name scope, so under PIR
 built inside it (by ``op.id()``); ``guarded_ops`` hands them to the PIR
 rewrite. The native ``paddle.static.amp.fp16_guard`` leaves no trace under
 PIR; a program decorated with ``use_fp16_guard`` whose guard recorded nothing
-is an error there (``PirRewriter``), never silently unguarded.
+is an error there (``ir.pir``), never silently unguarded.
 """
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from typing import Iterator
 import paddle
 from paddle.base import framework
 
-from .rewrite import GUARD_PATTERN
+# The native fp16_guard name scope: code written for the native guard works unchanged.
+GUARD_PATTERN = "__use_fp16__"
+BF16_GUARD_PATTERN = "__use_bf16__"  # the native bf16_guard's name scope
 
 _GUARDED: "weakref.WeakKeyDictionary[object, set[int]]" = weakref.WeakKeyDictionary()
 
@@ -48,6 +50,13 @@ def fp16_guard() -> Iterator[None]:
         yield
     finally:
         _GUARDED.setdefault(program, set()).update(_op_ids(program) - before)
+
+
+@contextlib.contextmanager
+def bf16_guard() -> Iterator[None]:
+    """The bf16 spelling of ``fp16_guard`` (``use_bf16_guard``): the same rule (legacy IR)."""
+    with framework.name_scope(prefix=BF16_GUARD_PATTERN):
+        yield
 
 
 def guarded_ops(program) -> frozenset[int]:

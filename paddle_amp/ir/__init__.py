@@ -1,0 +1,31 @@
+"""The program IR layer: what differs between Paddle's legacy program IR and PIR.
+
+``protocol.ProgramIR`` declares it; ``legacy/`` and ``pir/`` implement it, one
+folder per IR; ``of(program)`` picks the implementation once per program (by
+the program's own type, never by a flag), and every later question about that
+program gets the same object. The rewrite and the loss scaling above are
+written once over it.
+"""
+from __future__ import annotations
+
+import weakref
+
+from ..env import program_ir
+from .protocol import CONTROL_FLOW, ProgramIR, Slot, StateOps
+from .legacy import LegacyProgram
+from .pir import PirProgram
+
+_OF: "weakref.WeakKeyDictionary[object, ProgramIR]" = weakref.WeakKeyDictionary()
+
+
+def of(program) -> ProgramIR:
+    """``program`` through its IR: a ``PirProgram`` for a ``paddle.pir.Program``, else a
+    ``LegacyProgram``; the same object for every call on one program."""
+    found = _OF.get(program)
+    if found is None:
+        found = _OF[program] = (PirProgram if program_ir(program) == "pir"
+                                else LegacyProgram)(program)
+    return found
+
+
+__all__ = ["CONTROL_FLOW", "LegacyProgram", "PirProgram", "ProgramIR", "Slot", "StateOps", "of"]

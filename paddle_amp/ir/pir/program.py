@@ -1,0 +1,400 @@
+"""``PirProgram``: the ``ProgramIR`` protocol on a Paddle 3 PIR program.
+
+PIR names and operand names are given in the legacy vocabulary (``opnames``),
+so the core decides the same for both IRs. A cast is a ``pd_op.cast`` inserted
+before the op (before the ``builtin.combine`` of a list operand such as
+concat's); a low op's results are retyped (its infer-meta is not re-run, so
+never a result whose dtype an attribute fixes); operands that were attributes
+in the legacy IR (scale factors, axes, shapes: no gradient semantics) are
+never cast. Ops are tracked by ``op.id()`` and values by ``value.id``, never by
+index or Python identity, and ``==`` is never applied to a value (it builds an
+``equal`` op).
+"""
+from __future__ import annotations
+
+import collections.abc
+import contextlib
+from typing import Any, Iterator, Optional
+
+import paddle
+from paddle.base import unique_name
+from paddle.nn.initializer import Constant
+
+from amp_adapters import AmpConfigError, ParamUse
+from amp_adapters.dtypes import FLOAT_DTYPES, dtype_name
+
+from ... import opnames
+from ...guard import guarded_ops
+from ..protocol import CONTROL_FLOW, Slot
+from .ops import PIR_OPS, PirOps
+
+_pir = paddle.base.libpaddle.pir
+
+
+def value_dtype(value) -> Optional[str]:
+    """The floating dtype of a dense-tensor PIR ``value`` ('float16'...), else None."""
+    if value is None or not value.initialized() or not value.is_dense_tensor_type():
+        return None
+    name = dtype_name(value.dtype)
+    return name if name in FLOAT_DTYPES else None
+
+
+def _name(value) -> Optional[str]:
+    """A value's name where PIR keeps one (data, parameters, persistables), else None."""
+    try:
+        return value.name if value.has_name else None
+    except (ValueError, RuntimeError):
+        return None
+
+
+def _nested_ops(op) -> list:
+    """Every op in ``op``'s blocks, and in theirs, recursively."""
+    out = []
+    for block in op.blocks():
+        for inner in block.ops:
+            out.append(inner)
+            if inner.num_regions():
+                out.extend(_nested_ops(inner))
+    return out
+
+
+class _Attrs(collections.abc.Mapping):
+    """An op's attributes, read on demand: the core looks only at those its rules name (so
+    the rewrite keeps no copy of which ops have conditional rules)."""
+
+    def __init__(self, op) -> None:
+        self._op = op
+        self._read: Optional[dict] = None
+
+    def _all(self) -> dict:
+        if self._read is None:
+            self._read = dict(self._op.attrs())
+        return self._read
+
+    def __getitem__(self, name: str) -> Any:
+        return self._all()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+class PirProgram:
+    """A ``paddle.pir.Program``, through the ``ProgramIR`` protocol."""
+
+    name = "pir"
+
+    def __init__(self, program) -> None:
+        self.program = program
+        self._guarded: frozenset[int] = frozenset()
+
+    @property
+    def block(self):
+        return self.program.global_block()
+
+    # -- values --------------------------------------------------------------------------------
+
+    def dtype(self, value) -> Optional[str]:
+        return value_dtype(value)
+
+    def key(self, value):
+        return value.id
+
+    def holds_var(self, name: str) -> bool:
+        return any(op.name() == "pd_op.data" and op.result(0).name == name
+                   for op in self.block.ops)
+
+    # -- the op walk: reading ------------------------------------------------------------------
+
+    def prepare(self, use_guard, black_varnames) -> None:
+        """Ops keep no name scope under PIR, and only data, parameters and persistables keep a
+        name: a guard that recorded nothing, or a black var name that names nothing, would
+        silently mean nothing, so each is an error."""
+        self._guarded = guarded_ops(self.program) if use_guard else frozenset()
+        if use_guard and not self._guarded:
+            raise AmpConfigError(
+                "use_fp16_guard/use_amp_guard is set, but no op of this PIR program was built "
+                "inside paddle_amp.fp16_guard(). Under PIR ops keep no name scope, so "
+                "paddle.static.amp.fp16_guard() leaves no trace: build the guarded part "
+                "inside `with paddle_amp.fp16_guard():`, or decorate without the guard")
+        if black_varnames:
+            named = {_name(v) for op in self.block.ops for v in op.results()} - {None}
+            unknown = sorted(set(black_varnames) - named)
+            if unknown:
+                raise AmpConfigError(
+                    f"custom_black_varnames {unknown} name no value of this PIR program: "
+                    f"under PIR only data, parameters and persistable values keep a name. "
+                    f"Name those, or keep the op in fp32 with custom_black_list")
+
+    def forward_ops(self) -> Iterator:
+        try:
+            for op in list(self.block.ops):  # a snapshot: inserted casts not seen
+                if not opnames.is_plumbing(op.name()):
+                    yield op
+        finally:
+            paddle.pir.reset_insertion_point_to_end()
+
+    def op_type(self, op) -> str:
+        return opnames.legacy_name(op.name())
+
+    def attrs(self, op):
+        return _Attrs(op)
+
+    def slots(self, op) -> list[Slot]:
+        """List operands unpacked (their ``builtin.combine`` owns them)."""
+        names = op.get_input_names()
+        grads = op.get_input_grad_semantics()
+        out = []
+        for i, value in enumerate(op.operands_source()):
+            name = opnames.camel(names[i] if i < len(names) else str(i))
+            cast = grads[i] if i < len(grads) else False
+            if value.initialized() and value.is_combine():
+                combine = value.get_defining_op()
+                _retype_combine(combine)  # its inputs may have been retyped since it was built
+                out.extend(Slot(combine, j, name, v, cast)
+                           for j, v in enumerate(combine.operands_source()))
+            else:
+                out.append(Slot(op, i, name, value, cast))
+        return out
+
+    def control_flow_slots(self, op) -> list[Slot]:
+        outer = list(op.operands_source()) + list(_pir.get_used_external_value(op))
+        slots, seen = [], set()
+        for v in outer:
+            if v.initialized() and v.id not in seen:
+                seen.add(v.id)
+                slots.append(Slot(op, len(slots), "Input", v))
+        return slots
+
+    def in_guard(self, op) -> bool:
+        return op.id() in self._guarded
+
+    def var_names(self, op) -> set:
+        return {_name(v) for v in list(op.operands_source()) + list(op.results())} - {None}
+
+    def is_control_flow(self, op) -> bool:
+        return bool(op.num_regions())
+
+    def is_cast(self, op) -> bool:
+        return op.name() == "pd_op.cast"
+
+    def param_uses(self, forced) -> dict[str, list[ParamUse]]:
+        top = {op.id() for op in self.block.ops}
+        return {param.name: [use for user in param.all_used_ops()
+                             for use in self._param_uses(user, param, user.id() in top, forced)]
+                for param in _parameters(self.program)}
+
+    def _param_uses(self, user, param, top: bool, forced) -> list[ParamUse]:
+        """How ``user`` (``top``: an op of the global block, not of a control-flow block)
+        reads ``param``: one ``ParamUse`` per operand slot it feeds."""
+        if user.num_regions() or not top:
+            return [ParamUse(opnames.legacy_name(user.name()), force_fp32=CONTROL_FLOW)]
+        if opnames.is_plumbing(user.name()) and user.name() != "builtin.combine":
+            return [ParamUse(user.name(), force_fp32="program plumbing reads the stored value")]
+        if user.name() == "builtin.combine":  # a list operand: the op reading the list
+            user = user.result(0).all_used_ops()[0]
+        legacy, attrs, why = opnames.legacy_name(user.name()), _Attrs(user), forced(user)
+        slots = [s.name for s in self.slots(user) if s.value.is_same(param)]
+        return [ParamUse(legacy, attrs, slot, why) for slot in slots or [None]]
+
+    def graph_casts(self):
+        """None: PIR ops carry no forward/backward role, so the report keeps the planned
+        count (issue 22: count the casts the rewrite inserts)."""
+        return None
+
+    # -- the op walk: writing ------------------------------------------------------------------
+
+    def cast(self, before, value, dtype: str):
+        paddle.pir.set_insertion_point(before)
+        return paddle.cast(value, dtype)
+
+    def round(self, before, value, low: str):
+        return self.cast(before, self.cast(before, value, low), "float32")
+
+    def set_input(self, slot: Slot, old, new) -> None:
+        slot.owner.operand(slot.index).set_source(new)
+        if slot.owner.name() == "builtin.combine":
+            _retype_combine(slot.owner)
+
+    def current(self, slot: Slot):
+        return slot.owner.operand_source(slot.index)
+
+    def rewire_within(self, op, old, new) -> None:
+        for user in [op, *_nested_ops(op)]:
+            for i, source in enumerate(user.operands_source()):
+                if source.initialized() and source.is_same(old):
+                    user.operand(i).set_source(new)
+
+    def chain_cast(self, op) -> None:
+        """Nothing: a PIR cast's input dtype is its operand's type."""
+
+    def overwritten(self, op) -> set:
+        """SSA: only an in-place op (``relu_``) overwrites values, its operands."""
+        if not op.name().endswith("_"):
+            return set()
+        return {v.id for v in op.operands_source() if v.initialized()}
+
+    def float_outputs(self, op, kept) -> list:
+        keep = {opnames.snake(s) for s in kept}
+        names = op.get_output_names()
+        return [r for i, r in enumerate(op.results())
+                if (names[i] if i < len(names) else "") not in keep
+                and value_dtype(r) == "float32"]
+
+    def retype(self, op, value, dtype: str) -> None:
+        if not _fixed_dtype(op):  # its infer-meta is not re-run: only retype results
+            value.set_type(_retyped(value, dtype))  # that follow the inputs
+
+    def round_output(self, op, value, low: str):
+        paddle.pir.set_insertion_point_after(op)
+        mid = paddle.cast(value, low)
+        back = paddle.cast(mid, "float32")
+        value.replace_all_uses_with(back)
+        mid.get_defining_op().operand(0).set_source(value)
+        return back
+
+    def set_param_dtype(self, names, dtype: str) -> None:
+        for param in _parameters(self.program):
+            if param.name in names and value_dtype(param) == "float32":
+                param.set_type(_retyped(param, dtype))
+
+    # -- loss scaling ----------------------------------------------------------------------------
+
+    def optimizer_section(self):
+        """Nothing to mark: PIR ops carry no op role."""
+        return contextlib.nullcontext()
+
+    def state_var(self, dtype: str, shape: list, value, stem: str):
+        """An init op in the startup program, a persistable ``pd_op.data`` in main."""
+        return paddle.pir.core.create_persistable_value(
+            dtype, shape, unique_name.generate(stem), initializer=Constant(value))
+
+    def scale_loss(self, loss, scale):
+        return paddle._C_ops.multiply(loss, scale)
+
+    def unscale(self, grads: list, scale):
+        by_dtype: dict = {}
+        for g in grads:
+            by_dtype.setdefault(str(g.dtype), []).append(g)
+        found = []
+        for group in by_dtype.values():
+            _, flag = paddle._C_ops.check_finite_and_unscale_(group, scale)
+            found.append(flag)
+        for flag in found[1:]:
+            found[0] = paddle.logical_or(found[0], flag)
+        return found[0]
+
+    def all_reduce_max(self, flag, ring_id: int):
+        as_int = paddle.cast(flag, "int32")  # the CPU/gloo kernels have no bool
+        paddle._C_ops.all_reduce_(as_int, ring_id, 1)  # 1 = max
+        return paddle.cast(as_int, "bool")
+
+    def record_nonfinite(self, found_inf, grads: list, dst) -> None:
+        def build():
+            flags = [paddle.reshape(paddle.all(paddle.isfinite(g)), [1]) for g in grads]
+            paddle.assign(paddle.concat(flags), output=dst)
+        paddle.static.nn.cond(paddle.reshape(found_inf, []), build, None)
+
+    def state_ops(self) -> PirOps:
+        return PIR_OPS
+
+    def fused_update(self, carrier, found_inf, state: dict, config) -> None:
+        c = config
+        paddle._C_ops.update_loss_scaling_(
+            [carrier], found_inf, state["scale"], state["good_steps"], state["bad_steps"],
+            c.growth_interval, c.hysteresis, float(c.growth_factor), float(c.backoff_factor),
+            False)
+
+    def clip(self, var, lo: float, hi: float) -> None:
+        paddle.assign(paddle.clip(var, lo, hi), output=var)
+
+    def mark(self) -> set[int]:
+        return {op.id() for op in self.block.ops}
+
+    def skip(self, optimizer, mark: set[int], found_inf, grads: list, state: dict):
+        """The table, as on the legacy IR but without the fold (``sgd_`` goes in the guard:
+        the fold's zeroing and learning-rate rewire are not built for PIR yet, issue 22):
+        an op reading ``skip_update`` = ``found_inf`` skips itself (``adam_``, ``adamw_``;
+        Paddle 3's PIR ``lamb_`` is built with none), any other op writing a parameter or a
+        persistable in place moves, with all the optimizer's ops, into ``if not found_inf``.
+        """
+        built = [op for op in self.block.ops if op.id() not in mark]
+        if any(_writes_state(op) and not _skips_on(op, found_inf) for op in built):
+            _guard(self.block, built, found_inf)
+        return None
+
+
+def _guard(block, built: list, found_inf) -> None:
+    """Move the optimizer's ops ``built`` into ``if not found_inf:`` (their persistable
+    inputs, ``pd_op.data``, stay outside: reading state writes nothing)."""
+    paddle.static.nn.cond(paddle.reshape(paddle.logical_not(found_inf), []), lambda: None, None)
+    if_op = block.ops[-1]
+    inner = next(iter(if_op.blocks()))
+    end = inner.ops[-1] if inner.ops else None  # the branch's cf.yield, if any
+    for op in built:
+        if op.name() in ("pd_op.data", "builtin.parameter"):
+            continue
+        if end is None:
+            inner.move_op_to_block_end(op)
+        else:
+            op.move_before(end)
+
+
+def _writes_state(op) -> bool:
+    """True if ``op`` writes a parameter or a persistable value in place."""
+    if not op.name().endswith("_"):
+        return False
+    for value in op.operands_source():
+        if value.initialized() and value.is_dense_tensor_type() and (
+                value.is_parameter or value.persistable):
+            return True
+    return False
+
+
+def _skips_on(op, found_inf) -> bool:
+    """True if ``op``'s kernel leaves its outputs unchanged when ``found_inf`` is set."""
+    names = op.get_input_names()
+    if "skip_update" not in names:
+        return False
+    source = op.operand_source(names.index("skip_update"))
+    return source.initialized() and _same_flag(source, found_inf)
+
+
+def _same_flag(source, found_inf) -> bool:
+    """The optimizer may read ``found_inf`` through a copy (``memcpy``/``assign``)."""
+    if source.is_same(found_inf):
+        return True
+    op = source.get_defining_op()
+    return op is not None and op.num_operands() == 1 and op.operand_source(0).is_same(found_inf)
+
+
+def _fixed_dtype(op) -> bool:
+    """True if ``op``'s result dtype is set by its ``dtype`` attribute (``sum(x,
+    dtype='float32')``), not by its inputs: such a result keeps its declared dtype."""
+    if not op.has_attr("dtype"):
+        return False
+    return not str(op.attrs()["dtype"]).endswith("UNDEFINED")
+
+
+def _parameters(program) -> list:
+    """The parameter values of ``program``'s global block (``builtin.parameter`` results)."""
+    return [op.result(0) for op in program.global_block().ops
+            if op.name() == "builtin.parameter"]
+
+
+def _retyped(value, dtype: str):
+    """``value``'s type with ``dtype`` as element type (a throwaway cast supplies the type)."""
+    paddle.pir.set_insertion_point_after(value.get_defining_op())
+    probe = paddle.cast(value, dtype)
+    new = paddle.pir.create_shaped_type(probe.type(), value.shape)
+    probe.get_defining_op().erase()
+    paddle.pir.reset_insertion_point_to_end()
+    return new
+
+
+def _retype_combine(combine) -> None:
+    """A ``builtin.combine`` whose inputs changed dtype: its vector result follows them."""
+    result = combine.result(0)
+    result.set_type(_pir.create_vec_type([v.type() for v in combine.operands_source()]))

@@ -1,0 +1,44 @@
+"""The IR layer: both program IRs implement the whole ``ProgramIR`` protocol, and a program's
+IR is picked once."""
+import inspect
+
+import paddle
+import pytest
+
+from amp_adapters.loss_scale import ArrayOps
+from paddle_amp import ir
+from paddle_amp.ir import LegacyProgram, PirProgram, ProgramIR
+from paddle_helpers import is_pir
+
+DECLARED = sorted(name for name, member in vars(ProgramIR).items()
+                  if not name.startswith("_") and inspect.isfunction(member))
+
+
+def test_the_protocol_declares_the_walk_and_the_scaling():
+    assert {"slots", "cast", "round", "retype", "param_uses", "unscale", "all_reduce_max",
+            "state_var", "state_ops", "skip"} <= set(DECLARED)
+
+
+@pytest.mark.parametrize("impl", [LegacyProgram, PirProgram])
+@pytest.mark.parametrize("name", DECLARED)
+def test_each_ir_implements_every_method_with_its_signature(impl, name):
+    ours, declared = getattr(impl, name, None), getattr(ProgramIR, name)
+    assert ours is not None and ours is not declared, f"{impl.__name__} lacks {name}"
+    assert list(inspect.signature(ours).parameters) == \
+        list(inspect.signature(declared).parameters), f"{impl.__name__}.{name}"
+
+
+@pytest.mark.parametrize("impl", [LegacyProgram, PirProgram])
+def test_each_ir_names_itself(impl):
+    assert impl.name in ("legacy", "pir") and LegacyProgram.name != PirProgram.name
+
+
+def test_a_program_gets_its_irs_implementation_once(static):
+    paddle.static.nn.fc(paddle.static.data("x", [2, 4], "float32"), 3)
+    first = ir.of(static.main)
+    assert isinstance(first, ProgramIR) and ir.of(static.main) is first
+    pir = is_pir(static.main)
+    assert first.name == ("pir" if pir else "legacy")
+    assert type(first) is (PirProgram if pir else LegacyProgram)
+    ops = first.state_ops()
+    assert isinstance(ops, ArrayOps) and callable(ops.store)
