@@ -1,10 +1,9 @@
 """Whole-program casts without an optimizer: the native ``cast_model_to_fp16`` family.
 
-``cast_model`` rewrites a built program under the policy the native list
-object describes (the same ``native_policy`` ``decorate`` uses) and returns the
-parameters that are now declared low precision; ``cast_parameters`` converts
-their values in a scope. Precision decisions come from the core planner via
-``rewrite.Rewriter``; only the value conversion lives here.
+``cast_model`` rewrites a built program (``rewrite.Rewriter``) under the policy
+the native list object describes (``config.native_policy``, as ``decorate``)
+and returns the parameters now declared low; ``cast_parameters`` converts their
+values in a scope.
 """
 from __future__ import annotations
 

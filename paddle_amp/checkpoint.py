@@ -67,9 +67,8 @@ def check_saveable(program, built, scope) -> None:
 
 def save(path, program, scope, policy, loss_scale, optimizer: str,
          step: Optional[int] = None) -> Path:
-    """Save ``program``'s persistables from ``scope`` (checked by ``check_saveable``) with
-    ``policy``, the ``loss_scale`` read from it and the ``optimizer``'s class name; ``step``
-    defaults to the loss scale's ``total_steps``."""
+    """Save ``program``'s persistables from ``scope`` (``check_saveable`` first), ``policy``,
+    ``loss_scale`` and the ``optimizer`` class name; ``step``: default ``total_steps``."""
     step = loss_scale.total_steps if step is None else step
     with ckpt_core.save(path, framework="paddle", step=step, policy=policy,
                         loss_scale=loss_scale, meta={"optimizer": optimizer}) as folder:
@@ -80,9 +79,8 @@ def save(path, program, scope, policy, loss_scale, optimizer: str,
 
 def load(path, program, built, scope, policy, optimizer: str, place, *,
          check_policy: bool = True) -> int:
-    """Restore the newest checkpoint of ``path`` into ``scope`` for ``program`` (which must be
-    ``built``, the decorated one) at ``place``, after checking it was saved under ``policy``
-    by an ``optimizer`` of the same class; returns its step."""
+    """The newest checkpoint of ``path`` into ``scope`` for ``program`` (``built``) at
+    ``place``, if saved under ``policy`` by an ``optimizer`` of that class; its step."""
     _check_program(program, built)
     ckpt = ckpt_core.load(path, framework="paddle", policy=policy, check_policy=check_policy)
     ckpt_core.check_meta(ckpt, "optimizer", optimizer, "the optimizer")

@@ -348,19 +348,12 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
 
     The arguments -> policy translation is ``config.resolve_decorate``.
 
-    ``found_inf_ring_id`` (data parallel): every worker must take the same skip
-    decision and scale step, but each checks its own gradients, which differ
-    when the gradient all-reduce comes after the check. So the overflow flag is
-    all-reduced (max) over this collective ring, in the graph, right after the
-    check and before the scale update and the (skipped) optimizer: one 4-byte
-    collective a step, no host sync. ``None`` (default): on, ring 0, when
-    ``paddle.distributed.get_world_size() > 1`` or ``PADDLE_TRAINERS_NUM > 1``
-    when ``minimize``/``apply_gradients`` builds the program; an int: that ring;
-    ``False``: off (one process, or a program that all-reduces the gradients
-    before the check, or parameter-server mode, which has no ring). The ring's
-    communicator is the caller's (NCCL on GPU, gloo on CPU), as for the gradient
-    all-reduce. ``check_guard`` then raises on every worker at the same step, but
-    names only the parameters whose gradients were not finite on that worker.
+    ``found_inf_ring_id`` (data parallel): the overflow flag is all-reduced (max)
+    over this collective ring, in the graph, right after the check, so every worker
+    takes the same skip decision and scale step (one 4-byte collective a step, no
+    host sync). ``None`` (default): ring 0 when there are several workers; an int:
+    that ring; ``False``: off (see ``scaling.resolve_ring_id``). ``check_guard``
+    then raises on every worker at the same step, naming that worker's culprits.
     """
     require_static("paddle_amp.decorate")
     if found_inf_ring_id is not None:

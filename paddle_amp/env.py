@@ -1,9 +1,7 @@
 """Paddle glue shared by the backend: mode checks, the program's IR, dtype names, places.
 
-Paddle 2.6.2 builds legacy programs; Paddle 3.x builds PIR programs unless
-``FLAGS_enable_pir_api=0``. The backend works on both: which rewrite and which
-loss-scaling ops a program gets is decided by the program's own IR
-(``program_ir``), never by a flag the user sets.
+Paddle 2.6.2 builds legacy programs, Paddle 3.x PIR programs unless
+``FLAGS_enable_pir_api=0``: a program's IR is its own (``program_ir``), never a flag.
 """
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """``fp16_guard`` on both IRs: the native name scope (legacy) and recorded op ids (PIR).
 
-The legacy rewrite finds guarded ops by the ``__use_fp16__`` name scope the
-native ``fp16_guard`` puts on them. PIR ops keep no name scope, so under PIR
-``paddle_amp.fp16_guard`` also records which ops of the current program were
-built inside it (by ``op.id()``); ``guarded_ops`` hands them to the PIR
-rewrite. The native ``paddle.static.amp.fp16_guard`` leaves no trace under
-PIR; a program decorated with ``use_fp16_guard`` whose guard recorded nothing
-is an error there (``ir.pir``), never silently unguarded.
+The legacy IR finds guarded ops by the native ``__use_fp16__`` name scope. PIR
+ops keep none, so under PIR ``fp16_guard`` records the ids of the ops built
+inside it (``guarded_ops``); the native guard leaves no trace there, and a
+``use_fp16_guard`` program whose guard recorded nothing is an error (``ir.pir``).
 """
 from __future__ import annotations
 

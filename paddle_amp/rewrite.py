@@ -1,11 +1,9 @@
 """Program rewrite: ask the core planner about every forward op, insert what it says.
 
-Written once, for both IRs, over ``ir.ProgramIR`` (``ir.of(program)`` picks
-the program's IR). For each forward op ``plan_op`` gets the op's name, its
-input dtypes and slot names (in the legacy vocabulary the op tables use) and
-its attributes, and answers with a run dtype, per-input casts, the slots kept
-in fp32 and, for emulation, the inputs and outputs to round. This module only
-carries that out, in one pass:
+Written once, for both IRs, over ``ir.ProgramIR``. For each forward op ``plan_op``
+gets its name, input dtypes, slot names (the legacy vocabulary) and attributes,
+and answers with a run dtype, per-input casts, the slots kept fp32 and, for
+emulation, what to round. This module carries that out, in one pass:
 
 - a cast goes in front of each input the plan names, reusing one cast per
   (value, dtype) until the value is overwritten, so a weight is cast once per

@@ -2,25 +2,18 @@
 
 Written once, for both IRs, over ``ir.ProgramIR``. After the backward pass:
 
-1. the IR's unscale (``check_finite_and_unscale``, one op per gradient dtype)
-   divides by ``scale`` and sets ``found_inf``; with several data-parallel
-   workers it is all-reduced (``resolve_ring_id``) right after the check and
-   before everything that reads it, so every worker takes the same decision
-   and keeps a bit-identical scale state;
-2. on overflow, each parameter's "gradient was finite" flag is recorded, so the
-   guard (``check_guard``) can name the culprits without an extra pass;
-3. the optimizer runs only on finite steps: its ops are built, then the IR's
-   skip table makes them a true skip (a kernel that skips itself, a fold, or
-   the guard block);
-4. the state moves by ``amp_adapters.loss_scale.update`` itself, called with
-   the IR's ``ArrayOps`` vocabulary: the program *is* the core's transition,
-   not a copy of it. Paddle's fused ``update_loss_scaling`` op (plus a clip)
-   replaces the scale/good/bad part only where it is bit-equal to the rule
-   (``native_update_is_exact``); the counters always come from the core's
-   ``count_step``.
+1. unscale: ``found_inf`` over every gradient, all-reduced over the
+   data-parallel workers (``resolve_ring_id``) before anything reads it, so
+   all workers take the same decision and keep a bit-identical scale state;
+2. on overflow, which gradients were not finite (``check_guard`` names them);
+3. the optimizer's ops, made a true skip by the IR's skip table (a kernel that
+   skips itself, a fold, or the guard block);
+4. ``amp_adapters.loss_scale.update`` itself, called with the IR's ``ArrayOps``:
+   the program *is* the core's transition. Paddle's fused ``update_loss_scaling``
+   (plus a clip) moves the scale only where it is bit-equal to the rule
+   (``native_update_is_exact``); the counters are always the core's.
 
-The state lives in persistable vars (``state.py``). No host sync happens in the
-step; reading the state back is a scope read.
+The state lives in persistable vars (``state.py``); no host sync in the step.
 """
 from __future__ import annotations
 
@@ -32,7 +25,8 @@ import numpy as np
 import paddle
 
 from amp_adapters import LossScale
-from amp_adapters.loss_scale import FIELDS, SkipWindow, StateArrays, count_step, update
+from amp_adapters.loss_scale import (FIELDS, SkipWindow, StateArrays, check_guard, count_step,
+                                     update)
 from amp_adapters.loss_scale.checks import f32
 
 from . import state as scope_state
@@ -48,7 +42,8 @@ def resolve_ring_id(setting) -> Optional[int]:
     workers (``paddle.distributed.get_world_size() > 1`` or ``PADDLE_TRAINERS_NUM > 1``,
     as ``python -m paddle.distributed.launch`` sets), else no reduction. ``False``: never.
     ``True``: ring 0. An int >= 0: that ring (it must be initialised when the program runs;
-    the communicator is the caller's: NCCL on GPU, gloo on CPU).
+    the communicator is the caller's: NCCL on GPU, gloo on CPU). Off suits one process, a
+    program that all-reduces the gradients before the check, or parameter-server mode.
     """
     if setting is None:
         try:
@@ -101,12 +96,6 @@ class LossScaling:
         self.param_names: tuple[str, ...] = ()
         self._window: Optional[SkipWindow] = None
 
-    @property
-    def native_update(self) -> bool:
-        """True when the fused ``update_loss_scaling`` op is used (see
-        ``native_update_is_exact``)."""
-        return native_update_is_exact(self.config)
-
     # -- building -----------------------------------------------------------------------------
 
     def create_vars(self) -> None:
@@ -156,7 +145,7 @@ class LossScaling:
         after every reader of the gradients)."""
         ops, v, c = self.ir.state_ops(), self.vars, self.config
         old = StateArrays(*(v.get(name) for name in FIELDS))
-        if self.native_update:
+        if native_update_is_exact(c):
             self.ir.fused_update(carrier, found_inf, v, c)
             if c.min_scale > 1 or math.isfinite(c.max_scale):
                 self.ir.clip(v["scale"], c.min_scale, c.max_scale)
@@ -188,8 +177,8 @@ class LossScaling:
         if not self.config.checks_overflow:
             return
         flags = self.vars.get("grad_finite")
-        self._window = scope_state.guard(
-            scope, self._names(), self.config,
+        self._window = check_guard(
+            self.config, scope_state.read_state(scope, self._names(), self.config),
             # `flags and flags.name` would call bool() on a PIR value, which raises
             lambda: scope_state.nonfinite_params(
                 scope, None if flags is None else flags.name, self.param_names),

@@ -1,19 +1,17 @@
 """The loss-scale state in a Paddle scope: read it, write it all-or-nothing, guard it.
 
-The six ``LossScaleState`` fields live in persistable ``[1]`` vars (so
-``paddle.static.save``/``load`` checkpoint them with the parameters): the scale
-float32, ``good_steps``/``bad_steps`` int32 (what ``update_loss_scaling``
-takes), the other counters int64. Reading is one small host read per var.
+The ``LossScaleState`` fields live in persistable ``[1]`` vars of the dtypes in
+``DTYPE`` (``paddle.static.save``/``load`` checkpoint them with the parameters);
+reading is one small host read per var.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 import numpy as np
 
 from amp_adapters import AmpConfigError, LossScale, loss_scale_from_parts
-from amp_adapters.loss_scale import (COUNTERS, LossScaleConfig, LossScaleState, SkipWindow,
-                                     check_guard, load_state)
+from amp_adapters.loss_scale import COUNTERS, LossScaleConfig, LossScaleState, load_state
 
 # Each field's var dtype: the counters ``update_loss_scaling`` reads and writes are int32.
 _INT32 = frozenset({"good_steps", "bad_steps"})
@@ -70,12 +68,6 @@ def write(scope, names: dict[str, str], config: LossScaleConfig, d: Any,
     for tensor, array in staged:
         tensor.set(array, place)
     return state
-
-
-def guard(scope, names: dict[str, str], config: LossScaleConfig, nonfinite: Iterable[str],
-          window: Optional[SkipWindow]) -> Optional[SkipWindow]:
-    """``loss_scale.check_guard`` on the state in ``scope``; returns the next skip window."""
-    return check_guard(config, read_state(scope, names, config), nonfinite, window)
 
 
 def nonfinite_params(scope, flags_var: Optional[str], param_names: tuple[str, ...]) -> list:

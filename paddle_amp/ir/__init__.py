@@ -1,11 +1,7 @@
-"""The program IR layer: what differs between Paddle's legacy program IR and PIR.
-
-``protocol.ProgramIR`` declares it; ``legacy/`` and ``pir/`` implement it, one
-folder per IR; ``of(program)`` picks the implementation once per program (by
-the program's own type, never by a flag), and every later question about that
-program gets the same object. The rewrite and the loss scaling above are
-written once over it.
-"""
+"""The program IR layer: what differs between the legacy program IR and PIR, declared in
+``protocol.ProgramIR`` and implemented once per IR (``legacy/``, ``pir/``); ``of(program)``
+picks it once per program, by the program's own type. The rewrite and the loss scaling
+above are written once over it."""
 from __future__ import annotations
 
 import weakref

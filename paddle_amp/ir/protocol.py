@@ -19,9 +19,10 @@ here yet; the bf16 work adds the method to both implementations.
 """
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
-from typing import (AbstractSet, Any, Callable, ContextManager, Hashable, Iterator, Mapping,
-                    Optional, Protocol, runtime_checkable)
+from typing import (AbstractSet, Any, Callable, ContextManager, Hashable, Iterable, Iterator,
+                    Mapping, Optional, Protocol, runtime_checkable)
 
 from amp_adapters import ParamUse
 from amp_adapters.loss_scale import ArrayOps, LossScaleConfig
@@ -29,6 +30,25 @@ from amp_adapters.report import GraphCasts
 
 # The reason a control-flow op (cond, while) and what it reads stay float32, in both IRs.
 CONTROL_FLOW = "control flow: its blocks run in float32"
+
+
+class OpAttrs(collections.abc.Mapping):
+    """An op's attributes, read on demand: the core reads only those its rules name (so the
+    walk keeps no copy of which ops have conditional rules)."""
+
+    def __init__(self, names: Callable[[], Iterable[str]], get: Callable[[str], Any]) -> None:
+        self._names, self._get = names, get
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._names():
+            raise KeyError(name)
+        return self._get(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names())
+
+    def __len__(self) -> int:
+        return len(list(self._names()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,94 +74,58 @@ class StateOps(ArrayOps[Any], Protocol):
 
 @runtime_checkable
 class ProgramIR(Protocol):
-    """One program, seen through its IR (``name``: "legacy" or "pir")."""
+    """One program, seen through its IR (``name``: "legacy" or "pir"). ``before``: the op a
+    new op goes in front of; a dtype is 'float16'..., None unless a floating dense tensor."""
 
     name: str
     program: Any
 
-    # -- values: dtype ('float16'..., None unless a floating dense tensor), identity, state --
+    # -- values
     def dtype(self, value: Any) -> Optional[str]: ...
     def key(self, value: Any) -> Hashable: ...
-    def holds_var(self, name: str) -> bool:
-        """True if the program holds the persistable ``name`` (a clone holds the state)."""
+    def holds_var(self, name: str) -> bool: ...  # a persistable ``name`` (a clone's state)
 
-    # -- the op walk: reading ----------------------------------------------------------------
-    def prepare(self, use_guard: bool, black_varnames: AbstractSet[str]) -> None:
-        """Check the guard and the black var names mean something here, before a walk."""
-
-    def forward_ops(self) -> Iterator[Any]:
-        """The forward ops to plan, in order; casts inserted meanwhile are not seen (close it:
-        ``contextlib.closing``)."""
-
-    def op_type(self, op: Any) -> str:
-        """The op's name in the legacy vocabulary the op tables and policies use."""
-
-    def attrs(self, op: Any) -> Mapping[str, Any]: ...
+    # -- the op walk: reading (names, slots and types in the legacy vocabulary)
+    def prepare(self, use_guard: bool, black_varnames: AbstractSet[str]) -> None: ...
+    def forward_ops(self) -> Iterator[Any]: ...  # inserted casts unseen; close it when done
+    def op_type(self, op: Any) -> str: ...
+    def attrs(self, op: Any) -> Mapping[str, Any]: ...  # read on demand
     def slots(self, op: Any) -> list[Slot]: ...
-    def in_guard(self, op: Any) -> bool: ...
-    def var_names(self, op: Any) -> AbstractSet[str]: ...
+    def in_guard(self, op: Any) -> bool: ...  # built inside fp16_guard
+    def var_names(self, op: Any) -> AbstractSet[str]: ...  # what it reads and writes
     def is_control_flow(self, op: Any) -> bool: ...
-    def control_flow_slots(self, op: Any) -> list[Slot]:
-        """What a control-flow op reads: its inputs and the outer values its blocks read."""
-
+    def control_flow_slots(self, op: Any) -> list[Slot]: ...  # its inputs, what its blocks read
     def is_cast(self, op: Any) -> bool: ...
     def param_uses(self, forced: Callable[[Any], Optional[str]]) -> dict[str, list[ParamUse]]:
         """O2: how the forward ops read each parameter (``forced``: why an op runs fp32)."""
 
-    def graph_casts(self) -> Optional[GraphCasts]:
-        """The forward casts in the program now (None: the IR cannot tell yet)."""
+    def graph_casts(self) -> Optional[GraphCasts]: ...  # None: the IR cannot tell yet
 
-    # -- the op walk: writing (``before``: the op a new op goes in front of) ----------------
+    # -- the op walk: writing
     def cast(self, before: Any, value: Any, dtype: str) -> Any: ...
-    def round(self, before: Any, value: Any, low: str) -> Any:
-        """``value`` rounded through ``low`` (two casts), as float32."""
-
+    def round(self, before: Any, value: Any, low: str) -> Any: ...  # through low, as float32
     def set_input(self, slot: Slot, old: Any, new: Any) -> None: ...
     def current(self, slot: Slot) -> Any: ...
-    def rewire_within(self, op: Any, old: Any, new: Any) -> None:
-        """A control-flow op and every op in its blocks read ``new`` for ``old``."""
-
-    def chain_cast(self, op: Any) -> None:
-        """A user's cast whose input may have changed dtype: keep it consistent."""
-
-    def overwritten(self, op: Any) -> AbstractSet[Hashable]:
-        """The keys of the values ``op`` overwrites (their casts are stale after it)."""
-
-    def float_outputs(self, op: Any, kept: AbstractSet[str]) -> list:
-        """``op``'s float32 outputs outside the ``kept`` slots and shape-only outputs."""
-
+    def rewire_within(self, op: Any, old: Any, new: Any) -> None: ...  # op and its blocks
+    def chain_cast(self, op: Any) -> None: ...  # a user's cast after its input's retype
+    def overwritten(self, op: Any) -> AbstractSet[Hashable]: ...  # their casts are stale
+    def float_outputs(self, op: Any, kept: AbstractSet[str]) -> list: ...  # data, not kept
     def retype(self, op: Any, value: Any, dtype: str) -> None: ...
-    def round_output(self, op: Any, value: Any, low: str) -> Any:
-        """Round ``op``'s output through ``low`` for its readers; the rounded value."""
-
+    def round_output(self, op: Any, value: Any, low: str) -> Any: ...  # what readers now read
     def set_param_dtype(self, names: AbstractSet[str], dtype: str) -> None: ...
 
-    # -- loss scaling ------------------------------------------------------------------------
-    def optimizer_section(self) -> ContextManager:
-        """Ops built inside carry the optimizer's role."""
-
-    def state_var(self, dtype: str, shape: list, value: Any, stem: str) -> Any:
-        """A persistable var at ``value`` (set by the startup program), named from ``stem``."""
-
+    # -- loss scaling
+    def optimizer_section(self) -> ContextManager: ...  # ops built inside: optimizer role
+    def state_var(self, dtype: str, shape: list, value: Any, stem: str) -> Any: ...
     def scale_loss(self, loss: Any, scale: Any) -> Any: ...
-    def unscale(self, grads: list, scale: Any) -> Any:
-        """Divide ``grads`` by ``scale`` in place; the bool[1] "a gradient is not finite"."""
-
-    def all_reduce_max(self, flag: Any, ring_id: int) -> Any:
-        """``flag`` OR-ed over the workers of ``ring_id`` (one in-graph all-reduce)."""
-
-    def record_nonfinite(self, found_inf: Any, grads: list, dst: Any) -> None:
-        """On overflow only: ``dst[i]`` = gradient ``i`` was finite (for the guard)."""
-
+    def unscale(self, grads: list, scale: Any) -> Any: ...  # in place; bool[1] "not finite"
+    def all_reduce_max(self, flag: Any, ring_id: int) -> Any: ...  # OR over the workers
+    def record_nonfinite(self, found_inf: Any, grads: list, dst: Any) -> None: ...
     def state_ops(self) -> StateOps: ...
     def fused_update(self, carrier: Any, found_inf: Any, state: dict,
-                     config: LossScaleConfig) -> None:
-        """Paddle's ``update_loss_scaling`` on the state (it zeroes ``carrier`` on overflow)."""
-
-    def clip(self, var: Any, lo: float, hi: float) -> None: ...
-    def mark(self) -> Any:
-        """Where the ops built from now on start (for ``skip``)."""
-
+                     config: LossScaleConfig) -> None: ...  # update_loss_scaling
+    def clip(self, var: Any, lo: float, hi: float) -> None: ...  # in place
+    def mark(self) -> Any: ...  # where the ops built from now on start
     def skip(self, optimizer: Any, mark: Any, found_inf: Any, grads: list,
              state: dict) -> Optional[list]:
         """Make the optimizer ops built since ``mark`` a true skip on ``found_inf`` by the IR's

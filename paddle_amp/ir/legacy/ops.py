@@ -1,15 +1,11 @@
 """``BlockOps``: the core's ``ArrayOps`` vocabulary as legacy-IR ops appended to one block.
 
-``amp_adapters.loss_scale.update`` called with a ``BlockOps`` builds the loss-scale
-transition as a straight line of elementary ops (no control flow): each method
-appends one op (plus a cached constant) and returns its output var. Every var is a
-``[1]`` tensor: float32 scale, int32/int64 counters, bool flags.
-
-The rounding rule of ``update`` (the double product rounded once to float32) is
-``mul``: cast the float32 scale to float64, multiply by the factor as a float64
-constant (``fill_constant`` with ``str_value``, which Paddle parses as a double,
-so the factor is not rounded to a float32 attribute), cast back to float32
-(round to nearest, inf on overflow). Nothing runs on the host; no sync.
+With it ``amp_adapters.loss_scale.update`` builds the transition as a straight
+line of ops on ``[1]`` vars (float32 scale, int32/int64 counters, bool flags).
+Its rounding rule (the double product rounded once to float32) is ``mul``: the
+scale cast to float64 times a float64 constant (``fill_constant``'s
+``str_value`` is parsed as a double, not rounded to a float32 attribute), cast
+back to float32 (round to nearest, inf on overflow). No host sync.
 """
 from __future__ import annotations
 

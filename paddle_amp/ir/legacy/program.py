@@ -1,16 +1,13 @@
 """``LegacyProgram``: the ``ProgramIR`` protocol on a legacy-IR program (Paddle 2.6, and 3.x
 with ``FLAGS_enable_pir_api=0``).
 
-Values are var names. The walk visits the global block's forward ops by
-position and keeps that position current as casts go in before and after the
-op, so each insert is one desc insert (no whole-block sync, no Python stack
-capture: what made a rewrite quadratic). The backward pass is generated after
-the rewrite by ``append_backward``, so gradient casts come from forward casts.
+Values are var names. The walk keeps the current op's position as casts go in
+before and after it, so each insert is one desc insert (no whole-block sync, no
+Python stack capture: what made a rewrite quadratic).
 """
 from __future__ import annotations
 
-import collections.abc
-from typing import Any, Iterator, Optional
+from typing import Iterator, Optional
 
 import paddle
 from paddle.base import core, framework, unique_name
@@ -21,7 +18,7 @@ from amp_adapters.report import GraphCasts
 
 from ...env import VarType, VARTYPE_OF, dtype_name
 from ...guard import BF16_GUARD_PATTERN, GUARD_PATTERN
-from ..protocol import CONTROL_FLOW, Slot
+from ..protocol import CONTROL_FLOW, OpAttrs, Slot
 from .ops import BlockOps
 from .skip import cond_block, skip
 
@@ -48,27 +45,8 @@ def _ops_within(op) -> list:
     return out
 
 
-class _OpAttrs(collections.abc.Mapping):
-    """An op's attributes, read on demand: the planner looks only at those its rules name."""
-
-    def __init__(self, op) -> None:
-        self._op = op
-
-    def __getitem__(self, name: str) -> Any:
-        if not self._op.has_attr(name):
-            raise KeyError(name)
-        return self._op.attr(name)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._op.attr_names)
-
-    def __len__(self) -> int:
-        return len(self._op.attr_names)
-
-
 def _insert_cast_op(block, i: int, src: str, out: str, in_dtype, out_dtype, role) -> None:
-    """A ``cast`` op at position ``i`` of ``block``, written straight into the block's
-    desc. The output var already exists with its dtype and shape: no inference needed."""
+    """A ``cast`` op at position ``i``, straight into the desc (its output var exists)."""
     desc = block.desc._insert_op(i)
     desc.set_type("cast")
     desc.set_input("X", [src])
@@ -125,7 +103,7 @@ class LegacyProgram:
         return op.type
 
     def attrs(self, op):
-        return _OpAttrs(op)
+        return OpAttrs(lambda: op.attr_names, op.attr)
 
     def slots(self, op) -> list[Slot]:
         return [Slot(op, i, slot, name) for slot in op.input_names
@@ -155,12 +133,11 @@ class LegacyProgram:
             for slot in op.input_names:
                 for name in op.input(slot):
                     if name in uses:
-                        uses[name].append(ParamUse(op.type, _OpAttrs(op), slot, reason))
+                        uses[name].append(ParamUse(op.type, self.attrs(op), slot, reason))
         return uses
 
     def graph_casts(self) -> Optional[GraphCasts]:
-        """Forward ``cast`` ops of the global block (the backward pass adds one gradient cast
-        per forward cast: not counted), emulation's round trips counted apart."""
+        """Forward ``cast`` ops (not the backward's), emulation's round trips apart."""
         block = self.block
         return GraphCasts.count(
             (op.input("X")[0], op.output("Out")[0],

@@ -1,24 +1,19 @@
 """The true skip on the legacy IR: an overflow step leaves parameters and all optimizer state
-bit-identical.
+bit-identical (the native zeroes the grads and still runs SGD and Momentum).
 
-Chosen by what the optimizer's ops are, never by the optimizer's type: once its
-ops are built, each op that writes a persistable (a parameter or optimizer
-state) is looked up in one table (``skip_of``), the model being torch's
-``_step_supports_amp_scaling``:
+Chosen by what the optimizer's ops do, never by its type (torch's
+``_step_supports_amp_scaling`` is the model): each built op that writes a
+persistable is looked up once in one table, ``skip_of``:
 
-- ``self``: its kernel skips itself on ``found_inf`` (it reads it as
-  ``SkipUpdate``: adam, adamw, lamb), so it stays where it is;
-- ``fold``: a kernel in ``FOLDABLE`` reading the global learning rate (``sgd``:
-  ``param - lr * grad``). The fold goes in before the optimizer's ops: on
-  overflow the gradients are zeroed and the op reads a learning rate of 0, so
-  ``param - 0 * (0 + decay * param)`` is ``param`` exactly, at the cost of two
-  scalar ops a step;
-- ``guard``: anything else (Momentum's velocity moves even on a zero gradient).
-  Then all the optimizer's ops (clipping, weight decay, update, accumulators)
-  move into a ``conditional_block`` on ``not found_inf`` (its sub-executor
-  costs ~0.1 ms a step on CPU).
-
-The native instead zeroes the grads and still runs SGD and Momentum.
+- ``self``: its kernel skips itself (it reads ``found_inf`` as ``SkipUpdate``:
+  adam, adamw, lamb);
+- ``fold``: a ``FOLDABLE`` kernel reading the global learning rate (``sgd``). On
+  overflow, ops put before the optimizer's zero the gradients and the learning
+  rate, so ``param - 0 * (0 + decay * param)`` is ``param`` exactly (two scalar
+  ops a step);
+- ``guard``: anything else (Momentum's velocity moves on a zero gradient): all
+  the optimizer's ops move into a ``conditional_block`` on ``not found_inf``
+  (~0.1 ms a step on CPU).
 """
 from __future__ import annotations
 

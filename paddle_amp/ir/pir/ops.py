@@ -1,10 +1,7 @@
 """``PirOps``: the core's ``ArrayOps`` vocabulary as PIR ops, so ``update`` builds the program.
 
-``amp_adapters.loss_scale.update`` is the loss-scale transition, written once;
-run with this vocabulary under a PIR ``program_guard`` it appends the ops of
-one step's transition to the program (no host sync; every array is a shape
-``[1]`` value). ``mul`` keeps the core's rounding rule: the double product,
-rounded once to float32 (inf past float32's range).
+Every array is a ``[1]`` value; no host sync. ``mul`` keeps the core's rounding
+rule: the double product, rounded once to float32 (inf past float32's range).
 """
 from __future__ import annotations
 

@@ -12,9 +12,8 @@ index or Python identity, and ``==`` is never applied to a value (it builds an
 """
 from __future__ import annotations
 
-import collections.abc
 import contextlib
-from typing import Any, Iterator, Optional
+from typing import Iterator, Optional
 
 import paddle
 from paddle.base import unique_name
@@ -25,7 +24,7 @@ from amp_adapters.dtypes import FLOAT_DTYPES, dtype_name
 
 from ... import opnames
 from ...guard import guarded_ops
-from ..protocol import CONTROL_FLOW, Slot
+from ..protocol import CONTROL_FLOW, OpAttrs, Slot
 from .ops import PIR_OPS, PirOps
 
 _pir = paddle.base.libpaddle.pir
@@ -58,27 +57,8 @@ def _nested_ops(op) -> list:
     return out
 
 
-class _Attrs(collections.abc.Mapping):
-    """An op's attributes, read on demand: the core looks only at those its rules name (so
-    the rewrite keeps no copy of which ops have conditional rules)."""
-
-    def __init__(self, op) -> None:
-        self._op = op
-        self._read: Optional[dict] = None
-
-    def _all(self) -> dict:
-        if self._read is None:
-            self._read = dict(self._op.attrs())
-        return self._read
-
-    def __getitem__(self, name: str) -> Any:
-        return self._all()[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._all())
-
-    def __len__(self) -> int:
-        return len(self._all())
+def _attrs(op) -> OpAttrs:
+    return OpAttrs(lambda: op.attrs().keys(), lambda name: op.attrs()[name])
 
 
 class PirProgram:
@@ -140,7 +120,7 @@ class PirProgram:
         return opnames.legacy_name(op.name())
 
     def attrs(self, op):
-        return _Attrs(op)
+        return _attrs(op)
 
     def slots(self, op) -> list[Slot]:
         """List operands unpacked (their ``builtin.combine`` owns them)."""
@@ -195,7 +175,7 @@ class PirProgram:
             return [ParamUse(user.name(), force_fp32="program plumbing reads the stored value")]
         if user.name() == "builtin.combine":  # a list operand: the op reading the list
             user = user.result(0).all_used_ops()[0]
-        legacy, attrs, why = opnames.legacy_name(user.name()), _Attrs(user), forced(user)
+        legacy, attrs, why = opnames.legacy_name(user.name()), _attrs(user), forced(user)
         slots = [s.name for s in self.slots(user) if s.value.is_same(param)]
         return [ParamUse(legacy, attrs, slot, why) for slot in slots or [None]]
 
