@@ -15,10 +15,9 @@ from paddle.base import core
 from amp_adapters.dtypes import dtype_name
 
 from .config import native_policy
-from .env import DTYPE_OF, current_device
+from .env import DTYPE_OF, current_device, from_low, to_low
 from .kernels import lowp_kernels
 from .lists import check_amp_dtype, check_lists
-from .masters import from_low, to_low
 from .report import record
 from .rewrite import Rewriter
 

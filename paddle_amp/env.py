@@ -1,4 +1,5 @@
-"""Paddle glue shared by the backend: mode checks, the program's IR, dtype names, places.
+"""Paddle glue, static or not: mode checks, the program's IR, dtype names, places, values
+converted to and from a low dtype (``to_low``/``from_low``).
 
 Paddle 2.6.2 builds legacy programs, Paddle 3.x PIR programs unless
 ``FLAGS_enable_pir_api=0``: a program's IR is its own (``program_ir``), never a flag.
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 import paddle
 from paddle.base import core, framework
 
@@ -55,3 +57,20 @@ def expected_place():
     ``_current_expected_place``; ``_current_expected_place_`` resolves it)."""
     resolve = getattr(framework, "_current_expected_place_", framework._current_expected_place)
     return resolve()
+
+
+def to_low(tensor, dtype: str) -> np.ndarray:
+    """The fp32 ``tensor`` as a numpy array of ``dtype`` (bf16 as its uint16 bit pattern)."""
+    values = np.asarray(tensor, dtype=np.float32)
+    if dtype == "float16":
+        return values.astype(np.float16)
+    bits = values.view(np.uint32)
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
+
+
+def from_low(tensor, dtype: str) -> np.ndarray:
+    """A low ``tensor``'s values in float32 (exact: every fp16/bf16 value is a float32)."""
+    values = np.array(tensor)
+    if dtype == "bfloat16":
+        return (values.astype(np.uint32) << 16).view(np.float32)
+    return values.astype(np.float32)

@@ -28,6 +28,8 @@ from paddle.base import core, unique_name
 
 from amp_adapters.dtypes import dtype_name
 
+from .env import from_low, to_low
+
 _ROLE = core.op_proto_and_checker_maker.kOpRoleAttrName()
 _BACKWARD = int(core.op_proto_and_checker_maker.OpRole.Backward)
 EMULATED_LABEL = ("EMULATED multi_precision update: the float32 optimizer kernel updates "
@@ -92,20 +94,3 @@ class MasterWeights:
                     scope.var(master).get_tensor().set(values.astype(np.float32), place)
             if not low:
                 tensor.set(to_low(tensor, self.dtype), place)
-
-
-def to_low(tensor, dtype: str) -> np.ndarray:
-    """The fp32 ``tensor`` as a numpy array of ``dtype`` (bf16 as its uint16 bit pattern)."""
-    values = np.asarray(tensor, dtype=np.float32)
-    if dtype == "float16":
-        return values.astype(np.float16)
-    bits = values.view(np.uint32)
-    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)  # round to nearest even
-
-
-def from_low(tensor, dtype: str) -> np.ndarray:
-    """A low ``tensor``'s values in float32 (exact: every fp16/bf16 value is a float32)."""
-    values = np.array(tensor)
-    if dtype == "bfloat16":
-        return (values.astype(np.uint32) << 16).view(np.float32)
-    return values.astype(np.float32)
