@@ -245,9 +245,8 @@ def test_param_plan_equals_the_legacy_irs_and_a_cond_block_keeps_params_fp32():
     for ir in ("legacy", "pir"):
         with built(ir) as env:
             layernorm_model()
-            cls = Rewriter
-            plans[ir] = cls(Policy.preset("O2", dtype="bfloat16"),
-                            kernels=None).param_plan(env.main)
+            plans[ir] = Rewriter(Policy.preset("O2", dtype="bfloat16"),
+                                 kernels=None).param_plan(env.main)
     assert plans["pir"].low and by_position(plans["pir"].dtypes) == \
         by_position(plans["legacy"].dtypes)  # fc counters differ between the IRs' builders
     ln = [n for n in plans["pir"].dtypes if n.startswith("layer_norm")]  # (legacy fc is mul)
