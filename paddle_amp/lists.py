@@ -75,6 +75,15 @@ class _Lists:
                 return cat
         return None
 
+    def _default_sets(self):
+        """The live sets (``_sets``) at the native defaults, and ``unsupported_list``."""
+        d = self._defaults()
+        by_cat = {"fp32": d.fp32, "lower": d.lower, "promote": d.promote}
+        for attr, cat in self._sets:
+            setattr(self, attr, set(by_cat[cat]))
+        self.unsupported_list = _unsupported(self.amp_dtype)
+        return d
+
     def _update_list(self) -> None:
         """The native hook (a no-op here: the sets are live and read at decorate time)."""
 
@@ -125,11 +134,7 @@ class AutoMixedPrecisionLists(_Lists):
         _check_registered(self.amp_dtype, lower=white, fp32=black, promote=gray)
         self._custom_white_list = custom_white_list
         self._custom_black_list = custom_black_list
-        d = self._defaults()
-        self.white_list = set(d.lower)
-        self.black_list = set(d.fp32)
-        self.gray_list = set(d.promote)
-        self.unsupported_list = _unsupported(self.amp_dtype)
+        self._default_sets()
         self.all_list = set(core.get_all_op_names())
         self.black_varnames = None if custom_black_varnames is None else set(
             _names(custom_black_varnames, "custom_black_varnames"))
@@ -163,12 +168,7 @@ class AutoMixedPrecisionListsBF16(_Lists):
         _check_registered("bfloat16", lower=bf16, fp32=fp32)
         self._custom_bf16_list = custom_bf16_list
         self._custom_fp32_list = custom_fp32_list
-        d = self._defaults()
-        self.bf16_list = set(d.lower)
-        self.fp32_list = set(d.fp32)
-        self.gray_list = set(d.promote)
-        self.bf16_initializer_list = set(d.initializers)
-        self.unsupported_list = _unsupported("bfloat16")
+        self.bf16_initializer_list = set(self._default_sets().initializers)
         self.fp32_varnames = None if custom_fp32_varnames is None else set(
             _names(custom_fp32_varnames, "custom_fp32_varnames"))
         self._apply_custom(self.bf16_list, self.fp32_list, bf16, fp32)
