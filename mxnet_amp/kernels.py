@@ -4,8 +4,14 @@ MXNet 1.9.1's CPU build has no float16 GEMM/convolution (FullyConnected,
 Convolution, dot, batch_dot, np.matmul, ...) while elementwise ops, softmax,
 LayerNorm and reductions work in float16. Rather than a hand-kept table, each
 op the planner asks about is run once on a tiny input of the target dtype on
-that device; the answer is cached per (device type, dtype, op). The probe
-waits on its result: one host sync per op per device type, once per process.
+that device; the answer is cached per (device type, dtype, op, direction). The
+probe waits on its result: one host sync per op per device type, once per process.
+
+bfloat16 runs through oneDNN on CPUs with AVX-512 (for real with ``avx512_bf16``);
+elsewhere oneDNN "could not create a primitive descriptor iterator": the probe
+finds that out on the machine, it is never assumed. For training (``backward``)
+the op's gradient is probed too: a forward kernel without its backward one
+would crash the first training step.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ from mxnet import ndarray as nd
 from amp_adapters import OpDecision
 from amp_adapters.fallback import FallbackNotices
 
-from ._mx import cast, unpatched
+from ._mx import cast, dtype_name, unpatched
 
 _Make = Callable[..., "nd.NDArray"]
 
@@ -90,50 +96,73 @@ def _stderr_silenced() -> Iterator[None]:
         os.close(devnull)
 
 
-def _runs(recipe: Callable[[_Make], object], ctx: mx.Context, dtype: str) -> bool:
+def _runs(recipe: Callable[[_Make], object], ctx: mx.Context, dtype: str,
+          backward: bool = False) -> bool:
+    leaves: list = []
+
     def make(*shape: int) -> nd.NDArray:
-        return cast(nd.ones(shape, ctx=ctx), dtype)
+        x = cast(nd.ones(shape, ctx=ctx), dtype)
+        if backward:
+            x.attach_grad()
+            leaves.append(x)
+        return x
     try:
-        with unpatched(), autograd.pause(), ctx, _stderr_silenced():
-            out = recipe(make)
-            for o in out if isinstance(out, (list, tuple)) else [out]:
+        with unpatched(), ctx, _stderr_silenced():
+            with autograd.record() if backward else autograd.pause():
+                out = recipe(make)
+            outs = out if isinstance(out, (list, tuple)) else [out]
+            if backward:
+                autograd.backward([o for o in outs if dtype_of(o) == dtype] or outs[:1])
+                outs = [x.grad for x in leaves if x.grad is not None] or outs
+            for o in outs:
                 o.wait_to_read()  # host sync: errors surface here, once per op
         return True
     except (mx.base.MXNetError, TypeError, AttributeError, ValueError):
         return False
 
 
-_probed: dict[tuple[str, str, str], bool] = {}
+def dtype_of(x: object) -> str:
+    return dtype_name(getattr(x, "dtype", "float32"))
 
 
-def has_kernel(op: str, ctx: mx.Context, dtype: str) -> bool:
-    """True if ``op`` computes in ``dtype`` on ``ctx``'s device type (probed once, cached).
+_probed: dict[tuple[str, str, str, bool], bool] = {}
+
+
+def has_kernel(op: str, ctx: mx.Context, dtype: str, backward: bool = False) -> bool:
+    """True if ``op`` computes in ``dtype`` on ``ctx``'s device type (probed once, cached);
+    with ``backward``, its gradient too (training).
 
     An op the probe cannot call even in float32 (no recipe, unusual arity) is
     assumed to have the kernel: it is not a GEMM/conv, whose recipes are known.
     """
-    key = (ctx.device_type, dtype, op)
+    key = (ctx.device_type, dtype, op, backward)
     if key not in _probed:
-        recipe = _RECIPES.get(op) or _generic(op)
-        _probed[key] = _runs(recipe, ctx, dtype) or not _runs(recipe, ctx, "float32")
+        if backward and not has_kernel(op, ctx, dtype):
+            _probed[key] = False
+        else:
+            recipe = _RECIPES.get(op) or _generic(op)
+            _probed[key] = _runs(recipe, ctx, dtype, backward) or \
+                not _runs(recipe, ctx, "float32", backward)
     return _probed[key]
 
 
 class KernelSet(collections.abc.Set):
-    """The ops with a ``dtype`` kernel on ``ctx``, as the ``lowp_kernels`` set of ``plan_op``.
+    """The ops with a ``dtype`` kernel on ``ctx``, as the ``lowp_kernels`` set of ``plan_op``;
+    with ``backward`` (training), the ops whose gradient has one too.
 
     Membership is probed lazily on first ask; iterating lists the ops probed so far.
     """
 
-    def __init__(self, ctx: mx.Context, dtype: str):
-        self.ctx, self.dtype = ctx, dtype
+    def __init__(self, ctx: mx.Context, dtype: str, backward: bool = False):
+        self.ctx, self.dtype, self.backward = ctx, dtype, backward
 
     def __contains__(self, op: object) -> bool:
-        return isinstance(op, str) and has_kernel(op, self.ctx, self.dtype)
+        return isinstance(op, str) and has_kernel(op, self.ctx, self.dtype, self.backward)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(op for (dev, dt, op), ok in _probed.items()
-                           if ok and dev == self.ctx.device_type and dt == self.dtype))
+        return iter(sorted(op for (dev, dt, op, bw), ok in _probed.items()
+                           if ok and dev == self.ctx.device_type and dt == self.dtype
+                           and bw == self.backward))
 
     def __len__(self) -> int:
         return sum(1 for _ in self)

@@ -91,7 +91,7 @@ def cast_params(block: HybridBlock, num_inputs: int = 1, *,
         raise AmpConfigError(f"cast_params stores parameters low for level O2; the policy is "
                              f"level {chosen.level} (use policy='O2' or 'O2-bf16')")
     uses = param_uses(block, num_inputs)
-    kernels = KernelSet(ctx or block_context(block), chosen.dtype)
+    kernels = KernelSet(ctx or block_context(block), chosen.dtype, backward=True)
     plan = plan_params(chosen, "mxnet", uses, lowp_kernels=kernels)
     params = block.collect_params()
     for name in sorted(plan.low):
