@@ -126,7 +126,7 @@ def _native_runs(op, dtype):
     script = (f"import mxnet as mx, numpy as np\nx = lambda *s: mx.nd.amp_cast(mx.nd.ones(s), "
               f"dtype={dt})\n{call}.wait_to_read()\n")
     return subprocess.run([sys.executable, "-c", script], capture_output=True,
-                          timeout=120).returncode == 0
+                          timeout=600).returncode == 0
 
 
 def test_kernel_probes_print_nothing():
@@ -141,7 +141,7 @@ def test_kernel_probes_print_nothing():
     script = ("import mxnet as mx\nfrom mxnet_amp.kernels import has_kernel\n"
               f"print([has_kernel(op, mx.cpu(), dt) for op in {ops!r} for dt in {dtypes!r}])\n")
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       timeout=120)
+                       timeout=600)
     assert r.returncode == 0, r.stderr
     assert r.stderr == "", r.stderr
     answers = dict(zip([(op, dt) for op in ops for dt in dtypes], eval(r.stdout)))
