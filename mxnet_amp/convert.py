@@ -29,7 +29,7 @@ from amp_adapters.dtypes import low_dtype
 from amp_adapters.oplists import native_lists
 
 from ._mx import declared as with_dtypes
-from ._mx import dtype_name
+from ._mx import dtype_name, mx_dtype
 from .config import PolicyLike, resolve_policy
 from .graph import rewrite
 from .report import block_context, block_graph
@@ -82,7 +82,7 @@ def _cast_params(params: dict, dtypes: dict[str, str]) -> dict:
         if want is None or dtype_name(array.dtype) == want:
             out[name] = array
         elif want == "bfloat16":
-            out[name] = mx.nd.amp_cast(array, dtype=want)
+            out[name] = mx.nd.amp_cast(array, dtype=mx_dtype(want))
         else:
             out[name] = array.astype(want)
     return out
@@ -123,7 +123,7 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
     params = frozenset(inputs) - set(data_names)
     out = rewrite(sym, known, pol, ctx, frozenset(excluded_sym_names or ()),
                   optional_params=params if cast_optional_params else frozenset(),
-                  keep_casts=True)
+                  keep_casts=True, params=params)
     # the parameters declare their dtype, as natively: a Module binding the converted
     # graph with data shapes alone then infers every parameter's dtype
     now = _declared_dtypes(out)

@@ -67,11 +67,13 @@ def entry_dtypes(sym: mx.sym.Symbol, known: Mapping[str, str]) -> dict[str, Opti
 
 def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy,
           kernels: Optional[AbstractSet[str]],
-          force_fp32: Optional[str] = None) -> OpDecision:
-    """The core's decision for node ``n`` given its input dtypes (non-floats count as None)."""
+          force_fp32: Optional[str] = None, params: AbstractSet[str] = frozenset()) -> OpDecision:
+    """The core's decision for node ``n`` given its input dtypes (non-floats count as None);
+    ``params``: the graph inputs that are parameters (the planner's promote rule reads it)."""
     return plan_op(policy, "mxnet", n.op, [d if d in FLOATS else None for d in dtypes],
                    lowp_kernels=kernels, attrs=n.attrs, force_fp32=force_fp32,
-                   input_names=input_names(n.op))
+                   input_names=input_names(n.op),
+                   param_inputs=[e in params for e in n.inputs] if params else None)
 
 
 def _kernels(ctx: Optional[mx.Context], policy: Policy) -> Optional[AbstractSet[str]]:
@@ -104,7 +106,8 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
             excluded: frozenset[str] = frozenset(),
             kernels: Optional[AbstractSet[str]] = None,
             optional_params: AbstractSet[str] = frozenset(),
-            keep_casts: bool = False) -> mx.sym.Symbol:
+            keep_casts: bool = False,
+            params: AbstractSet[str] = frozenset()) -> mx.sym.Symbol:
     """A copy of ``sym`` with the casts the plan asks for inserted.
 
     ``keep_casts``: the ``amp_cast``/``amp_multicast`` nodes already in ``sym`` are the
@@ -113,6 +116,8 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     ``kernels``: the ops with a ``policy.dtype`` kernel; by default probed on ``ctx``, and
     with ``ctx`` None every op has one: a device-free graph transform (what the user asked
     for, as the native ``convert_symbol`` gives, whatever this machine runs).
+    ``params``: the inputs that are parameters (weights), so that a promote op casts a
+    float32 parameter down beside a low activation rather than the activation up.
     ``optional_params`` (the native ``cast_optional_params``): of these parameter
     variables, the ones every consumer reads cast to one low dtype are declared in
     that dtype instead (``__dtype__``; the casts go), so they can be stored so.
@@ -125,15 +130,16 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     if not keep_casts:
         sym = mx.sym.load_json(sym.tojson())  # drops amp_cast nodes a traced graph may have
     kernels = _kernels(ctx, policy) if kernels is None else kernels
-    out, uses = _rewrite(sym, known, policy, ctx, excluded, kernels, {})
+    out, uses = _rewrite(sym, known, policy, ctx, excluded, kernels, {}, params)
     declared = {p: next(iter(u)) for p, u in uses.items()
                 if p in optional_params and len(u) == 1 and next(iter(u)) in LOW_DTYPES}
     if declared:  # again, with those parameters already in their low dtype
-        out, _ = _rewrite(sym, {**known, **declared}, policy, ctx, excluded, kernels, declared)
+        out, _ = _rewrite(sym, {**known, **declared}, policy, ctx, excluded, kernels, declared,
+                          params)
     return out
 
 
-def _rewrite(sym, known, policy, ctx, excluded, kernels, low_params):
+def _rewrite(sym, known, policy, ctx, excluded, kernels, low_params, params):
     """``rewrite`` proper; also returns {parameter: the dtypes its consumers read it in}
     ("raw" when one reads it uncast)."""
     uses: dict[str, set] = {}
@@ -164,7 +170,8 @@ def _rewrite(sym, known, policy, ctx, excluded, kernels, low_params):
                 continue
             ins = list(n.inputs)
             d = _plan(n, [dtype.get(e) for e in ins], policy, kernels,
-                      force_fp32="excluded by the caller" if n.name in excluded else None)
+                      force_fp32="excluded by the caller" if n.name in excluded else None,
+                      params=params)
             if (d.emulated or d.fell_back) and ctx is not None:
                 log_fallback(n.op, ctx, d)
             for i, (target, rnd) in enumerate(zip(d.casts, d.round_inputs)):
