@@ -43,7 +43,7 @@ _RECIPES: dict[str, Callable[[_Make], object]] = {
     "Convolution": lambda a: nd.Convolution(a(1, 1, 3, 3), a(1, 1, 1, 1), a(1), kernel=(1, 1),
                                             num_filter=1),
     "Deconvolution": lambda a: nd.Deconvolution(a(1, 1, 3, 3), a(1, 1, 1, 1), a(1),
-                                                kernel=(1, 1), num_filter=1),
+                                                kernel=(1, 1), num_filter=1, no_bias=False),
     "RNN": lambda a: nd.RNN(a(1, 1, 1), a(4), a(1, 1, 1), state_size=1, num_layers=1,
                             mode="rnn_tanh"),
     "Activation": lambda a: nd.Activation(a(2, 2), act_type="relu"),
@@ -63,7 +63,8 @@ _RECIPES: dict[str, Callable[[_Make], object]] = {
     "_npx_convolution": lambda a: mx.npx.convolution(
         _np(a)(1, 1, 3, 3), _np(a)(1, 1, 1, 1), _np(a)(1), kernel=(1, 1), num_filter=1),
     "_npx_deconvolution": lambda a: mx.npx.deconvolution(
-        _np(a)(1, 1, 3, 3), _np(a)(1, 1, 1, 1), _np(a)(1), kernel=(1, 1), num_filter=1),
+        _np(a)(1, 1, 3, 3), _np(a)(1, 1, 1, 1), _np(a)(1), kernel=(1, 1), num_filter=1,
+        no_bias=False),
     "_npx_rnn": lambda a: mx.npx.rnn(_np(a)(1, 1, 1), _np(a)(4), _np(a)(1, 1, 1), state_size=1,
                                      num_layers=1, mode="rnn_tanh"),
 }
@@ -101,7 +102,8 @@ def _runs(recipe: Callable[[_Make], object], ctx: mx.Context, dtype: str,
     leaves: list = []
 
     def make(*shape: int) -> nd.NDArray:
-        x = cast(nd.ones(shape, ctx=ctx), dtype)
+        with autograd.pause():  # a leaf: made outside the recorded graph
+            x = cast(nd.ones(shape, ctx=ctx), dtype)
         if backward:
             x.attach_grad()
             leaves.append(x)
@@ -118,7 +120,18 @@ def _runs(recipe: Callable[[_Make], object], ctx: mx.Context, dtype: str,
                 o.wait_to_read()  # host sync: errors surface here, once per op
         return True
     except (mx.base.MXNetError, TypeError, AttributeError, ValueError):
+        _drain(ctx)
         return False
+
+
+def _drain(ctx: mx.Context) -> None:
+    """Let a failed probe's pending errors surface now, silenced, instead of in the next
+    probe's (or the user's) wait."""
+    with _stderr_silenced():
+        try:
+            nd.waitall()
+        except mx.base.MXNetError:
+            pass
 
 
 def dtype_of(x: object) -> str:
@@ -186,3 +199,19 @@ def summarize_fallbacks(what: str, decisions: Sequence[OpDecision], ctx: mx.Cont
 def forget_fallback_logs() -> None:
     """Let the next ``init`` log its fallbacks again (called by ``reset``)."""
     _notices.forget()
+
+
+def lowp_kernels(device: str, dtype: str) -> frozenset[str]:
+    """Op names with a ``dtype`` kernel on ``device`` ('CPU' or 'GPU'), forward and backward:
+    the GEMM/conv recipes and the ops the native default lists lower (``amp-adapters info``).
+    No GPU: empty."""
+    from amp_adapters import Policy, effective_lists
+    if device.upper() == "GPU":
+        if mx.context.num_gpus() == 0:
+            return frozenset()
+        ctx = mx.gpu(0)
+    else:
+        ctx = mx.cpu()
+    lowered = effective_lists(Policy.preset("mxnet-native", dtype=dtype), "mxnet")["lower"]
+    return frozenset(op for op in sorted(set(_RECIPES) | set(lowered))
+                     if has_kernel(op, ctx, dtype, backward=True))
