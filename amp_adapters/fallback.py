@@ -182,8 +182,8 @@ def render_info(tables: Sequence[Table], flags: Sequence[str]) -> str:
     lines = [f"CPU: {' '.join(flags) if flags else 'no AVX-512'} (oneDNN runs bfloat16 with "
              f"AVX-512, natively with avx512_bf16)"]
     if not tables:
-        lines.append("no framework backend registered (install amp-adapters with its mxnet "
-                     "or paddle extra)")
+        lines.append("no framework backend registered: install amp-adapters (pip install "
+                     "-e . in a checkout) so the backends' entry points are found")
     for t in tables:
         head = f"{t.framework} {t.device} {t.dtype}:"
         if t.error:
