@@ -215,3 +215,19 @@ def lowp_kernels(device: str, dtype: str) -> frozenset[str]:
     lowered = effective_lists(Policy.preset("mxnet-native", dtype=dtype), "mxnet")["lower"]
     return frozenset(op for op in sorted(set(_RECIPES) | set(lowered))
                      if has_kernel(op, ctx, dtype, backward=True))
+
+
+_mp_probed: dict[tuple[str, str], bool] = {}
+
+
+def has_mp_update(ctx: mx.Context, dtype: str) -> bool:
+    """True if MXNet's fused multi-precision update (``mp_sgd_update``: a ``dtype`` weight, its
+    float32 master) runs on ``ctx``'s device type. MXNet 1.9.1 registers it for float16
+    only ("Unknown type enum 12" for bfloat16); probed once, not assumed."""
+    key = (ctx.device_type, dtype)
+    if key not in _mp_probed:
+        def call(a: _Make) -> object:
+            w, master = a(4), nd.ones((4,), ctx=ctx)
+            return nd.mp_sgd_update(w, a(4), master, lr=0.1, out=w)
+        _mp_probed[key] = _runs(call, ctx, dtype)
+    return _mp_probed[key]

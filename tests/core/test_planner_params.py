@@ -68,3 +68,18 @@ def test_execution_says_kernel_emulated_fell_back_or_planned():
                    lowp_kernels=set()).execution == "emulated"
     assert plan_op(BF, "mxnet", *fc).execution == "planned"  # no device was asked
     assert plan_op(BF, "mxnet", "softmax", (F32,)).execution is None  # not planned low
+
+
+def test_the_report_says_per_op_how_it_ran():
+    from amp_adapters import CastReport
+    fc = ("FullyConnected", (F32, F32, F32))
+    rows = {
+        "real kernel": plan_op(BF, "mxnet", *fc, lowp_kernels={"FullyConnected"}),
+        "no bfloat16 kernel": plan_op(BF, "mxnet", *fc, lowp_kernels=set()),
+        "emulated bfloat16": plan_op(BF.with_emulation(True), "mxnet", *fc, lowp_kernels=set()),
+    }
+    for label, d in rows.items():
+        line = CastReport("mxnet", (d,)).format().splitlines()[-1]
+        assert f"({label})" in line, line
+    planned = CastReport("mxnet", (plan_op(BF, "mxnet", *fc),)).format().splitlines()[-1]
+    assert "bfloat16 " in planned and "kernel)" not in planned  # no device was asked
