@@ -38,7 +38,7 @@ from mxnet.optimizer import Updater
 from amp_adapters import AmpConfigError, ParamPlan, ParamUse, Policy, plan_params
 from amp_adapters.dtypes import LOW_DTYPES
 
-from ._mx import _BF16, dtype_name, input_names, unpatched
+from ._mx import _BF16, _ND_AMP_CAST, cast, dtype_name, input_names, unpatched
 from amp_adapters.policy import PolicyLike, resolve_policy
 from .graph import nodes
 from .kernels import KernelSet, has_mp_update
@@ -152,8 +152,8 @@ class MasterWeightUpdater(Updater):
             master, inner = self.states[i]
             self.optimizer._set_current_context(w.context.device_id)  # per-device step counts
             with unpatched():
-                self.optimizer.update(i, master, g.astype("float32"), inner)
-                master.astype(w.dtype).copyto(w)
+                self.optimizer.update(i, master, cast(g, "float32"), inner)
+                _ND_AMP_CAST(master, dtype=w.dtype, out=w)  # one op: round into the weight
 
 
 def attach(trainer: Trainer, policy: Policy) -> None:
