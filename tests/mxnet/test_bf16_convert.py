@@ -124,3 +124,17 @@ def test_bf16_mlp_runs_and_tracks_fp32():
     # bf16 has an 8-bit mantissa: 2**-8 relative per rounding, a few roundings deep
     np.testing.assert_allclose(converted(x).astype("float32").asnumpy(), net(x).asnumpy(),
                                rtol=2 ** -5, atol=2 ** -6)
+
+
+def test_a_plan_sees_bf16_inputs():
+    """Type inference starts from dtypes declared on the variables (MXNet 1.9.1 drops a bf16
+    keyword): bf16 weights and data show as bfloat16 inputs in the plan."""
+    from amp_adapters import Policy
+    from mxnet_amp.graph import entry_dtypes, plan_graph
+    x, w = mx.sym.var("data"), mx.sym.var("w")
+    sym = mx.sym.relu(mx.sym.FullyConnected(x, w, no_bias=True, num_hidden=3, name="fc"))
+    known = {"data": "bfloat16", "w": "bfloat16"}
+    assert entry_dtypes(sym, known)["fc_output"] == "bfloat16"
+    fc = plan_graph(sym, known, Policy.preset("O1-bf16"), None)[0]
+    assert fc.input_dtypes == ("bfloat16", "bfloat16") and fc.run_dtype == "bfloat16"
+    assert fc.execution == "planned" and fc.num_casts == 0
