@@ -286,15 +286,18 @@ class Recorder:
                                                for o in outputs):
             self._first_bwd = forward_name
 
-    def gradients(self, amp: Mapping[str, np.ndarray], fp32: Mapping[str, np.ndarray]) -> None:
-        """Every parameter's gradient, unscaled, in the AMP run and in float32."""
+    def gradients(self, amp: Mapping[str, np.ndarray], fp32: Mapping[str, np.ndarray],
+                  backward: Sequence[np.ndarray] = ()) -> None:
+        """Every parameter's gradient, unscaled, in the AMP run and in float32; ``backward``:
+        the float32 run's other backward values (unscaled), which a low-precision backward
+        also rounds: the loss scale is chosen to keep them too."""
         self._step_params = tuple(p for p, g in amp.items() if not np.isfinite(g).all())
         for p, g in fp32.items():
             self._flush[p] = flush_fraction(g, self._scale, self.dtype)
             a = np.asarray(amp[p])
             nz = np.asarray(g) != 0
             self._zero[p] = float(((a == 0) & nz).sum() / max(int(nz.sum()), 1))
-        self._last_fp32_grads = [np.asarray(g) for g in fp32.values()]
+        self._last_fp32_grads = [np.asarray(g) for g in (*fp32.values(), *backward)]
 
     def end_step(self) -> None:
         overflow = bool(self._step_params) or self._first_fwd is not None or \

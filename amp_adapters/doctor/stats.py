@@ -110,12 +110,14 @@ def flush_fraction(grad: np.ndarray, scale: float, dtype: object) -> float:
 def scale_for_gradients(grads: Iterable[np.ndarray], dtype: object, max_scale: float,
                         tolerance: float = 0.01) -> Optional[float]:
     """The smallest power of two (at most ``max_scale``) at which at most ``tolerance`` of
-    each gradient's non-zero values flush to zero in ``dtype``; None if none is enough."""
-    grads = list(grads)
+    the gradients' non-zero values, pooled, flush to zero in ``dtype``; None if none is
+    enough."""
+    pooled = np.concatenate([np.asarray(g, dtype=np.float64).ravel() for g in grads] or
+                            [np.zeros(0)])
     exp = 0
     while 2.0 ** exp <= max_scale:
         s = 2.0 ** exp
-        if all(flush_fraction(g, s, dtype) <= tolerance for g in grads):
+        if flush_fraction(pooled, s, dtype) <= tolerance:
             return s
         exp += 1
     return None
