@@ -149,11 +149,13 @@ class Doctor:
         owner = _cast_owners(order, origin)
         for name, grads in amp_bwd:
             if owner.get(name):
-                rec.backward(owner[name], grads)
+                rec.backward(owner[name], [g for _, g in grads])
+        inputs = set(names)  # the data and labels: their gradients feed no update
         trainable = [n for n, p in self.net.collect_params().items() if p.grad_req != "null"]
         rec.gradients({n: amp_grads[n] / scale for n in trainable if n in amp_grads},
                       {n: ref_grads[n] / scale for n in trainable if n in ref_grads},
-                      [g / scale for name, gs in ref_bwd if lowered.get(name) for g in gs])
+                      [g / scale for name, gs in ref_bwd if lowered.get(name)
+                       for e, g in gs if e not in inputs])
         rec.end_step()
         self.steps += 1
 
@@ -226,7 +228,7 @@ def _cast_owners(order: list, origin: dict) -> dict[str, Optional[str]]:
 def _run(sym: mx.sym.Symbol, feed: dict, scale: float):
     """Run ``sym`` op by op on copies of ``feed``, forward then backward from its outputs with
     head gradient ``scale``. Returns ({entry: value}, {variable: gradient}, [(node, outputs)]
-    in forward order, [(node name, its backward's outputs)] in backward order)."""
+    in forward order, [(node name, [(input entry, its gradient)])] in backward order)."""
     values: dict[str, mx.nd.NDArray] = {}
     recorded: list = []
     for n in nodes(sym):
@@ -262,7 +264,7 @@ def _run(sym: mx.sym.Symbol, feed: dict, scale: float):
             if leaf.grad is None:
                 continue
             g = leaf.grad.copy()
-            outputs.append(g.asnumpy())
+            outputs.append((e, g.asnumpy()))
             grads[e] = g if e not in grads else grads[e] + g
         backward.append((n.name, outputs))
     var_grads = {n: grads[n].asnumpy() for n in sym.list_arguments() if n in grads}

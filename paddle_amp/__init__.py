@@ -42,6 +42,7 @@ Files:
     legacy_ops.py (scaling) BlockOps: the core's ArrayOps vocabulary as legacy-IR ops
     pir_scaling.py  (scaling) loss scaling as PIR ops: the true skip via pd_op.if
     pir_ops.py    (scaling) the core's update vocabulary (ArrayOps) as PIR ops
+    doctor.py     doctor(optimizer, exe): which op goes wrong under AMP, and the fix
     masters.py    O2: low-precision parameters and their (emulated) float32 masters
     report.py     cast_report of a rewritten program, its forward casts counted in it
     env.py        Paddle glue: static check, the program's IR, dtype names, device
@@ -59,6 +60,7 @@ from .decorator import OptimizerWithMixedPrecision, decorate
 from .report import cast_report
 from .lists import AutoMixedPrecisionLists
 from .pir_guard import fp16_guard
+from .doctor import doctor
 
 CustomOpLists = AutoMixedPrecisionLists  # the native alias
 
@@ -68,5 +70,5 @@ from . import function_overload  # noqa: E402,F401
 from .casting import cast_model_to_fp16, cast_parameters_to_fp16  # noqa: E402
 
 __all__ = ["AutoMixedPrecisionLists", "CastReport", "CustomOpLists", "OptimizerWithMixedPrecision",
-           "OverflowGuardError", "Policy", "cast_report", "decorate", "fp16_guard"]
+           "OverflowGuardError", "Policy", "cast_report", "decorate", "doctor", "fp16_guard"]
 __all__ += ["cast_model_to_fp16", "cast_parameters_to_fp16"]

@@ -75,3 +75,38 @@ def mxnet_model(kind, hybridize=True):
         net.hybridize()
         loss_fn.hybridize()
     return net, loss_fn
+
+
+def paddle_model(kind, policy=None, optimizer=None):
+    """(main, startup, loss, decorated optimizer, executor) in the legacy program IR, with the
+    planted weights; run ``startup`` is done and ``amp_init`` called."""
+    import paddle
+    import paddle_amp
+
+    paddle.enable_static()
+    x0, _, params = arrays(kind)
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+        x = paddle.static.data("x", [B, D], "float32")
+        label = paddle.static.data("label", [B, 1], "float32")
+        p = {n: paddle.static.create_parameter(
+                 v.shape, "float32", name=n,
+                 default_initializer=paddle.nn.initializer.Assign(v)) for n, v in params.items()}
+        if kind == "reduction":
+            pred = x @ p["w"]
+        else:
+            pred = paddle.nn.functional.relu(x @ p["w1"]) @ p["w2"]
+        d = pred - label
+        loss = paddle.mean(d * d) * FACTOR[kind]
+        opt = paddle_amp.decorate(optimizer or paddle.optimizer.SGD(1e-3),
+                                  policy=policy or globals()["policy"](kind))
+        opt.minimize(loss)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup)
+    opt.amp_init(paddle.CPUPlace())
+    return main, loss, opt, exe
+
+
+def paddle_feed(kind, step):
+    x, y, _ = arrays(kind, step)
+    return {"x": x, "label": y}

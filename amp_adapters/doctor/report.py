@@ -14,7 +14,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from ..dtypes import SHORT_NAMES
-from .stats import Range, flush_fraction, limits, range_stats, relative_error
+from .stats import Range, flush_fraction, limits, range_stats, relative_error, significant
 
 # An op adds a precision problem when its output's error against float32 exceeds this and
 # is ten times its inputs' error (it is not just carrying an upstream error along).
@@ -64,8 +64,8 @@ class StepRecord:
     first_backward: Optional[str]     # name of the forward op whose backward went first
     nonfinite_params: tuple[str, ...]
     grad_flush: Mapping[str, float]   # param -> fraction of its gradient that flushes at scale
-    grad_zero: Mapping[str, float]    # param -> fraction of its AMP gradient that is 0 but not
-                                      # in float32
+    grad_zero: Mapping[str, float]    # param -> fraction of its significant float32 gradient
+                                      # values (stats.significant) that are 0 in the AMP run
 
 
 @dataclass(frozen=True)
@@ -294,9 +294,9 @@ class Recorder:
         self._step_params = tuple(p for p, g in amp.items() if not np.isfinite(g).all())
         for p, g in fp32.items():
             self._flush[p] = flush_fraction(g, self._scale, self.dtype)
-            a = np.asarray(amp[p])
-            nz = np.asarray(g) != 0
-            self._zero[p] = float(((a == 0) & nz).sum() / max(int(nz.sum()), 1))
+            a, ref = np.asarray(amp[p]).ravel(), np.asarray(g).ravel()
+            sig = np.abs(ref) >= (significant(ref, self.dtype).min(initial=np.inf))
+            self._zero[p] = float(((a == 0) & sig).sum() / max(int(sig.sum()), 1))
         self._last_fp32_grads = [np.asarray(g) for g in (*fp32.values(), *backward)]
 
     def end_step(self) -> None:

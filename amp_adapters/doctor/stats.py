@@ -107,17 +107,27 @@ def flush_fraction(grad: np.ndarray, scale: float, dtype: object) -> float:
     return float((g * scale < limits(dtype).subnormal / 2).sum() / g.size)
 
 
+def significant(x: np.ndarray, dtype: object) -> np.ndarray:
+    """The finite values of ``x`` at least ``max|x| * 2**-mantissa_bits`` in magnitude: the
+    ones ``dtype`` could tell apart from its largest value (smaller ones are below its
+    relative precision there, and their loss does not change a sum or an update)."""
+    a = np.abs(np.asarray(x, dtype=np.float64)).ravel()
+    a = a[np.isfinite(a) & (a > 0)]
+    if a.size == 0:
+        return a
+    return a[a >= a.max() * 2.0 ** -limits(dtype).mantissa_bits]
+
+
 def scale_for_gradients(grads: Iterable[np.ndarray], dtype: object, max_scale: float,
                         tolerance: float = 0.01) -> Optional[float]:
     """The smallest power of two (at most ``max_scale``) at which at most ``tolerance`` of
-    the gradients' non-zero values, pooled, flush to zero in ``dtype``; None if none is
-    enough."""
-    pooled = np.concatenate([np.asarray(g, dtype=np.float64).ravel() for g in grads] or
-                            [np.zeros(0)])
+    each gradient's significant values (``significant``) flush to zero in ``dtype``; None if
+    none is enough."""
+    arrays = [significant(g, dtype) for g in grads]
     exp = 0
     while 2.0 ** exp <= max_scale:
         s = 2.0 ** exp
-        if flush_fraction(pooled, s, dtype) <= tolerance:
+        if all(flush_fraction(a, s, dtype) <= tolerance for a in arrays):
             return s
         exp += 1
     return None
