@@ -36,9 +36,10 @@ def _doctor(kind, policy=None, steps=2, optimizer=None):
     return dr
 
 
-pytestmark = pytest.mark.legacy_ir
+legacy = pytest.mark.legacy_ir  # PIR programs are refused (see the last test)
 
 
+@legacy
 def test_the_overflowing_matmul_is_named_first():
     rep = _doctor("overflow").report()
     assert rep.emulated and "EMULATED" in rep.format() and rep.overflow_steps == 2
@@ -50,6 +51,7 @@ def test_the_overflowing_matmul_is_named_first():
     assert rep.ops[0].outputs[0].max_abs > 65504
 
 
+@legacy
 def test_its_recommended_policy_stops_the_overflow_steps(tmp_path):
     path = tmp_path / "fix.toml"
     _doctor("overflow").recommendation().write(path)
@@ -70,6 +72,7 @@ def _grads(policy):
     return np.asarray(g) / scale if policy != "O0" else np.asarray(g)
 
 
+@legacy
 def test_underflowing_gradients_get_a_loss_scale_that_keeps_them(tmp_path):
     dr = _doctor("underflow")
     rep = dr.report()
@@ -85,6 +88,7 @@ def test_underflowing_gradients_get_a_loss_scale_that_keeps_them(tmp_path):
     assert fixed.steps[0].grad_zero["w1"] == 0 and fixed.findings() == []
 
 
+@legacy
 def test_a_precision_sensitive_reduction_is_moved_to_fp32(tmp_path):
     dr = _doctor("reduction")
     rep = dr.report()
@@ -97,6 +101,7 @@ def test_a_precision_sensitive_reduction_is_moved_to_fp32(tmp_path):
     assert fixed.ops[0].errors[0] < 1e-5 and fixed.findings() == []
 
 
+@legacy
 def test_every_persistable_is_bitwise_as_before():
     main, loss, opt, exe = P.paddle_model("underflow", optimizer=paddle.optimizer.Adam(1e-3))
     exe.run(main, feed=P.paddle_feed("underflow", 0), fetch_list=[loss])  # Adam moments exist
@@ -119,3 +124,10 @@ def test_the_doctor_needs_a_decorated_optimizer_that_built_its_program():
     opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), policy="O1")
     with pytest.raises(RuntimeError, match="after minimize"):
         doctor(opt, paddle.static.Executor(paddle.CPUPlace()))
+
+
+@pytest.mark.skipif(IR != "pir", reason="a PIR program: AMP_TEST_IR=pir on Paddle 3")
+def test_a_pir_program_is_refused_with_the_way_out():
+    main, loss, opt, exe = P.paddle_model("overflow")
+    with pytest.raises(NotImplementedError, match="FLAGS_enable_pir_api=0"):
+        doctor(opt, exe)
