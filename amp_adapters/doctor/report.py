@@ -173,6 +173,8 @@ class DoctorReport:
         short = SHORT_NAMES[self.dtype]
         mode = (f"{short} EMULATED (computed in fp32 on values rounded through {short} at op "
                 f"boundaries: no {short} kernel here)" if self.emulated else short)
+        if not any(r.lowered for r in self.ops):
+            mode = f"{short} policy, but no op runs in {short}"
         lines = [f"amp-adapters doctor: {self.framework}, {len(self.steps)} step(s), {mode}",
                  f"overflow steps: {self.overflow_steps} of {len(self.steps)}"]
         for s in self.steps:
