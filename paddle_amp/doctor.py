@@ -85,7 +85,7 @@ class Doctor:
 
     def __exit__(self, *exc: Any) -> None:
         self.exe.__dict__.pop("run", None)
-        place = paddle.CPUPlace()
+        place = _place(self.exe)
         for name, value in self._saved.items():
             var = self.scope.find_var(name)
             if var is not None:
@@ -198,6 +198,11 @@ def _persistables(program, scope) -> dict[str, np.ndarray]:
     return out
 
 
+def _place(exe):
+    """Where ``exe`` runs (values are put back there)."""
+    return getattr(exe, "place", None) or paddle.CPUPlace()
+
+
 def _fetchable(prog, name: str) -> bool:
     var = prog.global_block()._find_var_recursive(name)
     return (var is not None and var.type == core.VarDesc.VarType.LOD_TENSOR and
@@ -208,7 +213,7 @@ def _run(exe, prog, feed: dict, names: list, program, scope) -> dict[str, np.nda
     """Run ``prog`` on copies of ``program``'s persistables in a scratch scope; every fetched
     value as float32 numpy."""
     scratch = paddle.static.Scope()
-    place = paddle.CPUPlace()
+    place = _place(exe)
     for name, value in _persistables(program, scope).items():
         scratch.var(name).get_tensor().set(value, place)
     vals = type(exe).run(exe, prog, feed=feed, fetch_list=names, scope=scratch, return_numpy=True)
