@@ -158,3 +158,13 @@ def test_the_doctor_needs_init_and_gluon_blocks():
         with doctor(net, loss_fn) as dr:
             pass
         dr.report()
+
+
+def test_bf16_keeps_the_range_that_overflowed_in_fp16():
+    """Real bf16 kernels only (never emulated here): skips on a CPU without them."""
+    from mxnet_amp.kernels import has_kernel
+    if not has_kernel("dot", mx.cpu(), "bfloat16"):
+        pytest.skip("no bfloat16 dot kernel on this CPU (oneDNN bf16 needs avx512_bf16)")
+    rep = _doctor("overflow", policy=Policy.preset("O1-bf16")).report()
+    assert not rep.emulated and rep.overflow_steps == 0
+    assert not [f for f in rep.findings() if f.kind == "overflow"]
