@@ -22,6 +22,7 @@ Files:
     errors.py     the config and checkpoint errors
     cli.py        ``amp-adapters lists|explain|diff`` (other subcommands come by entry point)
     native_diff.py  where the shared O1 and each native default disagree, and why
+    doctor/       the numerics doctor's core: range stats, findings, the recommended policy TOML
 """
 from .dtypes import LOW_DTYPES, dtype_name
 from .errors import (AmpConfigError, CheckpointError, ConflictingOpError, OverflowGuardError,

@@ -5,9 +5,11 @@
     amp-adapters diff --framework mxnet [--dtype float16]   (shared O1 vs the native default)
     amp-adapters demo [--framework mxnet|paddle|both|numpy] [--policy FILE|PRESET] [--steps N]
                       [--plot out.png] [--k-log2 0]
+    amp-adapters doctor [--framework mxnet|paddle] [--model overflow|underflow|reduction]
+                        [--steps N] [--policy FILE|PRESET] [--write fix.toml]
 
-``demo`` is not defined here: installed packages add subcommands through the
-entry-point group ``amp_adapters.commands`` (``amp_demo`` adds ``demo``, see
+``demo`` and ``doctor`` are not defined here: installed packages add subcommands through the
+entry-point group ``amp_adapters.commands`` (``amp_demo`` adds ``demo`` and ``doctor``, see
 setup.cfg), so the core imports no backend, not even lazily.
 
 Every user error (a bad argument, a policy file that does not load or names an
@@ -143,6 +145,7 @@ EXAMPLES = """examples:
   amp-adapters lists --framework paddle
   amp-adapters explain Activation --framework mxnet --attr act_type=softrelu
   amp-adapters demo --framework paddle --steps 200 --plot demo.png
+  amp-adapters doctor --framework mxnet --model overflow --write fix.toml
 """
 
 

@@ -15,6 +15,8 @@ Files:
     paddle_trainer.py  the static-program trainer, through ``paddle_amp``
     table.py, plot.py  the side-by-side table and the figure
     command.py         the ``demo`` subcommand (``register``) and ``python -m amp_demo``
+    doctor_command.py  the ``doctor`` subcommand: the numerics doctor on a planted demo model
+    doctor_models.py   the doctor's demo models (planted overflow / underflow / reduction)
 """
 from .data import DigitsData, digits_data, evaluate
 from .result import OnStep, TrainResult, mode_label

@@ -79,10 +79,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: "argparse._SubParsersAction") -> None:
-    """Add ``demo`` to the ``amp-adapters`` subcommands (the entry point the core looks up)."""
+    """Add ``demo`` to the ``amp-adapters`` subcommands (the entry point the core looks up),
+    and the numerics doctor on the demo's planted models (``doctor_command``)."""
     p = subparsers.add_parser("demo", help=HELP, description=HELP)
     add_arguments(p)
     p.set_defaults(handler=run)
+    from .doctor_command import register as register_doctor  # it imports this module
+    register_doctor(subparsers)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -82,3 +82,61 @@ def real_kernel(dtype: str) -> bool:
     and backward (the backend's probe)."""
     from mxnet_amp.kernels import has_kernel
     return has_kernel("FullyConnected", mx.cpu(), dtype, backward=True)
+
+
+# -- the doctor's demo models (amp_demo.doctor_models: the planted problems) -------------------
+
+from .doctor_models import FACTOR, arrays  # noqa: E402
+
+
+def doctor_model(kind, hybridize=True):
+    """(net, loss_fn) as Gluon blocks with the planted weights."""
+    _, _, params = arrays(kind)
+
+    class Net(gluon.HybridBlock):
+        def __init__(self):
+            super().__init__(prefix="planted_")
+            with self.name_scope():
+                for name, value in params.items():
+                    setattr(self, name, self.params.get(name, shape=value.shape))
+
+        def hybrid_forward(self, F, x, **p):
+            if kind == "reduction":
+                return F.dot(x, p["w"])
+            return F.dot(F.relu(F.dot(x, p["w1"])), p["w2"])
+
+    class Loss(gluon.HybridBlock):
+        def hybrid_forward(self, F, pred, label):
+            d = pred - label
+            return F.mean(d * d) * FACTOR[kind]
+
+    net, loss_fn = Net(), Loss()
+    net.initialize()
+    for name, value in params.items():
+        getattr(net, name).set_data(mx.nd.array(value))
+    if hybridize:
+        net.hybridize()
+        loss_fn.hybridize()
+    return net, loss_fn
+
+
+def run_doctor(kind, policy, steps):
+    """(report, recommendation) of ``mxnet_amp.doctor`` over ``steps`` steps of ``kind``."""
+    import mxnet_amp
+
+    init(policy=policy)
+    try:
+        net, loss_fn = doctor_model(kind)
+        trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 1e-3})
+        init_trainer(trainer)
+        with mxnet_amp.doctor(net, loss_fn, trainer) as dr:
+            for s in range(steps):
+                x, y, _ = arrays(kind, s)
+                with autograd.record():
+                    loss = loss_fn(net(mx.nd.array(x)), mx.nd.array(y))
+                    with scale_loss(loss, trainer) as scaled:
+                        autograd.backward(scaled)
+                trainer.step(1)
+        return dr.report(), dr.recommendation()
+    finally:
+        reset()

@@ -86,3 +86,54 @@ def real_kernel(dtype: str) -> bool:
     on this CPU, forward and backward (the backend's answer, ``lowp_kernels``)."""
     from paddle_amp.kernels import lowp_kernels
     return bool({"matmul_v2", "mul"} & lowp_kernels("CPU", dtype))
+
+
+# -- the doctor's demo models (amp_demo.doctor_models: the planted problems) -------------------
+
+from .doctor_models import B, D, FACTOR, arrays  # noqa: E402
+from .doctor_models import policy as doctor_policy  # noqa: E402
+
+
+def doctor_program(kind, policy=None, optimizer=None):
+    """(main, startup, loss, decorated optimizer, executor) in the legacy program IR, with the
+    planted weights; run ``startup`` is done and ``amp_init`` called."""
+    paddle.enable_static()
+    x0, _, params = arrays(kind)
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+        x = paddle.static.data("x", [B, D], "float32")
+        label = paddle.static.data("label", [B, 1], "float32")
+        p = {n: paddle.static.create_parameter(
+                 v.shape, "float32", name=n,
+                 default_initializer=paddle.nn.initializer.Assign(v)) for n, v in params.items()}
+        if kind == "reduction":
+            pred = x @ p["w"]
+        else:
+            pred = paddle.nn.functional.relu(x @ p["w1"]) @ p["w2"]
+        d = pred - label
+        loss = paddle.mean(d * d) * FACTOR[kind]
+        opt = decorate(optimizer or paddle.optimizer.SGD(1e-3),
+                                  policy=policy or doctor_policy(kind))
+        opt.minimize(loss)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup)
+    opt.amp_init(paddle.CPUPlace())
+    return main, loss, opt, exe
+
+
+def doctor_feed(kind, step):
+    x, y, _ = arrays(kind, step)
+    return {"x": x, "label": y}
+
+
+def run_doctor(kind, policy, steps):
+    """(report, recommendation) of ``paddle_amp.doctor`` over ``steps`` steps of ``kind``."""
+    from paddle_amp.doctor import doctor
+
+    with paddle.static.scope_guard(paddle.static.Scope()):
+        main, loss, opt, exe = doctor_program(kind, policy)
+        with doctor(opt, exe) as dr:
+            for s in range(steps):
+                exe.run(main, feed=doctor_feed(kind, s), fetch_list=[loss])
+    paddle.disable_static()
+    return dr.report(), dr.recommendation()

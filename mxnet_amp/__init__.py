@@ -55,6 +55,7 @@ Files:
     convert.py    convert_symbol / convert_model / convert_hybrid_block / _bucketing_module
     amp.py        the native amp.amp module's names
     loss_scaler.py  LossScaler on the core's state machine and guard
+    doctor.py     doctor(net, loss_fn, trainer): which op goes wrong under AMP, and the fix
 """
 from amp_adapters import (DynamicLossScale, NoOpLossScale, OverflowGuardError, Policy,
                           StaticLossScale)
@@ -66,6 +67,7 @@ from .lists import (list_conditional_fp32_ops, list_fp32_ops, list_loss_output_f
 from .masters import cast_params
 from .patching import active_policy, init, reset
 from .report import cast_report
+from .doctor import doctor
 from .scaling import (init_trainer, last_step_skipped, load_state_dict, loss_scale, scale_loss,
                       state_dict, unscale)
 
@@ -75,7 +77,7 @@ __all__ = [
     "load_checkpoint", "convert_symbol", "convert_model",
     "convert_hybrid_block", "cast_report", "list_lp16_ops", "list_fp32_ops",
     "list_lp16_fp32_ops", "list_conditional_fp32_ops", "list_widest_type_cast",
-    "list_loss_output_functions", "Policy", "DynamicLossScale", "StaticLossScale",
+    "list_loss_output_functions", "doctor", "Policy", "DynamicLossScale", "StaticLossScale",
     "NoOpLossScale", "OverflowGuardError",
 ]
 

@@ -31,6 +31,7 @@ Files:
     rewrite.py    the program rewrite, once over ir/: plan every forward op, insert casts
     scaling.py    loss scaling, once over ir/: unscale, reduce, culprits, skip, update
     state.py      (scaling) the loss-scale state in a scope: read, write all or nothing, guard
+    doctor.py     doctor(optimizer, exe): which op goes wrong under AMP, and the fix
     masters.py    O2: low-precision parameters and their (emulated) float32 masters
     report.py     cast_report of a rewritten program, its forward casts counted in it
     decorator.py  decorate() and OptimizerWithMixedPrecision: the optimizer wrapper
@@ -45,6 +46,7 @@ from . import amp_nn, bf16, debugging, decorator, fp16_lists, fp16_utils  # noqa
 from . import function_overload  # noqa: F401
 from .casting import cast_model_to_fp16, cast_parameters_to_fp16
 from .decorator import OptimizerWithMixedPrecision, decorate
+from .doctor import doctor
 from .guard import fp16_guard
 from .lists import AutoMixedPrecisionLists
 from .report import cast_report
@@ -53,4 +55,4 @@ CustomOpLists = AutoMixedPrecisionLists  # the native alias
 
 __all__ = ["AutoMixedPrecisionLists", "CastReport", "CustomOpLists", "OptimizerWithMixedPrecision",
            "OverflowGuardError", "Policy", "cast_model_to_fp16", "cast_parameters_to_fp16",
-           "cast_report", "decorate", "fp16_guard"]
+           "cast_report", "decorate", "doctor", "fp16_guard"]

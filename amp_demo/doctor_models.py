@@ -1,0 +1,46 @@
+"""The doctor's demo models: a planted numerics problem, the same in MXNet and Paddle (weights
+and data are numpy, so both frameworks see the same values). The Gluon blocks are
+``mxnet_trainer.doctor_model``, the static programs ``paddle_trainer.doctor_program`` (the
+trainers are the only demo modules that import a framework); ``amp-adapters doctor`` runs
+them, the tests use them too.
+
+- ``overflow``: ``relu(x @ w1) @ w2`` with ``|x @ w1|`` ~ 1e5 > float16's 65504: the first
+  matmul's output overflows in fp16.
+- ``underflow``: the same net at normal scale, its loss multiplied by 1e-11: the gradients
+  flush to zero in fp16 at the default loss scale 2**16.
+- ``reduction``: ``x @ w`` with ``w`` a column of ones, a sum over values that cancel
+  (1000.1 - 1000.0 ...): the fp16 rounding of its inputs wipes the result out.
+"""
+import numpy as np
+
+from amp_adapters import Policy
+
+B, D, H = 4, 16, 8
+KINDS = ("overflow", "underflow", "reduction")
+FACTOR = {"overflow": 1.0, "underflow": 1e-11, "reduction": 1e-4}
+PLANTED_CANONICAL = {"overflow": "matmul", "reduction": "matmul"}
+
+
+def policy(kind):
+    """The policy the planted model runs under (fp16 emulated on a CPU)."""
+    return Policy.preset("O1", emulate=True)
+
+
+def arrays(kind, step=0):
+    """(inputs, label, {param: value}) for ``kind``, one batch per ``step``."""
+    rng = np.random.RandomState(step)
+    if kind == "reduction":
+        x = np.tile(np.array([1000.1, -1000.0], np.float32), (B, D // 2))
+        x = (x + rng.uniform(-0.01, 0.01, x.shape)).astype(np.float32)
+        w = np.ones((D, 1), np.float32)
+        label = (x.astype(np.float64).sum(axis=1, keepdims=True)).astype(np.float32)
+        return x, label, {"w": w}
+    p = np.random.RandomState(42)
+    x = rng.uniform(1.0, 2.0, (B, D)).astype(np.float32)
+    if kind == "overflow":
+        w1 = p.uniform(4000.0, 5000.0, (D, H)).astype(np.float32)
+        w2 = p.uniform(-1e-5, 1e-5, (H, 1)).astype(np.float32)
+    else:
+        w1 = p.uniform(-0.5, 0.5, (D, H)).astype(np.float32)
+        w2 = p.uniform(-0.5, 0.5, (H, 1)).astype(np.float32)
+    return x, np.zeros((B, 1), np.float32), {"w1": w1, "w2": w2}

@@ -1,0 +1,342 @@
+"""``doctor``: which op of a Gluon model goes wrong under AMP, and the policy that fixes it.
+
+    amp.init(policy="O1", emulate=True)
+    with amp.doctor(net, loss_fn, trainer) as dr:
+        for x, y in batches[:3]:                 # a few of your own steps, unchanged
+            with autograd.record():
+                loss = loss_fn(net(x), y)
+            with amp.scale_loss(loss, trainer) as scaled:
+                autograd.backward(scaled)
+            trainer.step(x.shape[0])
+    print(dr.report())                           # per op: range, overflow, error vs float32
+    dr.recommendation().write("fixed.toml")      # policy= accepts it unchanged
+
+While the ``with`` block runs, a forward pre-hook on ``net`` and on ``loss_fn``
+captures each batch (nothing else: the hooks exist only inside the block, so
+the doctor costs nothing when it is off). Per batch, the graph ``init``'s
+policy gives ``loss_fn(net(x), y)`` (traced once, for hybridized and
+imperative blocks alike) runs op by op on copies of the current parameters,
+forward and backward at the trainer's loss scale, and so does the same graph
+without its AMP casts (float32); the core (``amp_adapters.doctor``) turns the
+values into the report and the recommendation. On exit the parameters, their
+gradients, the trainer's optimizer state and the loss-scale state are put back
+bit for bit as they were when the block was entered.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any, Optional
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd
+from mxnet.gluon import HybridBlock
+
+from amp_adapters import Policy
+from amp_adapters.doctor import DoctorReport, Recommendation, Recorder, recommend
+from amp_adapters.dtypes import FLOAT_DTYPES
+from amp_adapters.policy import PolicyLike, resolve_policy
+
+from . import patching, scaling
+from ._mx import dtype_name
+from .active import active_policy
+from .graph import nodes, plan_graph
+from .report import block_context
+
+_CASTS = ("amp_cast", "amp_multicast")
+
+
+class Doctor:
+    """The doctor of one model: collects batches while its ``with`` block runs."""
+
+    def __init__(self, net: HybridBlock, loss_fn: HybridBlock, trainer: Any = None, *,
+                 policy: Optional[PolicyLike] = None, max_steps: int = 8) -> None:
+        for what, block in (("net", net), ("loss_fn", loss_fn)):
+            if not isinstance(block, HybridBlock):
+                raise TypeError(f"mxnet_amp.doctor: {what} must be a gluon HybridBlock (it is "
+                                f"traced once for the analysis), got {type(block).__name__}")
+        chosen = resolve_policy(policy) if policy is not None else active_policy()
+        if chosen is None or not chosen.enabled:
+            raise RuntimeError("mxnet_amp.doctor: call mxnet_amp.init(...) first: the doctor "
+                               "examines the graph that init's policy gives your model")
+        if policy is not None and chosen != active_policy():
+            raise RuntimeError("mxnet_amp.doctor: policy= differs from the policy init() "
+                               "installed; the doctor examines the graph that runs")
+        self.net, self.loss_fn, self.trainer, self.policy = net, loss_fn, trainer, chosen
+        self.max_steps = max_steps
+        self._recorder = Recorder("mxnet", chosen.dtype, emulated=False,
+                                  max_scale=getattr(chosen.loss_scale, "max_scale", 2.0 ** 24))
+        self._handles: list = []
+        self._pending: Optional[tuple] = None
+        self._busy = False
+        self._emulated = False
+        self.steps = 0
+
+    # -- the with block ----------------------------------------------------------------------
+
+    def __enter__(self) -> "Doctor":
+        self._saved = _snapshot(self.net, self.trainer)
+        self._handles = [self.net.register_forward_pre_hook(self._on_net),
+                         self.loss_fn.register_forward_pre_hook(self._on_loss)]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for h in self._handles:
+            h.detach()
+        self._handles = []
+        _restore(self.net, self.trainer, self._saved)
+
+    def _on_net(self, block: Any, args: tuple) -> None:
+        if not self._busy and args and isinstance(args[0], mx.nd.NDArray):
+            self._pending = args
+
+    def _on_loss(self, block: Any, args: tuple) -> None:
+        if self._busy or self._pending is None or self.steps >= self.max_steps:
+            return
+        data, self._pending = self._pending, None
+        self._busy = True
+        try:
+            with autograd.pause():
+                self.examine(data, args[1:])
+        finally:
+            self._busy = False
+
+    # -- the analysis --------------------------------------------------------------------------
+
+    def examine(self, data: tuple, labels: tuple, scale: Optional[float] = None) -> None:
+        """Run one batch through the AMP graph and through float32, op by op, and record it.
+        (The hooks call this; call it yourself to examine a batch outside a training step.)"""
+        if scale is None:
+            scale = _current_scale(self.trainer, self.policy)
+        amp_sym, names = self._trace(len(data), len(labels))
+        ref_sym = mx.sym.load_json(amp_sym.tojson())  # the same graph, AMP casts taken out
+        params = {n: p.data() for n, p in self.net.collect_params().items()}
+        params.update({n: p.data() for n, p in self.loss_fn.collect_params().items()})
+        feed = {**dict(zip(names, (*data, *labels))), **params}
+        ctx = block_context(self.net)
+        known = {n: dtype_name(v.dtype) for n, v in feed.items()}
+        plan = plan_graph(amp_sym, known, self.policy, ctx)
+        self._emulated = self._emulated or any(d.emulated for d in plan)
+        self._recorder.emulated = self._emulated
+        amp_vals, amp_grads, order, amp_bwd = _run(amp_sym, feed, scale)
+        ref_vals, ref_grads, _, ref_bwd = _run(ref_sym, feed, scale)
+        rec = self._recorder
+        rec.begin_step(scale)
+        origin: dict[str, str] = {}
+        seen_as: dict[str, str] = {}  # op output entry -> the last entry derived from it by casts
+        for n, outs_in in order:
+            if n.op in _CASTS:
+                for k, o in enumerate(n.outputs):
+                    src = n.inputs[k if n.op == "amp_multicast" else 0]
+                    origin[o] = origin.get(src, src)
+                    seen_as[origin[o]] = o
+        decisions = iter(plan)
+        lowered: dict[str, bool] = {}
+        for n, _ in order:
+            if n.op in _CASTS:
+                continue
+            d = next(decisions)
+            lowered[n.name] = d.precision in ("float16", "bfloat16")
+            ins = [e for e in n.inputs if _is_float(amp_vals.get(e))]
+            out = n.outputs[0]
+            rec.forward(n.name, n.op, d.canonical, d.category, d.precision, d.emulated,
+                        output=_np(amp_vals[seen_as.get(out, out)]),
+                        reference=_np(ref_vals[out]),
+                        inputs=[_np(amp_vals[e]) for e in ins],
+                        input_refs=[_np(ref_vals[origin.get(e, e)]) for e in ins],
+                        raw=_np(amp_vals[out]))
+        owner = _cast_owners(order, origin)
+        for name, grads in amp_bwd:
+            if owner.get(name):
+                rec.backward(owner[name], [g for _, g in grads])
+        inputs = set(names)  # the data and labels: their gradients feed no update
+        trainable = [n for n, p in self.net.collect_params().items() if p.grad_req != "null"]
+        rec.gradients({n: amp_grads[n] / scale for n in trainable if n in amp_grads},
+                      {n: ref_grads[n] / scale for n in trainable if n in ref_grads},
+                      [g / scale for name, gs in ref_bwd if lowered.get(name)
+                       for e, g in gs if e not in inputs])
+        rec.end_step()
+        self.steps += 1
+
+    def _trace(self, n_data: int, n_labels: int) -> tuple[mx.sym.Symbol, list[str]]:
+        """The symbol of ``loss_fn(net(data...), labels...)`` as ``init``'s patched ops build
+        it: the casts the AMP run has. Traced under a fresh name manager (stable node names)
+        with its own parameter-cast cache, as a hybridized block's trace has."""
+        names = [f"data{i}" for i in range(n_data)] + [f"label{i}" for i in range(n_labels)]
+        syms = [mx.sym.var(n) for n in names]
+        saved = patching._trace.casts
+        patching._trace.casts = {}
+        self._busy = True
+        try:
+            with mx.name.NameManager():
+                out = self.net(*syms[:n_data])
+                loss = self.loss_fn(out, *syms[n_data:])
+        finally:
+            patching._trace.casts = saved
+            self._busy = False
+        return loss, names
+
+    # -- results -------------------------------------------------------------------------------
+
+    def report(self) -> DoctorReport:
+        """What the doctor saw so far (``print`` it for the table)."""
+        if not self.steps:
+            raise RuntimeError("mxnet_amp.doctor saw no step: run net(x) and loss_fn(out, y) "
+                               "inside the with block (or call examine(data, labels))")
+        return self._recorder.report()
+
+    def recommendation(self) -> Recommendation:
+        """The policy with the findings applied, as data and as TOML (``.write(path)``)."""
+        return recommend(self.report(), self.policy)
+
+
+def doctor(net: HybridBlock, loss_fn: HybridBlock, trainer: Any = None, *,
+           policy: Optional[PolicyLike] = None, max_steps: int = 8) -> Doctor:
+    """A context manager that examines up to ``max_steps`` of your own training steps of
+    ``net`` with ``loss_fn`` (see the module docstring); ``trainer`` (optional) gives the
+    current loss scale and has its state restored on exit."""
+    return Doctor(net, loss_fn, trainer, policy=policy, max_steps=max_steps)
+
+
+# -- running a graph op by op -------------------------------------------------------------------
+
+def _is_float(x: Any) -> bool:
+    return x is not None and dtype_name(x.dtype) in FLOAT_DTYPES
+
+
+def _np(x: mx.nd.NDArray) -> np.ndarray:
+    return x.astype("float32").asnumpy() if dtype_name(x.dtype) != "float32" else x.asnumpy()
+
+
+def _cast_owners(order: list, origin: dict) -> dict[str, Optional[str]]:
+    """{node name: the op its backward is reported under}: an op is its own; a cast of an
+    op's output (emulation's output rounding) belongs to that op, a cast of a variable (a
+    weight, the data) to the first op that reads it."""
+    made_by = {e: n.name for n, _ in order if n.op not in _CASTS for e in n.outputs}
+    owner: dict[str, Optional[str]] = {n.name: n.name for n, _ in order if n.op not in _CASTS}
+    for n, _ in order:
+        if n.op not in _CASTS:
+            continue
+        src = origin.get(n.outputs[0], n.inputs[0])
+        owner[n.name] = made_by.get(src) or next(
+            (m.name for m, _ in order if m.op not in _CASTS and
+             any(origin.get(e, e) == src for e in m.inputs)), None)
+    return owner
+
+
+def _run(sym: mx.sym.Symbol, feed: dict, scale: float):
+    """Run ``sym`` op by op on copies of ``feed``, forward then backward from its outputs with
+    head gradient ``scale``. Returns ({entry: value}, {variable: gradient}, [(node, outputs)]
+    in forward order, [(node name, [(input entry, its gradient)])] in backward order)."""
+    values: dict[str, mx.nd.NDArray] = {}
+    recorded: list = []
+    for n in nodes(sym):
+        if n.op == "null":
+            values[n.name] = feed[n.name].copy()
+            continue
+        leaves = []
+        for e in n.inputs:
+            leaf = values[e].detach()
+            if _is_float(leaf):
+                leaf.attach_grad()
+            leaves.append(leaf)
+        op = mx.nd.CachedOp(n.symbol._gen_atomic_symbol()(
+            *[mx.sym.var(f"in{i}") for i in range(len(leaves))], name=n.name))
+        with autograd.record():
+            out = op(*leaves)
+        outs = out if isinstance(out, (list, tuple)) else [out]
+        for e, o in zip(n.outputs, outs):
+            values[e] = o
+        recorded.append((n, leaves, outs))
+    grads: dict[str, mx.nd.NDArray] = {}
+    for h in sym.list_outputs():
+        grads[h] = mx.nd.ones_like(values[h]) * scale
+    backward = []
+    for n, leaves, outs in reversed(recorded):
+        heads = [(o, grads.get(e)) for e, o in zip(n.outputs, outs)]
+        heads = [(o, g) for o, g in heads if g is not None]
+        if not heads or not any(_is_float(x) for x in leaves):
+            continue
+        autograd.backward([o for o, _ in heads], head_grads=[g for _, g in heads])
+        outputs = []
+        for e, leaf in zip(n.inputs, leaves):
+            if leaf.grad is None:
+                continue
+            g = leaf.grad.copy()
+            outputs.append((e, g.asnumpy()))
+            grads[e] = g if e not in grads else grads[e] + g
+        backward.append((n.name, outputs))
+    var_grads = {n: grads[n].asnumpy() for n in sym.list_arguments() if n in grads}
+    return values, var_grads, [(n, outs) for n, _, outs in recorded], backward
+
+
+def _current_scale(trainer: Any, policy: Policy) -> float:
+    if trainer is not None:
+        try:
+            return float(getattr(scaling.loss_scale(trainer), "scale", 1.0))
+        except Exception:  # noqa: BLE001 - a trainer without init_trainer: unscaled
+            return 1.0
+    return float(getattr(policy.loss_scale, "scale", 1.0))
+
+
+# -- state: put back exactly what was there -----------------------------------------------------
+
+def _snapshot(net: HybridBlock, trainer: Any) -> dict:
+    params = {}
+    for name, p in net.collect_params().items():
+        try:
+            data = [d.copy() for d in p.list_data()]
+        except Exception:  # noqa: BLE001 - not initialized yet: nothing to restore
+            continue
+        grads = [g.copy() for g in p.list_grad()] if p.grad_req != "null" else []
+        params[name] = (data, grads)
+    state: dict = {"params": params, "trainer": None, "amp": None}
+    if trainer is not None:
+        try:
+            state["amp"] = scaling.state_dict(trainer)
+        except Exception:  # noqa: BLE001 - no loss scaling on this trainer
+            state["amp"] = None
+        opt = trainer._optimizer
+        state["counts"] = (dict(opt._index_update_count), opt.num_update)
+        if trainer._kv_initialized:
+            fd, path = tempfile.mkstemp(suffix=".states")
+            os.close(fd)
+            try:
+                trainer.save_states(path)
+                with open(path, "rb") as fh:
+                    state["trainer"] = fh.read()
+            finally:
+                os.remove(path)
+    return state
+
+
+def _restore(net: HybridBlock, trainer: Any, state: dict) -> None:
+    for name, p in net.collect_params().items():
+        if name not in state["params"]:
+            continue
+        data, grads = state["params"][name]
+        for dst, src in zip(p.list_data(), data):
+            src.copyto(dst)
+        if p.grad_req != "null":
+            for dst, src in zip(p.list_grad(), grads):
+                src.copyto(dst)
+    if trainer is not None:
+        if state["trainer"] is not None:
+            fd, path = tempfile.mkstemp(suffix=".states")
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(state["trainer"])
+                trainer.load_states(path)
+            finally:
+                os.remove(path)
+        else:  # no step had run: no optimizer state to keep
+            for u in trainer._updaters:
+                u.states.clear()
+                u.states_synced.clear()
+        opt = trainer._optimizer
+        opt._index_update_count.clear()
+        opt._index_update_count.update(state["counts"][0])
+        opt.num_update = state["counts"][1]
+        if state["amp"] is not None:
+            scaling.load_state_dict(trainer, state["amp"])

@@ -1,0 +1,258 @@
+"""``doctor``: which op of a static program goes wrong under AMP, and the policy that fixes it.
+
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.01), policy="O1", emulate=True)
+    opt.minimize(loss); exe.run(startup); opt.amp_init(place)
+    with paddle_amp.doctor(opt, exe) as dr:
+        for feed in batches[:3]:                 # a few of your own steps, unchanged
+            exe.run(main, feed=feed, fetch_list=[loss])
+    print(dr.report())                           # per op: range, overflow, error vs float32
+    dr.recommendation().write("fixed.toml")      # policy= accepts it unchanged
+
+While the ``with`` block runs, ``exe.run`` of this executor (this one object,
+nothing global) first hands each feed of the decorated program to the doctor,
+which runs the program's forward and backward ops (no optimizer, no
+loss-scale update) in a scratch scope on copies of the current persistables,
+fetching every op's output, and the same ops with the AMP casts made float32;
+the core (``amp_adapters.doctor``) turns the values into the report and the
+recommendation. On exit every persistable of the program (parameters,
+optimizer state, the loss-scale state) is put back bit for bit as it was.
+
+The IR-specific part is the two helpers at the end, ``_program_ops`` and
+``_float32_twin``: the legacy program IR only for now; a PIR program is
+refused with a clear error.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import numpy as np
+import paddle
+from paddle.base import core
+
+from amp_adapters.doctor import DoctorReport, Recommendation, Recorder, recommend
+
+from .env import program_ir
+from .report import cast_report
+from .ir.legacy import is_forward
+
+_ROLE = core.op_proto_and_checker_maker.kOpRoleAttrName()
+_BACKWARD = int(core.op_proto_and_checker_maker.OpRole.Backward)
+_OPTIMIZE = int(core.op_proto_and_checker_maker.OpRole.Optimize) | int(
+    core.op_proto_and_checker_maker.OpRole.LRSched)
+_IO = frozenset({"feed", "fetch", "fetch_v2", "read", "create_py_reader"})
+_FLOAT = (core.VarDesc.VarType.FP32, core.VarDesc.VarType.FP16, core.VarDesc.VarType.BF16,
+          core.VarDesc.VarType.FP64)
+_LOW = (core.VarDesc.VarType.FP16, core.VarDesc.VarType.BF16)
+
+
+class Doctor:
+    """The doctor of one decorated program: examines the steps ``exe`` runs in its block."""
+
+    def __init__(self, optimizer: Any, exe: Any, scope: Any = None, max_steps: int = 8) -> None:
+        program = getattr(optimizer, "_train_program", None)
+        if program is None:
+            raise RuntimeError("paddle_amp.doctor: pass the paddle_amp-decorated optimizer "
+                               "after minimize() built its program")
+        if program_ir(program) == "pir":
+            raise NotImplementedError(
+                "paddle_amp.doctor examines legacy-IR programs for now; build the program with "
+                "FLAGS_enable_pir_api=0 (paddle.framework.set_flags) to examine it")
+        if not optimizer.policy.enabled:
+            raise RuntimeError("paddle_amp.doctor: the policy is O0 (float32): nothing to examine")
+        self.optimizer, self.exe, self.program = optimizer, exe, program
+        self.scope = scope or paddle.static.global_scope()
+        self.policy = optimizer.policy
+        self.max_steps = max_steps
+        ls = self.policy.loss_scale
+        self._recorder = Recorder("paddle", self.policy.dtype, emulated=False,
+                                  max_scale=getattr(ls, "max_scale", 2.0 ** 24))
+        self.steps = 0
+
+    # -- the with block ----------------------------------------------------------------------
+
+    def __enter__(self) -> "Doctor":
+        self._saved = _persistables(self.program, self.scope)
+        original = self.exe.run
+
+        def run(program=None, feed=None, *args: Any, **kwargs: Any):
+            target = getattr(program, "_program", program)
+            if target is self.program and feed and self.steps < self.max_steps:
+                self.examine(feed)
+            return original(program, feed, *args, **kwargs)
+
+        self.exe.run = run
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.exe.__dict__.pop("run", None)
+        place = _place(self.exe)
+        for name, value in self._saved.items():
+            var = self.scope.find_var(name)
+            if var is not None:
+                var.get_tensor().set(value, place)
+
+    # -- the analysis --------------------------------------------------------------------------
+
+    def examine(self, feed: dict) -> None:
+        """Run one feed through the AMP program and its float32 twin, op by op, and record it."""
+        scale = float(getattr(self.optimizer.loss_scale(self.scope), "scale", 1.0))
+        prog, forward, backward = _program_ops(self.program)
+        twin = _float32_twin(prog)
+        names = sorted({n for op in (*forward, *backward)
+                        for n in (*op.output_arg_names, *op.input_arg_names)
+                        if n not in feed and _fetchable(prog, n)})
+        amp = _run(self.exe, prog, feed, names, self.program, self.scope)
+        ref = _run(self.exe, twin, feed, names, self.program, self.scope)
+        decisions = iter(cast_report(self.program).decisions)
+        origin: dict[str, str] = {}
+        seen_as: dict[str, str] = {}
+        made_by: dict[str, str] = {}
+        lowered: dict[str, bool] = {}
+        rec = self._recorder
+        rec.begin_step(scale)
+        for op in forward:  # the rewrite's casts: which value each one carries
+            if _inserted_cast(op):
+                src, out = op.input("X")[0], op.output("Out")[0]
+                origin[out] = origin.get(src, src)
+                seen_as[origin[out]] = out
+        for i, op in enumerate(forward):
+            if _inserted_cast(op):
+                continue
+            d = next(decisions, None)
+            if d is None:  # past the planned ops: the loss scaling's own multiply
+                continue
+            name = f"{op.type}_{i}"
+            for n in op.output_arg_names:
+                made_by[n] = name
+            lowered[name] = d.precision in ("float16", "bfloat16")
+            outs = [n for s in op.output_names if s != "XShape" for n in op.output(s)
+                    if n in amp]
+            if not outs:
+                continue
+            raw = outs[0]
+            ins = [n for n in op.input_arg_names if n in amp or n in feed]
+            rec.forward(name, op.type, d.canonical, d.category, d.precision, d.emulated,
+                        output=amp[seen_as.get(raw, raw)], reference=ref[raw], raw=amp[raw],
+                        inputs=[_value(amp, feed, n) for n in ins],
+                        input_refs=[_value(ref, feed, origin.get(n, n)) for n in ins])
+        if any(d_emulated for d_emulated in (r.emulated for r in rec._ops.values())):
+            rec.emulated = True
+        first_consumer: dict[str, str] = {}
+        for i, op in enumerate(forward):
+            if not _inserted_cast(op):
+                for n in op.input_arg_names:
+                    first_consumer.setdefault(origin.get(n, n), f"{op.type}_{i}")
+        bwd_ref = []
+        for op in backward:
+            grads_in = [n[:-len("@GRAD")] for n in op.input_arg_names if n.endswith("@GRAD")]
+            fwd = next((origin.get(n, n) for n in grads_in), None)
+            owner = made_by.get(fwd) or first_consumer.get(fwd) if fwd else None
+            outs = [amp[n] for n in op.output_arg_names if n in amp]
+            if owner:
+                rec.backward(owner, outs)
+                if lowered.get(owner):
+                    bwd_ref += [ref[n] / scale for n in op.output_arg_names if n in ref]
+        params = [p.name for p in self.program.global_block().all_parameters()
+                  if p.trainable and f"{p.name}@GRAD" in amp]
+        rec.gradients({p: amp[f"{p}@GRAD"] / scale for p in params},
+                      {p: ref[f"{p}@GRAD"] / scale for p in params}, bwd_ref)
+        rec.end_step()
+        self.steps += 1
+
+    def report(self) -> DoctorReport:
+        if not self.steps:
+            raise RuntimeError("paddle_amp.doctor saw no step: run the decorated program with "
+                               "exe.run(main, feed=...) inside the with block")
+        return self._recorder.report()
+
+    def recommendation(self) -> Recommendation:
+        return recommend(self.report(), self.policy)
+
+
+def doctor(optimizer: Any, exe: Any, scope: Any = None, max_steps: int = 8) -> Doctor:
+    """A context manager that examines up to ``max_steps`` of your own steps of the program
+    ``optimizer`` (a paddle_amp-decorated optimizer) built, as ``exe`` runs them."""
+    return Doctor(optimizer, exe, scope, max_steps)
+
+
+def _inserted_cast(op) -> bool:
+    """A cast the rewrite inserted: its input or output carries one of the rewrite's name
+    suffixes (``.cast_fp16``, ``.emul_fp16``, ``.emul``, ``.raw``)."""
+    return op.type == "cast" and any(
+        s in op.input("X")[0] + "|" + op.output("Out")[0] for s in (".cast_", ".emul", ".raw"))
+
+
+def _value(vals: dict, feed: dict, name: str) -> np.ndarray:
+    return vals[name] if name in vals else np.asarray(feed[name])
+
+
+def _persistables(program, scope) -> dict[str, np.ndarray]:
+    out = {}
+    for var in program.list_vars():
+        if var.persistable and scope.find_var(var.name) is not None:
+            t = scope.find_var(var.name).get_tensor()
+            try:
+                out[var.name] = np.array(t).copy()
+            except (RuntimeError, ValueError, TypeError):  # not initialised: nothing to keep
+                continue
+    return out
+
+
+def _place(exe):
+    """Where ``exe`` runs (values are put back there)."""
+    return getattr(exe, "place", None) or paddle.CPUPlace()
+
+
+def _fetchable(prog, name: str) -> bool:
+    var = prog.global_block()._find_var_recursive(name)
+    return (var is not None and var.type == core.VarDesc.VarType.LOD_TENSOR and
+            var.dtype in _FLOAT and not name.endswith("XShape"))
+
+
+def _run(exe, prog, feed: dict, names: list, program, scope) -> dict[str, np.ndarray]:
+    """Run ``prog`` on copies of ``program``'s persistables in a scratch scope; every fetched
+    value as float32 numpy."""
+    scratch = paddle.static.Scope()
+    place = _place(exe)
+    for name, value in _persistables(program, scope).items():
+        scratch.var(name).get_tensor().set(value, place)
+    vals = type(exe).run(exe, prog, feed=feed, fetch_list=names, scope=scratch, return_numpy=True)
+    return {n: np.asarray(v, dtype=np.float32) for n, v in zip(names, vals)}
+
+
+# -- IR-specific (legacy program IR): these two move into the IR layer ----------------------------
+
+def _program_ops(program):
+    """(a clone of ``program`` with only its forward and backward ops, [its forward ops in
+    execution order], [its backward ops in execution order]). The optimizer and the
+    loss-scale update are dropped, so running the clone changes no persistable."""
+    prog = program.clone()
+    block = prog.global_block()
+    for i in reversed(range(len(block.ops))):
+        op = block.ops[i]
+        role = int(op.attr(_ROLE)) if op.has_attr(_ROLE) else 0
+        if role & _OPTIMIZE or op.type in _IO:
+            block._remove_op(i)
+    block._sync_with_cpp()
+    forward = [op for op in block.ops if is_forward(op)]
+    backward = [op for op in block.ops if not is_forward(op) and
+                int(op.attr(_ROLE)) & _BACKWARD]
+    return prog, forward, backward
+
+
+def _float32_twin(prog):
+    """``prog`` with every low-precision var made float32 and its casts made identities: the
+    same ops, in float32 (names unchanged, so values line up with the AMP run's)."""
+    twin = prog.clone()
+    block = twin.global_block()
+    for var in block.vars.values():
+        if var.type == core.VarDesc.VarType.LOD_TENSOR and var.dtype in _LOW:
+            var.desc.set_dtype(core.VarDesc.VarType.FP32)
+    for op in block.ops:
+        if op.type == "cast":
+            for attr, slot in (("in_dtype", "X"), ("out_dtype", "Out")):
+                var = block._find_var_recursive(op.input(slot)[0] if slot == "X"
+                                                else op.output(slot)[0])
+                if var is not None and var.dtype in _FLOAT:
+                    op._set_attr(attr, var.dtype)
+    return twin

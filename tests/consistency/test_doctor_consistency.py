@@ -1,0 +1,65 @@
+"""The same planted model gives the same finding, and the same recommended policy, in MXNet
+and in Paddle (fp16 emulated on this CPU in both)."""
+import importlib.util
+from pathlib import Path
+
+import mxnet as mx
+import paddle
+import pytest
+from mxnet import autograd, gluon
+
+import mxnet_amp
+from mxnet_amp.doctor import doctor as mx_doctor
+from paddle_amp.doctor import doctor as pd_doctor
+
+_spec = importlib.util.spec_from_file_location(
+    "doctor_planted", Path(__file__).resolve().parents[1] / "doctor_planted.py")
+P = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(P)
+
+
+def _mxnet(kind):
+    mxnet_amp.init(policy=P.policy(kind))
+    net, loss_fn = P.mxnet_model(kind)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 1e-3})
+    mxnet_amp.init_trainer(trainer)
+    with mx_doctor(net, loss_fn, trainer) as dr:
+        for s in range(2):
+            x, y, _ = P.arrays(kind, s)
+            with autograd.record():
+                loss = loss_fn(net(mx.nd.array(x)), mx.nd.array(y))
+                with mxnet_amp.scale_loss(loss, trainer) as scaled:
+                    autograd.backward(scaled)
+            trainer.step(1)
+    mxnet_amp.reset()
+    return dr
+
+
+def _paddle(kind):
+    with paddle.static.scope_guard(paddle.static.Scope()):
+        main, loss, opt, exe = P.paddle_model(kind)
+        with pd_doctor(opt, exe) as dr:
+            for s in range(2):
+                exe.run(main, feed=P.paddle_feed(kind, s), fetch_list=[loss])
+    paddle.disable_static()
+    return dr
+
+
+def _finding(rep, f):
+    index = rep.op_named(f.name).index if f.op else None
+    return (f.kind, f.canonical, f.action, f.value, index)
+
+
+@pytest.mark.parametrize("kind", P.KINDS)
+def test_the_same_planted_model_gives_the_same_finding(kind):
+    m, p = _mxnet(kind), _paddle(kind)
+    rm, rp = m.report(), p.report()
+    assert [_finding(rm, f) for f in rm.findings()] == [_finding(rp, f) for f in rp.findings()]
+    assert rm.findings(), "the planted problem must be found"
+    assert m.recommendation().policy == p.recommendation().policy
+    assert [s.overflow for s in rm.steps] == [s.overflow for s in rp.steps]
+    assert [(r.canonical, r.precision, r.emulated) for r in rm.ops] == \
+        [(r.canonical, r.precision, r.emulated) for r in rp.ops]
+    if kind in P.PLANTED_CANONICAL:
+        first = rm.findings()[0]
+        assert first.canonical == P.PLANTED_CANONICAL[kind] and rm.op_named(first.name).index == 0

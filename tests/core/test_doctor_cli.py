@@ -1,0 +1,27 @@
+"""``amp-adapters doctor`` on a demo model: a readable report and a policy file that loads."""
+import pytest
+
+from amp_adapters import Policy, cli
+
+pytest.importorskip("mxnet")
+from amp_demo import doctor_command  # noqa: E402
+
+DOCTOR = {"doctor": doctor_command.register}  # also added by the demo entry point
+
+
+def test_doctor_prints_the_report_and_writes_the_fix(tmp_path, capsys):
+    fix = tmp_path / "fix.toml"
+    assert cli.main(["doctor", "--framework", "mxnet", "--model", "overflow", "--write",
+                     str(fix)], commands=DOCTOR) == 0
+    out = capsys.readouterr().out
+    assert "fp16 EMULATED" in out and "first non-finite forward op: planted_dot0" in out
+    assert "1. planted_dot0: move 'matmul' to fp32" in out
+    assert "matmul" in Policy.from_file(fix).ops.fp32
+    assert max(len(line) for line in out.splitlines() if not line.startswith(("  \"", "#"))) \
+        < 200  # a terminal table, not a dump
+
+
+def test_doctor_rejects_an_unknown_model(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["doctor", "--model", "nan"], commands=DOCTOR)
+    assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err

@@ -1,0 +1,114 @@
+"""The doctor's core: range statistics, findings in order, the recommended policy file."""
+import math
+import tomllib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amp_adapters import OpLists, Policy
+from amp_adapters.doctor import (Recorder, flush_fraction, policy_toml, range_stats, recommend,
+                                 relative_error, scale_for_gradients)
+
+finite32 = st.floats(allow_nan=False, allow_infinity=False, width=32)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(finite32, min_size=1, max_size=40))
+def test_range_stats_agree_with_a_real_float16_cast(values):
+    x = np.array(values, np.float32)
+    r = range_stats(x, "float16")
+    with np.errstate(over="ignore"):
+        h = x.astype(np.float16)
+    assert r.overflow == pytest.approx(np.isinf(h).sum() / x.size)
+    assert r.flush_zero == pytest.approx(((h == 0) & (x != 0)).sum() / x.size)
+    assert r.max_abs == pytest.approx(float(np.abs(x).max()))
+    assert r.nonfinite == 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.floats(1e-30, 1.0), min_size=1, max_size=30),
+       st.integers(0, 40))
+def test_flush_fraction_agrees_with_scaling_then_casting(values, exp):
+    g = np.array(values, np.float32)
+    scale = 2.0 ** exp
+    expect = ((g.astype(np.float64) * scale).astype(np.float16) == 0).sum() / g.size
+    assert flush_fraction(g, scale, "float16") == pytest.approx(expect)
+
+
+def test_scale_for_gradients_is_the_smallest_power_of_two_that_keeps_them():
+    g = np.full(10, 1e-13)
+    s = scale_for_gradients([g], "float16", 2.0 ** 24)
+    assert flush_fraction(g, s, "float16") == 0 and flush_fraction(g, s / 2, "float16") == 1
+    assert scale_for_gradients([np.full(3, 1e-20)], "float16", 2.0 ** 24) is None
+
+
+def test_relative_error():
+    assert relative_error(np.ones(3), np.ones(3)) == 0
+    assert relative_error(np.array([np.inf, 1]), np.ones(2)) == math.inf
+    assert relative_error(np.array([2.0]), np.array([1.0])) == 1.0
+    with pytest.raises(ValueError, match="shapes differ"):
+        relative_error(np.ones(2), np.ones(3))
+
+
+def _planted_report():
+    """One step: a matmul overflows, a sum adds error, a weight's gradient underflows."""
+    r = Recorder("mxnet", "float16", emulated=True)
+    r.begin_step(2.0 ** 16)
+    raw = np.array([1e5, 1.0], np.float32)
+    r.forward("relu0", "relu", "relu", "follow", "float32", False, np.ones(2), np.ones(2))
+    r.forward("dot0", "dot", "matmul", "lower", "float16", True, np.array([np.inf, 1.0]), raw,
+              inputs=[np.ones(2)], input_refs=[np.ones(2)], raw=raw)
+    r.forward("sum0", "sum", "sum", "lower", "float16", True, np.array([0.0]), np.array([1.0]))
+    r.backward("dot0", [np.array([np.nan])])
+    r.gradients({"w": np.zeros(2), "b": np.array([np.nan])},
+                {"w": np.array([1e-13, 2e-13]), "b": np.array([1.0])})
+    r.end_step()
+    return r.report()
+
+
+def test_findings_name_the_first_non_finite_op_first():
+    rep = _planted_report()
+    kinds = [(f.kind, f.name, f.action) for f in rep.findings()]
+    assert kinds[0] == ("overflow", "dot0", "fp32")
+    assert ("precision", "sum0", "fp32") in kinds
+    under = [f for f in rep.findings() if f.kind == "underflow"][0]
+    assert under.action == "loss_scale" and flush_fraction([1e-13], under.value, "float16") == 0
+    step = rep.steps[0]
+    assert step.overflow and step.first_forward == "dot0" and step.nonfinite_params == ("b",)
+    text = rep.format()
+    assert "EMULATED" in text and "dot0" in text and "first non-finite forward op: dot0" in text
+
+
+@pytest.mark.parametrize("base", ["O1", "mxnet-native", "O2"])
+def test_the_recommendation_loads_back_unchanged(base, tmp_path):
+    policy = Policy.preset(base, emulate=True, ops=OpLists(lower=frozenset({"sum"})))
+    rec = recommend(_planted_report(), policy)
+    path = tmp_path / "fix.toml"
+    rec.write(path)
+    loaded = Policy.from_file(path)
+    assert loaded == rec.policy
+    assert {"matmul", "sum"} <= loaded.ops.fp32 and "sum" not in loaded.ops.lower
+    assert loaded.loss_scale.scale == 2.0 ** 19
+    text = path.read_text()
+    assert "# overflow: dot output reaches" in text and "# precision: sum" in text
+
+
+op_names = st.sampled_from(["matmul", "sum", "exp", "softmax", "relu", "gelu", "add"])
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["O1", "O2", "O1-bf16", "mxnet-native"]), st.booleans(),
+       st.dictionaries(op_names, st.sampled_from(["lower", "fp32", "promote", "follow"]),
+                       max_size=5),
+       st.integers(0, 24))
+def test_policy_toml_round_trips_through_the_core_loader(base, emulate, cats, exp):
+    ops = OpLists(**{c: frozenset(n for n, k in cats.items() if k == c)
+                     for c in ("lower", "fp32", "promote", "follow")})
+    policy = Policy.preset(base, emulate=emulate, ops=ops)
+    if policy.dtype == "float16":
+        from amp_adapters import DynamicLossScale
+        policy = policy.replace(loss_scale=DynamicLossScale(scale=2.0 ** exp, growth_interval=7))
+    text = policy_toml(policy, {"ops": {n: "why # not a key = 1" for n in cats}})
+    assert Policy.from_dict(tomllib.loads(text)) == policy

@@ -1,0 +1,170 @@
+"""mxnet_amp.doctor on models with a planted problem: it names the op, its policy fixes the run,
+and the model, the trainer and the loss scale are bit-identical after it."""
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+import mxnet as mx
+from mxnet import autograd, gluon
+
+import mxnet_amp as amp
+from amp_adapters import Policy
+from mxnet_amp.doctor import doctor
+
+_spec = importlib.util.spec_from_file_location(
+    "doctor_planted", Path(__file__).resolve().parents[1] / "doctor_planted.py")
+P = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(P)
+
+
+def _setup(kind, policy=None, hybridize=True, optimizer="sgd"):
+    amp.init(policy=policy or P.policy(kind))
+    net, loss_fn = P.mxnet_model(kind, hybridize)
+    trainer = gluon.Trainer(net.collect_params(), optimizer, {"learning_rate": 1e-3})
+    amp.init_trainer(trainer)
+    return net, loss_fn, trainer
+
+
+def _step(kind, net, loss_fn, trainer, step):
+    x, y, _ = P.arrays(kind, step)
+    x, y = mx.nd.array(x), mx.nd.array(y)
+    with autograd.record():
+        loss = loss_fn(net(x), y)
+        with amp.scale_loss(loss, trainer) as scaled:
+            autograd.backward(scaled)
+    trainer.step(1)
+    return loss
+
+
+def _doctor(kind, policy=None, hybridize=True, steps=2):
+    net, loss_fn, trainer = _setup(kind, policy, hybridize)
+    with doctor(net, loss_fn, trainer) as dr:
+        for s in range(steps):
+            _step(kind, net, loss_fn, trainer, s)
+    return dr
+
+
+@pytest.mark.parametrize("hybridize", [True, False], ids=["hybridized", "imperative"])
+def test_the_overflowing_matmul_is_named_first(hybridize):
+    dr = _doctor("overflow", hybridize=hybridize)
+    rep = dr.report()
+    assert rep.emulated and "EMULATED" in rep.format()
+    assert rep.overflow_steps == 2
+    first = rep.findings()[0]
+    assert (first.kind, first.name, first.canonical, first.action) == \
+        ("overflow", "planted_dot0", "matmul", "fp32")
+    assert all(s.first_forward == "planted_dot0" for s in rep.steps)
+    assert set(rep.steps[0].nonfinite_params) == {"planted_w1", "planted_w2"}
+    dot = rep.op_named("planted_dot0")
+    assert dot.outputs[0].overflow > 0.5 and dot.outputs[0].max_abs > 65504
+
+
+def test_its_recommended_policy_stops_the_overflow_steps(tmp_path):
+    path = tmp_path / "fix.toml"
+    _doctor("overflow").recommendation().write(path)
+    amp.reset()
+    net, loss_fn, trainer = _setup("overflow", policy=str(path))
+    skipped = []
+    for s in range(3):
+        _step("overflow", net, loss_fn, trainer, s)
+        skipped.append(amp.last_step_skipped(trainer))
+    assert skipped == [False, False, False]
+    amp.reset()
+    fixed = _doctor("overflow", policy=str(path)).report()
+    assert fixed.overflow_steps == 0 and fixed.findings() == []
+
+
+def _unscaled_grads(kind, policy):
+    net, loss_fn, trainer = _setup(kind, policy)
+    x, y, _ = P.arrays(kind, 0)
+    with autograd.record():
+        loss = loss_fn(net(mx.nd.array(x)), mx.nd.array(y))
+        with amp.scale_loss(loss, trainer) as scaled:
+            autograd.backward(scaled)
+    amp.unscale(trainer)
+    grads = {n: p.grad().asnumpy() for n, p in net.collect_params().items()}
+    amp.reset()
+    return grads
+
+
+def test_underflowing_gradients_get_a_loss_scale_that_keeps_them(tmp_path):
+    dr = _doctor("underflow")
+    rep = dr.report()
+    assert rep.overflow_steps == 0
+    (finding,) = rep.findings()
+    assert finding.kind == "underflow" and finding.action == "loss_scale"
+    assert rep.steps[0].grad_flush["planted_w1"] > 0.2
+    path = tmp_path / "fix.toml"
+    dr.recommendation().write(path)
+    assert Policy.from_file(path).loss_scale.scale == finding.value > 2 ** 16
+    amp.reset()
+    exact = _unscaled_grads("underflow", Policy.preset("O0"))
+    before = _unscaled_grads("underflow", P.policy("underflow"))
+    after = _unscaled_grads("underflow", str(path))
+    w1 = exact["planted_w1"]
+    assert (before["planted_w1"][w1 != 0] == 0).mean() > 0.2  # flushed at 2**16
+    np.testing.assert_allclose(after["planted_w1"], w1, rtol=0.05, atol=1e-2 * abs(w1).max())
+
+
+def test_a_precision_sensitive_reduction_is_moved_to_fp32(tmp_path):
+    dr = _doctor("reduction")
+    rep = dr.report()
+    first = rep.findings()[0]
+    assert (first.kind, first.name, first.canonical) == ("precision", "planted_dot0", "matmul")
+    assert rep.op_named("planted_dot0").errors[0] > 0.1
+    path = tmp_path / "fix.toml"
+    dr.recommendation().write(path)
+    amp.reset()
+    fixed = _doctor("reduction", policy=str(path)).report()
+    assert fixed.op_named("planted_dot0").errors[0] < 1e-5 and fixed.findings() == []
+
+
+def _state(net, trainer):
+    params = {n: (p.data().asnumpy().copy(), p.grad().asnumpy().copy())
+              for n, p in net.collect_params().items()}
+    states = {i: tuple(s.asnumpy().copy() for s in (st if isinstance(st, tuple) else (st,)))
+              for i, st in trainer._updaters[0].states.items()}
+    return params, states, amp.state_dict(trainer), trainer._optimizer.num_update
+
+
+def test_model_trainer_and_loss_scale_are_bitwise_as_before():
+    net, loss_fn, trainer = _setup("underflow", optimizer="adam")
+    _step("underflow", net, loss_fn, trainer, 0)  # optimizer state exists
+    before = _state(net, trainer)
+    assert not net._forward_pre_hooks and not loss_fn._forward_pre_hooks
+    with doctor(net, loss_fn, trainer) as dr:
+        for s in range(1, 3):
+            _step("underflow", net, loss_fn, trainer, s)  # these steps move the weights
+        assert net._forward_pre_hooks
+    assert dr.steps == 2
+    after = _state(net, trainer)
+    for (a, ga), (b, gb) in zip(before[0].values(), after[0].values()):
+        assert a.tobytes() == b.tobytes() and ga.tobytes() == gb.tobytes()
+    for sa, sb in zip(before[1].values(), after[1].values()):
+        assert all(x.tobytes() == y.tobytes() for x, y in zip(sa, sb))
+    assert before[2] == after[2] and before[3] == after[3]
+    assert not net._forward_pre_hooks and not loss_fn._forward_pre_hooks  # off: no hooks
+
+
+def test_the_doctor_needs_init_and_gluon_blocks():
+    net, loss_fn = P.mxnet_model("overflow")
+    with pytest.raises(RuntimeError, match="call mxnet_amp.init"):
+        doctor(net, loss_fn)
+    amp.init(policy=P.policy("overflow"))
+    with pytest.raises(TypeError, match="HybridBlock"):
+        doctor(lambda x: x, loss_fn)
+    with pytest.raises(RuntimeError, match="saw no step"):
+        with doctor(net, loss_fn) as dr:
+            pass
+        dr.report()
+
+
+def test_bf16_keeps_the_range_that_overflowed_in_fp16():
+    """Real bf16 kernels only (never emulated here): skips on a CPU without them."""
+    from mxnet_amp.kernels import has_kernel
+    if not has_kernel("dot", mx.cpu(), "bfloat16"):
+        pytest.skip("no bfloat16 dot kernel on this CPU (oneDNN bf16 needs avx512_bf16)")
+    rep = _doctor("overflow", policy=Policy.preset("O1-bf16")).report()
+    assert not rep.emulated and rep.overflow_steps == 0
+    assert not [f for f in rep.findings() if f.kind == "overflow"]

@@ -1,0 +1,133 @@
+"""paddle_amp.doctor on static programs with a planted problem: it names the op, its policy
+fixes the run, and every persistable (parameters, optimizer state, loss scale) is bit-identical
+after it. Legacy program IR; a PIR program is refused with a clear error."""
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import paddle
+import pytest
+
+import paddle_amp
+from amp_adapters import Policy
+from paddle_amp.doctor import doctor
+
+_spec = importlib.util.spec_from_file_location(
+    "doctor_planted", Path(__file__).resolve().parents[1] / "doctor_planted.py")
+P = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(P)
+
+IR = __import__("os").environ.get("AMP_TEST_IR", "legacy")
+
+
+@pytest.fixture(autouse=True)
+def fresh_scope():
+    paddle.enable_static()
+    with paddle.static.scope_guard(paddle.static.Scope()):
+        yield
+    paddle.disable_static()
+
+
+def _doctor(kind, policy=None, steps=2, optimizer=None):
+    main, loss, opt, exe = P.paddle_model(kind, policy, optimizer)
+    with doctor(opt, exe) as dr:
+        for s in range(steps):
+            exe.run(main, feed=P.paddle_feed(kind, s), fetch_list=[loss])
+    return dr
+
+
+legacy = pytest.mark.legacy_ir  # PIR programs are refused (see the last test)
+
+
+@legacy
+def test_the_overflowing_matmul_is_named_first():
+    rep = _doctor("overflow").report()
+    assert rep.emulated and "EMULATED" in rep.format() and rep.overflow_steps == 2
+    first = rep.findings()[0]
+    assert (first.kind, first.op, first.canonical, first.action) == \
+        ("overflow", "matmul_v2", "matmul", "fp32")
+    assert first.name == rep.ops[0].name and rep.steps[0].first_forward == first.name
+    assert set(rep.steps[0].nonfinite_params) == {"w1", "w2"}
+    assert rep.ops[0].outputs[0].max_abs > 65504
+
+
+@legacy
+def test_its_recommended_policy_stops_the_overflow_steps(tmp_path):
+    path = tmp_path / "fix.toml"
+    _doctor("overflow").recommendation().write(path)
+    main, loss, opt, exe = P.paddle_model("overflow", str(path))
+    skipped = []
+    for s in range(3):
+        exe.run(main, feed=P.paddle_feed("overflow", s), fetch_list=[loss])
+        skipped.append(opt.loss_scale().skipped_steps)
+    assert skipped == [0, 0, 0]
+    fixed = _doctor("overflow", str(path)).report()
+    assert fixed.overflow_steps == 0 and fixed.findings() == []
+
+
+def _grads(policy):
+    main, loss, opt, exe = P.paddle_model("underflow", policy)
+    scale = opt.loss_scale().scale if policy != "O0" else 1.0
+    (g,) = exe.run(main, feed=P.paddle_feed("underflow", 0), fetch_list=["w1@GRAD"])
+    return np.asarray(g) / scale if policy != "O0" else np.asarray(g)
+
+
+@legacy
+def test_underflowing_gradients_get_a_loss_scale_that_keeps_them(tmp_path):
+    dr = _doctor("underflow")
+    rep = dr.report()
+    (finding,) = rep.findings()
+    assert finding.kind == "underflow" and finding.action == "loss_scale"
+    assert rep.steps[0].grad_flush["w1"] > 0.2
+    path = tmp_path / "fix.toml"
+    dr.recommendation().write(path)
+    assert Policy.from_file(path).loss_scale.scale == finding.value > 2 ** 16
+    exact = rep.steps[0]  # the doctor's float32 run saw non-zero gradients
+    assert exact.grad_zero["w1"] > 0.2  # ... that the fp16 run flushed to zero
+    fixed = _doctor("underflow", str(path)).report()
+    assert fixed.steps[0].grad_zero["w1"] == 0 and fixed.findings() == []
+
+
+@legacy
+def test_a_precision_sensitive_reduction_is_moved_to_fp32(tmp_path):
+    dr = _doctor("reduction")
+    rep = dr.report()
+    first = rep.findings()[0]
+    assert (first.kind, first.op, first.canonical) == ("precision", "matmul_v2", "matmul")
+    assert rep.ops[0].errors[0] > 0.1
+    path = tmp_path / "fix.toml"
+    dr.recommendation().write(path)
+    fixed = _doctor("reduction", str(path)).report()
+    assert fixed.ops[0].errors[0] < 1e-5 and fixed.findings() == []
+
+
+@legacy
+def test_every_persistable_is_bitwise_as_before():
+    main, loss, opt, exe = P.paddle_model("underflow", optimizer=paddle.optimizer.Adam(1e-3))
+    exe.run(main, feed=P.paddle_feed("underflow", 0), fetch_list=[loss])  # Adam moments exist
+    scope = paddle.static.global_scope()
+    names = [v.name for v in main.list_vars() if v.persistable and scope.find_var(v.name)]
+    before = {n: np.array(scope.find_var(n).get_tensor()).tobytes() for n in names}
+    scale_before = opt.loss_scale()
+    run_before = exe.run
+    with doctor(opt, exe) as dr:
+        for s in range(1, 3):
+            exe.run(main, feed=P.paddle_feed("underflow", s), fetch_list=[loss])
+        assert exe.run is not run_before
+    assert dr.steps == 2
+    after = {n: np.array(scope.find_var(n).get_tensor()).tobytes() for n in names}
+    assert after == before and opt.loss_scale() == scale_before
+    assert "run" not in exe.__dict__  # off: the executor's own run again
+
+
+def test_the_doctor_needs_a_decorated_optimizer_that_built_its_program():
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), policy="O1")
+    with pytest.raises(RuntimeError, match="after minimize"):
+        doctor(opt, paddle.static.Executor(paddle.CPUPlace()))
+
+
+@pytest.mark.skipif(IR != "pir", reason="a PIR program: AMP_TEST_IR=pir on Paddle 3")
+def test_a_pir_program_is_refused_with_the_way_out():
+    main, loss, opt, exe = P.paddle_model("overflow")
+    with pytest.raises(NotImplementedError, match="FLAGS_enable_pir_api=0"):
+        doctor(opt, exe)
