@@ -40,7 +40,7 @@ from ._mx import _BF16, dtype_name, input_names, unpatched
 from amp_adapters.policy import PolicyLike, resolve_policy
 from .graph import nodes
 from .kernels import KernelSet
-from .patching import active_policy
+from .active import active_policy
 from .report import block_context
 
 MASTER_UPDATE = ("EMULATED multi_precision update: the optimizer's float32 update on a float32 "
