@@ -130,7 +130,8 @@ class Policy:
     ``ops`` overrides canonical op names (shared by both frameworks);
     ``mxnet_ops`` / ``paddle_ops`` override that framework's op names and win
     over ``ops``. ``loss_scale`` defaults to dynamic scaling for float16 and
-    none for bfloat16/float32. ``emulate`` rounds through fp16 at op
+    none for bfloat16/float32; it is config (shown at the start of a run, the constants in
+    ``loss_scale_config``): a mid-run loss scale is refused, its state goes to the trainer. ``emulate`` rounds through fp16 at op
     boundaries where the device has no fp16 kernel (labelled as emulation).
 
     ``defaults``: ``"shared"`` (the canonical lists, the same decisions in both

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from typing import Any, Optional
+from typing import Optional
 
 import mxnet as mx
 from mxnet.gluon import HybridBlock
