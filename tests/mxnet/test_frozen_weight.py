@@ -7,8 +7,8 @@ stays 0 (the bias silently never trains: ``test_native_mxnet_drops_the_bias_grad
 shows it). Under AMP the bias reaches the op through a cast (fp16 rounding when emulated,
 bf16 for real), whose gradient buffer is fresh and uninitialised: its garbage (often
 inf/NaN) became the bias gradient, the overflow check saw it and clean steps were skipped
-while the scale fell (1024 -> 1-2). ``mxnet_amp.frozen`` runs exactly that case as the op
-without its bias plus ``broadcast_add``, whose backward writes the bias gradient."""
+while the scale fell (1024 -> 1-2). ``mxnet_amp._mx.fc_split_bias`` runs exactly that case as
+the op without its bias plus ``broadcast_add``, whose backward writes the bias gradient."""
 import mxnet as mx
 import numpy as np
 import pytest
