@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional
 
-from .errors import AmpConfigError, CheckpointError
+from .errors import AmpConfigError, CheckpointError, check_flag
 from .oplists import CATEGORIES
 from .loss_scale.state_dict import upgrade as upgrade_state_dict
 from .scaler import LossScale, loss_scale_from_state_dict
@@ -213,6 +213,7 @@ def load(path: "str | os.PathLike[str]", *, framework: str, policy: Any = None,
     Checks the pointer, the manifest's own checksum, the format, the
     framework, every file's size and SHA-256, and (``check_policy``) that it
     was made under the same policy as ``policy``. Reads no framework state."""
+    check_flag("check_policy", check_policy)
     root = Path(path)
     where = f"checkpoint {str(root)!r}"
     if not root.is_dir():

@@ -211,9 +211,11 @@ class Policy:
             if name not in known:
                 raise UnknownOpError(name, f"{framework} (Policy.{framework}_ops)", known)
 
-    def with_emulation(self, emulate: object) -> "Policy":
+    def with_emulation(self, emulate: bool) -> "Policy":
         """This policy with emulation on if ``emulate`` is true: a drop-in's ``emulate=``
-        argument adds to the policy's own setting and never turns it off."""
+        argument adds to the policy's own setting and never turns it off. ``emulate`` must be
+        a bool (``FlagError``, a ``TypeError``: ``"false"`` is no way to say False)."""
+        check_flag("emulate", emulate)
         return self.replace(emulate=True) if emulate and not self.emulate else self
 
     def replace(self, **changes: Any) -> "Policy":

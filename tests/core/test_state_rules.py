@@ -171,3 +171,17 @@ def test_a_missing_config_key_takes_its_old_value(monkeypatch):
     assert loss_scale_from_state_dict(old).skip_window == 1000
     with pytest.raises(AmpConfigError, match="format_version'\\] = 3: written by a newer"):
         loss_scale_from_state_dict({**old, "format_version": 3})
+
+
+def test_a_drop_in_emulate_argument_must_be_a_bool():
+    """Both backends merge their ``emulate=`` through ``Policy.with_emulation``."""
+    policy = Policy.preset("O1")
+    assert policy.with_emulation(True).emulate and not policy.with_emulation(False).emulate
+    with pytest.raises(TypeError, match="emulate must be true or false.*'false'"):
+        policy.with_emulation("false")
+
+
+def test_check_policy_must_be_a_bool(tmp_path):
+    from amp_adapters import checkpoint
+    with pytest.raises(TypeError, match="check_policy must be true or false"):
+        checkpoint.load(tmp_path, framework="numpy", check_policy="no")

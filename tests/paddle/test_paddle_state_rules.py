@@ -35,3 +35,9 @@ def test_contradicting_counters_are_refused(static, field, value, needle):
     with pytest.raises(AmpConfigError, match="kind"):
         opt.load_state_dict(edited)
     assert opt.state_dict() == before
+
+
+@pytest.mark.parametrize("value", ["false", 1, None])
+def test_decorate_emulate_must_be_a_bool(static, value):
+    with pytest.raises(TypeError, match="emulate must be true or false"):
+        paddle_amp.decorate(paddle.optimizer.SGD(0.1), emulate=value)
