@@ -185,3 +185,16 @@ def test_check_policy_must_be_a_bool(tmp_path):
     from amp_adapters import checkpoint
     with pytest.raises(TypeError, match="check_policy must be true or false"):
         checkpoint.load(tmp_path, framework="numpy", check_policy="no")
+
+
+@pytest.mark.parametrize("text, key", [
+    ('[ops]\nfp32 = [\n  "exp",\n]\nfp32 = [\n  "log",\n]\n', "fp32"),  # values over lines
+    ('dtype = "float16"\nlevel = "O1"\ndtype = """\nfloat16"""\n', "dtype"),
+    ('preset = "O1"\n[preset]\n', "preset"),
+    ('[ops]\nfp32 = ["exp"]\n[ops]\nlower = []\n', "ops"),
+])
+def test_a_duplicate_toml_key_is_named(tmp_path, text, key):
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    with pytest.raises(AmpConfigError, match=f"the key '{key}' is given twice"):
+        Policy.from_file(path)
