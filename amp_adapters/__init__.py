@@ -25,18 +25,16 @@ Files:
     doctor/       the numerics doctor's core: range stats, findings, the recommended policy TOML
 """
 from .dtypes import LOW_DTYPES, dtype_name
-from .errors import (AmpConfigError, CheckpointError, ConflictingOpError, OverflowGuardError,
-                     UnknownChoiceError, UnknownOpError)
+from .errors import (AmpConfigError, CheckpointError, ConflictingOpError, NotSupportedError,
+                     OverflowGuardError, UnknownChoiceError, UnknownOpError)
 from .params import ParamPlan, ParamUse, plan_params
 from .planner import (UNKNOWN, Category, OpDecision, attrs_read, categorize, effective_lists,
                       plan_op, widest)
-from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy
+from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy, resolve_policy
 from .loss_scale import LossScaleConfig, LossScaleState
 from .report import CastReport, compare
 from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale,
                      loss_scale_from_config, loss_scale_from_parts, loss_scale_from_state_dict)
-from .errors import NotSupportedError  # noqa: E402  (issue 14: the drop-ins' unsupported names)
-from .policy import resolve_policy  # noqa: E402  (issue 14: the one policy= front door)
 
 __version__ = "0.1.0"
 
@@ -49,5 +47,5 @@ __all__ = [
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
     "loss_scale_from_config", "loss_scale_from_state_dict", "loss_scale_from_parts",
     "LossScaleConfig", "LossScaleState", "__version__",
+    "NotSupportedError", "resolve_policy",
 ]
-__all__ += ["NotSupportedError", "resolve_policy"]

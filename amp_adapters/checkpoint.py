@@ -29,13 +29,16 @@ import shutil
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
-from .errors import AmpConfigError, CheckpointError
+from .errors import AmpConfigError, CheckpointError, check_flag
 from .oplists import CATEGORIES
+from .loss_scale.state_dict import upgrade as upgrade_state_dict
 from .scaler import LossScale, loss_scale_from_state_dict
 
-FORMAT = 1
+FORMAT = 1  # of the manifest; 1: amp-adapters 0.1.0
+# format -> the function that turns a manifest body of that format into one of the next
+UPGRADES: dict[int, Callable[[dict], dict]] = {}
 MANIFEST = "manifest.json"
 CURRENT = "CURRENT"
 LOCK = ".lock"
@@ -210,6 +213,7 @@ def load(path: "str | os.PathLike[str]", *, framework: str, policy: Any = None,
     Checks the pointer, the manifest's own checksum, the format, the
     framework, every file's size and SHA-256, and (``check_policy``) that it
     was made under the same policy as ``policy``. Reads no framework state."""
+    check_flag("check_policy", check_policy)
     root = Path(path)
     where = f"checkpoint {str(root)!r}"
     if not root.is_dir():
@@ -237,9 +241,7 @@ def load(path: "str | os.PathLike[str]", *, framework: str, policy: Any = None,
     if not isinstance(body, dict) or _body_digest(body) != digest:
         raise CheckpointError(f"{where}: {name}/{MANIFEST} does not match its checksum "
                               f"(torn or edited)")
-    if body.get("format") != FORMAT:
-        raise CheckpointError(f"{where}: format {body.get('format')!r}, this version reads "
-                              f"{FORMAT}")
+    body = _upgraded(body, where)
     if body.get("framework") != framework:
         raise CheckpointError(f"{where} was written by the {body.get('framework')} backend; "
                               f"load it with that backend, not {framework}")
@@ -254,7 +256,7 @@ def load(path: "str | os.PathLike[str]", *, framework: str, policy: Any = None,
         if _sha256(f) != info["sha256"]:
             raise CheckpointError(f"{where}: file {rel} does not match its SHA-256 (corrupt)")
     wanted = describe_policy(policy)
-    if check_policy and body["policy"] != wanted:
+    if check_policy and _saved_policy(body["policy"], where) != wanted:
         diff = sorted(k for k in set(body["policy"] or {}) | set(wanted or {})
                       if (body["policy"] or {}).get(k) != (wanted or {}).get(k))
         raise CheckpointError(
@@ -271,6 +273,37 @@ def load(path: "str | os.PathLike[str]", *, framework: str, policy: Any = None,
                                   f"state: {e}") from None
     return Checkpoint(folder, framework, body["step"], body["policy"], scale,
                       body.get("meta", {}))
+
+
+def _upgraded(body: dict, where: str) -> dict:
+    """The manifest body at this version's ``FORMAT`` (``UPGRADES``), or ``CheckpointError``."""
+    version = body.get("format")
+    if type(version) is not int or version < 1:
+        raise CheckpointError(f"{where}: format {version!r} is no checkpoint format (this "
+                              f"version reads 1 to {FORMAT})")
+    if version > FORMAT:
+        raise CheckpointError(f"{where}: format {version} was written by a newer "
+                              f"amp-adapters (this version reads 1 to {FORMAT}); load it with "
+                              f"that version or upgrade amp-adapters")
+    while version < FORMAT:
+        if version not in UPGRADES:
+            raise CheckpointError(f"{where}: no upgrade from format {version} is known")
+        body = {**UPGRADES[version](dict(body)), "format": version + 1}
+        version += 1
+    return body
+
+
+def _saved_policy(saved: Optional[Mapping[str, Any]], where: str) -> Optional[dict[str, Any]]:
+    """The saved policy description with its loss-scale state dict at this version's format,
+    so that it compares equal to ``describe_policy`` of the same policy."""
+    if not isinstance(saved, Mapping) or not isinstance(saved.get("loss_scale"), Mapping):
+        return saved  # type: ignore[return-value]
+    try:
+        loss_scale = _jsonable(upgrade_state_dict(_unjson(saved["loss_scale"])))
+    except (AmpConfigError, KeyError) as e:
+        raise CheckpointError(f"{where}: the policy's loss scale in {MANIFEST} is not a valid "
+                              f"state dict: {e}") from None
+    return {**saved, "loss_scale": loss_scale}
 
 
 def _short(policy: Optional[Mapping[str, Any]]) -> str:

@@ -56,6 +56,29 @@ class UnknownChoiceError(AmpConfigError):
         )
 
 
+def check_choice(what: str, value: object, allowed: Iterable[str]) -> str:
+    """``value`` if it is one of the names ``allowed``, else ``UnknownChoiceError`` (also for
+    a value that is no string at all, e.g. an unhashable list: never a bare ``TypeError``)."""
+    allowed = list(allowed)
+    if not isinstance(value, str) or value not in allowed:
+        raise UnknownChoiceError(what, value, allowed)
+    return value
+
+
+class FlagError(AmpConfigError, TypeError):
+    """A flag argument that is not a bool (a ``TypeError``, and a config error)."""
+
+
+def check_flag(name: str, value: object) -> bool:
+    """``value`` if it is a bool, else ``FlagError`` (a ``TypeError``) naming the argument: a
+    flag is True or False, never a truthy string (``emulate="false"`` would turn emulation
+    on) or a number."""
+    if not isinstance(value, bool):
+        raise FlagError(f"{name} must be true or false (a bool), got {type(value).__name__} "
+                        f"{value!r}")
+    return value
+
+
 class OverflowGuardError(RuntimeError):
     """Raised by a backend when loss scaling cannot go on (see ``loss_scale.guard``).
 
@@ -94,6 +117,8 @@ def unsupported(native: str, why: str, instead: str):
     stand_in.__name__ = stand_in.__qualname__ = native.rsplit(".", 1)[-1]
     stand_in.__doc__ = f"Not supported: {why}. Use {instead} instead."
     return stand_in
+
+
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, incomplete, corrupt or does not fit the run loading it.
 

@@ -16,13 +16,14 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 from .dtypes import POLICY_DTYPES as DTYPES
 from .dtypes import dtype_name
-from .errors import AmpConfigError, ConflictingOpError, UnknownChoiceError, UnknownOpError
+from .errors import (AmpConfigError, ConflictingOpError, UnknownChoiceError, UnknownOpError,
+                     check_choice, check_flag)
 from .oplists import CATEGORIES, FRAMEWORKS, canonical_ops, load_table
 from .policyfile import (check_names, check_op_lists, check_policy_dict, check_rule,
                          dataclass_fields, framework_name_hint, read_toml)
 from .scaler import (LOSS_SCALE_KINDS, DynamicLossScale, LossScale, NoOpLossScale,
                      StaticLossScale, loss_scale_from_config, loss_scale_from_parts)
-from .loss_scale import LossScaleConfig
+from .loss_scale import FIELDS, LossScaleConfig, LossScaleState
 
 LEVELS = ("O0", "O1", "O2", "OD")
 DEFAULTS = ("shared", "native")  # the shared canonical lists, or each native's own defaults
@@ -51,8 +52,7 @@ class OpLists:
     replace: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.replace, bool):
-            raise AmpConfigError(f"OpLists.replace must be true or false, got {self.replace!r}")
+        check_flag("OpLists.replace", self.replace)
         for cat in CATEGORIES:
             object.__setattr__(self, cat, frozenset(check_names(getattr(self, cat), "OpLists",
                                                                 cat)))
@@ -100,6 +100,29 @@ def default_loss_scale(dtype: str,
     return scaled() if dtype == "float16" else NoOpLossScale()
 
 
+def _at_start(loss_scale: Any, dtype: str) -> LossScale:
+    """A policy's loss scale: config only, shown as its value at the start of a run (the
+    dtype's default for None). One that is mid-run (moved scale, counters) is refused: a
+    run's state goes into the trainer/program (``load_state_dict``, ``load_checkpoint``)."""
+    if loss_scale is None:
+        return default_loss_scale(dtype)
+    if isinstance(loss_scale, LossScaleConfig):  # the core record
+        return loss_scale_from_parts(loss_scale)
+    if not isinstance(loss_scale, (DynamicLossScale, StaticLossScale, NoOpLossScale)):
+        raise AmpConfigError(
+            f"Policy.loss_scale must be a DynamicLossScale, StaticLossScale, NoOpLossScale "
+            f"or LossScaleConfig (or None for the dtype's default), got {loss_scale!r}")
+    start = LossScaleState.initial(loss_scale.config)
+    if loss_scale.state != start:
+        field = next(f for f in FIELDS if getattr(loss_scale.state, f) != getattr(start, f))
+        raise AmpConfigError(
+            f"Policy.loss_scale holds the loss-scale config, not a run's state: "
+            f"{type(loss_scale).__name__}.{field} = {getattr(loss_scale.state, field)!r} is "
+            f"mid-run (a run starts at {getattr(start, field)!r}); pass the run's constants "
+            f"(or its .config) and restore its state with load_state_dict/load_checkpoint")
+    return loss_scale
+
+
 @dataclass(frozen=True)
 class Policy:
     """What runs in which precision, and how the loss is scaled.
@@ -107,7 +130,8 @@ class Policy:
     ``ops`` overrides canonical op names (shared by both frameworks);
     ``mxnet_ops`` / ``paddle_ops`` override that framework's op names and win
     over ``ops``. ``loss_scale`` defaults to dynamic scaling for float16 and
-    none for bfloat16/float32. ``emulate`` rounds through fp16 at op
+    none for bfloat16/float32; it is config (shown at the start of a run, the constants in
+    ``loss_scale_config``): a mid-run loss scale is refused, its state goes to the trainer. ``emulate`` rounds through fp16 at op
     boundaries where the device has no fp16 kernel (labelled as emulation).
 
     ``defaults``: ``"shared"`` (the canonical lists, the same decisions in both
@@ -156,17 +180,13 @@ class Policy:
             raise UnknownChoiceError("Policy.defaults", self.defaults, DEFAULTS)
         if self.unlisted is not None and self.unlisted not in CATEGORIES:
             raise UnknownChoiceError("Policy.unlisted", self.unlisted, CATEGORIES)
-        if not isinstance(self.emulate, bool):
-            raise AmpConfigError(f"Policy.emulate must be true or false, got {self.emulate!r}")
-        if self.loss_scale is None:
-            object.__setattr__(self, "loss_scale", default_loss_scale(self.dtype))
-        elif isinstance(self.loss_scale, LossScaleConfig):  # the core record: at its start
-            object.__setattr__(self, "loss_scale", loss_scale_from_parts(self.loss_scale))
-        elif not isinstance(self.loss_scale, (DynamicLossScale, StaticLossScale, NoOpLossScale)):
-            raise AmpConfigError(
-                f"Policy.loss_scale must be a DynamicLossScale, StaticLossScale, "
-                f"NoOpLossScale or LossScaleConfig (or None for the dtype's default), got "
-                f"{self.loss_scale!r}")
+        check_flag("Policy.emulate", self.emulate)
+        object.__setattr__(self, "loss_scale", _at_start(self.loss_scale, self.dtype))
+
+    @property
+    def loss_scale_config(self) -> LossScaleConfig:
+        """The loss-scale constants this policy holds (``loss_scale`` is them at their start)."""
+        return self.loss_scale.config  # type: ignore[union-attr]
 
     @property
     def enabled(self) -> bool:
@@ -191,9 +211,11 @@ class Policy:
             if name not in known:
                 raise UnknownOpError(name, f"{framework} (Policy.{framework}_ops)", known)
 
-    def with_emulation(self, emulate: object) -> "Policy":
+    def with_emulation(self, emulate: bool) -> "Policy":
         """This policy with emulation on if ``emulate`` is true: a drop-in's ``emulate=``
-        argument adds to the policy's own setting and never turns it off."""
+        argument adds to the policy's own setting and never turns it off. ``emulate`` must be
+        a bool (``FlagError``, a ``TypeError``: ``"false"`` is no way to say False)."""
+        check_flag("emulate", emulate)
         return self.replace(emulate=True) if emulate and not self.emulate else self
 
     def replace(self, **changes: Any) -> "Policy":
@@ -204,8 +226,7 @@ class Policy:
     def preset(cls, name: str, **changes: Any) -> "Policy":
         """A named policy: O0, O1, O1-bf16, O2, O2-bf16, mxnet-native, paddle-native
         (``changes`` override its fields)."""
-        if name not in PRESETS:
-            raise UnknownChoiceError("preset", name, PRESETS)
+        check_choice("preset", name, PRESETS)
         return cls(**{**PRESETS[name], **changes})
 
     @classmethod

@@ -20,16 +20,17 @@ from typing import Any, Iterable, Mapping, Optional
 
 from .dtypes import dtype_name
 from .errors import AmpConfigError, close_matches
+from .loss_scale.config import KINDS
+from .loss_scale.state import FIELDS
 from .oplists import CATEGORIES, FRAMEWORKS, canonical_ops, load_table
 
 TOP_KEYS = ("preset", "dtype", "level", "emulate", "ops", "loss_scale")
 OPS_KEYS = (*CATEGORIES, "conditional_fp32", "replace")
 RULE_KEYS = ("op", "attr", "values")
-LOSS_SCALE_KINDS = ("dynamic", "static", "none")
+LOSS_SCALE_KINDS = KINDS
 # Loss-scale fields that are state (counters, the current scale), not configuration:
 # a policy file sets ``init_scale`` and the configuration, never these.
-STATE_FIELDS = ("scale", "good_steps", "bad_steps", "total_steps", "skipped_steps",
-                "consecutive_skips")
+STATE_FIELDS = FIELDS
 _FLOAT_MAX = 1.7976931348623157e308
 
 
@@ -232,7 +233,20 @@ def check_policy_dict(d: Any, where: str, presets: Mapping[str, Any], dtypes: tu
 
 
 _AT = re.compile(r"\(at line (\d+), column (\d+)\)")
-_KEY = re.compile(r"^\s*([^=#]+?)\s*=")
+_KEY = re.compile(r"^\s*([^=#\[\]\"']+?|\"[^\"]*\"|'[^']*')\s*=")
+_TABLE = re.compile(r"^\s*\[+\s*([^\]]+?)\s*\]+")
+_TWICE = ("overwrite", "twice")  # tomllib names the key itself in an inline table
+
+
+def _given_twice(lines: list[str], n: int) -> Optional[tuple[str, int, str]]:
+    """The key (or table) that the statement ending on line ``n`` gives a second time: the
+    nearest assignment or table header at or above it (a value may span lines)."""
+    for i in range(min(n, len(lines)) - 1, -1, -1):
+        src = lines[i].strip()
+        found = _KEY.match(src) or _TABLE.match(src)
+        if found:
+            return found.group(1), i + 1, src
+    return None
 
 
 def read_toml(path: "str | Path") -> tuple[dict, str]:
@@ -266,9 +280,10 @@ def read_toml(path: "str | Path") -> tuple[dict, str]:
             lines = text.splitlines()
             n = int(at.group(1))
             src = lines[n - 1].strip() if 0 < n <= len(lines) else ""
-            key = _KEY.match(src)
-            if "overwrite" in msg and key:
-                detail = f"; the key {key.group(1)!r} is given twice (line {n}: {src!r})"
+            twice = _given_twice(lines, n) if any(w in msg for w in _TWICE) else None
+            if twice:
+                key, line, where_src = twice
+                detail = f"; the key {key!r} is given twice (line {line}: {where_src!r})"
             elif src:
                 detail = f" (line {n}: {src!r})"
         raise AmpConfigError(f"{where} is not valid TOML: {msg}{detail}") from None

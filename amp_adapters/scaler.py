@@ -20,15 +20,33 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Optional, Union
 
-from .errors import AmpConfigError, OverflowGuardError, UnknownChoiceError
-from .loss_scale import (LossScaleConfig, LossScaleState, check_guard, load_state, state_dict,
-                         step)
+from .errors import AmpConfigError, OverflowGuardError, UnknownChoiceError, check_choice
+from .loss_scale import (FIELDS, LossScaleConfig, LossScaleState, check_guard, load_state,
+                         state_dict, step)
 from .loss_scale.checks import f32 as _f32
 from .loss_scale.checks import real as _real
+from .loss_scale.consistency import check_state
 
-_STATE = ("scale", "good_steps", "bad_steps", "total_steps", "skipped_steps",
-          "consecutive_skips")
+_STATE = FIELDS  # the state fields, as LossScaleState defines them
 _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(LossScaleConfig))
+
+
+def _fields_of(*, state: tuple[str, ...], config: tuple[str, ...],
+               defaults: Optional[dict[str, Any]] = None):
+    """Class decorator: give a loss-scale view the named fields of ``LossScaleState`` and
+    ``LossScaleConfig`` (in that order, with the records' types and defaults unless
+    ``defaults`` says otherwise), after which its own annotations come, and make it a
+    frozen dataclass. The records stay the one definition of every field and default."""
+    def build(cls):
+        declared: dict[str, Any] = {}
+        for record, names in ((LossScaleState, state), (LossScaleConfig, config)):
+            fields = {f.name: f for f in dataclasses.fields(record)}
+            for name in names:
+                declared[name] = fields[name].type
+                setattr(cls, name, (defaults or {}).get(name, fields[name].default))
+        cls.__annotations__ = {**declared, **cls.__dict__.get("__annotations__", {})}
+        return dataclass(frozen=True)(cls)
+    return build
 
 
 class _View:
@@ -40,13 +58,15 @@ class _View:
     def _records(self) -> tuple[LossScaleConfig, LossScaleState]:  # pragma: no cover
         raise NotImplementedError
 
+    def _config(self, **fixed: Any) -> LossScaleConfig:
+        """The config: this view's config fields, plus what its kind fixes."""
+        mine = self._fields()
+        given = {k: getattr(self, k) for k in _CONFIG_FIELDS if k in mine and k not in fixed}
+        return LossScaleConfig(kind=self.kind, **given, **fixed)
+
     def __post_init__(self) -> None:
         config, state = self._records()
-        if config.kind == "dynamic" and not config.min_scale <= state.scale <= config.max_scale:
-            raise AmpConfigError(
-                f"{type(self).__name__}.scale must be finite and within [min_scale, "
-                f"max_scale] = [{config.min_scale:g}, {config.max_scale:g}], got "
-                f"{self.scale!r}")  # type: ignore[attr-defined]
+        check_state(config, state, f"{type(self).__name__}.{{}}".format)
         self._store(config, state)
 
     def _store(self, config: LossScaleConfig, state: LossScaleState) -> None:
@@ -79,7 +99,13 @@ class _View:
 
     @classmethod
     def from_parts(cls, config: LossScaleConfig, state: LossScaleState):
-        """The value of ``config`` at ``state`` (both already valid: not re-checked)."""
+        """The value of ``config`` at ``state``, which must not contradict it (``check_state``)."""
+        check_state(config, state)
+        return cls._at(config, state)
+
+    @classmethod
+    def _at(cls, config: LossScaleConfig, state: LossScaleState):
+        """``from_parts`` for a state the machine reached (not re-checked: ``adjust``)."""
         klass = LOSS_SCALE_KINDS[config.kind]
         new = object.__new__(klass)
         fields = klass._fields()
@@ -96,7 +122,7 @@ class _View:
 
     def adjust(self, found_inf: bool):
         """The value after one step that did (``found_inf``) or did not overflow."""
-        return self.with_state(step(self.config, self.state, found_inf))
+        return self._at(self.config, step(self.config, self.state, found_inf))
 
     @property
     def exhausted(self) -> bool:
@@ -127,44 +153,27 @@ class _View:
         return value
 
 
-@dataclass(frozen=True)
+@_fields_of(state=FIELDS, config=tuple(f for f in _CONFIG_FIELDS
+                                       if f not in ("kind", "init_scale")))
 class DynamicLossScale(_View):
     """Dynamic loss scaling: back off on overflow, grow after a run of clean steps.
 
     State: ``scale``, ``good_steps`` (clean steps since the last change),
     ``bad_steps`` (overflows in a row, reset at ``hysteresis``), ``total_steps``,
-    ``skipped_steps`` and ``consecutive_skips``. ``init_scale`` (default: ``scale``)
-    is where the run started; it is part of the config a checkpoint is checked against.
+    ``skipped_steps`` and ``consecutive_skips``; then every ``LossScaleConfig`` constant
+    (``growth_factor``... ``skip_window``), with the records' defaults. ``init_scale``
+    (default: ``scale``) is where the run started; it is part of the config a checkpoint
+    is checked against.
     """
 
     kind: ClassVar[str] = "dynamic"
 
-    scale: float = 2.0**16
-    good_steps: int = 0
-    bad_steps: int = 0
-    total_steps: int = 0
-    skipped_steps: int = 0
-    consecutive_skips: int = 0
-    growth_factor: float = 2.0
-    backoff_factor: float = 0.5
-    growth_interval: int = 2000
-    hysteresis: int = 1
-    min_scale: float = 1.0
-    max_scale: float = 2.0**24
-    max_consecutive_skips: Optional[int] = 64
-    max_skip_fraction: Optional[float] = None
-    skip_window: int = 1000
     init_scale: Optional[float] = None
 
     def _records(self) -> tuple[LossScaleConfig, LossScaleState]:
         init = self.scale if self.init_scale is None else self.init_scale
-        config = LossScaleConfig(
-            kind="dynamic", init_scale=init, growth_factor=self.growth_factor,
-            backoff_factor=self.backoff_factor, growth_interval=self.growth_interval,
-            hysteresis=self.hysteresis, min_scale=self.min_scale, max_scale=self.max_scale,
-            max_consecutive_skips=self.max_consecutive_skips,
-            max_skip_fraction=self.max_skip_fraction, skip_window=self.skip_window)
-        return config, LossScaleState(**{k: getattr(self, k) for k in _STATE})
+        return (self._config(init_scale=init),
+                LossScaleState(**{k: getattr(self, k) for k in _STATE}))
 
     @classmethod
     def from_torch(cls, init_scale: float = 2.0**16, growth_factor: float = 2.0,
@@ -194,46 +203,34 @@ class DynamicLossScale(_View):
                       "max_scale": 2.0**24, **kw})
 
 
-@dataclass(frozen=True)
+@_fields_of(state=("scale", "total_steps", "skipped_steps", "consecutive_skips"),
+            config=("max_consecutive_skips", "max_skip_fraction", "skip_window"),
+            defaults={"scale": 2.0**10})
 class StaticLossScale(_View):
     """A fixed scale. Overflow steps are still detected and skipped (and counted)."""
 
     kind: ClassVar[str] = "static"
-
-    scale: float = 2.0**10
-    total_steps: int = 0
-    skipped_steps: int = 0
-    consecutive_skips: int = 0
-    max_consecutive_skips: Optional[int] = 64
-    max_skip_fraction: Optional[float] = None
-    skip_window: int = 1000
 
     def _records(self) -> tuple[LossScaleConfig, LossScaleState]:
         scale = _real("StaticLossScale", "scale", self.scale, allow_inf=True)
         if not (math.isfinite(scale) and scale > 0):
             raise AmpConfigError(f"StaticLossScale.scale must be finite and > 0, "
                                  f"got {self.scale!r:.40}")
-        config = LossScaleConfig(kind="static", init_scale=self.scale, min_scale=0.0,
-                                 max_scale=math.inf,
-                                 max_consecutive_skips=self.max_consecutive_skips,
-                                 max_skip_fraction=self.max_skip_fraction,
-                                 skip_window=self.skip_window)
+        config = self._config(init_scale=self.scale, min_scale=0.0, max_scale=math.inf)
         return config, LossScaleState(scale=config.init_scale, total_steps=self.total_steps,
                                       skipped_steps=self.skipped_steps,
                                       consecutive_skips=self.consecutive_skips)
 
 
-@dataclass(frozen=True)
+@_fields_of(state=("total_steps",), config=())
 class NoOpLossScale(_View):
     """No scaling (scale 1) and no overflow check: bf16 and fp32 need none."""
 
     kind: ClassVar[str] = "none"
     checks_overflow: ClassVar[bool] = False
 
-    total_steps: int = 0
-
     def _records(self) -> tuple[LossScaleConfig, LossScaleState]:
-        config = LossScaleConfig(kind="none", init_scale=1.0, min_scale=0.0, max_scale=math.inf)
+        config = self._config(init_scale=1.0, min_scale=0.0, max_scale=math.inf)
         return config, LossScaleState(scale=1.0, total_steps=self.total_steps)
 
     @property
@@ -254,6 +251,8 @@ def loss_scale_from_parts(config: LossScaleConfig,
     """The user-facing value of ``config`` at ``state`` (default: its initial state)."""
     if not isinstance(config, LossScaleConfig):
         raise TypeError(f"config must be a LossScaleConfig, got {type(config).__name__}")
+    if state is not None and not isinstance(state, LossScaleState):
+        raise TypeError(f"state must be a LossScaleState, got {type(state).__name__}")
     return _View.from_parts(config, state or LossScaleState.initial(config))
 
 
@@ -270,9 +269,7 @@ def loss_scale_from_config(d: dict[str, Any]) -> LossScale:
     the dataclass fields, with ``init_scale`` accepted for ``scale``.
     """
     d = dict(d)
-    kind = d.pop("kind", "dynamic")
-    if kind not in LOSS_SCALE_KINDS:
-        raise UnknownChoiceError("loss-scale kind", kind, LOSS_SCALE_KINDS)
+    kind = check_choice("loss-scale kind", d.pop("kind", "dynamic"), LOSS_SCALE_KINDS)
     if "init_scale" in d:
         d["scale"] = d.pop("init_scale")
     cls = LOSS_SCALE_KINDS[kind]

@@ -60,12 +60,17 @@ Files:
 from amp_adapters import (DynamicLossScale, NoOpLossScale, OverflowGuardError, Policy,
                           StaticLossScale)
 
+from . import amp, lists, loss_scaler  # noqa: F401  (the native submodules)
+from .active import active_policy
 from .checkpoint import load_checkpoint, save_checkpoint
-from .convert import convert_hybrid_block, convert_model, convert_symbol
+from .convert import (convert_bucketing_module, convert_hybrid_block, convert_model,
+                      convert_symbol)
 from .lists import (list_conditional_fp32_ops, list_fp32_ops, list_loss_output_functions,
-                    list_lp16_fp32_ops, list_lp16_ops, list_widest_type_cast)
+                    list_lp16_fp32_ops, list_lp16_ops, list_lp16_use_fp32_params,
+                    list_widest_type_cast)
+from .loss_scaler import LossScaler
 from .masters import cast_params
-from .patching import active_policy, init, reset
+from .patching import init, reset
 from .report import cast_report
 from .doctor import doctor
 from .scaling import (init_trainer, last_step_skipped, load_state_dict, loss_scale, scale_loss,
@@ -79,13 +84,7 @@ __all__ = [
     "list_lp16_fp32_ops", "list_conditional_fp32_ops", "list_widest_type_cast",
     "list_loss_output_functions", "doctor", "Policy", "DynamicLossScale", "StaticLossScale",
     "NoOpLossScale", "OverflowGuardError",
+    # the rest of the native surface: submodules amp, lists, loss_scaler
+    "convert_bucketing_module", "list_lp16_use_fp32_params", "LossScaler", "amp", "lists",
+    "loss_scaler",
 ]
-
-# The rest of the native surface (issue 14): submodules amp, lists, loss_scaler.
-from . import amp, lists, loss_scaler  # noqa: E402,F401
-from .convert import convert_bucketing_module  # noqa: E402
-from .lists import list_lp16_use_fp32_params  # noqa: E402
-from .loss_scaler import LossScaler  # noqa: E402
-
-__all__ += ["convert_bucketing_module", "list_lp16_use_fp32_params", "LossScaler", "amp", "lists",
-            "loss_scaler"]

@@ -19,10 +19,10 @@ import mxnet as mx
 from mxnet import gluon
 
 from amp_adapters import checkpoint as core
-from amp_adapters.errors import CheckpointError
+from amp_adapters.errors import AmpConfigError, CheckpointError
 
-from .patching import active_policy
-from .scaling import AmpTrainerState, load_state_dict
+from .active import active_policy
+from .scaling import AmpTrainerState, checked_restore
 
 PARAMS, STATES = "net.params", "trainer.states"
 
@@ -98,8 +98,22 @@ def load_checkpoint(path: "str | os.PathLike[str]", net: gluon.Block, trainer: g
                 d not in (0, s) for d, s in zip(here, shape))):
             raise CheckpointError(f"checkpoint {str(path)!r} does not fit this net: parameter "
                                   f"{name} has shape {shape} there, {p.shape} here")
-    net.load_parameters(str(ckpt.file(PARAMS)))
+    restore_amp = _checked_amp(path, trainer, ckpt) if amp is not None else None
+    net.load_parameters(str(ckpt.file(PARAMS)))  # everything is checked: now change things
     trainer.load_states(str(ckpt.file(STATES)))
-    if amp is not None:
-        load_state_dict(trainer, {**ckpt.meta["amp"], "loss_scale": ckpt.loss_scale.state_dict()})
+    if restore_amp is not None:
+        restore_amp()
     return ckpt.step
+
+
+def _checked_amp(path: Any, trainer: gluon.Trainer, ckpt: core.Checkpoint):
+    """The checkpoint's loss scale checked against the trainer's config (nothing changed yet):
+    the function that restores it, or ``CheckpointError``."""
+    meta = ckpt.meta.get("amp")
+    if not isinstance(meta, dict) or ckpt.loss_scale is None:
+        raise CheckpointError(f"checkpoint {str(path)!r} has no complete AMP loss-scale state")
+    try:
+        return checked_restore(trainer, ckpt.loss_scale, meta.get("last_step_skipped"))
+    except AmpConfigError as e:
+        raise CheckpointError(f"checkpoint {str(path)!r} does not fit this trainer's loss "
+                              f"scale: {e}") from None

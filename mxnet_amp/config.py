@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from amp_adapters import AmpConfigError, OpLists, Policy
+from amp_adapters.errors import check_flag
 from amp_adapters.dtypes import low_dtype
 from amp_adapters.policy import PolicyLike
 from amp_adapters.policy import resolve_policy
@@ -27,6 +28,7 @@ def init_policy(target_dtype: object = "float16",
     with list arguments is an error, since one of them would be ignored.
     Raises ``UnknownOpError`` / ``ConflictingOpError`` before anything is patched.
     """
+    check_flag("emulate", emulate)
     given = {"target_precision_ops": target_precision_ops, "fp32_ops": fp32_ops,
              "conditional_fp32_ops": conditional_fp32_ops}
     if policy is not None:

@@ -32,7 +32,8 @@ from ._mx import declared as with_dtypes
 from ._mx import dtype_name, mx_dtype
 from .config import PolicyLike, init_policy
 from .graph import rewrite
-from .report import block_context, block_graph
+from .report import block_context
+from .traced import block_graph
 
 
 def _declared_dtypes(sym: mx.sym.Symbol) -> dict[str, str]:

@@ -41,8 +41,8 @@ from amp_adapters.dtypes import LOW_DTYPES
 from ._mx import _BF16, _ND_AMP_CAST, cast, dtype_name, input_names, unpatched
 from amp_adapters.policy import PolicyLike, resolve_policy
 from .graph import nodes
+from .active import active_policy
 from .kernels import KernelSet, has_mp_update
-from .patching import active_policy
 from .report import block_context
 
 def master_update(dtype: str, ctx: mx.Context) -> str:

@@ -36,8 +36,8 @@ from amp_adapters import (UNKNOWN, AmpConfigError, OpDecision, Policy, attrs_rea
 from amp_adapters.oplists import load_table
 from amp_adapters.dtypes import AMP_DTYPES
 
-from ._mx import (_local, call_unpatched, cast, is_symbol, is_tensor, multicast_widest,
-                  tensor_dtype, unpatched)
+from ._mx import (_local, call_unpatched, cast, fc_needs_split, fc_split_bias, frozen_params,
+                  is_symbol, is_tensor, multicast_widest, tensor_dtype, unpatched)
 from .active import active_policy, set_policy
 from .config import init_policy
 from . import traced
@@ -258,11 +258,16 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
         if entry is None or type(entry) is dict:
             entry = decide(key, args, kwargs)  # a miss, or a decision made per device
         d, act = entry
+        run = functools.partial(fc_split_bias, fn) if fc_needs_split(op, args, kwargs) \
+            else None  # MXNet's FC backward skips the bias of a frozen weight: see _mx.py
         if not act:
+            if run is not None:
+                with unpatched():
+                    return run(args, kwargs)
             return fn(*args, **kwargs) if direct else call_unpatched(fn, args, kwargs)
         with unpatched():
             args, kwargs = _apply(d, _find(args, kwargs), args, kwargs)
-            out = fn(*args, **kwargs)
+            out = run(args, kwargs) if run is not None else fn(*args, **kwargs)
             return _round_outputs(d, out) if d.round_outputs else out
 
     amp_wrapper.__amp_original__ = fn  # type: ignore[attr-defined]
@@ -327,10 +332,13 @@ def _traced_graph(get_graph: Callable) -> Callable:
         if block._cached_graph or _trace.casts is not None:
             return get_graph(block, *args)
         _trace.casts = {}
+        frozen_params.names = frozenset(p.name for p in block.collect_params().values()
+                                        if p.grad_req == "null")
         try:
             out = get_graph(block, *args)
         finally:
             _trace.casts = None
+            frozen_params.names = frozenset()
         from .report import summarize_block  # report imports this module
         summarize_block(block)
         return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from typing import Any, Optional
+from typing import Optional
 
 import mxnet as mx
 from mxnet.gluon import HybridBlock
@@ -14,22 +14,12 @@ from amp_adapters.policy import PolicyLike, resolve_policy
 from amp_adapters.report import GraphCasts
 
 from ._mx import dtype_name
+from .active import active_policy
 from .graph import plan_graph
 from .kernels import summarize_fallbacks
-from .active import active_policy
-from .traced import traced_without_amp
+from .traced import block_graph, traced_without_amp
 
 logger = logging.getLogger("mxnet_amp")
-
-
-def block_graph(block: Any) -> tuple[list, mx.sym.Symbol]:
-    """The (inputs, symbol) a hybridized block traced, or a clear error."""
-    if not isinstance(block, HybridBlock):
-        raise TypeError(f"expected a gluon HybridBlock, got {type(block).__name__}")
-    if not block._cached_graph:
-        raise RuntimeError("the block has no traced graph yet: call block.hybridize() and run "
-                           "one forward pass first")
-    return block._cached_graph
 
 
 def graph_casts(sym: mx.sym.Symbol) -> GraphCasts:
@@ -71,7 +61,6 @@ def cast_report(block: HybridBlock, *, policy: Optional[PolicyLike] = None,
                                               "graph has no AMP casts (hybridize again)")
                 for d in plan]
     return CastReport("mxnet", tuple(plan), graph_casts(sym))
-
 
 
 def summarize_block(block: HybridBlock) -> None:

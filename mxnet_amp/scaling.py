@@ -35,6 +35,7 @@ from mxnet.gluon import Trainer
 from amp_adapters import (AmpConfigError, LossScale, LossScaleConfig, Policy, StaticLossScale,
                           loss_scale_from_parts)
 from amp_adapters.loss_scale import SkipWindow, check_guard
+from amp_adapters.loss_scale.state_dict import check_same_config
 from amp_adapters.scaler import LOSS_SCALE_KINDS
 
 from ._mx import unpatched
@@ -278,9 +279,23 @@ def load_state_dict(trainer: Trainer, d: dict[str, Any]) -> None:
         key = missing[0] if missing else unknown[0]
         what = "misses the" if missing else "has the unknown"
         raise AmpConfigError(f"mxnet_amp state_dict {what} key {key!r} (expected {list(_KEYS)})")
-    skipped = d["last_step_skipped"]
-    if not isinstance(skipped, bool):
-        raise AmpConfigError(f"mxnet_amp state_dict['last_step_skipped'] = {skipped!r}: must be "
-                             f"true or false")
+    skipped = _last_step_skipped(d["last_step_skipped"])
     new = amp.state.with_state_dict(d["loss_scale"])
     amp.reset(new, skipped)
+
+
+def _last_step_skipped(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise AmpConfigError(f"mxnet_amp state_dict['last_step_skipped'] = {value!r}: must be "
+                             f"true or false")
+    return value
+
+
+def checked_restore(trainer: Trainer, loss_scale: LossScale, last_step_skipped: Any):
+    """Check a loss scale already loaded and validated (a checkpoint's) against ``trainer``'s
+    config, and return the function that restores it: a loader checks everything first and
+    changes the trainer only after (``load_state_dict`` is this for a plain dict)."""
+    amp = _amp(trainer)
+    check_same_config(loss_scale.config, amp.state.config)
+    skipped = _last_step_skipped(last_step_skipped)
+    return lambda: amp.reset(amp.state.with_state(loss_scale.state), skipped)

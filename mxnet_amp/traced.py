@@ -25,9 +25,22 @@ import warnings
 import weakref
 from typing import Any
 
+import mxnet as mx
 from mxnet.gluon import HybridBlock, SymbolBlock
 
 _CASTS = ("amp_cast", "amp_multicast")
+
+
+def block_graph(block: Any) -> tuple[list, mx.sym.Symbol]:
+    """The (inputs, symbol) a hybridized block traced, or a clear error."""
+    if not isinstance(block, HybridBlock):
+        raise TypeError(f"expected a gluon HybridBlock, got {type(block).__name__}")
+    if not block._cached_graph:
+        raise RuntimeError("the block has no traced graph yet: call block.hybridize() and run "
+                           "one forward pass first")
+    return block._cached_graph
+
+
 # block -> the cached graph it had when init found it (traced without AMP)
 _before_init: "weakref.WeakKeyDictionary[HybridBlock, Any]" = weakref.WeakKeyDictionary()
 _warned: "weakref.WeakSet[HybridBlock]" = weakref.WeakSet()

@@ -18,155 +18,25 @@ natives' default lists, exactly, one section per framework version:
     .venv/bin/python tools/gen_oplists.py native --merge /tmp/n1.json /tmp/n2.json \
         > amp_adapters/oplists/native.toml
 
-The canonical mapping below is written by hand; every other name in the native
-AMP lists is kept under its native category, so the defaults of each framework
-are preserved for ops that have no shared name.
+The canonical mapping is written by hand in ``tools/op_mapping.toml`` (data, as the
+categories in ``canonical.toml`` are); every other name in the native AMP lists is kept
+under its native category, so the defaults of each framework are preserved for ops that
+have no shared name.
 """
 import argparse
 import json
 import sys
+import tomllib
+from pathlib import Path
 
-# canonical op -> framework op names (hand-written; each name maps to one canonical op)
-CANONICAL = {
-    "mxnet": {
-        "matmul": ["dot", "batch_dot", "_np_dot", "_npi_matmul", "_npx_batch_dot"],
-        "linear": ["FullyConnected", "_npx_fully_connected"],
-        "conv": ["Convolution", "_npx_convolution"],
-        "conv_transpose": ["Deconvolution", "_npx_deconvolution"],
-        "rnn": ["RNN", "_npx_rnn"],
-        "einsum": ["_npi_einsum"],
-        "softmax": ["softmax", "_npx_softmax", "SoftmaxActivation"],
-        "log_softmax": ["log_softmax", "_npx_log_softmax"],
-        "softmax_cross_entropy": ["softmax_cross_entropy", "SoftmaxOutput"],
-        "layer_norm": ["LayerNorm", "_npx_layer_norm"],
-        "group_norm": ["GroupNorm"],
-        "instance_norm": ["InstanceNorm"],
-        "batch_norm": ["BatchNorm", "_npx_batch_norm"],
-        "exp": ["exp", "_npi_exp"],
-        "log": ["log", "_npi_log"],
-        "pow": ["_power", "broadcast_power", "_npi_power"],
-        "square": ["square", "_npi_square"],
-        "rsqrt": ["rsqrt"],
-        "reciprocal": ["reciprocal", "_npi_reciprocal"],
-        "sum": ["sum", "_np_sum"],
-        "mean": ["mean", "_npi_mean"],
-        "prod": ["prod", "_np_prod"],
-        "norm": ["norm", "_npi_norm"],
-        "cumsum": ["cumsum", "_np_cumsum"],
-        "erfinv": ["erfinv", "_npx_erfinv"],
-        "add": ["elemwise_add", "broadcast_add", "_npi_add"],
-        "sub": ["elemwise_sub", "broadcast_sub", "_npi_subtract"],
-        "mul": ["elemwise_mul", "broadcast_mul", "_npi_multiply"],
-        "div": ["elemwise_div", "broadcast_div", "_npi_true_divide"],
-        "maximum": ["broadcast_maximum", "_maximum", "_npi_maximum"],
-        "minimum": ["broadcast_minimum", "_minimum", "_npi_minimum"],
-        "add_n": ["add_n"],
-        "concat": ["Concat", "_npi_concatenate"],
-        "stack": ["stack", "_npi_stack"],
-        "where": ["where", "_npi_where"],
-        "relu": ["relu", "_npx_relu"],
-        "sigmoid": ["sigmoid", "_npx_sigmoid"],
-        "tanh": ["tanh", "_npi_tanh"],
-        "activation": ["Activation", "_npx_activation"],
-        "leaky_relu": ["LeakyReLU", "_npx_leaky_relu"],
-        "dropout": ["Dropout", "_npx_dropout"],
-        "pool": ["Pooling", "_npx_pooling"],
-        "reshape": ["Reshape", "_np_reshape", "_npx_reshape"],
-        "transpose": ["transpose", "_np_transpose"],
-        "embedding": ["Embedding", "_npx_embedding"],
-        "slice": ["slice", "_npi_slice"],
-        "split": ["SliceChannel", "_npi_split"],
-        "cast": ["Cast", "_npx_cast", "amp_cast", "amp_multicast"],
-    },
-    "paddle": {
-        "matmul": ["matmul", "matmul_v2", "mul"],
-        "linear": ["fc", "fused_gemm_epilogue", "linear_v2"],
-        "conv": ["conv2d", "conv3d", "depthwise_conv2d"],
-        "conv_transpose": ["conv2d_transpose", "conv3d_transpose"],
-        "rnn": ["rnn"],
-        "einsum": ["einsum"],
-        "softmax": ["softmax"],
-        "log_softmax": ["log_softmax"],
-        "softmax_cross_entropy": ["softmax_with_cross_entropy", "cross_entropy", "cross_entropy2"],
-        "sigmoid_cross_entropy": ["sigmoid_cross_entropy_with_logits"],
-        "layer_norm": ["layer_norm"],
-        "group_norm": ["group_norm"],
-        "instance_norm": ["instance_norm"],
-        "batch_norm": ["batch_norm"],
-        "exp": ["exp"],
-        "log": ["log"],
-        "pow": ["pow", "elementwise_pow"],
-        "square": ["square"],
-        "rsqrt": ["rsqrt"],
-        "reciprocal": ["reciprocal"],
-        "sum": ["reduce_sum"],
-        "mean": ["reduce_mean", "mean"],
-        "prod": ["reduce_prod"],
-        "norm": ["p_norm", "frobenius_norm"],
-        "cumsum": ["cumsum"],
-        "erfinv": ["erfinv"],
-        "softplus": ["softplus", "soft_relu"],
-        "elu": ["elu"],
-        "selu": ["selu"],
-        "add": ["elementwise_add"],
-        "sub": ["elementwise_sub"],
-        "mul": ["elementwise_mul"],
-        "div": ["elementwise_div"],
-        "maximum": ["elementwise_max"],
-        "minimum": ["elementwise_min"],
-        "add_n": ["sum"],
-        "concat": ["concat"],
-        "stack": ["stack"],
-        "where": ["where"],
-        "relu": ["relu"],
-        "sigmoid": ["sigmoid"],
-        "tanh": ["tanh"],
-        "leaky_relu": ["leaky_relu"],
-        "gelu": ["gelu"],
-        "dropout": ["dropout"],
-        "pool": ["pool2d", "pool3d"],
-        "reshape": ["reshape2"],
-        "transpose": ["transpose2"],
-        "embedding": ["lookup_table_v2", "lookup_table"],
-        "slice": ["slice"],
-        "split": ["split"],
-        "cast": ["cast"],
-    },
-}
-
-# op -> (attribute, {value: canonical op}): the op is that canonical op for those values
-CONDITIONAL = {
-    "mxnet": {
-        "Activation": ("act_type", {"softrelu": "softplus", "relu": "relu",
-                                    "sigmoid": "sigmoid", "tanh": "tanh"}),
-        "_npx_activation": ("act_type", {"softrelu": "softplus", "relu": "relu",
-                                         "sigmoid": "sigmoid", "tanh": "tanh"}),
-        "LeakyReLU": ("act_type", {"elu": "elu", "selu": "selu", "gelu": "gelu",
-                                   "leaky": "leaky_relu"}),
-        "_npx_leaky_relu": ("act_type", {"elu": "elu", "selu": "selu", "gelu": "gelu",
-                                         "leaky": "leaky_relu"}),
-    },
-    "paddle": {},
-}
-
-# inputs that stay fp32 whatever the op runs in (statistics, affine parameters)
-KEEP_FP32_INPUTS = {
-    "mxnet": {"BatchNorm": ["gamma", "beta", "moving_mean", "moving_var"],
-              "_npx_batch_norm": ["gamma", "beta", "moving_mean", "moving_var"]},
-    "paddle": {"batch_norm": ["Scale", "Bias", "Mean", "Variance"],
-               "layer_norm": ["Scale", "Bias"],
-               "fused_bn_add_activation": ["Scale", "Bias"]},
-}
-
-# outputs that stay fp32 whatever the op runs in (running and saved statistics)
-KEEP_FP32_OUTPUTS = {
-    "mxnet": {},
-    "paddle": {"batch_norm": ["MeanOut", "VarianceOut", "SavedMean", "SavedVariance",
-                              "ReserveSpace"],
-               "layer_norm": ["Mean", "Variance"],
-               "fused_bn_add_activation": ["MeanOut", "VarianceOut", "SavedMean",
-                                           "SavedVariance", "ReserveSpace"]},
-}
+# The hand-written part, as data: tools/op_mapping.toml (canonical op -> framework op
+# names, attribute-conditional names, inputs and outputs that stay fp32).
+MAPPING = tomllib.loads((Path(__file__).with_name("op_mapping.toml")).read_text("utf-8"))
+CANONICAL = {fw: t["canonical"] for fw, t in MAPPING.items()}
+CONDITIONAL = {fw: {op: (c["attr"], c["values"]) for op, c in t["conditional"].items()}
+               for fw, t in MAPPING.items()}
+KEEP_FP32_INPUTS = {fw: t["keep_fp32_inputs"] for fw, t in MAPPING.items()}
+KEEP_FP32_OUTPUTS = {fw: t["keep_fp32_outputs"] for fw, t in MAPPING.items()}
 
 
 def native_mxnet():

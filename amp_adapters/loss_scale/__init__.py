@@ -5,7 +5,10 @@
 - ``update.update(config, state, found_inf, ops)``: the transition, written once over
   the ``update.ArrayOps`` vocabulary; ``numpy_ops.NumpyOps`` runs it in the core;
 - ``guard.check_guard``: the one place ``OverflowGuardError`` is decided;
-- ``state_dict``: strict checkpoints (format version, exact keys, config checked).
+- ``consistency.check_state``: the one rule for a state under its config (counters that
+  contradict it are refused wherever a state enters);
+- ``state_dict``: strict checkpoints (format version, exact keys, config checked), and
+  ``upgrade``: a state dict of an earlier format brought to this one (``UPGRADES``).
 
 ``step`` is the host-side convenience: one transition on a ``LossScaleState``.
 """
@@ -14,10 +17,11 @@ from __future__ import annotations
 import numpy as np
 
 from .config import KINDS, LossScaleConfig
+from .consistency import check_state
 from .guard import SkipWindow, check_guard
 from .numpy_ops import NUMPY_OPS, NumpyOps
 from .state import COUNTERS, FIELDS, LossScaleState
-from .state_dict import FORMAT_VERSION, load_state, state_dict
+from .state_dict import FORMAT_VERSION, UPGRADES, load_state, state_dict, upgrade
 from .update import ArrayOps, StateArrays, count_step, move_scale, update
 
 
@@ -35,4 +39,5 @@ def step(config: LossScaleConfig, state: LossScaleState, found_inf: bool) -> Los
 
 __all__ = ["KINDS", "LossScaleConfig", "LossScaleState", "FIELDS", "COUNTERS", "ArrayOps",
            "StateArrays", "update", "count_step", "move_scale", "NumpyOps", "NUMPY_OPS",
-           "step", "check_guard", "SkipWindow", "state_dict", "load_state", "FORMAT_VERSION"]
+           "step", "check_guard", "SkipWindow", "state_dict", "load_state", "FORMAT_VERSION",
+           "check_state", "upgrade", "UPGRADES"]

@@ -12,10 +12,12 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from ..errors import AmpConfigError, UnknownChoiceError
+from ..errors import AmpConfigError, check_choice
 from .checks import f32, real, scale_value, whole
 
 KINDS = ("dynamic", "static", "none")
+# What only a dynamic scale reads: a static scale or none keeps them at their defaults.
+DYNAMIC_ONLY = ("growth_factor", "backoff_factor", "growth_interval", "hysteresis")
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,7 @@ class LossScaleConfig:
 
     def __post_init__(self) -> None:
         o, put = "LossScaleConfig", lambda k, v: object.__setattr__(self, k, v)
-        if self.kind not in KINDS:
-            raise UnknownChoiceError("loss-scale kind", self.kind, KINDS)
+        check_choice("loss-scale kind", self.kind, KINDS)
         put("growth_factor", real(o, "growth_factor", self.growth_factor))
         if not 1 < self.growth_factor or math.isinf(f32(self.growth_factor)):
             raise AmpConfigError(f"{o}.growth_factor must be > 1 and finite in float32, "
@@ -93,3 +94,6 @@ class LossScaleConfig:
         """``{field: (self's value, other's value)}`` for every field that differs."""
         a, b = self.as_dict(), other.as_dict()
         return {k: (a[k], b[k]) for k in a if a[k] != b[k]}
+
+
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(LossScaleConfig)}

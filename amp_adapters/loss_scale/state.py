@@ -2,7 +2,9 @@
 
 Six fields, in every backend: ``scale`` (float32), ``good_steps`` (clean steps
 since the last move), ``bad_steps`` (overflows in a row not yet acted on),
-``total_steps``, ``skipped_steps`` and ``consecutive_skips``.
+``total_steps``, ``skipped_steps`` and ``consecutive_skips``. This dataclass is their
+one definition: ``FIELDS``/``COUNTERS``, ``update.StateArrays``, the user-facing loss
+scales' fields and the backends' state vars all derive from it.
 """
 from __future__ import annotations
 
@@ -12,10 +14,7 @@ from typing import Any
 
 from ..errors import AmpConfigError
 from .checks import f32, real, whole
-
-FIELDS = ("scale", "good_steps", "bad_steps", "total_steps", "skipped_steps",
-          "consecutive_skips")
-COUNTERS = FIELDS[1:]
+from .config import LossScaleConfig
 
 
 @dataclass(frozen=True)
@@ -25,7 +24,7 @@ class LossScaleState:
     A scale of 0 or a denormal is a valid record (a collapsed run); the guard, not
     this record, refuses to go on with it."""
 
-    scale: float = 2.0**16
+    scale: float = LossScaleConfig.init_scale  # where a run starts: the config's default
     good_steps: int = 0
     bad_steps: int = 0
     total_steps: int = 0
@@ -48,3 +47,7 @@ class LossScaleState:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(LossScaleState))
+COUNTERS: tuple[str, ...] = FIELDS[1:]  # the integer fields (the scale is FIELDS[0])

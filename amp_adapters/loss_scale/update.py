@@ -25,6 +25,7 @@ import dataclasses
 from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from .config import LossScaleConfig
+from .state import FIELDS
 
 A = TypeVar("A")
 
@@ -66,16 +67,10 @@ class ArrayOps(Protocol[A]):
     def logical_not(self, x: A) -> A: ...
 
 
-class StateArrays(NamedTuple):
-    """The six state fields as a backend's arrays: what ``update`` reads and returns when
-    the caller has no record type of its own."""
-
-    scale: Any
-    good_steps: Any
-    bad_steps: Any
-    total_steps: Any
-    skipped_steps: Any
-    consecutive_skips: Any
+StateArrays = NamedTuple("StateArrays", [(name, Any) for name in FIELDS])  # type: ignore
+StateArrays.__doc__ = """The six state fields (``state.FIELDS``) as a backend's arrays: what
+``update`` reads and returns when the caller has no record type of its own."""
+StateArrays.__module__ = __name__
 
 
 S = TypeVar("S")

@@ -1,7 +1,7 @@
 """Op lists as data: the canonical vocabulary and each framework's table of op names.
 
 ``canonical.toml`` gives every canonical op (matmul, softmax, ...) one default
-category per low-precision dtype. ``mxnet.toml`` and ``paddle.toml`` map
+category for float16, and for bfloat16 only where it differs from float16. ``mxnet.toml`` and ``paddle.toml`` map
 framework op names onto canonical names, keep the native lists' category for
 framework-only names, and say which inputs are never cast and which outputs
 stay fp32. Loading is cached;
@@ -45,7 +45,16 @@ def canonical_defaults(dtype: str) -> Mapping[str, str]:
     """{canonical op: default category} for ``dtype`` (float16 or bfloat16)."""
     if dtype not in LOW_DTYPES:
         raise UnknownChoiceError("low-precision dtype", dtype, LOW_DTYPES)
-    return _categories(_read("canonical.toml")[dtype], f"canonical.toml [{dtype}]")
+    tables = _read("canonical.toml")
+    base = _categories(tables["float16"], "canonical.toml [float16]")
+    if dtype == "float16":
+        return base
+    changed = _categories(tables.get(dtype, {}), f"canonical.toml [{dtype}]")
+    unknown = sorted(set(changed) - set(base))
+    if unknown:
+        raise AmpConfigError(f"canonical.toml [{dtype}]: {unknown[0]!r} is no canonical op "
+                             f"(every canonical op is declared in [float16])")
+    return MappingProxyType({op: changed.get(op, category) for op, category in base.items()})
 
 
 def canonical_ops() -> frozenset[str]:

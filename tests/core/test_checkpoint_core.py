@@ -148,3 +148,45 @@ def test_concurrent_savers_into_one_folder_take_turns(tmp_path):
     assert errors == []
     assert _load(tmp_path).step in (14, 114)
     assert len([p for p in tmp_path.iterdir() if p.name.startswith("step-")]) == 1
+
+
+def _rewrite_manifest(path, change):
+    folder = _current(path)
+    raw = json.loads((folder / ckpt.MANIFEST).read_text())
+    body = change(raw["body"])
+    (folder / ckpt.MANIFEST).write_text(json.dumps({"body": body,
+                                                    "sha256": ckpt._body_digest(body)}))
+
+
+@pytest.mark.parametrize("version, needle", [
+    (2, "format 2 was written by a newer amp-adapters"),
+    ("1", "format '1' is no checkpoint format"),
+    (0, "format 0 is no checkpoint format"),
+])
+def test_manifest_formats_newer_or_unknown_are_refused(tmp_path, version, needle):
+    _save(tmp_path, 1)
+    _rewrite_manifest(tmp_path, lambda b: {**b, "format": version})
+    with pytest.raises(CheckpointError, match=needle):
+        _load(tmp_path)
+
+
+def test_manifest_upgrade_steps_run_in_order(tmp_path, monkeypatch):
+    _save(tmp_path, 1)
+    _rewrite_manifest(tmp_path, lambda b: {**{k: v for k, v in b.items() if k != "meta"},
+                                           "format": 0 + 1, "old_meta": b["meta"]})
+    monkeypatch.setattr(ckpt, "FORMAT", 2)
+    monkeypatch.setitem(ckpt.UPGRADES, 1, lambda b: {**b, "meta": b.pop("old_meta")})
+    assert _load(tmp_path).meta == {"k": 1}
+
+
+def test_a_checkpoint_of_an_older_loss_scale_format_loads(tmp_path, monkeypatch):
+    """After a loss-scale format change, the saved loss scale and the saved policy's are
+    upgraded (so the policy still compares equal) instead of refused."""
+    import importlib
+    sd = importlib.import_module("amp_adapters.loss_scale.state_dict")
+    _save(tmp_path, 1)
+    monkeypatch.setattr(sd, "FORMAT_VERSION", 2)
+    with pytest.raises(CheckpointError, match="no upgrade from format 1"):
+        _load(tmp_path)
+    monkeypatch.setitem(sd.UPGRADES, 1, lambda d: d)
+    assert _load(tmp_path).loss_scale == DynamicLossScale(scale=8.0)
