@@ -37,7 +37,7 @@ from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale
 from .errors import NotSupportedError  # noqa: E402  (issue 14: the drop-ins' unsupported names)
 from .policy import resolve_policy  # noqa: E402  (issue 14: the one policy= front door)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the one place: setup.cfg reads it (version = attr: ...)
 
 __all__ = [
     "LOW_DTYPES", "dtype_name",
