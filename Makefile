@@ -18,7 +18,7 @@ PYTHON313 ?= $(shell tools/find_python 3.13)
 VENV313 := .venv-paddle3-py313
 PY313 := $(VENV313)/bin/python
 
-.PHONY: demo test docs test-paddle3 test-paddle3-py311 test-paddle3-py313 bench bench-paddle3 clean
+.PHONY: demo test docs dist test-paddle3 test-paddle3-py311 test-paddle3-py313 bench bench-paddle3 clean
 
 $(PY):
 	@test -n "$(PYTHON)" || { echo "make: $(NO_PYTHON311)" >&2; exit 1; }
@@ -74,6 +74,13 @@ test-paddle3-py311: $(VENV3)/.installed
 test-paddle3-py313: $(VENV313)/.installed
 	AMP_TEST_IR=pir $(PY313) -m pytest -q tests/core tests/paddle tests/demo tests/docs
 	AMP_TEST_IR=legacy $(PY313) -m pytest -q tests/paddle
+
+# Release: an sdist and a wheel in dist/ (python -m build builds the wheel from the sdist).
+# .ci/run installs each into an empty venv and runs tools/smoke_installed.py there.
+dist: | $(PY)
+	$(PIP_INSTALL) "build==1.6.1"
+	rm -rf dist
+	$(PY) -m build --outdir dist
 
 bench: $(VENV)/.test-installed
 	$(PY) -m bench
