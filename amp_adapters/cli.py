@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 from importlib.metadata import entry_points
 from typing import Callable, Mapping, NoReturn, Optional, Sequence
 
@@ -279,6 +280,8 @@ def build_parser(commands: Optional[Mapping[str, Register]] = None) -> argparse.
     for action in sub._choices_actions:  # every subcommand's --help says what it does
         p = sub.choices[action.dest]
         p.description = p.description or action.help
+        if "\n" not in p.description:  # kept as written (examples), so wrapped here
+            p.description = textwrap.fill(p.description, width=79)
     for p in sub.choices.values():  # plain help with defaults, one-line errors, for all
         p.formatter_class = HelpFormatter
     return parser
