@@ -6,6 +6,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP_INSTALL := $(PY) -m pip install --progress-bar on
 NO_PYTHON311 := Python 3.11 not found (MXNet 1.9.1 needs it): install it (pyenv install 3.11, apt install python3.11-venv, uv python install 3.11) or run make PYTHON=/path/to/python3.11
+# What to do when the Python is not 3.11: one line that leads somewhere (not "run again").
+NOT_PYTHON311 = MXNet 1.9.1 needs Python 3.11 (numpy<1.24 has no wheels for newer ones): make $(or $(MAKECMDGOALS),demo) PYTHON=/path/to/python3.11 (tools/find_python 3.11 finds one; without PYTHON= make looks for it itself). Paddle alone runs on 3.12 and 3.13: pip install '.[paddle3,demo]'
+PYVERSION = $$($(1) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+SITE ?= site
 DEMO_PLOT ?= out/demo.png
 # Paddle 3.3.1 lives in its own environments (one Paddle per process), on Python 3.11 and 3.13.
 VENV3 := .venv-paddle3
@@ -14,14 +18,15 @@ PYTHON313 ?= $(shell tools/find_python 3.13)
 VENV313 := .venv-paddle3-py313
 PY313 := $(VENV313)/bin/python
 
-.PHONY: demo test test-paddle3 test-paddle3-py311 test-paddle3-py313 bench bench-paddle3 clean
+.PHONY: demo test docs dist test-paddle3 test-paddle3-py311 test-paddle3-py313 bench bench-paddle3 clean
 
 $(PY):
 	@test -n "$(PYTHON)" || { echo "make: $(NO_PYTHON311)" >&2; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { echo "make: PYTHON=$(PYTHON) is Python $(call PYVERSION,$(PYTHON)). $(NOT_PYTHON311)" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.demo-installed: setup.cfg pyproject.toml | $(PY)
-	@$(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { echo "make: $(VENV) is not Python 3.11: rm -rf $(VENV) and run make again" >&2; exit 1; }
+	@$(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' || { echo "make: $(VENV) was made by Python $(call PYVERSION,$(PY)): rm -rf $(VENV) first. $(NOT_PYTHON311)" >&2; exit 1; }
 	$(PIP_INSTALL) -e ".[mxnet,paddle,demo]"
 	touch $@
 
@@ -30,14 +35,19 @@ $(VENV)/.test-installed: $(VENV)/.demo-installed
 	touch $@
 
 $(VENV3)/.installed: setup.cfg pyproject.toml
+	@test -n "$(PYTHON)" || { echo "make: $(NO_PYTHON311)" >&2; exit 1; }
 	test -x $(PY3) || $(PYTHON) -m venv $(VENV3)
-	$(PY3) -m pip install -q -e ".[paddle3,test]"
+	$(PY3) -m pip install --progress-bar on -e ".[paddle3,test]"
 	touch $@
 
 $(VENV313)/.installed: setup.cfg pyproject.toml
-	test -n "$(PYTHON313)" || { echo "make test-paddle3 needs python3.13 on PATH (or PYTHON313=...)"; exit 1; }
+	@test -n "$(PYTHON313)" || { echo "make: test-paddle3 needs Python 3.13 (pyenv install 3.13, uv python install 3.13) or make test-paddle3 PYTHON313=/path/to/python3.13; make test-paddle3-py311 runs the 3.11 half alone" >&2; exit 1; }
 	test -x $(PY313) || $(PYTHON313) -m venv $(VENV313)
-	$(PY313) -m pip install -q -e ".[paddle3,test]"
+	$(PY313) -m pip install --progress-bar on -e ".[paddle3,test]"
+	touch $@
+
+$(VENV)/.docs-installed: setup.cfg pyproject.toml | $(PY)
+	$(PIP_INSTALL) -e ".[docs]"
 	touch $@
 
 # The figure goes to out/ (untracked); make demo DEMO_PLOT=docs/demo.png refreshes the README's.
@@ -48,17 +58,29 @@ demo: $(VENV)/.demo-installed
 test: $(VENV)/.test-installed
 	$(PY) -m pytest -q
 
+# The documentation site (MkDocs; the API reference from the docstrings), strict: a broken
+# link, a missing reference or an unknown anchor fails. Opens as $(SITE)/index.html.
+docs: $(VENV)/.docs-installed
+	$(PY) -m mkdocs build --strict --site-dir $(SITE)
+
 # The core and Paddle tests against Paddle 3.3.1, in PIR (its default) and in the legacy IR,
 # on Python 3.11 and 3.13. conftest.py reads AMP_TEST_IR before importing paddle.
 test-paddle3: test-paddle3-py311 test-paddle3-py313
 
 test-paddle3-py311: $(VENV3)/.installed
-	AMP_TEST_IR=pir $(PY3) -m pytest -q tests/core tests/paddle
+	AMP_TEST_IR=pir $(PY3) -m pytest -q tests/core tests/paddle tests/demo tests/docs
 	AMP_TEST_IR=legacy $(PY3) -m pytest -q tests/paddle
 
 test-paddle3-py313: $(VENV313)/.installed
-	AMP_TEST_IR=pir $(PY313) -m pytest -q tests/core tests/paddle
+	AMP_TEST_IR=pir $(PY313) -m pytest -q tests/core tests/paddle tests/demo tests/docs
 	AMP_TEST_IR=legacy $(PY313) -m pytest -q tests/paddle
+
+# Release: an sdist and a wheel in dist/ (python -m build builds the wheel from the sdist).
+# .ci/run installs each into an empty venv and runs tools/smoke_installed.py there.
+dist: | $(PY)
+	$(PIP_INSTALL) "build==1.6.1"
+	rm -rf dist
+	$(PY) -m build --outdir dist
 
 bench: $(VENV)/.test-installed
 	$(PY) -m bench
@@ -68,4 +90,4 @@ bench-paddle3: $(VENV3)/.installed
 	$(PY3) -m bench.paddle_pir_overhead
 
 clean:
-	rm -rf $(VENV) $(VENV3) $(VENV313) *.egg-info out
+	rm -rf $(VENV) $(VENV3) $(VENV313) *.egg-info out $(SITE) build dist

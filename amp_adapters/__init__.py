@@ -36,7 +36,7 @@ from .report import CastReport, compare
 from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale,
                      loss_scale_from_config, loss_scale_from_parts, loss_scale_from_state_dict)
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # the one place: setup.cfg reads it (version = attr: ...)
 
 __all__ = [
     "LOW_DTYPES", "dtype_name",

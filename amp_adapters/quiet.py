@@ -1,14 +1,23 @@
 """Framework log noise off, for our command and examples (never on import of the library).
 
 Paddle's C++ INFO lines (glog: "New Executor is Running"...), Paddle 3's
-"No ccache found" warning and MXNet's "Cannot decide type" warning (type
-inference on a graph whose data inputs have no declared dtype yet) tell a user
-nothing about their training. ``quiet_frameworks()`` turns them off; call it
-before importing a framework, since glog reads its environment at import.
-Warnings and errors of the frameworks, and every message of ours, still show.
+"No ccache found" warning, the UserWarning Paddle 3.3's own PIR backward
+raises ("Tensor do not have 'place' interface for pir graph mode") and MXNet's
+"Cannot decide type" warning (type inference on a graph whose data inputs have
+no declared dtype yet) tell a user nothing about their training.
+``quiet_frameworks()`` turns them off; call it before importing a framework,
+since glog reads its environment at import.
+
+Paddle 3 also gives the root logger a stderr handler at INFO when it is
+imported, so every library's INFO line shows, timestamped (on Paddle 2.6, and
+without Paddle, Python's default shows WARNING and above only). Our own
+loggers are therefore set to WARNING here, unless a level was set for them:
+the same lines show on Paddle 3 as on 2.6. Warnings and errors of the
+frameworks, and every warning of ours, still show.
 """
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 
@@ -21,12 +30,20 @@ NOISE_ENV = {
 NOISE_WARNINGS = (
     r"No ccache found",
     r"Cannot decide type for the following arguments",
+    r"Tensor do not have 'place' interface for pir graph mode",
 )
+# Our loggers: INFO (what emulation does where) is for a user who asks for it.
+OUR_LOGGERS = ("amp_adapters", "mxnet_amp", "paddle_amp")
 
 
 def quiet_frameworks() -> None:
-    """Set ``NOISE_ENV`` (unless the user set those variables) and ignore ``NOISE_WARNINGS``."""
+    """Set ``NOISE_ENV`` (unless the user set those variables), ignore ``NOISE_WARNINGS``, and
+    show our loggers' WARNING and above only (unless their level was set)."""
     for key, value in NOISE_ENV.items():
         os.environ.setdefault(key, value)
     for message in NOISE_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
+    for name in OUR_LOGGERS:
+        logger = logging.getLogger(name)
+        if logger.level == logging.NOTSET:
+            logger.setLevel(logging.WARNING)

@@ -86,7 +86,7 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
     _patches.append((hybrid, "_get_graph", hybrid._get_graph))
     hybrid._get_graph = _traced_graph(hybrid._get_graph)
     set_policy(resolved)
-    traced.warn_traced_before_init()
+    traced.remember_traced_before_init()
     _patches.extend(traced.record_tracing())
     return resolved
 

@@ -6,16 +6,20 @@ graph, so:
 
 - ``reset()`` clears the cache of every block whose traced graph contains AMP
   casts: its next forward traces again, in float32 (``restore_float32``);
-- ``init()`` warns once per block traced before it (that block keeps running
-  its float32 graph until ``block.hybridize()`` is called again) and
-  remembers that graph, so ``cast_report`` describes what actually runs
-  (``traced_without_amp``).
+- ``init()`` remembers the graph of every block traced before it, so
+  ``cast_report`` describes what actually runs (``traced_without_amp``), and
+  the first forward of such a block after ``init``, still on that float32
+  graph, warns once naming it (``block.hybridize()`` again re-traces it).
 
-``init`` finds the blocks traced before it with ``gc.get_objects()`` (a scan
-of live Python objects, ~50 ms, once per ``init``) and wraps
-``HybridBlock._build_cache`` to record the blocks traced under it, which is
-all ``reset`` looks at. ``SymbolBlock``s (e.g. from ``convert_hybrid_block``)
-are left alone: their graph is their definition. No host sync.
+The warning is decided by use, not by existence: ``init`` finds the blocks
+traced before it with ``gc.get_objects()``, which also returns blocks that are
+dead but not yet collected (the demo's fp32 network, say), so ``init`` only
+remembers them (weakly) and a block warns when it is called again. ``init``
+wraps ``HybridBlock._build_cache`` to record the blocks traced under it, which
+is all ``reset`` looks at, and ``HybridBlock._call_cached_op`` for that
+warning (a dict lookup per forward, nothing once no block traced before
+``init`` is alive). ``SymbolBlock``s (e.g. from ``convert_hybrid_block``) are
+left alone: their graph is their definition. No host sync.
 """
 from __future__ import annotations
 
@@ -67,19 +71,25 @@ def has_amp_casts(block: HybridBlock) -> bool:
     return any(n.get("op") in _CASTS for n in nodes)
 
 
-def warn_traced_before_init() -> None:
-    """Warn once per block traced before ``init``; remember its (float32) graph."""
+def remember_traced_before_init() -> None:
+    """Remember the (float32) graph of every block traced before ``init``. Nothing is said
+    here: a block found by the scan may be garbage not yet collected; it warns when it
+    is run on that graph after ``init`` (``record_tracing``)."""
     for block in traced_blocks():
-        if has_amp_casts(block):
-            continue
-        _before_init[block] = block._cached_graph
-        if block not in _warned:
-            _warned.add(block)
-            warnings.warn(
-                f"mxnet_amp.init(): block {block.name!r} ({type(block).__name__}) was "
-                f"hybridized and run before init, so its cached graph runs without AMP "
-                f"(float32); call {block.name}.hybridize() again (or build the model after "
-                f"init) to apply the policy", stacklevel=3)
+        if not has_amp_casts(block):
+            _before_init[block] = block._cached_graph
+
+
+def _warn_if_stale(block: HybridBlock) -> None:
+    """Warn once per block that runs, after ``init``, the graph it traced before it."""
+    if block in _warned or not traced_without_amp(block):
+        return
+    _warned.add(block)
+    warnings.warn(
+        f"mxnet_amp: block {block.name!r} ({type(block).__name__}) was hybridized and run "
+        f"before mxnet_amp.init(), so its cached graph runs without AMP (float32); call "
+        f"{block.name}.hybridize() again (or build the model after init) to apply the "
+        f"policy", stacklevel=4)
 
 
 def traced_without_amp(block: HybridBlock) -> bool:
@@ -90,16 +100,27 @@ def traced_without_amp(block: HybridBlock) -> bool:
 
 def record_tracing() -> list[tuple[Any, str, Any]]:
     """Wrap ``HybridBlock._build_cache`` (where a block traces its graph) to remember each
-    block traced from now on; returns the patch as (class, attribute, original) for
-    ``reset`` to undo. Costs one WeakSet insert per trace, nothing per step."""
-    original = HybridBlock._build_cache
+    block traced from now on, and ``HybridBlock._call_cached_op`` (every hybridized
+    forward) to warn about a block still on a graph traced before ``init``; returns the
+    patches as (class, attribute, original) for ``reset`` to undo. Costs one WeakSet
+    insert per trace, and per forward a dict lookup while a block traced before ``init``
+    is alive."""
+    original_build = HybridBlock._build_cache
+    original_call = HybridBlock._call_cached_op
 
     def _build_cache(block: HybridBlock, *args: Any) -> Any:
         _under_amp.add(block)
-        return original(block, *args)
+        return original_build(block, *args)
+
+    def _call_cached_op(block: HybridBlock, *args: Any) -> Any:
+        if _before_init:
+            _warn_if_stale(block)
+        return original_call(block, *args)
 
     HybridBlock._build_cache = _build_cache
-    return [(HybridBlock, "_build_cache", original)]
+    HybridBlock._call_cached_op = _call_cached_op
+    return [(HybridBlock, "_build_cache", original_build),
+            (HybridBlock, "_call_cached_op", original_call)]
 
 
 def restore_float32() -> list[str]:

@@ -35,7 +35,10 @@ def test_paddle_and_demo_are_enough_for_the_paddle_demo():
     e = extras()
     assert {"scikit-learn", "matplotlib"} <= set(e["demo"])
     assert "paddlepaddle" in e["paddle"] and "setuptools" in e["paddle"]  # Paddle imports it
-    assert {"scikit-learn", "matplotlib"} <= set(e["test"])  # the demo tests run under test
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    assert "amp-adapters[demo,docs]" in cfg["options.extras_require"]["test"]  # demo and docs
+    # tests run under test, with the demo's pins (one list, not two copies)
 
 
 def test_gpu_extra_swaps_the_framework_builds():
@@ -58,8 +61,9 @@ def no_venv(tmp_path):
 def test_make_demo_installs_only_the_demo_and_never_torch(no_venv):
     r = make_dry_run("demo", **no_venv)
     assert r.returncode == 0, r.stderr
-    installs = [line for line in r.stdout.splitlines() if "pip install" in line]
+    installs = [line for line in r.stdout.splitlines() if "-m pip install" in line]
     assert installs and all("torch" not in line and " -q" not in line for line in installs)
+    assert all("--progress-bar on" in line for line in installs)
     assert any('".[mxnet,paddle,demo]"' in line for line in installs)
     assert not any("test]" in line for line in installs)
     assert "docs/demo.png" not in r.stdout  # the tracked figure is not rewritten
@@ -68,7 +72,7 @@ def test_make_demo_installs_only_the_demo_and_never_torch(no_venv):
 def test_make_test_installs_no_torch(no_venv):
     r = make_dry_run("test", **no_venv)
     assert r.returncode == 0, r.stderr
-    installs = [line for line in r.stdout.splitlines() if "pip install" in line]
+    installs = [line for line in r.stdout.splitlines() if "-m pip install" in line]
     assert any("test]" in line for line in installs) and not any("torch" in i for i in installs)
 
 
@@ -101,3 +105,62 @@ def test_license_changelog_and_an_untracked_figure_path():
     assert "Version 2.0" in (ROOT / "LICENSE").read_text()
     assert (ROOT / "CHANGELOG.md").exists()
     assert "out/" in (ROOT / ".gitignore").read_text().split()
+
+
+def test_every_make_install_shows_progress(no_venv):
+    """No -q: a 100 s install with no output looks hung."""
+    for target in ("demo", "test", "docs", "test-paddle3"):
+        r = make_dry_run(target, **no_venv, VENV3=no_venv["VENV"] + "3",
+                         VENV313=no_venv["VENV"] + "313", PYTHON313="python3.13")
+        assert r.returncode == 0, r.stderr
+        installs = [line for line in r.stdout.splitlines() if "-m pip install" in line]
+        assert installs, target
+        for line in installs:
+            assert " -q" not in line and "--progress-bar on" in line, (target, line)
+
+
+def test_make_with_a_wrong_python_names_the_way_out_not_the_same_step(no_venv, tmp_path):
+    """make PYTHON=<not 3.11> once said "rm -rf .venv and run again", which repeats the same
+    message: now it says which PYTHON= to pass, and where Paddle alone runs."""
+    import sys
+    if sys.version_info[:2] == (3, 11):
+        wrong = subprocess.run([str(ROOT / "tools" / "find_python"), "3.12"],
+                               capture_output=True, text=True).stdout.strip() or \
+            subprocess.run([str(ROOT / "tools" / "find_python"), "3.13"],
+                           capture_output=True, text=True).stdout.strip()
+        if not wrong:
+            pytest.skip("no Python other than 3.11 on this machine to pass as PYTHON=")
+    else:
+        wrong = sys.executable
+    r = subprocess.run(["make", "-C", str(ROOT), "demo", f"PYTHON={wrong}",
+                        *[f"{k}={v}" for k, v in no_venv.items()]],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "PYTHON=/path/to/python3.11" in r.stderr and "tools/find_python 3.11" in r.stderr
+    assert "run again" not in r.stderr and "[paddle3,demo]" in r.stderr
+    assert not Path(no_venv["VENV"]).exists()  # nothing half-made
+
+
+def test_the_version_lives_in_one_place():
+    """amp_adapters.__version__; setup.cfg reads it (attr:), nothing else spells it."""
+    import amp_adapters
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    assert cfg["metadata"]["version"] == "attr: amp_adapters.__version__"
+    assert amp_adapters.__version__ == "0.2.0"
+    assert f"\n## {amp_adapters.__version__}\n" in (ROOT / "CHANGELOG.md").read_text()
+    for path in [ROOT / "pyproject.toml", ROOT / "Makefile", ROOT / "mkdocs.yml"]:
+        assert amp_adapters.__version__ not in path.read_text(), path
+
+
+def test_package_metadata_is_complete():
+    cfg = configparser.ConfigParser()
+    cfg.read(ROOT / "setup.cfg")
+    meta = cfg["metadata"]
+    classifiers = meta["classifiers"]
+    for python in ("3.11", "3.12", "3.13"):
+        assert f"Programming Language :: Python :: {python}" in classifiers
+    assert "Development Status ::" in classifiers and "Typing :: Typed" in classifiers
+    assert cfg["options"]["python_requires"] == ">=3.11"
+    assert meta["long_description"] == "file: README.md" and meta["license"] == "Apache-2.0"
+    assert meta["long_description_content_type"] == "text/markdown"

@@ -42,7 +42,8 @@ def test_lists_follow_a_policy_file(tmp_path, capsys):
 
 
 def test_explain_says_category_and_why():
-    r = run("explain", "Activation", "--framework", "mxnet", "--attr", "act_type=softrelu")
+    r = run("explain", "Activation", "--framework", "mxnet", "--attr", "act_type=softrelu",
+            "--policy", "O1")
     assert r.returncode == 0, r.stderr
     assert "canonical: softplus" in r.stdout and "category: fp32" in r.stdout
     assert "why: canonical op 'softplus' is fp32 by default for float16" in r.stdout
@@ -77,6 +78,13 @@ USER_ERRORS = {
     "missing --framework": (["lists"], "--framework"),
     "unknown command": (["bogus"], "bogus"),
     "unknown framework": (["lists", "--framework", "torch"], "torch"),
+    "empty policy": (["lists", "--framework", "mxnet", "--policy", ""], "--policy"),
+    "blank policy for explain": (["explain", "dot", "--framework", "paddle", "--policy", " "],
+                                 "--policy"),
+    "diff of an unknown version": (["diff", "--framework", "mxnet", "--version", "0.0.1"],
+                                   "known versions: 1.9.1"),
+    "diff of a version the data lacks": (["diff", "--framework", "paddle", "--version", "3.2.2"],
+                                         "known versions: 2.6.2, 3.3.1"),
 }
 
 
@@ -172,3 +180,78 @@ def test_python_m_amp_demo_errors_are_one_line_too(capsys):
     err = capsys.readouterr().err
     assert exc.value.code == 2 and err.count("\n") == 1
     assert err.startswith("python -m amp_demo: error: argument --steps")
+
+
+# -- what the user's code gets: the policy and the version, named ---------------------------
+
+@pytest.mark.parametrize("framework,drop_in", [("mxnet", "mxnet_amp.init()"),
+                                               ("paddle", "paddle_amp.decorate()")])
+def test_without_policy_the_answer_is_the_native_default_and_says_so(framework, drop_in,
+                                                                     capsys):
+    for argv in (["lists", "--framework", framework],
+                 ["explain", "matmul_v2" if framework == "paddle" else "dot",
+                  "--framework", framework]):
+        assert main(argv) == 0
+        first = capsys.readouterr().out.splitlines()[0]
+        assert f"policy {framework}-native (the default of {drop_in})" in first, first
+        assert f"native lists of {framework} " in first and "installed" in first, first
+
+
+def test_explain_dot_under_the_native_default_and_under_o1(capsys):
+    """`explain dot` once said lower (O1) while amp.init() runs dot as promote (native)."""
+    assert main(["explain", "dot", "--framework", "mxnet"]) == 0
+    native = capsys.readouterr().out
+    assert "category: promote" in native and "native lists of mxnet 1.9.1" in native
+    assert main(["explain", "dot", "--framework", "mxnet", "--policy", "O1"]) == 0
+    shared = capsys.readouterr().out
+    assert "category: lower" in shared and "policy O1," in shared
+
+
+@pytest.mark.parametrize("framework", ["mxnet", "paddle"])
+def test_lists_without_policy_are_the_native_presets_lists(framework, capsys):
+    """The default lists are exactly the `<framework>-native` preset's (which the drop-ins
+    use; tests/mxnet and tests/paddle compare them with init()/decorate() themselves)."""
+    from amp_adapters import Policy, effective_lists
+    assert main(["lists", "--framework", framework]) == 0
+    out = capsys.readouterr().out
+    want = effective_lists(Policy.preset(f"{framework}-native"), framework)
+    for cat, ops in want.items():
+        section = out.split(f"[{cat}] ")[1].split("\n[")[0]
+        assert f"({len(ops)} ops)" in section
+        listed = [line.split()[0] for line in section.splitlines()[1:] if line.strip()]
+        assert listed == list(ops)
+
+
+def test_diff_names_both_policies_and_the_version(capsys):
+    assert main(["diff", "--framework", "paddle", "--version", "2.6.2"]) == 0
+    assert "**paddle 2.6.2, float16**" in capsys.readouterr().out
+
+
+def test_every_subcommand_has_help_text(capsys):
+    parser_help = None
+    for name in ("lists", "explain", "diff", "demo"):
+        with pytest.raises(SystemExit) as exc:
+            main([name, "--help"], commands=DEMO)
+        out = capsys.readouterr().out
+        assert exc.value.code == 0
+        description = out.split("\n\n")[1]  # usage, then the description
+        assert not description.startswith(("options:", "positional")), (name, out)
+        assert len(description.split()) >= 5, (name, description)
+    with pytest.raises(SystemExit):
+        main(["--help"], commands=DEMO)
+    parser_help = capsys.readouterr().out
+    for name in ("lists", "explain", "diff", "demo"):
+        line = next(l for l in parser_help.splitlines() if l.strip().startswith(name))
+        assert len(line.split()) > 2, line  # a name and its help
+
+
+def test_a_closed_pipe_ends_quietly_with_status_0():
+    """`amp-adapters lists ... | head -1`: the reader is gone before we write."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        r = subprocess.run([EXE, "lists", "--framework", "mxnet"], stdout=write_end,
+                           stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert r.returncode == 0 and r.stderr == "", r.stderr

@@ -224,16 +224,17 @@ def module_files(package: str) -> set[str]:
 
 
 def test_the_readme_layout_names_every_file_of_the_packages():
-    """A file added, renamed or removed needs its line in README.md's Layout block."""
-    readme = (ROOT / "README.md").read_text("utf-8")
+    """A file added, renamed or removed needs its line in the Layout block of docs/design.md
+    (moved there from the README)."""
+    readme = (ROOT / "docs" / "design.md").read_text("utf-8")
     block = readme.split("## Layout", 1)[1].split("```", 2)[1]
     layout = file_map(block)
     for package in PACKAGES:
         named, actual = layout.get(package, set()), module_files(package)
         assert sorted(actual - named) == [], \
-            f"README.md ## Layout: add a line for these files of {package}/"
+            f"docs/design.md ## Layout: add a line for these files of {package}/"
         assert sorted(named - actual) == [], \
-            f"README.md ## Layout names files that {package}/ does not have"
+            f"docs/design.md ## Layout names files that {package}/ does not have"
 
 
 @pytest.mark.parametrize("package", PACKAGES)

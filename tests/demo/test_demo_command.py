@@ -85,3 +85,24 @@ def test_the_installed_console_script_finds_demo():
     r = subprocess.run([EXE, "demo", "--help"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "--k-log2" in r.stdout and "--framework" in r.stdout
+
+
+def test_the_figures_loss_scale_axis_is_labelled_in_powers_of_two():
+    """The scale moves by x2: its axis is log2 with every power of two in range labelled."""
+    pytest.importorskip("matplotlib")
+    from amp_demo.plot import figure
+    from amp_demo.result import TrainResult
+    fields = TrainResult.__dataclass_fields__
+    scales = [2.0**16] * 5 + [2.0**17] * 5 + [2.0**19] * 5
+    results = [TrainResult(**{**{k: None for k in fields}, "framework": "numpy",
+                              "mode": mode, "losses": [2.0 - 0.1 * i for i in range(15)],
+                              "scales": [1.0] * 15 if mode == "fp32" else scales})
+               for mode in ("fp32", "fp16 O1")]
+    fig = figure(results)
+    fig.canvas.draw()
+    ax_scale = fig.axes[1]
+    lo, hi = ax_scale.get_ylim()
+    labels = [t.get_text() for t, v in zip(ax_scale.get_yticklabels(), ax_scale.get_yticks())
+              if lo <= v <= hi and t.get_text()]
+    assert ax_scale.get_yscale() == "log" and (lo, hi) == (2.0**15, 2.0**20)
+    assert labels == [f"$2^{{{k}}}$" for k in range(15, 21)], labels
