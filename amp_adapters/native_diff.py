@@ -1,7 +1,7 @@
 """Where the shared O1 and a native default disagree: every op, both categories, and why.
 
 Generated from the data (``canonical.toml``, the framework tables and
-``native.toml``), so the README's table stays true: ``amp-adapters diff``.
+``native.toml``), so the table in docs/migrating.md stays true: ``amp-adapters diff``.
 """
 from __future__ import annotations
 

@@ -23,19 +23,8 @@ checked on every device with one host sync per step, also with
 ``update_on_kvstore=True``; the loss scale is configurable, checkpointable and
 readable; the new scale is used by the very next step.
 
-Roles (the same file names in both backends; README.md's Layout has the full map):
-
-    role        mxnet_amp           paddle_amp
-    config      config              config
-    kernels     kernels             kernels
-    lists       lists (package)     lists
-    rewrite     patching, graph     rewrite, pir_rewrite
-    scaling     scaling, overflow   scaling, skip, state, collective, legacy_ops,
-                                    pir_scaling, pir_ops
-    masters     masters             masters
-    report      report              report
-    checkpoint  checkpoint          checkpoint
-    glue        _mx                 env
+The roles (config, kernels, lists, rewrite, scaling, masters, report, checkpoint, glue)
+have the same file names in both backends: docs/design.md's Layout has the map.
 
 Files:
 

@@ -15,7 +15,7 @@ and Paddle 3.x in either IR: PIR (the default) or the legacy IR
     opt.loss_scale()             # DynamicLossScale(scale=..., good_steps=..., skipped_steps=...)
 
 The roles both backends share (config, kernels, lists, rewrite, scaling...) are
-mapped once, in README.md's Layout.
+mapped once, in docs/design.md's Layout.
 
 Files:
 
