@@ -109,6 +109,17 @@ def _attr(text: str) -> tuple[str, str]:
     return key, value
 
 
+def positive_steps(text: str) -> int:
+    """``--steps``: an integer >= 1."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of steps >= 1, got {text!r}")
+    return n
+
+
 def policy_argument(text: str) -> str:
     """``--policy``: a preset name or a file path; an empty value is refused, not ignored."""
     if not text.strip():

@@ -15,9 +15,11 @@ import sys
 from typing import Optional, Sequence
 
 from amp_adapters import AmpConfigError, DynamicLossScale, Policy
-from amp_adapters.cli import HelpFormatter, Parser
+from amp_adapters.cli import HelpFormatter, Parser, positive_steps
 from amp_adapters.policy import resolve_policy
 from amp_adapters.quiet import quiet_frameworks
+
+from .doctor_command import register as register_doctor
 
 # O1 fp16, emulated where the device has no fp16 kernel; a short growth interval so the
 # dynamic loss scale visibly grows into overflows and backs off within the demo.
@@ -26,17 +28,6 @@ DEMO_POLICY = Policy.preset("O1", emulate=True, loss_scale=DynamicLossScale(grow
 BF16_POLICY = Policy.preset("O1-bf16")
 HELP = "train one MLP in each framework, in fp32 and with AMP, side by side"
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")  # what matplotlib's Agg backend writes
-
-
-def positive_steps(text: str) -> int:
-    """``--steps``: an integer >= 1."""
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of steps >= 1, got {text!r}")
-    return n
 
 
 def figure_path(text: str) -> str:
@@ -84,7 +75,6 @@ def register(subparsers: "argparse._SubParsersAction") -> None:
     p = subparsers.add_parser("demo", help=HELP, description=HELP)
     add_arguments(p)
     p.set_defaults(handler=run)
-    from .doctor_command import register as register_doctor  # it imports this module
     register_doctor(subparsers)
 
 

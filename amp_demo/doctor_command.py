@@ -13,11 +13,11 @@ import argparse
 import importlib
 from typing import Optional
 
+from amp_adapters.cli import positive_steps
 from amp_adapters.policy import resolve_policy
 from amp_adapters.quiet import quiet_frameworks
 
 from . import doctor_models as M
-from .command import positive_steps
 
 HELP = "examine a demo model with a planted fp16 problem: which op, and the policy that fixes it"
 
