@@ -173,11 +173,25 @@ def build_parser(commands: Optional[Mapping[str, Register]] = None) -> argparse.
     p.add_argument("--dtype", default="float16", choices=LOW_DTYPES)
     p.add_argument("--version", help="the native version whose lists to compare (default: "
                                      "the installed one)")
+    _add_info(sub)
     for register in (plugin_commands() if commands is None else commands).values():
         register(sub)
     for p in sub.choices.values():  # plain help with defaults, one-line errors, for all
         p.formatter_class = HelpFormatter
     return parser
+
+
+def _add_info(sub: "argparse._SubParsersAction") -> None:
+    """``info``: what this machine runs in low precision (``fallback.info_text``)."""
+    def run(args: argparse.Namespace) -> int:
+        from .fallback import info_text
+        print(info_text(dtypes=args.dtype or LOW_DTYPES))
+        return 0
+    p = sub.add_parser("info", help="which ops have real low-precision kernels here, per "
+                                    "installed framework, and what AMP does with the others")
+    p.add_argument("--dtype", action="append", choices=LOW_DTYPES,
+                   help="only this dtype (repeatable; default: float16 and bfloat16)")
+    p.set_defaults(handler=run)
 
 
 def main(argv: Optional[Sequence[str]] = None,

@@ -8,14 +8,30 @@ model or program is built, one summary line says how many ops run in the low
 dtype, how many stay float32 and why, and that ``emulate=True`` emulates the
 missing kernels. Both backends call ``FallbackNotices``; the wording lives here.
 Pure bookkeeping and formatting: no framework, no host sync.
+
+``amp-adapters info`` asks the same question for a whole machine: per installed
+framework, device and low dtype, which of the ops the native default lists lower
+have a real kernel here (forward and backward), and what the planner makes of
+the others (``OpDecision.execution``). Each backend answers one question,
+``lowp_kernels(device, dtype) -> frozenset`` of op names
+(``mxnet_amp.kernels.lowp_kernels``, ``paddle_amp.kernels.lowp_kernels``), found
+through the entry-point group ``KERNELS_GROUP``: the core imports no backend,
+and a machine with one framework works. The CPU's AVX-512 flags are shown too
+(oneDNN runs bfloat16 with AVX-512, natively with ``avx512_bf16``).
 """
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
 
-from .planner import OpDecision
+from .dtypes import LOW_DTYPES
+from .planner import OpDecision, effective_lists, plan_op
+from .policy import Policy
 
 
 def op_message(op: str, device: str, d: OpDecision) -> str:
@@ -77,3 +93,113 @@ class FallbackNotices:
     def forget(self) -> None:
         """Let every op warn again (after ``reset``)."""
         self._seen.clear()
+
+
+# amp-adapters info
+
+KERNELS_GROUP = "amp_adapters.kernels"
+Provider = Callable[[str, str], frozenset]
+
+
+@dataclass(frozen=True)
+class OpRow:
+    """One op the lists lower: whether this device has its kernel, and what AMP does."""
+
+    op: str
+    has_kernel: bool
+    execution: str  # "kernel", "fell back" (float32), or "emulated"
+
+
+@dataclass(frozen=True)
+class Table:
+    """The answer of one framework for one device and dtype (``error``: it could not answer)."""
+
+    framework: str
+    device: str
+    dtype: str
+    rows: tuple[OpRow, ...] = ()
+    error: Optional[str] = None
+
+    @property
+    def real(self) -> tuple[str, ...]:
+        return tuple(r.op for r in self.rows if r.has_kernel)
+
+
+def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> tuple[str, ...]:
+    """The CPU's AVX-512 and AMX flags (empty when it has none, or the file is unreadable)."""
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        return ()
+    return tuple(sorted(set(re.findall(r"\b(avx512[a-z_0-9]*|amx[a-z_0-9]*)\b", text))))
+
+
+def table(framework: str, device: str, dtype: str, kernels: frozenset,
+          emulate: bool = False) -> Table:
+    """Rows for the ops the native default lists of ``framework`` lower in ``dtype``."""
+    policy = Policy.preset(f"{framework}-native", dtype=dtype, emulate=emulate)
+    rows = []
+    for op in effective_lists(policy, framework)["lower"]:
+        d = plan_op(policy, framework, op, ("float32",), lowp_kernels=kernels)
+        rows.append(OpRow(op, op in kernels, d.execution or "float32"))
+    return Table(framework, device, dtype, tuple(rows))
+
+
+def gather(providers: Mapping[str, Provider], device: str = "CPU",
+           dtypes: Sequence[str] = LOW_DTYPES) -> list[Table]:
+    """One table per (framework, dtype); a provider that fails gives a table with ``error``."""
+    out = []
+    for framework, provider in sorted(providers.items()):
+        for dtype in dtypes:
+            try:
+                out.append(table(framework, device, dtype, frozenset(provider(device, dtype))))
+            except Exception as e:  # a backend's own failure is its row's answer, not ours
+                out.append(Table(framework, device, dtype, error=f"{type(e).__name__}: {e}"))
+    return out
+
+
+def installed_providers() -> dict[str, Provider]:
+    """{framework: lowp_kernels} of the installed backends (the ones whose framework imports;
+    a backend that fails to load is left out, with its reason, by ``render_info``)."""
+    out: dict[str, Provider] = {}
+    for ep in entry_points(group=KERNELS_GROUP):
+        try:
+            out[ep.name] = ep.load()
+        except ImportError as e:
+            out[ep.name] = _unavailable(f"not installed ({e})")
+    return out
+
+
+def _unavailable(why: str) -> Provider:
+    def provider(device: str, dtype: str) -> frozenset:
+        raise ImportError(why)
+    return provider
+
+
+def render_info(tables: Sequence[Table], flags: Sequence[str]) -> str:
+    """The report: the CPU flags, then per framework and dtype the real kernels and what AMP
+    does with the ops that have none."""
+    lines = [f"CPU: {' '.join(flags) if flags else 'no AVX-512'} (oneDNN runs bfloat16 with "
+             f"AVX-512, natively with avx512_bf16)"]
+    if not tables:
+        lines.append("no framework backend registered: install amp-adapters (pip install "
+                     "-e . in a checkout) so the backends' entry points are found")
+    for t in tables:
+        head = f"{t.framework} {t.device} {t.dtype}:"
+        if t.error:
+            lines.append(f"{head} cannot tell ({t.error})")
+            continue
+        missing = [r.op for r in t.rows if not r.has_kernel]
+        lines.append(f"{head} {len(t.real)} of {len(t.rows)} ops the lists lower have a real "
+                     f"kernel" + (f": {', '.join(t.real)}" if t.real else ""))
+        if missing:
+            lines.append(f"  no kernel, AMP runs them in float32 (emulate=True: float32 on "
+                         f"values rounded through {t.dtype}): {', '.join(missing)}")
+    return "\n".join(lines)
+
+
+def info_text(providers: Optional[Mapping[str, Provider]] = None, device: str = "CPU",
+         dtypes: Sequence[str] = LOW_DTYPES) -> str:
+    """The text of ``amp-adapters info`` (``providers``: default, the installed backends)."""
+    chosen = installed_providers() if providers is None else providers
+    return render_info(gather(chosen, device, dtypes), cpu_flags())

@@ -73,6 +73,7 @@ class OpDecision:
     round_inputs: tuple[bool, ...] = ()
     round_outputs: bool = False
     kept_outputs: tuple[str, ...] = ()
+    kernel_checked: bool = False  # the device's kernels were asked (else: no device given)
 
     @functools.cached_property
     def device_dependent(self) -> bool:
@@ -90,6 +91,20 @@ class OpDecision:
     @property
     def num_casts(self) -> int:
         return sum(c is not None for c in self.casts)
+
+    @property
+    def execution(self) -> Optional[str]:
+        """How an op planned in the low dtype runs: ``"kernel"`` (a real low-precision
+        kernel on this device), ``"emulated"``, ``"fell back"`` (float32 for lack of a
+        kernel), ``"planned"`` (no device was asked: a device-free graph transform); None
+        for an op not planned low."""
+        if self.emulated:
+            return "emulated"
+        if self.fell_back:
+            return "fell back"
+        if self.low_dtype is None or self.run_dtype != self.low_dtype:
+            return None
+        return "kernel" if self.kernel_checked else "planned"
 
     @property
     def precision(self) -> Optional[str]:
@@ -201,72 +216,148 @@ def plan_op(policy: Policy, framework: str, op: str,
             lowp_kernels: Optional[AbstractSet[str]] = None,
             attrs: Optional[Mapping[str, object]] = None,
             force_fp32: Optional[str] = None,
-            input_names: Optional[Sequence[str]] = None) -> OpDecision:
+            input_names: Optional[Sequence[str]] = None,
+            param_inputs: Optional[Sequence[bool]] = None) -> OpDecision:
     """Decide how ``op`` runs given its ``input_dtypes``.
 
     ``lowp_kernels``: the framework op names that have a ``policy.dtype``
-    kernel on the current device; None means every op has one (a GPU). An op
-    that would run in low precision without a kernel runs in float32 (or is
-    emulated when ``policy.emulate``), instead of crashing. ``attrs``: the op's
-    attributes (any mapping; only the ones ``attrs_read`` names are looked at).
-    ``force_fp32``: a reason to run this one op in fp32 whatever its category
-    (outside ``fp16_guard``, a black-listed variable). ``input_names``: the
-    slot name of each input; slots the op table keeps in fp32 are never cast
-    (``kept``) and count as None. An ``UNKNOWN`` input counts as float32 for
-    the decision. An op with a float64 input is left alone: AMP does not touch
-    float64 computations.
+    kernel on the current device; None means every op has one (a GPU, or a
+    device-free graph transform). An op that would run in low precision without
+    a kernel runs in float32 (or is emulated when ``policy.emulate``), instead of
+    crashing. ``attrs``: the op's attributes (any mapping; only the ones
+    ``attrs_read`` names are looked at). ``force_fp32``: a reason to run this one
+    op in fp32 whatever its category (outside ``fp16_guard``, a black-listed
+    variable). ``input_names``: the slot name of each input; slots the op table
+    keeps in fp32 are never cast (``kept``) and count as None.
+    ``param_inputs``: which inputs are parameters (weights, biases: stored values
+    read once per step), for the promote rule of ``_target``; None (the default)
+    treats every input as an activation. An ``UNKNOWN`` input counts as float32
+    for the decision. An op with a float64 input is left alone: AMP does not
+    touch float64 computations.
+
+    Four steps, each with one rule: ``_category`` (the lists), ``_target`` (the
+    dtype the category and the inputs ask for), ``_on_device`` (the kernels
+    here), ``_input_actions`` (what to do to each input to get there).
     """
     kept = _kept(framework, op, input_names, len(input_dtypes))
     given = tuple(None if k else d for d, k in zip(input_dtypes, kept))
-    dtypes = tuple("float32" if d == UNKNOWN else d for d in given)
+    params = tuple(param_inputs or ()) + (False,) * (len(given) - len(param_inputs or ()))
+    cat = _category(policy, framework, op, attrs, force_fp32)
+    target = _target(policy, cat, given, params[:len(given)])
+    run = _on_device(policy, op, target, lowp_kernels)
+    round_inputs, multicast, casts = _input_actions(policy, cat, given, target, run)
+    return OpDecision(op=op, canonical=cat.canonical, category=cat.category, input_dtypes=given,
+                      run_dtype=run.dtype, casts=casts, emulated=run.emulated,
+                      fell_back=run.fell_back, low_dtype=policy.dtype if policy.enabled else None,
+                      reason=run.reason, kept=kept, multicast=multicast,
+                      round_inputs=round_inputs, round_outputs=run.emulated,
+                      kept_outputs=load_table(framework).keep_fp32_outputs.get(op, ()),
+                      kernel_checked=lowp_kernels is not None)
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What the category and the inputs ask for, before the device has its say."""
+
+    dtype: Optional[str]
+    reason: str
+    by_inputs: bool = False  # promote/follow: the widest input decided
+    leave: bool = False      # O0, or a float64 input: AMP does nothing to this op
+
+
+@dataclass(frozen=True)
+class _Run:
+    """The dtype the op runs in on this device, and whether it fell back or is emulated."""
+
+    dtype: Optional[str]
+    reason: str
+    emulated: bool = False
+    fell_back: bool = False
+
+
+def _category(policy: Policy, framework: str, op: str, attrs: Optional[Mapping[str, object]],
+              force_fp32: Optional[str]) -> Category:
+    """Rule: the lists decide (``categorize``), unless the caller forces this op to fp32."""
     cat = categorize(policy, framework, op, attrs)
     if force_fp32 and policy.enabled:
-        cat = Category(op, cat.canonical, "fp32", force_fp32)
-    reason, low = cat.reason, policy.dtype
-    by_inputs = False  # the run dtype comes from the inputs (promote/follow), not the category
+        return Category(op, cat.canonical, "fp32", force_fp32)
+    return cat
+
+
+def _target(policy: Policy, cat: Category, given: tuple[Optional[str], ...],
+            params: tuple[bool, ...]) -> _Target:
+    """Rule: the category picks the dtype; promote/follow take the widest input, whatever
+    the order (fp32 wins a promote), except that a promote op whose float32 inputs are all
+    parameters beside activations in the low dtype runs low (``_params_down``)."""
+    dtypes = tuple("float32" if d == UNKNOWN else d for d in given)
+    low = policy.dtype
     if not policy.enabled or "float64" in dtypes:
-        target = widest(dtypes)
-        if policy.enabled:
-            reason += "; a float64 input: AMP leaves this op alone"
-    elif cat.category == "fp32":
-        target = "float32"
-    elif cat.category == "lower" or (policy.level == "O2" and widest(dtypes) is not None):
-        target = low
-        if cat.category != "lower":
-            reason += f"; O2: every op not in fp32 runs in {low}"
-    else:  # promote, follow: the widest input wins, whatever the order
-        target = widest(dtypes)
-        by_inputs = True
-    emulated = fell_back = False
-    if policy.enabled and target == low and lowp_kernels is not None and op not in lowp_kernels:
-        target = "float32"
-        if policy.emulate:
-            emulated = True
-            reason += (f"; EMULATED {low}: no {low} kernel for {op} on this device, so it "
-                       f"computes in float32 on values rounded through {low}")
-        else:
-            fell_back = True
-            reason += f"; no {low} kernel for {op} on this device: runs in float32"
-    leave = not policy.enabled or "float64" in dtypes
+        reason = cat.reason + ("; a float64 input: AMP leaves this op alone"
+                               if policy.enabled else "")
+        return _Target(widest(dtypes), reason, leave=True)
+    if cat.category == "fp32":
+        return _Target("float32", cat.reason)
+    if cat.category == "lower":
+        return _Target(low, cat.reason)
+    if policy.level == "O2" and widest(dtypes) is not None:
+        return _Target(low, cat.reason + f"; O2: every op not in fp32 runs in {low}")
+    if cat.category == "promote" and _params_down(low, given, params):
+        return _Target(low, cat.reason + f"; its float32 inputs are parameters: cast down to "
+                       f"{low} once per step, instead of each {low} activation up (the "
+                       f"result carries {low} rounding either way)")
+    return _Target(widest(dtypes), cat.reason, by_inputs=True)
+
+
+def _params_down(low: str, given: tuple[Optional[str], ...], params: tuple[bool, ...]) -> bool:
+    """True when every floating activation input is already ``low`` (a known dtype) and
+    every float32 input is a parameter: casting those parameters down is cheaper (a
+    weight is cast once per step, an activation on every call, and the low result needs
+    no cast back down for the next low-precision op) and as exact as the activation's
+    own ``low`` rounding allows (the sum/product of a ``low`` value carries ``low``
+    relative error whichever operand is rounded). Two activations: fp32 still wins."""
+    acts = [d for d, p in zip(given, params) if not p and d is not None]
+    fp32_params = [d for d, p in zip(given, params) if p and d == "float32"]
+    return bool(acts) and bool(fp32_params) and all(d == low for d in acts) and all(
+        d in (low, "float32", None) for d, p in zip(given, params) if p)
+
+
+def _on_device(policy: Policy, op: str, t: _Target,
+               lowp_kernels: Optional[AbstractSet[str]]) -> _Run:
+    """Rule: an op that would run low without a kernel here runs in float32 (or is emulated
+    when the policy asks for it)."""
+    low = policy.dtype
+    if not (policy.enabled and t.dtype == low and lowp_kernels is not None
+            and op not in lowp_kernels):
+        return _Run(t.dtype, t.reason)
+    if policy.emulate:
+        return _Run("float32", t.reason + f"; EMULATED {low}: no {low} kernel for {op} on this "
+                    f"device, so it computes in float32 on values rounded through {low}",
+                    emulated=True)
+    return _Run("float32", t.reason + f"; no {low} kernel for {op} on this device: runs in "
+                "float32", fell_back=True)
+
+
+def _input_actions(policy: Policy, cat: Category, given: tuple[Optional[str], ...],
+                   t: _Target, run: _Run) -> tuple[tuple[bool, ...], bool,
+                                                   tuple[Optional[str], ...]]:
+    """Rule: cast each AMP-dtype input that differs from the run dtype; emulation rounds
+    instead; a promote op with inputs of unknown dtype casts at run time (multicast)."""
+    low, target = policy.dtype, run.dtype
+    dtypes = tuple("float32" if d == UNKNOWN else d for d in given)
     unknown = tuple(d == UNKNOWN for d in given)
     # emulation rounds every AMP-dtype input not already in the low dtype (an upcast of a
     # low value is exact, so such an input is only cast)
-    round_inputs = tuple(emulated and (u or (d in AMP_DTYPES and d != low))
+    round_inputs = tuple(run.emulated and (u or (d in AMP_DTYPES and d != low))
                          for d, u in zip(dtypes, unknown))
     # a promote op with inputs of unknown dtype: their widest is known only at run time
-    promote_unknown = by_inputs and cat.category == "promote" and any(unknown)
-    multicast = (not leave and promote_unknown and sum(d in AMP_DTYPES for d in dtypes) > 1)
+    promote_unknown = t.by_inputs and cat.category == "promote" and any(unknown)
+    multicast = (not t.leave and promote_unknown and sum(d in AMP_DTYPES for d in dtypes) > 1)
     casts = tuple(
-        None if (leave or r or promote_unknown or d not in AMP_DTYPES or (u and by_inputs)
+        None if (t.leave or r or promote_unknown or d not in AMP_DTYPES or (u and t.by_inputs)
                  or (d == target and not u))
         else target
         for d, u, r in zip(dtypes, unknown, round_inputs))
-    return OpDecision(op=op, canonical=cat.canonical, category=cat.category, input_dtypes=given,
-                      run_dtype=target, casts=casts, emulated=emulated, fell_back=fell_back,
-                      low_dtype=low if policy.enabled else None, reason=reason,
-                      kept=kept, multicast=multicast, round_inputs=round_inputs,
-                      round_outputs=emulated,
-                      kept_outputs=load_table(framework).keep_fp32_outputs.get(op, ()))
+    return round_inputs, multicast, casts
 
 
 def _kept(framework: str, op: str, input_names: Optional[Sequence[str]],

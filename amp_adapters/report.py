@@ -83,10 +83,11 @@ class CastReport:
         return head + " in the forward graph" + (trips if g.round_trips else "")
 
     def format(self) -> str:
-        """The table: op, canonical op, category, input dtypes, run dtype, planned casts, why."""
+        """The table: op, canonical op, category, input dtypes, run dtype (and whether on a
+        real kernel, emulated, or for lack of a kernel), planned casts, why."""
         rows = [("op", "canonical", "category", "inputs", "runs in", "casts", "why")]
         for d in self.decisions:
-            run = (d.run_dtype or "-") + (f" (emulated {d.low_dtype})" if d.emulated else "")
+            run = (d.run_dtype or "-") + _how(d)
             rows.append((d.op, d.canonical or "-", d.category,
                          ",".join(x or "-" for x in d.input_dtypes), run, str(d.num_casts),
                          d.reason))
@@ -95,6 +96,14 @@ class CastReport:
                  for r in rows]
         lines.insert(1, "  ".join(["-" * w for w in widths] + ["---"]))
         return self.summary() + "\n" + "\n".join(lines)
+
+
+def _how(d: OpDecision) -> str:
+    """How an op planned low ran, for the "runs in" cell (``OpDecision.execution``): on a
+    real kernel of this device, emulated, or in float32 for lack of a kernel; nothing when no
+    device was asked (a device-free plan) or the op was not planned low."""
+    return {"kernel": " (real kernel)", "emulated": f" (emulated {d.low_dtype})",
+            "fell back": f" (no {d.low_dtype} kernel)"}.get(d.execution or "", "")
 
 
 def compare(a: CastReport, b: CastReport) -> list[str]:

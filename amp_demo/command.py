@@ -22,6 +22,8 @@ from amp_adapters.quiet import quiet_frameworks
 # O1 fp16, emulated where the device has no fp16 kernel; a short growth interval so the
 # dynamic loss scale visibly grows into overflows and backs off within the demo.
 DEMO_POLICY = Policy.preset("O1", emulate=True, loss_scale=DynamicLossScale(growth_interval=100))
+# bf16 on real kernels, where the backend says the CPU has them: no loss scale needed
+BF16_POLICY = Policy.preset("O1-bf16")
 HELP = "train one MLP in each framework, in fp32 and with AMP, side by side"
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")  # what matplotlib's Agg backend writes
 
@@ -96,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
             require([fw], fw)
     from .data import digits_data
     from .table import format_table
-    from .trainers import train
+    from .trainers import real_kernel, train
 
     k = 2.0**args.k_log2
     data = digits_data(args.steps)
@@ -112,18 +114,38 @@ def run(args: argparse.Namespace) -> int:
                           f"scale {scale:g}", flush=True)
 
             results.append(train(fw, pol, data, k=k, on_step=progress))
+        if args.policy is None and fw != "numpy" and real_kernel(fw, "bfloat16"):
+            results.append(train(fw, BF16_POLICY, data, k=k))  # real bf16 kernels here
     emulated = any("emulated" in r.mode for r in results)
     print(f"\nMLP 64-64-10 on digits, {args.steps} steps, batch 64"
           + (f", loss / 2**{args.k_log2}, lr x 2**{args.k_log2}" if args.k_log2 else "")
           + (" (emulated: fp16 rounding at op boundaries, fp32 arithmetic, where this device "
              "has no fp16 kernel)" if emulated else ""))
     print(format_table(results))
+    if args.policy is None:
+        line = bf16_note([fw for fw in frameworks if fw != "numpy"
+                          and not any(r.framework == fw and r.mode.startswith("bf16")
+                                      for r in results)])
+        if line:
+            print(line)
     if args.plot:
         from .plot import plot
 
         plot(results, args.plot)
         print(f"\nfigure written to {args.plot}")
     return 0
+
+
+def bf16_note(without: Sequence[str]) -> Optional[str]:
+    """The one line saying why ``without`` (frameworks) have no bf16 row, and what runs
+    instead; None when every framework has its row."""
+    if not without:
+        return None
+    from amp_adapters.fallback import cpu_flags
+    flags = " ".join(cpu_flags()) or "no AVX-512"
+    return (f"bf16: no row for {', '.join(without)}: no real bfloat16 GEMM kernel on this CPU "
+            f"({flags}; oneDNN runs bf16 with AVX-512, at speed with avx512_bf16), so bf16 "
+            f"would run in float32; the fp16 rows above are emulated instead")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -72,5 +72,13 @@ def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float 
                                             net[1].bias)]
     accuracy = evaluate(data, weights[0].T, weights[1], weights[2].T, weights[3])
     emulated = bool(report and any(d.emulated for d in report.decisions))
-    return TrainResult("mxnet", mode_label(policy, emulated), accuracy, tuple(losses),
+    fell_back = bool(report and any(d.fell_back for d in report.decisions))
+    return TrainResult("mxnet", mode_label(policy, emulated, fell_back), accuracy, tuple(losses),
                        tuple(scales), skipped, casts, float(np.median(times)))
+
+
+def real_kernel(dtype: str) -> bool:
+    """True if the MLP's GEMM (FullyConnected) has a real ``dtype`` kernel on this CPU, forward
+    and backward (the backend's probe)."""
+    from mxnet_amp.kernels import has_kernel
+    return has_kernel("FullyConnected", mx.cpu(), dtype, backward=True)

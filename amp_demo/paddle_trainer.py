@@ -75,6 +75,14 @@ def _train(policy: Policy, data: DigitsData, lr: float, k: float,
         skipped = opt.loss_scale(scope).skipped_steps if amp else 0
     report = cast_report(main) if amp else None
     emulated = bool(report and any(d.emulated for d in report.decisions))
+    fell_back = bool(report and any(d.fell_back for d in report.decisions))
     casts = report.num_casts if amp else 0  # counted in the program, as the report does
-    return TrainResult("paddle", mode_label(policy, emulated), evaluate(data, *weights),
+    return TrainResult("paddle", mode_label(policy, emulated, fell_back), evaluate(data, *weights),
                        tuple(losses), tuple(scales), skipped, casts, float(np.median(times)))
+
+
+def real_kernel(dtype: str) -> bool:
+    """True if the MLP's GEMM (``fc`` lowers to matmul_v2, or mul) has a real ``dtype`` kernel
+    on this CPU, forward and backward (the backend's answer, ``lowp_kernels``)."""
+    from paddle_amp.kernels import lowp_kernels
+    return bool({"matmul_v2", "mul"} & lowp_kernels("CPU", dtype))

@@ -29,9 +29,11 @@ class TrainResult:
         return sum(a != b for a, b in zip(self.scales, self.scales[1:]))
 
 
-def mode_label(policy: Policy, emulated: bool) -> str:
-    """``fp32``, or the dtype with ``(emulated)`` when no low-precision kernel ran."""
+def mode_label(policy: Policy, emulated: bool, fell_back: bool = False) -> str:
+    """``fp32``, or the dtype and level, with ``(emulated)`` when an op computed on values
+    rounded through the low dtype for lack of a kernel, ``(fp32 fallback)`` when an op ran in
+    float32 for lack of one; no suffix: every low op ran on a real low-precision kernel."""
     if not policy.enabled:
         return "fp32"
     return f"{short_name(policy.dtype)} {policy.level}" + \
-        (" (emulated)" if emulated else "")
+        (" (emulated)" if emulated else " (fp32 fallback)" if fell_back else "")

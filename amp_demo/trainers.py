@@ -29,3 +29,15 @@ def train(framework: str, policy: Policy, data: DigitsData, *, lr: float = 0.1, 
     else:
         raise UnknownChoiceError("framework", framework, FRAMEWORKS)
     return run(policy, data, lr=lr, k=k, on_step=on_step)
+
+
+def real_kernel(framework: str, dtype: str) -> bool:
+    """True if ``framework``'s digits MLP runs its GEMMs on a real ``dtype`` kernel here (the
+    backend's own answer: a bf16 row lights up by itself where the CPU and backend have one)."""
+    if framework == "mxnet":
+        from .mxnet_trainer import real_kernel as ask
+    elif framework == "paddle":
+        from .paddle_trainer import real_kernel as ask
+    else:
+        return False
+    return ask(dtype)

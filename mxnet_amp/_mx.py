@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import functools
 import inspect
+import json
 import threading
 from typing import Any, Optional
 
@@ -18,7 +19,7 @@ import mxnet as mx
 from mxnet import ndarray as nd
 from mxnet import symbol as sym
 from mxnet.base import _LIB, check_call, py_str
-from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
+from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP, _DTYPE_NP_TO_MX
 
 from amp_adapters.dtypes import dtype_name
 
@@ -84,6 +85,27 @@ def tensor_dtype(x: Any) -> Optional[str]:
         return dtype_name(x.dtype)
     code = x.attr("__dtype__") if x.get_children() is None else None
     return dtype_name(_DTYPE_MX_TO_NP[int(code)]) if code not in (None, "-1") else None
+
+
+def mx_dtype(dtype: str) -> Any:
+    """``dtype`` as MXNet 1.x takes it: numpy names, and the structured dtype for bfloat16."""
+    return _BF16 if dtype == "bfloat16" else dtype
+
+
+def declared(sym: "sym.Symbol", dtypes: "dict[str, Optional[str]]") -> "sym.Symbol":
+    """A copy of ``sym`` whose variables named in ``dtypes`` declare that dtype (``__dtype__``).
+
+    Type inference then starts from them. MXNet 1.9.1's ``infer_type(_partial)`` silently
+    drops a bfloat16 given as a keyword argument, while a declared one holds.
+    """
+    graph = json.loads(sym.tojson(remove_amp_cast=False))
+    for node in graph["nodes"]:
+        want = dtypes.get(node["name"]) if node["op"] == "null" else None
+        if want is not None:
+            code = _DTYPE_NP_TO_MX[_BF16] if want == "bfloat16" else \
+                _DTYPE_NP_TO_MX[np.dtype(want).type]
+            node.setdefault("attrs", {})["__dtype__"] = str(code)
+    return mx.sym.load_json(json.dumps(graph))
 
 
 def cast(x: Any, dtype: str) -> Any:

@@ -5,8 +5,12 @@ Same signatures as ``mxnet.contrib.amp``, implemented by rewriting the symbol
 graph (``graph.rewrite``: type inference, ``plan_op`` per node, ``amp_cast``
 nodes) instead of ``MXReducePrecisionSymbol``. Without ``policy=`` the lists
 are the native's defaults (preset ``mxnet-native``) and the list arguments
-EXTEND them, as in ``init``; the plan is device-aware for ``ctx`` (default: the
-block's own context, where the native defaults to gpu(0)). Parameters stay
+EXTEND them, as in ``init``. ``convert_symbol``/``convert_model`` are graph
+transforms with no device, as natively: they give the graph the lists ask for,
+whatever this machine runs (converting on a CPU for a GPU server is a real
+workflow). Where a device is known (``convert_hybrid_block``'s ``ctx``, default:
+the block's own context, where the native defaults to gpu(0); or an explicit
+``ctx=``), an op without a low-precision kernel there stays float32 (warned once). Parameters stay
 float32 and are cast inside the graph once per dtype, unless
 ``cast_optional_params=True``: then a parameter that only feeds low-precision
 ops is declared (``__dtype__``) and returned in that dtype, as natively.
@@ -20,7 +24,12 @@ import mxnet as mx
 from mxnet.gluon import HybridBlock, SymbolBlock
 from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
-from ._mx import dtype_name
+from amp_adapters import AmpConfigError, ConflictingOpError
+from amp_adapters.dtypes import low_dtype
+from amp_adapters.oplists import native_lists
+
+from ._mx import declared as with_dtypes
+from ._mx import dtype_name, mx_dtype
 from .config import PolicyLike, init_policy
 from .graph import rewrite
 from .report import block_context, block_graph
@@ -36,6 +45,35 @@ def _declared_dtypes(sym: mx.sym.Symbol) -> dict[str, str]:
     return out
 
 
+class ConvertListError(AmpConfigError, AssertionError):
+    """A list argument of ``convert_*`` that the native refuses with an ``assert``: an op in
+    two lists, or one that runs in the widest dtype of its inputs (``list_widest_type_cast``)
+    named in a list. An ``AssertionError`` too, so code written for the native still
+    catches it."""
+
+
+def _convert_policy(target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops, policy,
+                    emulate):
+    """``init_policy`` with the native ``convert_symbol``'s list checks."""
+    if policy is None:
+        dtype = low_dtype(target_dtype, "target_dtype")
+        native = native_lists("mxnet", dtype)
+        named = [*(target_dtype_ops or ()), *(fp32_ops or ()),
+                 *(rule[0] for rule in conditional_fp32_ops or ())]
+        widest = sorted({op for op in named if native.category(op) == "promote"})
+        if widest:
+            raise ConvertListError(
+                f"{widest} run in the widest dtype of their inputs (list_widest_type_cast("
+                f"{dtype!r})): convert_* takes ops from list_lp16_ops, list_fp32_ops, "
+                f"list_lp16_fp32_ops or list_conditional_fp32_ops only, as natively (to "
+                f"change them anyway, pass policy= with Policy.mxnet_ops)")
+    try:
+        return init_policy(target_dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops,
+                           policy=policy, emulate=emulate)
+    except ConflictingOpError as e:
+        raise ConvertListError(str(e)) from e
+
+
 def _cast_params(params: dict, dtypes: dict[str, str]) -> dict:
     """A copy of ``params`` with each array in its declared dtype (bf16 through amp_cast)."""
     out = {}
@@ -44,7 +82,7 @@ def _cast_params(params: dict, dtypes: dict[str, str]) -> dict:
         if want is None or dtype_name(array.dtype) == want:
             out[name] = array
         elif want == "bfloat16":
-            out[name] = mx.nd.amp_cast(array, dtype=want)
+            out[name] = mx.nd.amp_cast(array, dtype=mx_dtype(want))
         else:
             out[name] = array.astype(want)
     return out
@@ -65,25 +103,31 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
     inputs that are not float32 (every other input, data or parameter, is).
     ``data_names``: the data inputs (default, as natively: the inputs without a
     declared ``__dtype__``); the other inputs are parameters, which
-    ``cast_optional_params`` may declare low precision. ``ctx`` (default cpu)
-    decides which ops have low-precision kernels.
+    ``cast_optional_params`` may declare low precision. ``ctx`` (default: none, a
+    device-free transform) makes the plan device-aware: ops without a low-precision
+    kernel on it stay float32.
     """
     if not isinstance(sym, mx.sym.Symbol):
         raise TypeError(f"convert_symbol expects a Symbol, got {type(sym).__name__}")
     if not isinstance(cast_optional_params, bool):
         raise TypeError(f"cast_optional_params must be True or False, "
                         f"got {cast_optional_params!r}")
-    pol = init_policy(target_dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops,
-                         policy=policy, emulate=emulate)
+    pol = _convert_policy(target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
+                          policy, emulate)
     inputs = sym.list_inputs()
-    known = {name: "float32" for name in inputs}
-    known.update(input_dtypes or {})
+    declared = _declared_dtypes(sym)
+    known = {name: declared.get(name, "float32") for name in inputs}
+    known.update({k: dtype_name(v) for k, v in (input_dtypes or {}).items()})
     if data_names is None:
-        attrs = sym.attr_dict()
-        data_names = [n for n in inputs if "__dtype__" not in attrs.get(n, {})]
-    params = frozenset(inputs) - set(data_names) if cast_optional_params else frozenset()
-    return rewrite(sym, known, pol, ctx or mx.cpu(), frozenset(excluded_sym_names or ()),
-                   optional_params=params)
+        data_names = [n for n in inputs if n not in declared]
+    params = frozenset(inputs) - set(data_names)
+    out = rewrite(sym, known, pol, ctx, frozenset(excluded_sym_names or ()),
+                  optional_params=params if cast_optional_params else frozenset(),
+                  keep_casts=True, params=params)
+    # the parameters declare their dtype, as natively: a Module binding the converted
+    # graph with data shapes alone then infers every parameter's dtype
+    now = _declared_dtypes(out)
+    return with_dtypes(out, {p: known[p] for p in params if p not in now})
 
 
 def convert_model(sym: mx.sym.Symbol, arg_params: dict, aux_params: dict,
@@ -119,6 +163,7 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
     stored in that dtype.
     """
     inputs, sym = block_graph(block)
+    sym = mx.sym.load_json(sym.tojson())  # without the casts init put in a traced graph
     ctx = ctx or block_context(block)
     data_names = [i.name for i in inputs]
     converted = convert_symbol(sym, target_dtype, target_dtype_ops, fp32_ops,
@@ -144,7 +189,8 @@ def convert_bucketing_module(bucketing_mod, target_dtype: str = "float16",
                              excluded_sym_names: Optional[Sequence[str]] = None,
                              cast_optional_params: bool = False, **kw: Any):
     """A new ``BucketingModule`` whose every bucket's symbol is converted (``convert_model``)
-    and whose parameters are in the converted graphs' dtypes, as natively."""
+    and whose parameters are in the converted graphs' dtypes, as natively. The plan is for
+    the module's (first) context unless ``ctx=`` says otherwise."""
     from mxnet.module import BucketingModule
     if not isinstance(bucketing_mod, BucketingModule):
         raise TypeError(f"convert_bucketing_module expects a BucketingModule, "
@@ -155,6 +201,8 @@ def convert_bucketing_module(bucketing_mod, target_dtype: str = "float16",
         raise ValueError("initialise the BucketingModule's parameters (init_params or "
                          "set_params) before converting it")
     arg_params, aux_params = bucketing_mod.get_params()
+    context = bucketing_mod._context  # a device is known: plan for it
+    kw.setdefault("ctx", context[0] if isinstance(context, (list, tuple)) else context)
     sym_dict = {}
     for key, mod in bucketing_mod._buckets.items():
         sym_dict[key], args, auxs = convert_model(

@@ -16,10 +16,10 @@ from typing import AbstractSet, Iterator, Mapping, Optional
 import mxnet as mx
 
 from amp_adapters import OpDecision, Policy, plan_op
-from amp_adapters.dtypes import AMP_DTYPES, FLOAT_RANK, LOW_DTYPES
+from amp_adapters.dtypes import AMP_DTYPES, FLOAT_RANK, LOW_DTYPES, widest
 from amp_adapters.dtypes import FLOAT_DTYPES as FLOATS
 
-from ._mx import _BF16, cast, dtype_name, input_names, unpatched
+from ._mx import cast, declared, dtype_name, input_names, mx_dtype, unpatched
 from .kernels import KernelSet, log_fallback
 
 _CASTS = ("amp_cast", "amp_multicast")
@@ -57,29 +57,38 @@ def nodes(sym: mx.sym.Symbol) -> Iterator[Node]:
 
 
 def entry_dtypes(sym: mx.sym.Symbol, known: Mapping[str, str]) -> dict[str, Optional[str]]:
-    """{entry name: dtype} by type inference from the ``known`` input dtypes."""
-    internals = sym.get_internals()
-    _, types, _ = internals.infer_type_partial(**{k: _BF16 if v == "bfloat16" else v
-                                                  for k, v in known.items()})
+    """{entry name: dtype} by type inference from the ``known`` input dtypes (declared on the
+    variables: see ``_mx.declared``)."""
+    internals = declared(sym, dict(known)).get_internals()
+    _, types, _ = internals.infer_type_partial()
     return {n: (dtype_name(t) if t is not None else None)
             for n, t in zip(internals.list_outputs(), types)}
 
 
-def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy, kernels: AbstractSet[str],
-          force_fp32: Optional[str] = None) -> OpDecision:
-    """The core's decision for node ``n`` given its input dtypes (non-floats count as None)."""
+def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy,
+          kernels: Optional[AbstractSet[str]],
+          force_fp32: Optional[str] = None, params: AbstractSet[str] = frozenset()) -> OpDecision:
+    """The core's decision for node ``n`` given its input dtypes (non-floats count as None);
+    ``params``: the graph inputs that are parameters (the planner's promote rule reads it)."""
     return plan_op(policy, "mxnet", n.op, [d if d in FLOATS else None for d in dtypes],
                    lowp_kernels=kernels, attrs=n.attrs, force_fp32=force_fp32,
-                   input_names=input_names(n.op))
+                   input_names=input_names(n.op),
+                   param_inputs=[e in params for e in n.inputs] if params else None)
+
+
+def _kernels(ctx: Optional[mx.Context], policy: Policy) -> Optional[AbstractSet[str]]:
+    """The ops with a ``policy.dtype`` kernel on ``ctx``; None (every op) without a device."""
+    return None if ctx is None else KernelSet(ctx, policy.dtype)
 
 
 def plan_graph(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
-               ctx: mx.Context) -> list[OpDecision]:
-    """The decision for every op of ``sym`` (looking through existing AMP casts)."""
+               ctx: Optional[mx.Context]) -> list[OpDecision]:
+    """The decision for every op of ``sym`` (looking through existing AMP casts); ``ctx``
+    None plans for no device in particular (every op has its low-precision kernel)."""
     dtypes = entry_dtypes(sym, known)
     origin: dict[str, str] = {}
     out = []
-    kernels = KernelSet(ctx, policy.dtype)
+    kernels = _kernels(ctx, policy)
     for n in nodes(sym):
         if n.op in _CASTS:
             for k, o in enumerate(n.outputs):
@@ -92,13 +101,23 @@ def plan_graph(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     return out
 
 
-def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: mx.Context,
+def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
+            ctx: Optional[mx.Context],
             excluded: frozenset[str] = frozenset(),
             kernels: Optional[AbstractSet[str]] = None,
-            optional_params: AbstractSet[str] = frozenset()) -> mx.sym.Symbol:
-    """A copy of ``sym`` (without AMP casts) with the casts the plan asks for inserted.
+            optional_params: AbstractSet[str] = frozenset(),
+            keep_casts: bool = False,
+            params: AbstractSet[str] = frozenset()) -> mx.sym.Symbol:
+    """A copy of ``sym`` with the casts the plan asks for inserted.
 
-    ``kernels``: the ops with a ``policy.dtype`` kernel; by default probed on ``ctx``.
+    ``keep_casts``: the ``amp_cast``/``amp_multicast`` nodes already in ``sym`` are the
+    user's and stay (a symbol given to ``convert_symbol``); else they are dropped (the
+    casts ``init`` put in a traced graph, planned again here).
+    ``kernels``: the ops with a ``policy.dtype`` kernel; by default probed on ``ctx``, and
+    with ``ctx`` None every op has one: a device-free graph transform (what the user asked
+    for, as the native ``convert_symbol`` gives, whatever this machine runs).
+    ``params``: the inputs that are parameters (weights), so that a promote op casts a
+    float32 parameter down beside a low activation rather than the activation up.
     ``optional_params`` (the native ``cast_optional_params``): of these parameter
     variables, the ones every consumer reads cast to one low dtype are declared in
     that dtype instead (``__dtype__``; the casts go), so they can be stored so.
@@ -108,17 +127,19 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: m
     (cast chains collapse). Emulated ops round inputs and outputs through the
     low dtype.
     """
-    sym = mx.sym.load_json(sym.tojson())  # drops amp_cast nodes a traced graph may have
-    kernels = KernelSet(ctx, policy.dtype) if kernels is None else kernels
-    out, uses = _rewrite(sym, known, policy, ctx, excluded, kernels, {})
+    if not keep_casts:
+        sym = mx.sym.load_json(sym.tojson())  # drops amp_cast nodes a traced graph may have
+    kernels = _kernels(ctx, policy) if kernels is None else kernels
+    out, uses = _rewrite(sym, known, policy, ctx, excluded, kernels, {}, params)
     declared = {p: next(iter(u)) for p, u in uses.items()
                 if p in optional_params and len(u) == 1 and next(iter(u)) in LOW_DTYPES}
     if declared:  # again, with those parameters already in their low dtype
-        out, _ = _rewrite(sym, {**known, **declared}, policy, ctx, excluded, kernels, declared)
+        out, _ = _rewrite(sym, {**known, **declared}, policy, ctx, excluded, kernels, declared,
+                          params)
     return out
 
 
-def _rewrite(sym, known, policy, ctx, excluded, kernels, declared):
+def _rewrite(sym, known, policy, ctx, excluded, kernels, low_params, params):
     """``rewrite`` proper; also returns {parameter: the dtypes its consumers read it in}
     ("raw" when one reads it uncast)."""
     uses: dict[str, set] = {}
@@ -142,14 +163,16 @@ def _rewrite(sym, known, policy, ctx, excluded, kernels, declared):
         for n in nodes(sym):
             if n.op == "null":
                 value[n.name] = n.symbol
-                if n.name in declared:
+                if n.name in low_params:
                     attrs = {k: v for k, v in n.attrs.items() if k != "__dtype__"}
-                    value[n.name] = mx.sym.var(n.name, attr=attrs, dtype=declared[n.name])
+                    value[n.name] = mx.sym.var(n.name, attr=attrs,
+                                               dtype=mx_dtype(low_params[n.name]))
                 continue
             ins = list(n.inputs)
             d = _plan(n, [dtype.get(e) for e in ins], policy, kernels,
-                      force_fp32="excluded by the caller" if n.name in excluded else None)
-            if d.emulated or d.fell_back:
+                      force_fp32="excluded by the caller" if n.name in excluded else None,
+                      params=params)
+            if (d.emulated or d.fell_back) and ctx is not None:
                 log_fallback(n.op, ctx, d)
             for i, (target, rnd) in enumerate(zip(d.casts, d.round_inputs)):
                 if rnd:
@@ -157,8 +180,7 @@ def _rewrite(sym, known, policy, ctx, excluded, kernels, declared):
                 elif target is not None:
                     ins[i] = cast_entry(ins[i], target)
             for orig, now in zip(n.inputs, ins):
-                uses.setdefault(orig, set()).add(
-                    "raw" if now == orig or d.emulated else dtype.get(now))
+                uses.setdefault(orig, set()).add(_read_as(n, orig, now, d, dtype, known))
             outs = n.symbol._gen_atomic_symbol()(*[value[e] for e in ins], name=n.name)
             inferred = _output_dtypes(n, [dtype.get(e) for e in ins])
             for k, o in enumerate(n.outputs):
@@ -172,9 +194,28 @@ def _rewrite(sym, known, policy, ctx, excluded, kernels, declared):
     return out, uses
 
 
+def _read_as(n: Node, orig: str, now: str, d: OpDecision,
+             dtype: Mapping[str, Optional[str]], inputs: Mapping[str, str]) -> Optional[str]:
+    """The dtype node ``n`` reads its input ``orig`` in ("raw": as it is). A user's
+    ``amp_cast`` reads it in its ``dtype``; an ``amp_multicast`` of graph inputs only, in
+    the widest dtype of the others (as the native ``cast_optional_params`` does)."""
+    if d.emulated:
+        return "raw"
+    if now != orig:
+        return dtype.get(now)
+    if n.op == "amp_cast":
+        return dtype_name(n.attrs["dtype"])
+    if n.op == "amp_multicast":
+        others = [e for e in n.inputs if e != orig]
+        if others and all(inputs.get(e) in FLOATS for e in others):
+            return widest([inputs[e] for e in others])
+    return "raw"
+
+
 def _output_dtypes(n: Node, in_dtypes: list[Optional[str]]) -> list[Optional[str]]:
     """Output dtypes of one node given its input dtypes (type inference on the node alone)."""
     names = [f"__amp_in{i}" for i in range(len(in_dtypes))]
-    mini = n.symbol._gen_atomic_symbol()(*[mx.sym.var(v) for v in names])
-    _, types, _ = mini.infer_type_partial(**{v: d for v, d in zip(names, in_dtypes) if d})
+    mini = n.symbol._gen_atomic_symbol()(*[mx.sym.var(v, dtype=mx_dtype(d) if d else None)
+                                           for v, d in zip(names, in_dtypes)])
+    _, types, _ = mini.infer_type_partial()
     return [dtype_name(t) if t is not None else None for t in types]

@@ -4,8 +4,14 @@ MXNet 1.9.1's CPU build has no float16 GEMM/convolution (FullyConnected,
 Convolution, dot, batch_dot, np.matmul, ...) while elementwise ops, softmax,
 LayerNorm and reductions work in float16. Rather than a hand-kept table, each
 op the planner asks about is run once on a tiny input of the target dtype on
-that device; the answer is cached per (device type, dtype, op). The probe
-waits on its result: one host sync per op per device type, once per process.
+that device; the answer is cached per (device type, dtype, op, direction). The
+probe waits on its result: one host sync per op per device type, once per process.
+
+bfloat16 runs through oneDNN on CPUs with AVX-512 (for real with ``avx512_bf16``);
+elsewhere oneDNN "could not create a primitive descriptor iterator": the probe
+finds that out on the machine, it is never assumed. For training (``backward``)
+the op's gradient is probed too: a forward kernel without its backward one
+would crash the first training step.
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ from mxnet import ndarray as nd
 from amp_adapters import OpDecision
 from amp_adapters.fallback import FallbackNotices
 
-from ._mx import cast, unpatched
+from ._mx import cast, dtype_name, unpatched
 
 _Make = Callable[..., "nd.NDArray"]
 
@@ -37,7 +43,7 @@ _RECIPES: dict[str, Callable[[_Make], object]] = {
     "Convolution": lambda a: nd.Convolution(a(1, 1, 3, 3), a(1, 1, 1, 1), a(1), kernel=(1, 1),
                                             num_filter=1),
     "Deconvolution": lambda a: nd.Deconvolution(a(1, 1, 3, 3), a(1, 1, 1, 1), a(1),
-                                                kernel=(1, 1), num_filter=1),
+                                                kernel=(1, 1), num_filter=1, no_bias=False),
     "RNN": lambda a: nd.RNN(a(1, 1, 1), a(4), a(1, 1, 1), state_size=1, num_layers=1,
                             mode="rnn_tanh"),
     "Activation": lambda a: nd.Activation(a(2, 2), act_type="relu"),
@@ -57,7 +63,8 @@ _RECIPES: dict[str, Callable[[_Make], object]] = {
     "_npx_convolution": lambda a: mx.npx.convolution(
         _np(a)(1, 1, 3, 3), _np(a)(1, 1, 1, 1), _np(a)(1), kernel=(1, 1), num_filter=1),
     "_npx_deconvolution": lambda a: mx.npx.deconvolution(
-        _np(a)(1, 1, 3, 3), _np(a)(1, 1, 1, 1), _np(a)(1), kernel=(1, 1), num_filter=1),
+        _np(a)(1, 1, 3, 3), _np(a)(1, 1, 1, 1), _np(a)(1), kernel=(1, 1), num_filter=1,
+        no_bias=False),
     "_npx_rnn": lambda a: mx.npx.rnn(_np(a)(1, 1, 1), _np(a)(4), _np(a)(1, 1, 1), state_size=1,
                                      num_layers=1, mode="rnn_tanh"),
 }
@@ -90,50 +97,85 @@ def _stderr_silenced() -> Iterator[None]:
         os.close(devnull)
 
 
-def _runs(recipe: Callable[[_Make], object], ctx: mx.Context, dtype: str) -> bool:
+def _runs(recipe: Callable[[_Make], object], ctx: mx.Context, dtype: str,
+          backward: bool = False) -> bool:
+    leaves: list = []
+
     def make(*shape: int) -> nd.NDArray:
-        return cast(nd.ones(shape, ctx=ctx), dtype)
+        with autograd.pause():  # a leaf: made outside the recorded graph
+            x = cast(nd.ones(shape, ctx=ctx), dtype)
+        if backward:
+            x.attach_grad()
+            leaves.append(x)
+        return x
     try:
-        with unpatched(), autograd.pause(), ctx, _stderr_silenced():
-            out = recipe(make)
-            for o in out if isinstance(out, (list, tuple)) else [out]:
+        with unpatched(), ctx, _stderr_silenced():
+            with autograd.record() if backward else autograd.pause():
+                out = recipe(make)
+            outs = out if isinstance(out, (list, tuple)) else [out]
+            if backward:
+                autograd.backward([o for o in outs if dtype_of(o) == dtype] or outs[:1])
+                outs = [x.grad for x in leaves if x.grad is not None] or outs
+            for o in outs:
                 o.wait_to_read()  # host sync: errors surface here, once per op
         return True
     except (mx.base.MXNetError, TypeError, AttributeError, ValueError):
+        _drain(ctx)
         return False
 
 
-_probed: dict[tuple[str, str, str], bool] = {}
+def _drain(ctx: mx.Context) -> None:
+    """Let a failed probe's pending errors surface now, silenced, instead of in the next
+    probe's (or the user's) wait."""
+    with _stderr_silenced():
+        try:
+            nd.waitall()
+        except mx.base.MXNetError:
+            pass
 
 
-def has_kernel(op: str, ctx: mx.Context, dtype: str) -> bool:
-    """True if ``op`` computes in ``dtype`` on ``ctx``'s device type (probed once, cached).
+def dtype_of(x: object) -> str:
+    return dtype_name(getattr(x, "dtype", "float32"))
+
+
+_probed: dict[tuple[str, str, str, bool], bool] = {}
+
+
+def has_kernel(op: str, ctx: mx.Context, dtype: str, backward: bool = False) -> bool:
+    """True if ``op`` computes in ``dtype`` on ``ctx``'s device type (probed once, cached);
+    with ``backward``, its gradient too (training).
 
     An op the probe cannot call even in float32 (no recipe, unusual arity) is
     assumed to have the kernel: it is not a GEMM/conv, whose recipes are known.
     """
-    key = (ctx.device_type, dtype, op)
+    key = (ctx.device_type, dtype, op, backward)
     if key not in _probed:
-        recipe = _RECIPES.get(op) or _generic(op)
-        _probed[key] = _runs(recipe, ctx, dtype) or not _runs(recipe, ctx, "float32")
+        if backward and not has_kernel(op, ctx, dtype):
+            _probed[key] = False
+        else:
+            recipe = _RECIPES.get(op) or _generic(op)
+            _probed[key] = _runs(recipe, ctx, dtype, backward) or \
+                not _runs(recipe, ctx, "float32", backward)
     return _probed[key]
 
 
 class KernelSet(collections.abc.Set):
-    """The ops with a ``dtype`` kernel on ``ctx``, as the ``lowp_kernels`` set of ``plan_op``.
+    """The ops with a ``dtype`` kernel on ``ctx``, as the ``lowp_kernels`` set of ``plan_op``;
+    with ``backward`` (training), the ops whose gradient has one too.
 
     Membership is probed lazily on first ask; iterating lists the ops probed so far.
     """
 
-    def __init__(self, ctx: mx.Context, dtype: str):
-        self.ctx, self.dtype = ctx, dtype
+    def __init__(self, ctx: mx.Context, dtype: str, backward: bool = False):
+        self.ctx, self.dtype, self.backward = ctx, dtype, backward
 
     def __contains__(self, op: object) -> bool:
-        return isinstance(op, str) and has_kernel(op, self.ctx, self.dtype)
+        return isinstance(op, str) and has_kernel(op, self.ctx, self.dtype, self.backward)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(sorted(op for (dev, dt, op), ok in _probed.items()
-                           if ok and dev == self.ctx.device_type and dt == self.dtype))
+        return iter(sorted(op for (dev, dt, op, bw), ok in _probed.items()
+                           if ok and dev == self.ctx.device_type and dt == self.dtype
+                           and bw == self.backward))
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
@@ -157,3 +199,35 @@ def summarize_fallbacks(what: str, decisions: Sequence[OpDecision], ctx: mx.Cont
 def forget_fallback_logs() -> None:
     """Let the next ``init`` log its fallbacks again (called by ``reset``)."""
     _notices.forget()
+
+
+def lowp_kernels(device: str, dtype: str) -> frozenset[str]:
+    """Op names with a ``dtype`` kernel on ``device`` ('CPU' or 'GPU'), forward and backward:
+    the GEMM/conv recipes and the ops the native default lists lower (``amp-adapters info``).
+    No GPU: empty."""
+    from amp_adapters import Policy, effective_lists
+    if device.upper() == "GPU":
+        if mx.context.num_gpus() == 0:
+            return frozenset()
+        ctx = mx.gpu(0)
+    else:
+        ctx = mx.cpu()
+    lowered = effective_lists(Policy.preset("mxnet-native", dtype=dtype), "mxnet")["lower"]
+    return frozenset(op for op in sorted(set(_RECIPES) | set(lowered))
+                     if has_kernel(op, ctx, dtype, backward=True))
+
+
+_mp_probed: dict[tuple[str, str], bool] = {}
+
+
+def has_mp_update(ctx: mx.Context, dtype: str) -> bool:
+    """True if MXNet's fused multi-precision update (``mp_sgd_update``: a ``dtype`` weight, its
+    float32 master) runs on ``ctx``'s device type. MXNet 1.9.1 registers it for float16
+    only ("Unknown type enum 12" for bfloat16); probed once, not assumed."""
+    key = (ctx.device_type, dtype)
+    if key not in _mp_probed:
+        def call(a: _Make) -> object:
+            w, master = a(4), nd.ones((4,), ctx=ctx)
+            return nd.mp_sgd_update(w, a(4), master, lr=0.1, out=w)
+        _mp_probed[key] = _runs(call, ctx, dtype)
+    return _mp_probed[key]

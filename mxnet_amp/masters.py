@@ -14,9 +14,11 @@ What native MXNet users get from ``net.cast('float16')`` and an optimizer with
   gradient to float32, runs the optimizer's float32 ``update`` on the master,
   and writes the master back into the parameter (one rounding). That is the
   native ``Optimizer.update_multi_precision`` path, generalised to bfloat16
-  (the native one only knows float16) and used for every optimizer alike. On
-  a GPU MXNet's fused ``mp_*_update`` kernels do the same in one op; here it
-  is labelled EMULATED (``MASTER_UPDATE``).
+  (the native one only knows float16) and used for every optimizer alike.
+  MXNet's fused ``mp_*_update`` kernels do it in one op for float16 and the
+  SGD family only: MXNet 1.9.1 has none for bfloat16 ("Unknown type enum 12"),
+  so bf16 O2 takes this path wherever it runs; ``master_update`` says which
+  (from a probe, ``kernels.has_mp_update``).
 
 Overflow steps are skipped before the updater runs (``trainer``), so
 parameters, masters and optimizer state stay bit-identical. The masters live
@@ -36,16 +38,21 @@ from mxnet.optimizer import Updater
 from amp_adapters import AmpConfigError, ParamPlan, ParamUse, Policy, plan_params
 from amp_adapters.dtypes import LOW_DTYPES
 
-from ._mx import _BF16, dtype_name, input_names, unpatched
+from ._mx import _BF16, _ND_AMP_CAST, cast, dtype_name, input_names, unpatched
 from amp_adapters.policy import PolicyLike, resolve_policy
 from .graph import nodes
-from .kernels import KernelSet
+from .kernels import KernelSet, has_mp_update
 from .patching import active_policy
 from .report import block_context
 
-MASTER_UPDATE = ("EMULATED multi_precision update: the optimizer's float32 update on a float32 "
-                 "master, then one cast into the {dtype} parameter (a GPU fuses this in "
-                 "mp_*_update kernels)")
+def master_update(dtype: str, ctx: mx.Context) -> str:
+    """How a low weight is updated here (the trainer's ``_amp_master_update``), truthfully."""
+    fused = ("MXNet's fused mp_*_update kernels take {dtype} on {dev} for the SGD family; "
+             "this path serves every optimizer alike" if has_mp_update(ctx, dtype) else
+             "MXNet has no fused mp_*_update kernel for {dtype} on {dev}")
+    return ("float32 master update: the optimizer's float32 update on the master, then one "
+            "cast into the {dtype} parameter (" + fused + ")").format(dtype=dtype,
+                                                                       dev=ctx.device_type)
 
 
 def _mx_dtype(dtype: str) -> Any:
@@ -91,7 +98,7 @@ def cast_params(block: HybridBlock, num_inputs: int = 1, *,
         raise AmpConfigError(f"cast_params stores parameters low for level O2; the policy is "
                              f"level {chosen.level} (use policy='O2' or 'O2-bf16')")
     uses = param_uses(block, num_inputs)
-    kernels = KernelSet(ctx or block_context(block), chosen.dtype)
+    kernels = KernelSet(ctx or block_context(block), chosen.dtype, backward=True)
     plan = plan_params(chosen, "mxnet", uses, lowp_kernels=kernels)
     params = block.collect_params()
     for name in sorted(plan.low):
@@ -145,8 +152,8 @@ class MasterWeightUpdater(Updater):
             master, inner = self.states[i]
             self.optimizer._set_current_context(w.context.device_id)  # per-device step counts
             with unpatched():
-                self.optimizer.update(i, master, g.astype("float32"), inner)
-                master.astype(w.dtype).copyto(w)
+                self.optimizer.update(i, master, cast(g, "float32"), inner)
+                _ND_AMP_CAST(master, dtype=w.dtype, out=w)  # one op: round into the weight
 
 
 def attach(trainer: Trainer, policy: Policy) -> None:
@@ -159,7 +166,8 @@ def attach(trainer: Trainer, policy: Policy) -> None:
     trainer._optimizer.multi_precision = False  # the masters are ours, for fp16 and bf16
     trainer._updaters = [u if isinstance(u, MasterWeightUpdater) else _upgrade(u)
                          for u in trainer._updaters]
-    trainer._amp_master_update = MASTER_UPDATE.format(dtype=policy.dtype)
+    ctx = trainer._contexts[0] if trainer._contexts else mx.cpu()
+    trainer._amp_master_update = master_update(policy.dtype, ctx)
 
 
 def _upgrade(updater: Updater) -> MasterWeightUpdater:

@@ -18,7 +18,7 @@ run time when the dtype already matches). A parameter is cast once per traced
 graph however many ops use it (the cache lives for that one trace).
 
 Wrappers add no host sync; the first call of an op on a device type may
-probe its kernel once (see ``kernels``).
+probe its kernel once, forward and backward: ``init`` is for training (see ``kernels``).
 """
 from __future__ import annotations
 
@@ -230,7 +230,7 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
         attrs = {k: v for k, v in kwargs.items() if not isinstance(v, _TENSORS)}
         attrs.update((name, a) for name, a in zip(arg_names, args)  # attributes by position
                      if not isinstance(a, (_TENSORS, list, tuple)))
-        d = plan_op(policy, "mxnet", op, dtypes, lowp_kernels=KernelSet(ctx, policy.dtype),
+        d = plan_op(policy, "mxnet", op, dtypes, lowp_kernels=KernelSet(ctx, policy.dtype, backward=True),
                     attrs=attrs, input_names=names)
         if d.emulated or d.fell_back:
             log_fallback(op, ctx, d)

@@ -12,7 +12,8 @@ from mxnet import gluon
 from mxnet.contrib import amp as native
 
 import mxnet_amp as amp
-from amp_adapters import ConflictingOpError, DynamicLossScale, OverflowGuardError, Policy
+from amp_adapters import (ConflictingOpError, DynamicLossScale, OpLists, OverflowGuardError,
+                          Policy)
 
 # tests/native_surface.py, loaded by path: putting tests/ on sys.path would make the
 # tests/mxnet folder importable as "mxnet" where MXNet is not installed
@@ -101,8 +102,20 @@ def _casts(sym):
             if n["op"] == "amp_cast"]
 
 
+# broadcast_mul runs in the widest dtype of its inputs natively; the native convert_* refuses
+# it in target_dtype_ops (an AssertionError), a policy lowers it. ctx: plan for this CPU
+# (FullyConnected has no float16 kernel here); without it convert_symbol is device-free.
+MUL_LOW = {"policy": Policy.preset("mxnet-native", mxnet_ops=OpLists(lower=["broadcast_mul"])),
+           "ctx": mx.cpu()}
+
+
+def test_convert_refuses_a_widest_type_op_in_its_lists_as_natively():
+    with pytest.raises(AssertionError, match="broadcast_mul"):
+        amp.convert_symbol(_scaled_net(), target_dtype_ops=["broadcast_mul"])
+
+
 def test_convert_symbol_structure():
-    sym = amp.convert_symbol(_scaled_net(), target_dtype_ops=["broadcast_mul"])
+    sym = amp.convert_symbol(_scaled_net(), **MUL_LOW)
     casts = _casts(sym)
     # data and w to fp16 for the mul; the fc (no CPU fp16 kernel) reads fp32 again
     assert sorted(d for _, d in casts) == ["float16", "float16", "float32"]
@@ -115,13 +128,14 @@ def test_convert_symbol_structure():
 def test_convert_model_returns_params_in_the_graphs_dtype(cast_optional_params):
     args = _args()
     sym, arg_params, aux_params = amp.convert_model(
-        _scaled_net(), args, {}, target_dtype_ops=["broadcast_mul"],
-        cast_optional_params=cast_optional_params)
+        _scaled_net(), args, {}, cast_optional_params=cast_optional_params, **MUL_LOW)
     low = np.float16 if cast_optional_params else np.float32
     assert arg_params["w"].dtype == low  # w only feeds the fp16 mul
     assert arg_params["fc_weight"].dtype == np.float32  # the fc stays fp32 here
     attrs = sym.attr_dict()
-    assert ("__dtype__" in attrs.get("w", {})) == cast_optional_params
+    # every parameter declares its dtype, as natively (a Module binding data shapes alone
+    # then infers them all): w in float16 when it is stored so, else float32
+    assert attrs["w"]["__dtype__"] == ("2" if cast_optional_params else "0")
     assert len(_casts(sym)) == (2 if cast_optional_params else 3)  # w's cast is gone
     exe = sym.bind(mx.cpu(), {"data": mx.nd.ones((3, 4)), **arg_params})
     ref = _scaled_net().bind(mx.cpu(), {"data": mx.nd.ones((3, 4)), **_args()})
@@ -144,7 +158,7 @@ def test_convert_hybrid_block_with_cast_optional_params():
     net.hybridize()
     x = mx.nd.ones((3, 4))
     ref = net(x)
-    converted = amp.convert_hybrid_block(net, target_dtype_ops=["broadcast_mul"],
+    converted = amp.convert_hybrid_block(net, policy=MUL_LOW["policy"],
                                          cast_optional_params=True)
     dtypes = {name: p.dtype for name, p in converted.collect_params().items()}
     assert [d for n, d in dtypes.items() if n.endswith("_w")] == [np.float16]
@@ -225,17 +239,17 @@ def test_loss_scaler_asks_the_core_guard_as_the_trainer_does():
 
 
 def test_excluded_sym_names_and_conditional_ops_in_converted_symbols():
-    sym = amp.convert_symbol(_scaled_net(), target_dtype_ops=["broadcast_mul"],
-                             excluded_sym_names=["mul"])
-    assert [d for _, d in _casts(sym)] == []  # the only fp16 candidate is excluded
+    mul_low = MUL_LOW["policy"]
+    sym = amp.convert_symbol(_scaled_net(), excluded_sym_names=["mul"], **MUL_LOW)
+    assert [d for _, d in _casts(sym)] == []  # the only fp16 candidate on this CPU is excluded
     x = mx.sym.var("data")
     act = mx.sym.Activation(mx.sym.broadcast_mul(x, x, name="sq"), act_type="softrelu",
                             name="act")
-    sym = amp.convert_symbol(act, target_dtype_ops=["broadcast_mul"])
+    sym = amp.convert_symbol(act, policy=mul_low)
     # the square runs fp16; softrelu is a native conditional fp32 op: cast back to fp32
     assert sorted(d for _, d in _casts(sym)) == ["float16", "float32"]
     relu = mx.sym.Activation(mx.sym.broadcast_mul(x, x, name="sq"), act_type="relu")
-    assert [d for _, d in _casts(amp.convert_symbol(relu, target_dtype_ops=["broadcast_mul"]))] \
+    assert [d for _, d in _casts(amp.convert_symbol(relu, policy=mul_low))] \
         == ["float16"]  # relu follows its (fp16) input
 
 

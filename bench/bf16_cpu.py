@@ -1,0 +1,249 @@
+"""bf16 on the CPU: native bf16 / fp32 and ours / fp32, training and inference.
+
+Models: an MLP (4 layers of 2048), a CNN (3x3 convolutions, 64 channels,
+56x56) and a Transformer block (self-attention and MLP, LayerNorm), batch 32.
+MXNet inference: ``mxnet.contrib.amp.convert_hybrid_block`` vs ours, both
+against the fp32 block, interleaved in one process. MXNet training: the native
+``amp.init(target_dtype="bfloat16")`` patches MXNet for good (no undo), so its
+rows run in a child process against their own fp32 steps; ours use
+``init``/``reset`` in this one. Paddle: the native ``decorate_bf16`` MLP step vs
+fp32 (legacy IR), in a child process.
+
+A row runs only where the framework has the bf16 kernels it needs, by its own
+answer (MXNet: our kernel probe, forward and backward for training; Paddle:
+``core.supports_bfloat16()``); elsewhere the row says it cannot run and why.
+Nothing is timed on a CPU without them and no figure is made up.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from amp_adapters.fallback import cpu_flags
+
+MODELS = ("MLP 4x2048", "CNN 3x3 64ch 56x56", "Transformer block")
+GEMM = {"MLP 4x2048": "FullyConnected", "CNN 3x3 64ch 56x56": "Convolution",
+        "Transformer block": "FullyConnected"}
+STEPS, BATCH = 30, 32
+
+
+def _why_not(what: str) -> str:
+    flags = " ".join(cpu_flags()) or "no AVX-512"
+    return (f"cannot run: {what} (CPU: {flags}; oneDNN runs bf16 with AVX-512, at speed with "
+            f"avx512_bf16)")
+
+
+def _mx_block(model: str):
+    import mxnet as mx
+    from mxnet.gluon import nn
+
+    net = nn.HybridSequential()
+    if model.startswith("MLP"):
+        shape = (BATCH, 2048)
+        for _ in range(4):
+            net.add(nn.Dense(2048, activation="relu"))
+    elif model.startswith("CNN"):
+        shape = (BATCH, 64, 56, 56)
+        for _ in range(2):
+            net.add(nn.Conv2D(64, 3, padding=1, activation="relu"))
+    else:
+        shape = (BATCH, 128, 512)
+        net.add(_TransformerBlock(512))
+    net.initialize()
+    net.hybridize()
+    x = mx.nd.random.uniform(shape=shape)
+    net(x).wait_to_read()
+    return net, x
+
+
+def _transformer_class():
+    from mxnet.gluon import nn
+
+    class Block(nn.HybridBlock):
+        """Self-attention (one head) and a 4x MLP, each with a residual and a LayerNorm."""
+
+        def __init__(self, d: int):
+            super().__init__()
+            self.qkv, self.proj = nn.Dense(3 * d, flatten=False), nn.Dense(d, flatten=False)
+            self.up = nn.Dense(4 * d, flatten=False, activation="relu")
+            self.down = nn.Dense(d, flatten=False)
+            self.ln1, self.ln2 = nn.LayerNorm(), nn.LayerNorm()
+            self.d = d
+
+        def hybrid_forward(self, F, x):
+            q, k, v = F.split(self.qkv(x), num_outputs=3, axis=-1)
+            att = F.softmax(F.batch_dot(q, k, transpose_b=True) / self.d ** 0.5)
+            h = self.ln1(x + self.proj(F.batch_dot(att, v)))
+            return self.ln2(h + self.down(self.up(h)))
+    return Block
+
+
+def _TransformerBlock(d: int):
+    return _transformer_class()(d)
+
+
+def mxnet_inference_rows() -> list[str]:
+    import mxnet as mx
+    from mxnet.contrib import amp as native
+
+    import mxnet_amp as ours
+    from mxnet_amp.kernels import has_kernel
+
+    from .timing import interleaved, ratio
+
+    rows = []
+    for model in MODELS:
+        if not has_kernel(GEMM[model], mx.cpu(), "bfloat16"):
+            rows.append(f"| MXNet | {model} | inference | "
+                        f"{_why_not(f'no bfloat16 {GEMM[model]} kernel')} | |")
+            continue
+        net, x = _mx_block(model)
+        theirs = native.convert_hybrid_block(net, target_dtype="bfloat16", ctx=mx.cpu())
+        mine = ours.convert_hybrid_block(net, target_dtype="bfloat16", ctx=mx.cpu())
+        stats = interleaved({"fp32": lambda: net(x).wait_to_read(),
+                             "native": lambda: theirs(x).wait_to_read(),
+                             "ours": lambda: mine(x).wait_to_read()}, steps=STEPS, warmup=3)
+        rows.append(f"| MXNet | {model} | inference | {ratio(stats, 'native', 'fp32')} | "
+                    f"{ratio(stats, 'ours', 'fp32')} |")
+    return rows
+
+
+_NATIVE_TRAIN = textwrap.dedent("""
+    import sys
+    import mxnet as mx
+    from mxnet import autograd, gluon
+    from mxnet.contrib import amp
+    from bench.bf16_cpu import _mx_block, STEPS
+    from bench.timing import interleaved, ratio
+    model = sys.argv[1]
+    fp32_net, x = _mx_block(model)
+    amp.init(target_dtype="bfloat16")  # patches mx for good: the bf16 block is traced after
+    low_net, _ = _mx_block(model)
+    def step(net, trainer):
+        def run():
+            with autograd.record():
+                loss = net(x).mean()
+            loss.backward()
+            trainer.step(1)
+            loss.wait_to_read()
+        return run
+    t32 = gluon.Trainer(fp32_net.collect_params(), "sgd", {"learning_rate": 1e-3})
+    tlow = gluon.Trainer(low_net.collect_params(), "sgd", {"learning_rate": 1e-3})
+    stats = interleaved({"fp32": step(fp32_net, t32), "native": step(low_net, tlow)},
+                        steps=STEPS, warmup=3)
+    print(ratio(stats, "native", "fp32"))
+""")
+
+
+def mxnet_training_rows() -> list[str]:
+    import mxnet as mx
+    from mxnet import autograd, gluon
+
+    import mxnet_amp as ours
+    from mxnet_amp.kernels import has_kernel
+
+    from .timing import interleaved, ratio
+
+    rows = []
+    for model in MODELS:
+        if not has_kernel(GEMM[model], mx.cpu(), "bfloat16", backward=True):
+            rows.append(f"| MXNet | {model} | training | "
+                        f"{_why_not(f'no bfloat16 {GEMM[model]} kernel, forward and backward')}"
+                        f" | |")
+            continue
+        native = _child(_NATIVE_TRAIN, model)
+        fp32_net, x = _mx_block(model)
+        ours.init(target_dtype="bfloat16")
+        try:
+            low_net, _ = _mx_block(model)
+
+            def step(net, trainer, amp_on):
+                def run():
+                    with autograd.record():
+                        loss = net(x).mean()
+                    if amp_on:
+                        with ours.scale_loss(loss, trainer) as scaled:
+                            autograd.backward(scaled)
+                    else:
+                        loss.backward()
+                    trainer.step(1)
+                    loss.wait_to_read()
+                return run
+            t32 = gluon.Trainer(fp32_net.collect_params(), "sgd", {"learning_rate": 1e-3})
+            tlow = gluon.Trainer(low_net.collect_params(), "sgd", {"learning_rate": 1e-3})
+            ours.init_trainer(tlow)
+            stats = interleaved({"fp32": step(fp32_net, t32, False),
+                                 "ours": step(low_net, tlow, True)}, steps=STEPS, warmup=3)
+        finally:
+            ours.reset()
+        rows.append(f"| MXNet | {model} | training | {native} | {ratio(stats, 'ours', 'fp32')} |")
+    return rows
+
+
+_PADDLE_NATIVE = textwrap.dedent("""
+    import os, time
+    os.environ["FLAGS_enable_pir_api"] = "0"
+    import numpy as np
+    import paddle
+    from bench.bf16_cpu import BATCH, STEPS
+    from bench.timing import interleaved, ratio
+    paddle.enable_static()
+    def build(bf16):
+        main, start = paddle.static.Program(), paddle.static.Program()
+        with paddle.static.program_guard(main, start):
+            h = x = paddle.static.data("x", [None, 2048], "float32")
+            for _ in range(4):
+                h = paddle.static.nn.fc(h, 2048, activation="relu")
+            loss = paddle.mean(h)
+            opt = paddle.optimizer.SGD(1e-3)
+            if bf16:
+                opt = paddle.static.amp.bf16.decorate_bf16(
+                    opt, amp_lists=paddle.static.amp.bf16.AutoMixedPrecisionListsBF16(),
+                    use_bf16_guard=False, use_pure_bf16=False)
+            opt.minimize(loss)
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        scope = paddle.static.Scope()
+        with paddle.static.scope_guard(scope):
+            exe.run(start)
+        feed = {"x": np.random.rand(BATCH, 2048).astype("float32")}
+        def step():
+            with paddle.static.scope_guard(scope):
+                exe.run(main, feed=feed, fetch_list=[loss])
+        return step
+    stats = interleaved({"fp32": build(False), "native": build(True)}, steps=STEPS, warmup=3)
+    print(ratio(stats, "native", "fp32"))
+""")
+
+
+def paddle_rows() -> list[str]:
+    import paddle
+
+    if not paddle.base.core.supports_bfloat16():
+        return [f"| Paddle (legacy IR) | MLP 4x2048 | training | "
+                f"{_why_not('paddle.base.core.supports_bfloat16() is False')} | next: the "
+                f"Paddle half of real bf16 |"]
+    return [f"| Paddle (legacy IR) | MLP 4x2048 | training | {_child(_PADDLE_NATIVE)} | "
+            f"next: the Paddle half of real bf16 |"]
+
+
+def _child(script: str, *args: str) -> str:
+    """The ratio a child process prints (a native that patches its framework for good)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    r = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
+                       env=env, timeout=3600)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"failed: {last[:120]}"
+    return r.stdout.strip().splitlines()[-1]
+
+
+def run() -> str:
+    rows = mxnet_inference_rows() + mxnet_training_rows() + paddle_rows()
+    return "\n".join([
+        "## bf16 on this CPU: native and ours against fp32", "",
+        __doc__.split("\n\n")[1].replace("\n", " "), "",
+        "| framework | model | mode | native bf16 / fp32 | ours bf16 / fp32 |",
+        "| --- | --- | --- | --- | --- |", *rows])

@@ -1,0 +1,35 @@
+"""The demo's bf16 row: it appears where the backend has a real bf16 GEMM kernel; elsewhere
+one line says why and what runs instead (decided by the backend's answer, never assumed)."""
+from amp_adapters import Policy
+from amp_demo import command
+from amp_demo.result import mode_label
+from amp_demo.trainers import real_kernel
+
+
+def test_the_note_names_the_frameworks_without_a_row_and_what_runs_instead():
+    line = command.bf16_note(["mxnet", "paddle"])
+    assert line.startswith("bf16: no row for mxnet, paddle: no real bfloat16 GEMM kernel")
+    assert "avx512_bf16" in line and "fp16 rows above are emulated" in line
+    assert command.bf16_note([]) is None
+
+
+def test_numpy_has_no_bf16_kernel_row():
+    assert real_kernel("numpy", "bfloat16") is False
+
+
+def test_mode_labels_say_real_emulated_or_fallback():
+    bf = Policy.preset("O1-bf16")
+    assert mode_label(bf, emulated=False) == "bf16 O1"  # every low op on a real kernel
+    assert mode_label(bf, emulated=False, fell_back=True) == "bf16 O1 (fp32 fallback)"
+    assert mode_label(Policy.preset("O1"), emulated=True) == "fp16 O1 (emulated)"
+    assert mode_label(Policy.preset("O0"), emulated=False) == "fp32"
+
+
+def test_the_mxnet_row_follows_the_probe(capsys):
+    import mxnet as mx
+    from mxnet_amp.kernels import has_kernel
+    gemm = has_kernel("FullyConnected", mx.cpu(), "bfloat16", backward=True)
+    assert command.main(["--framework", "mxnet", "--steps", "3"]) == 0
+    out = capsys.readouterr().out
+    assert ("mxnet      bf16 O1" in out) == gemm
+    assert ("bf16: no row for mxnet" in out) == (not gemm)
