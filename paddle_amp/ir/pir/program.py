@@ -235,6 +235,12 @@ class PirProgram:
         mid.get_defining_op().operand(0).set_source(value)
         return back
 
+    onednn = False  # no per-op oneDNN attribute (see protocol.py)
+
+    def use_onednn(self, op) -> None:
+        raise NotImplementedError("a PIR op carries no oneDNN attribute: under PIR only plain "
+                                  "kernels count (kernels.kernel_sets)")
+
     def set_param_dtype(self, names, dtype: str) -> None:
         for param in _parameters(self.program):
             if param.name in names and value_dtype(param) == "float32":
