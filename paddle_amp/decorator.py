@@ -213,14 +213,23 @@ class OptimizerWithMixedPrecision:
                                f"program before amp_init()")
         (self._masters or MasterWeights(self.policy.dtype, self._low_params)).init_scope(
             scope, place)  # converts each parameter once: not twice, bf16 bits
-        derived = test_program is not None and program_ir.of(test_program).holds_var(
-            self._scaling.vars["scale"].name)  # a clone of the decorated program: rewritten
+        derived = test_program is not None and self._is_clone(test_program)
         if test_program is not None and not derived and (
                 self.policy.level == "O2" or use_fp16_test):
             rewriter = dataclasses.replace(self._rewriter)  # the same kernels, fresh notices
             with paddle.static.program_guard(test_program):
                 rewriter.set_low_params(test_program, self._low_params)
                 record(test_program, rewriter.rewrite(test_program))
+
+    def _is_clone(self, test_program) -> bool:
+        """Whether ``test_program`` is a clone of the decorated program (rewritten already):
+        it holds the loss-scale var or, with no loss scaling (bf16), the rewrite's casts."""
+        found = program_ir.of(test_program)
+        scale = self._scaling.vars.get("scale")
+        if scale is not None:
+            return found.holds_var(scale.name)
+        casts = found.graph_casts()
+        return bool(casts and casts.total)
 
     def _built(self, what: str) -> LossScaling:
         if self._scaling is None or not self._scaling.vars:

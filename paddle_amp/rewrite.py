@@ -1,7 +1,9 @@
 """Program rewrite: ask the core planner about every forward op, insert what it says.
 
 Written once, for both IRs, over ``ir.ProgramIR``. For each forward op ``plan_op``
-gets its name, input dtypes, slot names (the legacy vocabulary) and attributes,
+gets its name, input dtypes, slot names (the legacy vocabulary), attributes and
+which inputs are parameters (a promote op casts a small fp32 parameter down beside
+a low activation, not the activation up),
 and answers with a run dtype, per-input casts, the slots kept fp32 and, for
 emulation, what to round. This module carries that out, in one pass:
 
@@ -77,7 +79,8 @@ class Rewriter:
         dtypes = [ir.dtype(s.value) if s.cast else None for s in slots]
         decision = plan_op(self.policy, "paddle", op_type, dtypes, lowp_kernels=self.kernels,
                            attrs=ir.attrs(op), force_fp32=force_fp32 or self._forced_fp32(ir, op),
-                           input_names=[s.name for s in slots])
+                           input_names=[s.name for s in slots],
+                           param_inputs=[ir.is_param(s.value) for s in slots])
         self._notices.note(op_type, _DEVICE, decision)
         return decision
 

@@ -85,6 +85,9 @@ class LegacyProgram:
     def holds_var(self, name: str) -> bool:
         return self.block.has_var(name)
 
+    def is_param(self, value) -> bool:
+        return isinstance(self.block._find_var_recursive(value), framework.Parameter)
+
     # -- the op walk: reading ------------------------------------------------------------------
 
     def prepare(self, use_guard, black_varnames) -> None:

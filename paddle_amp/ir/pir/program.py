@@ -82,6 +82,10 @@ class PirProgram:
     def key(self, value):
         return value.id
 
+    def is_param(self, value) -> bool:
+        maker = value.get_defining_op()
+        return maker is not None and maker.name() == "builtin.parameter"
+
     def holds_var(self, name: str) -> bool:
         return any(op.name() == "pd_op.data" and op.result(0).name == name
                    for op in self.block.ops)
