@@ -187,3 +187,17 @@ def test_decorate_bf16_runs_the_gemm_in_bf16_on_onednn(static):
     assert np.all(np.isfinite(losses))
     if not is_pir(static.main):  # PIR: only plain kernels count (no oneDNN attribute)
         assert opt.cast_report().precisions()["matmul"] == {BF16}
+
+
+@pytest.mark.legacy_ir
+def test_is_in_fp32_varnames_reads_inputs_and_outputs(static):
+    block = static.main.global_block()
+    a, b, c = (block.create_var(name=n, shape=[3], dtype="float32") for n in "abc")
+    first = block.append_op(type="abs", inputs={"X": [a]}, outputs={"Out": [b]})
+    second = block.append_op(type="abs", inputs={"X": [b]}, outputs={"Out": [c]})
+    from paddle_amp.bf16.amp_utils import _is_in_fp32_varnames
+    by_b = AutoMixedPrecisionListsBF16(custom_fp32_varnames={"b"})
+    assert _is_in_fp32_varnames(first, by_b) and _is_in_fp32_varnames(second, by_b)
+    by_a = AutoMixedPrecisionListsBF16(custom_fp32_varnames={"a"})
+    assert _is_in_fp32_varnames(first, by_a) and not _is_in_fp32_varnames(second, by_a)
+    assert not _is_in_fp32_varnames(first, AutoMixedPrecisionListsBF16())
