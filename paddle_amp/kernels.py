@@ -117,7 +117,7 @@ def runs_onednn_bf16(op: str, backward: bool = False) -> bool:
                 fetch = _build(main.global_block(), op, inputs, outputs, attrs, backward)
             exe = paddle.static.Executor(paddle.CPUPlace())
             exe.run(startup)
-            feed = {name: _bf16_bits(shape) if low else np.ones(shape, np.float32)
+            feed = {f"probe_{name}": _bf16_bits(shape) if low else np.ones(shape, np.float32)
                     for name, (shape, low) in inputs.items()}
             got = exe.run(main, feed=feed, fetch_list=fetch)
         return all(np.all(np.isfinite(np.asarray(g, np.float32))) for g in got)
@@ -126,21 +126,30 @@ def runs_onednn_bf16(op: str, backward: bool = False) -> bool:
 
 
 def _build(block, op: str, inputs, outputs, attrs, backward: bool) -> list:
-    feeds = {slot: paddle.static.data(slot, list(shape), ONEDNN_DTYPE if low else "float32")
+    """The recipe's op and, for ``backward``, its gradients, as raw legacy ops (Paddle 3's
+    functional API builds PIR values by default, even under the legacy-IR guard)."""
+    def var(name, dtype, shape=None, **kw):
+        return block.create_var(name=f"probe_{name}", dtype=dtype, shape=shape, **kw)
+
+    feeds = {slot: var(slot, ONEDNN_DTYPE if low else "float32", list(shape),
+                       stop_gradient=not backward)
              for slot, (shape, low) in inputs.items()}
-    for var in feeds.values():
-        var.stop_gradient = not backward
-    outs = {slot: block.create_var(name=f"probe_{slot}", dtype=ONEDNN_DTYPE if i == 0
-                                   else "float32") for i, slot in enumerate(outputs)}
+    for v in feeds.values():
+        v.desc.set_need_check_feed(False)
+    outs = {slot: var(f"{slot}_out", ONEDNN_DTYPE if i == 0 else "float32")
+            for i, slot in enumerate(outputs)}
     block.append_op(type=op, inputs={k: [v] for k, v in feeds.items()},
                     outputs={k: [v] for k, v in outs.items()},
                     attrs={**attrs, **onednn_attrs()})
     first = outs[outputs[0]]
     if not backward:
         return [first]
-    loss = paddle.mean(paddle.cast(first, "float32"))
-    grads = paddle.static.gradients([loss], [feeds[s] for s, (_, low) in inputs.items() if low])
-    return [first, *grads]
+    wide, loss = var("wide", "float32"), var("loss", "float32", [1])
+    block.append_op(type="cast", inputs={"X": [first]}, outputs={"Out": [wide]},
+                    attrs={"in_dtype": first.dtype, "out_dtype": wide.dtype})
+    block.append_op(type="mean", inputs={"X": [wide]}, outputs={"Out": [loss]})
+    grads = paddle.base.backward.append_backward(loss)
+    return [first, *(g for _, g in grads)]
 
 
 def onednn_attrs(op=None) -> dict:
@@ -162,11 +171,10 @@ def onednn_attrs(op=None) -> dict:
 def _known_attrs() -> frozenset[str]:
     """Which oneDNN attribute spellings this Paddle's legacy ops carry (read off a matmul_v2)."""
     with _legacy_static():
-        main = paddle.static.Program()
-        with paddle.static.program_guard(main, paddle.static.Program()):
-            x = paddle.static.data("x", [1, 1], "float32")
-            paddle.matmul(x, x)
-        op = main.global_block().ops[-1]
+        block = paddle.static.Program().global_block()
+        x = block.create_var(name="x", dtype="float32", shape=[1, 1])
+        op = block.append_op(type="matmul_v2", inputs={"X": [x], "Y": [x]},
+                             outputs={"Out": [block.create_var(name="y", dtype="float32")]})
         return frozenset(a for a in ("use_mkldnn", "mkldnn_data_type", "use_onednn",
                                      "onednn_data_type") if op.has_attr(a))
 
