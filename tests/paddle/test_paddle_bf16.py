@@ -207,3 +207,16 @@ def test_is_in_fp32_varnames_reads_inputs_and_outputs(static):
     by_a = AutoMixedPrecisionListsBF16(custom_fp32_varnames={"a"})
     assert _is_in_fp32_varnames(first, by_a) and not _is_in_fp32_varnames(second, by_a)
     assert not _is_in_fp32_varnames(first, AutoMixedPrecisionListsBF16())
+
+
+@pytest.mark.skipif(REAL_BF16 or core.supports_bfloat16(),
+                    reason="this CPU runs bf16: the rows are timed by make bench")
+def test_bench_rows_without_kernels_say_why_and_time_nothing():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from bench import bf16_cpu
+    rows = bf16_cpu.paddle_rows()
+    assert rows[0].startswith("| Paddle (legacy IR)")
+    for row in rows:
+        assert "avx512_bf16" in row or "under PIR no op is sent to oneDNN" in row, row
