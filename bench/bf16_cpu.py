@@ -6,12 +6,12 @@ MXNet inference: ``mxnet.contrib.amp.convert_hybrid_block`` vs ours, both
 against the fp32 block, interleaved in one process. MXNet training: the native
 ``amp.init(target_dtype="bfloat16")`` patches MXNet for good (no undo), so its
 rows run in a child process against their own fp32 steps; ours use
-``init``/``reset`` in this one. Paddle: the native ``decorate_bf16`` MLP step vs
-fp32 (legacy IR), in a child process.
+``init``/``reset`` in this one. Paddle: the native and our ``decorate_bf16`` MLP
+step vs fp32 (legacy IR; ours under PIR too on Paddle 3), each in a child process.
 
 A row runs only where the framework has the bf16 kernels it needs, by its own
-answer (MXNet: our kernel probe, forward and backward for training; Paddle:
-``core.supports_bfloat16()``); elsewhere the row says it cannot run and why.
+answer (MXNet and ours on Paddle: our kernel probes, forward and backward for
+training; Paddle's native: ``core.supports_bfloat16()``); elsewhere the row says it cannot run and why.
 Nothing is timed on a CPU without them and no figure is made up.
 """
 from __future__ import annotations
@@ -182,14 +182,15 @@ def mxnet_training_rows() -> list[str]:
     return rows
 
 
-_PADDLE_NATIVE = textwrap.dedent("""
-    import os, time
-    os.environ["FLAGS_enable_pir_api"] = "0"
+_PADDLE_STEP = textwrap.dedent("""
+    import os, sys, time
+    os.environ["FLAGS_enable_pir_api"] = sys.argv[2]
     import numpy as np
     import paddle
     from bench.bf16_cpu import BATCH, STEPS
     from bench.timing import interleaved, ratio
     paddle.enable_static()
+    amp = paddle.static.amp if sys.argv[1] == "native" else __import__("paddle_amp")
     def build(bf16):
         main, start = paddle.static.Program(), paddle.static.Program()
         with paddle.static.program_guard(main, start):
@@ -199,8 +200,8 @@ _PADDLE_NATIVE = textwrap.dedent("""
             loss = paddle.mean(h)
             opt = paddle.optimizer.SGD(1e-3)
             if bf16:
-                opt = paddle.static.amp.bf16.decorate_bf16(
-                    opt, amp_lists=paddle.static.amp.bf16.AutoMixedPrecisionListsBF16(),
+                opt = amp.bf16.decorate_bf16(
+                    opt, amp_lists=amp.bf16.AutoMixedPrecisionListsBF16(),
                     use_bf16_guard=False, use_pure_bf16=False)
             opt.minimize(loss)
         exe = paddle.static.Executor(paddle.CPUPlace())
@@ -212,20 +213,38 @@ _PADDLE_NATIVE = textwrap.dedent("""
             with paddle.static.scope_guard(scope):
                 exe.run(main, feed=feed, fetch_list=[loss])
         return step
-    stats = interleaved({"fp32": build(False), "native": build(True)}, steps=STEPS, warmup=3)
-    print(ratio(stats, "native", "fp32"))
+    stats = interleaved({"fp32": build(False), "bf16": build(True)}, steps=STEPS, warmup=3)
+    print(ratio(stats, "bf16", "fp32"))
 """)
 
 
+def _ours_gemm(pir: bool) -> bool:
+    """Whether our rewrite lowers the fc GEMM here (our kernel answer for the IR)."""
+    from paddle_amp.kernels import kernel_sets
+    kernels, _ = kernel_sets("CPU", "bfloat16", onednn=not pir)
+    return bool({"mul", "matmul_v2"} & kernels)
+
+
 def paddle_rows() -> list[str]:
+    """The Paddle MLP training rows: legacy IR (native and ours), and PIR (ours; Paddle 3)."""
     import paddle
 
-    if not paddle.base.core.supports_bfloat16():
-        return [f"| Paddle (legacy IR) | MLP 4x2048 | training | "
-                f"{_why_not('paddle.base.core.supports_bfloat16() is False')} | next: the "
-                f"Paddle half of real bf16 |"]
-    return [f"| Paddle (legacy IR) | MLP 4x2048 | training | {_child(_PADDLE_NATIVE)} | "
-            f"next: the Paddle half of real bf16 |"]
+    why = _why_not("paddle.base.core.supports_bfloat16() is False")
+    native = (_child(_PADDLE_STEP, "native", "0") if paddle.base.core.supports_bfloat16()
+              else why)
+    irs = [("legacy IR", False)] + ([("PIR", True)] if int(paddle.__version__[0]) >= 3 else [])
+    rows = []
+    for name, pir in irs:
+        if _ours_gemm(pir):
+            ours = _child(_PADDLE_STEP, "ours", "1" if pir else "0")
+        elif pir:
+            ours = ("not timed: under PIR no op is sent to oneDNN (PIR ops carry no oneDNN "
+                    "attribute), so the GEMM runs fp32")
+        else:
+            ours = why
+        rows.append(f"| Paddle ({name}) | MLP 4x2048 | training | "
+                    f"{native if not pir else '-'} | {ours} |")
+    return rows
 
 
 def _child(script: str, *args: str) -> str:

@@ -70,7 +70,7 @@ def _convert_policy(target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_o
                 f"change them anyway, pass policy= with Policy.mxnet_ops)")
     try:
         return init_policy(target_dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops,
-                              policy=policy, emulate=emulate)
+                           policy=policy, emulate=emulate)
     except ConflictingOpError as e:
         raise ConvertListError(str(e)) from e
 

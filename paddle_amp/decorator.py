@@ -8,6 +8,7 @@ policy, the loss scale) is ``config.py``'s answer.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import weakref
 from typing import Optional
@@ -25,7 +26,7 @@ from .config import resolve_decorate
 from .env import current_device, expected_place, require_static
 from .fp16_utils import update_role_var_grad  # noqa: F401 (a native name)
 from .function_overload import FunctionType, overload  # noqa: F401 (native names)
-from .kernels import lowp_kernels
+from .kernels import kernel_sets
 from .lists import AutoMixedPrecisionLists, check_amp_dtype, check_lists  # noqa: F401
 from .masters import EMULATED_LABEL, NATIVE_LABEL, MasterWeights
 from .report import cast_report, record
@@ -70,11 +71,11 @@ class OptimizerWithMixedPrecision:
 
     # -- building ---------------------------------------------------------------------------
 
-    def _new_rewriter(self, kernels=None) -> Rewriter:
-        if kernels is None:
-            kernels = lowp_kernels(current_device(), self.policy.dtype) \
-                if self.policy.enabled else frozenset()
-        return Rewriter(self.policy, kernels, self._use_guard, self._black_varnames)
+    def _new_rewriter(self, ir) -> Rewriter:
+        """A rewriter on the kernels of this device for a program in ``ir``."""
+        kernels, onednn = kernel_sets(current_device(), self.policy.dtype, ir.onednn) \
+            if self.policy.enabled else (frozenset(), frozenset())
+        return Rewriter(self.policy, kernels, self._use_guard, self._black_varnames, onednn)
 
     def backward(self, loss, startup_program=None, parameter_list=None, no_grad_set=None,
                  callbacks=None):
@@ -95,7 +96,7 @@ class OptimizerWithMixedPrecision:
                 f"second one would rewrite it again and apply a second update every step; "
                 f"use one decorated optimizer per program")
         ir = program_ir.of(program)  # the program's IR, picked once for the rewrite and scaling
-        self._rewriter = self._new_rewriter()
+        self._rewriter = self._new_rewriter(ir)
         self._scaling = LossScaling(ir, self.policy.loss_scale, self._found_inf_ring_id)
         with paddle.static.program_guard(program, startup_program):
             if self.policy.enabled:
@@ -193,13 +194,15 @@ class OptimizerWithMixedPrecision:
 
     # -- running ----------------------------------------------------------------------------
 
-    def amp_init(self, place, scope=None, test_program=None, use_fp16_test=False):
+    def amp_init(self, place, scope=None, test_program=None, use_fp16_test=False,
+                 use_bf16_test=False):
         """After the startup program: convert O2's low-precision parameters in ``scope``.
 
         ``test_program`` (a separate eval program, built without this optimizer) is
         rewritten under the same policy for O2 (its parameters are now low precision)
-        or when ``use_fp16_test``; a ``clone(for_test=True)`` of the decorated program
-        needs nothing."""
+        or when ``use_fp16_test`` (``use_bf16_test``: the bf16 decorator's name for it);
+        a ``clone(for_test=True)`` of the decorated program needs nothing."""
+        use_fp16_test = use_fp16_test or use_bf16_test
         if self._train_program is None:
             raise RuntimeError("call minimize() before amp_init()")
         self._place = place
@@ -210,14 +213,23 @@ class OptimizerWithMixedPrecision:
                                f"program before amp_init()")
         (self._masters or MasterWeights(self.policy.dtype, self._low_params)).init_scope(
             scope, place)  # converts each parameter once: not twice, bf16 bits
-        derived = test_program is not None and program_ir.of(test_program).holds_var(
-            self._scaling.vars["scale"].name)  # a clone of the decorated program: rewritten
+        derived = test_program is not None and self._is_clone(test_program)
         if test_program is not None and not derived and (
                 self.policy.level == "O2" or use_fp16_test):
-            rewriter = self._new_rewriter(self._rewriter.kernels)
+            rewriter = dataclasses.replace(self._rewriter)  # the same kernels, fresh notices
             with paddle.static.program_guard(test_program):
                 rewriter.set_low_params(test_program, self._low_params)
                 record(test_program, rewriter.rewrite(test_program))
+
+    def _is_clone(self, test_program) -> bool:
+        """Whether ``test_program`` is a clone of the decorated program (rewritten already):
+        it holds the loss-scale var or, with no loss scaling (bf16), the rewrite's casts."""
+        found = program_ir.of(test_program)
+        scale = self._scaling.vars.get("scale")
+        if scale is not None:
+            return found.holds_var(scale.name)
+        casts = found.graph_casts()
+        return bool(casts and casts.total)
 
     def _built(self, what: str) -> LossScaling:
         if self._scaling is None or not self._scaling.vars:

@@ -2,39 +2,198 @@
 
 The native AMP always asks about GPU kernels, so on a CPU build it counts
 nearly every op as unsupported and inserts no cast. Here the device is the one
-the program will run on (``core.op_supported_infos``), with two corrections so
-that a planned op really runs: a kernel that exists only for oneDNN layouts
-(``mul`` in bf16 on CPU) does not count, since the executor does not pick it
-for a plain program (nor does a kernel only for the STRIDED layout:
-``flatten_contiguous_range`` in fp16 on CPU); and an op counts only if its gradient op (when it has
-one) has the kernel too, so training does not crash in the backward pass.
-``cast`` is always usable: every build casts between fp32 and fp16/bf16.
+the program will run on (``core.op_supported_infos``), and an op counts only if
+its gradient op (when it has one) has the kernel too, so training does not
+crash in the backward pass. ``cast`` is always usable.
+
+Two kinds of kernel count (``plain_kernels`` | ``onednn_kernels``):
+
+- plain ones, which the executor picks for a plain program. A kernel only for
+  the STRIDED layout (``flatten_contiguous_range`` in fp16 on CPU) does not count;
+- bfloat16 on a CPU: oneDNN's, the only bf16 GEMM/convolution kernels on a CPU,
+  reached by the attributes the native bf16 rewrite sets (``ProgramIR.use_onednn``).
+  They need a CPU with AVX-512 (``core.supports_bfloat16``, a cheap gate); where
+  it has them, each op with a recipe is run once, forward and backward, on tiny
+  bf16 inputs in a legacy program, because a registered kernel may still fail:
+  Paddle 2.6.2's oneDNN conv2d takes no bf16 filter, and there is no bf16
+  ``layer_norm_grad``. Such an op stays fp32 (with the per-op warning). Answers
+  are cached per process.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
+from typing import Callable
 
+import numpy as np
+import paddle
 from paddle.base import core
 
 from .env import VARTYPE_OF
 
+ONEDNN_DTYPE = "bfloat16"  # the one low dtype oneDNN runs on a CPU
+
 
 @functools.lru_cache(maxsize=None)
 def lowp_kernels(device: str, dtype: str) -> frozenset[str]:
-    """Op names with a ``dtype`` kernel on ``device`` ('CPU' or 'GPU'), forward and backward."""
-    all_ops, supported, _ = core.op_supported_infos(device, VARTYPE_OF[dtype])
-    supported = set(supported) & _non_onednn(device, dtype)
-    all_ops = set(all_ops)
-    usable = {op for op in supported
-              if f"{op}_grad" not in all_ops or f"{op}_grad" in supported}
-    return frozenset(usable | {"cast"})
+    """Op names with a ``dtype`` kernel on ``device`` ('CPU' or 'GPU'), forward and backward:
+    plain kernels, and on a CPU in bfloat16 the oneDNN kernels that run here."""
+    return plain_kernels(device, dtype) | onednn_kernels(device, dtype)
 
 
-def _non_onednn(device: str, dtype: str) -> set[str]:
-    """Ops registering a ``dtype`` kernel on ``device`` other than a oneDNN or STRIDED one."""
+def kernel_sets(device: str, dtype: str, onednn: bool) -> tuple[frozenset[str], frozenset[str]]:
+    """(ops with a ``dtype`` kernel on ``device``, those of them to send to oneDNN) for a
+    program whose IR can (``onednn``, ``ProgramIR.onednn``) or cannot route an op to oneDNN."""
+    if not onednn:
+        return plain_kernels(device, dtype), frozenset()
+    return lowp_kernels(device, dtype), onednn_kernels(device, dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def plain_kernels(device: str, dtype: str) -> frozenset[str]:
+    """Ops whose ``dtype`` kernel on ``device`` the executor picks without oneDNN."""
+    return _usable(device, dtype, _registered(device, dtype, onednn=False)) | {"cast"}
+
+
+@functools.lru_cache(maxsize=None)
+def onednn_kernels(device: str, dtype: str) -> frozenset[str]:
+    """Ops whose oneDNN ``dtype`` kernel runs on this ``device``, forward and backward (a
+    recipe's op only if its probe ran); empty but for bfloat16 on a CPU that supports it."""
+    if device != "CPU" or dtype != ONEDNN_DTYPE or not core.supports_bfloat16():
+        return frozenset()
+    registered = _registered(device, dtype, onednn=True)
+    usable = _usable(device, dtype, registered | _registered(device, dtype, onednn=False),
+                     among=registered)
+    return frozenset(op for op in usable
+                     if op not in _RECIPES or runs_onednn_bf16(op, backward=True))
+
+
+def _usable(device: str, dtype: str, supported: set[str], among=None) -> frozenset[str]:
+    """Of ``among`` (default ``supported``), the ops whose gradient op, if any, is supported."""
+    all_ops = set(core.op_supported_infos(device, VARTYPE_OF[dtype])[0])
+    return frozenset(op for op in (supported if among is None else among)
+                     if f"{op}_grad" not in all_ops or f"{op}_grad" in supported)
+
+
+def _registered(device: str, dtype: str, onednn: bool) -> set[str]:
+    """Ops registering a ``dtype`` kernel on ``device``: the oneDNN ones, or the others (no
+    STRIDED-only kernel); the plain ones also must be in ``op_supported_infos``."""
     place = "cpu" if device == "CPU" else "gpu"
     key = re.compile(rf"data_type\[[\w:]*\b{dtype}\].*place\[Place\({place}")
-    return {op for op, kernels in core._get_all_register_op_kernels("all").items()
-            if any(key.search(k) and "library_type[MKLDNN]" not in k
-                   and "data_layout[STRIDED]" not in k for k in kernels)}
+    found = {op for op, kernels in core._get_all_register_op_kernels("all").items()
+             if any(key.search(k) and ("library_type[MKLDNN]" in k) == onednn
+                    and "data_layout[STRIDED]" not in k for k in kernels)}
+    if onednn:
+        return found
+    return found & set(core.op_supported_infos(device, VARTYPE_OF[dtype])[1])
+
+
+# op -> (inputs {slot: (shape, in bf16?)}, output slots, attrs): the op on tiny inputs.
+_Recipe = tuple[dict[str, tuple[tuple[int, ...], bool]], tuple[str, ...], dict]
+_CONV = {"strides": [1, 1], "paddings": [0, 0], "dilations": [1, 1], "groups": 1}
+_RECIPES: dict[str, _Recipe] = {
+    "matmul_v2": ({"X": ((2, 3), True), "Y": ((3, 4), True)}, ("Out",), {}),
+    "mul": ({"X": ((2, 3), True), "Y": ((3, 4), True)}, ("Out",), {}),
+    "matmul": ({"X": ((2, 3), True), "Y": ((3, 4), True)}, ("Out",), {}),
+    "conv2d": ({"Input": ((1, 2, 4, 4), True), "Filter": ((2, 2, 1, 1), True)}, ("Output",),
+               _CONV),
+    "layer_norm": ({"X": ((2, 4), True), "Scale": ((4,), False), "Bias": ((4,), False)},
+                   ("Y", "Mean", "Variance"), {"begin_norm_axis": 1, "epsilon": 1e-5}),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def runs_onednn_bf16(op: str, backward: bool = False) -> bool:
+    """Whether ``op`` (one of the recipes) runs in bfloat16 on oneDNN on this CPU, and its
+    gradient too with ``backward``: a tiny legacy program with the native's oneDNN
+    attributes, run once. An error (no primitive for this CPU, a dtype the kernel refuses)
+    is the answer False, never raised."""
+    inputs, outputs, attrs = _RECIPES[op]
+    try:
+        with _legacy_static():
+            main, startup = paddle.static.Program(), paddle.static.Program()
+            with paddle.static.program_guard(main, startup):
+                fetch = _build(main.global_block(), op, inputs, outputs, attrs, backward)
+            exe = paddle.static.Executor(paddle.CPUPlace())
+            exe.run(startup)
+            feed = {f"probe_{name}": _bf16_bits(shape) if low else np.ones(shape, np.float32)
+                    for name, (shape, low) in inputs.items()}
+            got = exe.run(main, feed=feed, fetch_list=fetch)
+        return all(np.all(np.isfinite(np.asarray(g, np.float32))) for g in got)
+    except Exception:  # noqa: BLE001 - any failure to build or run is "no kernel here"
+        return False
+
+
+def _build(block, op: str, inputs, outputs, attrs, backward: bool) -> list:
+    """The recipe's op and, for ``backward``, its gradients, as raw legacy ops (Paddle 3's
+    functional API builds PIR values by default, even under the legacy-IR guard)."""
+    def var(name, dtype, shape=None, **kw):
+        return block.create_var(name=f"probe_{name}", dtype=dtype, shape=shape, **kw)
+
+    feeds = {slot: var(slot, ONEDNN_DTYPE if low else "float32", list(shape),
+                       stop_gradient=not backward)
+             for slot, (shape, low) in inputs.items()}
+    for v in feeds.values():
+        v.desc.set_need_check_feed(False)
+    outs = {slot: var(f"{slot}_out", ONEDNN_DTYPE if i == 0 else "float32")
+            for i, slot in enumerate(outputs)}
+    block.append_op(type=op, inputs={k: [v] for k, v in feeds.items()},
+                    outputs={k: [v] for k, v in outs.items()},
+                    attrs={**attrs, **onednn_attrs()})
+    first = outs[outputs[0]]
+    if not backward:
+        return [first]
+    wide, loss = var("wide", "float32"), var("loss", "float32", [1])
+    block.append_op(type="cast", inputs={"X": [first]}, outputs={"Out": [wide]},
+                    attrs={"in_dtype": first.dtype, "out_dtype": wide.dtype})
+    block.append_op(type="mean", inputs={"X": [wide]}, outputs={"Out": [loss]})
+    grads = paddle.base.backward.append_backward(loss)
+    return [first, *(g for _, g in grads)]
+
+
+def onednn_attrs(op=None) -> dict:
+    """The attributes the native bf16 rewrite sets on a bf16 op, in the spellings the
+    installed Paddle knows (2.6: ``use_mkldnn``/``mkldnn_data_type``; 3.x also accepts
+    ``use_onednn``/``onednn_data_type``); for ``op``, only those it has."""
+    out = {}
+    for use, kind in (("use_mkldnn", "mkldnn_data_type"), ("use_onednn", "onednn_data_type")):
+        if op is None or op.has_attr(use):
+            out[use] = True
+        if op is None or op.has_attr(kind):
+            out[kind] = ONEDNN_DTYPE
+    if op is None:  # a new op: the spellings this version's op makers declare
+        out = {k: v for k, v in out.items() if k in _known_attrs()}
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _known_attrs() -> frozenset[str]:
+    """Which oneDNN attribute spellings this Paddle's legacy ops carry (read off a matmul_v2)."""
+    with _legacy_static():
+        block = paddle.static.Program().global_block()
+        x = block.create_var(name="x", dtype="float32", shape=[1, 1])
+        op = block.append_op(type="matmul_v2", inputs={"X": [x], "Y": [x]},
+                             outputs={"Out": [block.create_var(name="y", dtype="float32")]})
+        return frozenset(a for a in ("use_mkldnn", "mkldnn_data_type", "use_onednn",
+                                     "onednn_data_type") if op.has_attr(a))
+
+
+def _bf16_bits(shape) -> np.ndarray:
+    """ones in bfloat16, as the uint16 bit pattern Paddle feeds bf16 with."""
+    return (np.ones(shape, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+@contextlib.contextmanager
+def _legacy_static():
+    """Static mode and the legacy program IR for the probe, restored after."""
+    dynamic = paddle.in_dynamic_mode()
+    paddle.enable_static()
+    guard: Callable = getattr(getattr(paddle, "pir_utils", None), "OldIrGuard",
+                              contextlib.nullcontext)
+    try:
+        with guard():
+            yield
+    finally:
+        if dynamic:
+            paddle.disable_static()

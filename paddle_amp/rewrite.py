@@ -1,7 +1,9 @@
 """Program rewrite: ask the core planner about every forward op, insert what it says.
 
 Written once, for both IRs, over ``ir.ProgramIR``. For each forward op ``plan_op``
-gets its name, input dtypes, slot names (the legacy vocabulary) and attributes,
+gets its name, input dtypes, slot names (the legacy vocabulary), attributes and
+which inputs are parameters (a promote op casts a small fp32 parameter down beside
+a low activation, not the activation up),
 and answers with a run dtype, per-input casts, the slots kept fp32 and, for
 emulation, what to round. This module carries that out, in one pass:
 
@@ -14,6 +16,8 @@ emulation, what to round. This module carries that out, in one pass:
   rounds its outputs through the low dtype (two casts each, once per value),
   so values and, through the casts' gradients, gradients carry fp16 rounding,
   overflow and underflow;
+- an op lowered to a dtype whose kernel here is oneDNN's (bf16 on a CPU; ``onednn``)
+  gets the attributes that send it there (``ProgramIR.use_onednn``), as natively;
 - a control-flow op's blocks are left in fp32: low-precision values it reads
   are cast back to fp32 (inside its blocks too).
 """
@@ -40,12 +44,15 @@ class Rewriter:
 
     ``use_guard``: only ops built inside ``fp16_guard()`` may leave fp32.
     ``black_varnames``: ops reading or writing these vars run in fp32.
+    ``onednn``: the ops of ``kernels`` whose low kernel here is oneDNN's (``kernels.kernel_sets``
+    for the program's IR); lowered, they get the oneDNN attributes.
     """
 
     policy: Policy
     kernels: Optional[AbstractSet[str]]  # ops with a low kernel on the device; None: all (GPU)
     use_guard: bool = False
     black_varnames: AbstractSet[str] = frozenset()
+    onednn: AbstractSet[str] = frozenset()
 
     def __post_init__(self) -> None:
         self._notices = FallbackNotices("paddle_amp")  # each op type warns once per decorate
@@ -72,7 +79,8 @@ class Rewriter:
         dtypes = [ir.dtype(s.value) if s.cast else None for s in slots]
         decision = plan_op(self.policy, "paddle", op_type, dtypes, lowp_kernels=self.kernels,
                            attrs=ir.attrs(op), force_fp32=force_fp32 or self._forced_fp32(ir, op),
-                           input_names=[s.name for s in slots])
+                           input_names=[s.name for s in slots],
+                           param_inputs=[ir.is_param(s.value) for s in slots])
         self._notices.note(op_type, _DEVICE, decision)
         return decision
 
@@ -173,6 +181,8 @@ class Rewriter:
         """Declare (low) or round (emulated) ``op``'s float32 outputs."""
         if d.run_dtype is None:
             return
+        if d.run_dtype in LOW_DTYPES and ir.op_type(op) in self.onednn:
+            ir.use_onednn(op)
         for value in ir.float_outputs(op, d.kept_outputs):
             if d.run_dtype in LOW_DTYPES:
                 ir.retype(op, value, d.run_dtype)

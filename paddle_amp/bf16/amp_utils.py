@@ -21,6 +21,13 @@ def convert_float_to_uint16(in_list):
     return (a.view(np.uint32) >> 16).astype(np.uint16).reshape(a.shape)
 
 
+def _is_in_fp32_varnames(op, amp_lists):
+    """Whether a legacy ``op`` reads or writes one of ``amp_lists.fp32_varnames`` (the
+    native's helper: such an op runs in fp32)."""
+    names = amp_lists.fp32_varnames or ()
+    return any(n in names for n in (*op.input_arg_names, *op.output_arg_names))
+
+
 def _lists(amp_lists):
     return AutoMixedPrecisionListsBF16() if amp_lists is None else amp_lists
 

@@ -12,10 +12,13 @@ A value is a var name (legacy) or a ``pir.Value``; ``key`` is the identity the
 walk caches by (never ``==`` or ``hash`` on a PIR value: the first builds an
 op, the second is per wrapper).
 
-Not declared: the oneDNN kernel attributes (``use_mkldnn``/``mkldnn_data_type``)
-the bf16 work needs: the legacy IR sets them as op attributes, PIR selects
-oneDNN kernels by a pass over ``onednn_op`` dialect ops, and neither is probed
-here yet; the bf16 work adds the method to both implementations.
+oneDNN (the only bf16 kernels on a CPU): ``onednn`` says whether the IR can send
+one op to oneDNN's kernels, ``use_onednn`` does it. The legacy IR can, by the op
+attributes the native bf16 rewrite sets (``use_mkldnn``/``mkldnn_data_type``;
+Paddle 3 also ``use_onednn``/``onednn_data_type``). PIR cannot: its ops carry no
+such attribute, and oneDNN kernels are chosen by a pass that rewrites ``pd_op``
+ops into the ``onednn_op`` dialect (the inference predictor's), not per op by
+the static executor; so under PIR only plain kernels count (``kernels.kernel_sets``).
 """
 from __future__ import annotations
 
@@ -84,6 +87,7 @@ class ProgramIR(Protocol):
     def dtype(self, value: Any) -> Optional[str]: ...
     def key(self, value: Any) -> Hashable: ...
     def holds_var(self, name: str) -> bool: ...  # a persistable ``name`` (a clone's state)
+    def is_param(self, value: Any) -> bool: ...  # a parameter (weights, biases)
 
     # -- the op walk: reading (names, slots and types in the legacy vocabulary)
     def prepare(self, use_guard: bool, black_varnames: AbstractSet[str]) -> None: ...
@@ -113,6 +117,8 @@ class ProgramIR(Protocol):
     def retype(self, op: Any, value: Any, dtype: str) -> None: ...
     def round_output(self, op: Any, value: Any, low: str) -> Any: ...  # what readers now read
     def set_param_dtype(self, names: AbstractSet[str], dtype: str) -> None: ...
+    onednn: bool  # whether ``use_onednn`` can send an op to oneDNN's kernels
+    def use_onednn(self, op: Any) -> None: ...  # the native bf16 rewrite's attributes
 
     # -- loss scaling
     def optimizer_section(self) -> ContextManager: ...  # ops built inside: optimizer role

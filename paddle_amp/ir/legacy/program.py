@@ -18,6 +18,7 @@ from amp_adapters.report import GraphCasts
 
 from ...env import VarType, VARTYPE_OF, dtype_name
 from ...guard import BF16_GUARD_PATTERN, GUARD_PATTERN
+from ...kernels import onednn_attrs
 from ..protocol import CONTROL_FLOW, OpAttrs, Slot
 from .ops import BlockOps
 from .skip import cond_block, skip
@@ -83,6 +84,9 @@ class LegacyProgram:
 
     def holds_var(self, name: str) -> bool:
         return self.block.has_var(name)
+
+    def is_param(self, value) -> bool:
+        return isinstance(self.block._find_var_recursive(value), framework.Parameter)
 
     # -- the op walk: reading ------------------------------------------------------------------
 
@@ -200,6 +204,12 @@ class LegacyProgram:
                         self._role)
         self._at += 2
         return value
+
+    onednn = True
+
+    def use_onednn(self, op) -> None:
+        for name, value in onednn_attrs(op).items():
+            op._set_attr(name, value)
 
     def set_param_dtype(self, names, dtype: str) -> None:
         for name in names:

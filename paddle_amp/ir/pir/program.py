@@ -82,6 +82,10 @@ class PirProgram:
     def key(self, value):
         return value.id
 
+    def is_param(self, value) -> bool:
+        maker = value.get_defining_op()
+        return maker is not None and maker.name() == "builtin.parameter"
+
     def holds_var(self, name: str) -> bool:
         return any(op.name() == "pd_op.data" and op.result(0).name == name
                    for op in self.block.ops)
@@ -234,6 +238,12 @@ class PirProgram:
         value.replace_all_uses_with(back)
         mid.get_defining_op().operand(0).set_source(value)
         return back
+
+    onednn = False  # no per-op oneDNN attribute (see protocol.py)
+
+    def use_onednn(self, op) -> None:
+        raise NotImplementedError("a PIR op carries no oneDNN attribute: under PIR only plain "
+                                  "kernels count (kernels.kernel_sets)")
 
     def set_param_dtype(self, names, dtype: str) -> None:
         for param in _parameters(self.program):

@@ -1,0 +1,222 @@
+"""bf16 on a CPU: which ops run on oneDNN here (probed, never assumed), the oneDNN attributes
+the rewrite sets as the native does, and the bf16 entry points.
+
+The program structure is checked with a kernel set given explicitly (what a CPU with
+``avx512_bf16`` answers); running real bf16 kernels skips where the probe finds none.
+"""
+import numpy as np
+import paddle
+import pytest
+from paddle.base import core
+
+import paddle_amp
+from paddle_amp import ir, kernels
+from paddle_amp.bf16 import AutoMixedPrecisionListsBF16, decorate_bf16, rewrite_program_bf16
+from paddle_amp.config import native_policy
+from paddle_amp.rewrite import Rewriter
+from paddle_helpers import batch, is_pir, mlp
+
+BF16 = "bfloat16"
+NO_BF16_GEMM = ("this CPU runs no oneDNN bf16 matmul (it needs AVX-512, and avx512_bf16 to be "
+                "fast): the probe's answer, core.supports_bfloat16()="
+                f"{core.supports_bfloat16()}")
+REAL_BF16 = kernels.runs_onednn_bf16("matmul_v2", backward=True)
+# What a CPU with avx512_bf16 answers for the ops of mlp(): they run on oneDNN in bf16.
+ONEDNN_HERE = frozenset({"matmul_v2", "mul", "elementwise_add", "relu"})
+
+
+def bf16_rewriter(program, onednn=ONEDNN_HERE, level="O1"):
+    """The rewrite on a CPU whose oneDNN runs ``onednn`` in bf16 (sent there where the
+    program's IR can: not under PIR)."""
+    policy = native_policy(AutoMixedPrecisionListsBF16(), BF16, level)
+    return Rewriter(policy, kernels.plain_kernels("CPU", BF16) | onednn,
+                    onednn=onednn if ir.of(program).onednn else frozenset())
+
+
+GEMMS = ("mul", "matmul_v2")  # what paddle.static.nn.fc builds: 2.6 mul, 3.x matmul_v2
+
+
+def gemms(program):
+    return [op for op in program.global_block().ops if op.type in GEMMS]
+
+
+# -- kernel truth ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", sorted(kernels._RECIPES))
+def test_the_probe_answers_without_raising(op):
+    """A oneDNN bf16 kernel that cannot run here (no primitive for this CPU, a bf16 filter
+    Paddle 2.6.2's conv2d refuses, no bf16 layer_norm_grad) is the answer False."""
+    forward = kernels.runs_onednn_bf16(op)
+    both = kernels.runs_onednn_bf16(op, backward=True)
+    assert isinstance(forward, bool) and isinstance(both, bool)
+    assert forward or not both  # a backward run is a forward run too
+    if not core.supports_bfloat16():  # Paddle's own answer: no AVX-512, no oneDNN bf16
+        assert not forward
+
+
+def test_onednn_kernels_are_what_the_probe_ran_forward_and_backward():
+    onednn = kernels.onednn_kernels("CPU", BF16)
+    for op in kernels._RECIPES:
+        assert (op in onednn) == (core.supports_bfloat16()
+                                  and kernels.runs_onednn_bf16(op, backward=True))
+    assert kernels.lowp_kernels("CPU", BF16) == kernels.plain_kernels("CPU", BF16) | onednn
+    assert kernels.onednn_kernels("CPU", "float16") == frozenset()
+    assert kernels.onednn_kernels("GPU", BF16) == frozenset()
+
+
+def test_an_ir_without_onednn_attributes_counts_only_plain_kernels():
+    kinds, onednn = kernels.kernel_sets("CPU", BF16, onednn=False)
+    assert kinds == kernels.plain_kernels("CPU", BF16) and onednn == frozenset()
+    assert kernels.kernel_sets("CPU", BF16, onednn=True) == (
+        kernels.lowp_kernels("CPU", BF16), kernels.onednn_kernels("CPU", BF16))
+    assert ir.LegacyProgram.onednn and not ir.PirProgram.onednn
+
+
+def test_onednn_attrs_are_the_installed_paddles_spellings():
+    attrs = kernels.onednn_attrs()
+    assert attrs.get("use_mkldnn") is True and attrs.get("mkldnn_data_type") == BF16
+    assert set(attrs) <= {"use_mkldnn", "mkldnn_data_type", "use_onednn", "onednn_data_type"}
+
+
+# -- the rewrite ----------------------------------------------------------------------------
+
+@pytest.mark.legacy_ir
+def test_lowered_ops_get_the_native_onednn_attributes(static):
+    mlp()
+    report = bf16_rewriter(static.main).rewrite(static.main)
+    low = {d.op for d in report.decisions if d.run_dtype == BF16}
+    assert low & set(GEMMS)
+    for op in static.main.global_block().ops:
+        marked = op.has_attr("use_mkldnn") and op.attr("use_mkldnn")
+        if op.type in low & ONEDNN_HERE:
+            assert marked, op.type
+            if op.has_attr("mkldnn_data_type"):  # not every op declares it (2.6's mul)
+                assert op.attr("mkldnn_data_type") == BF16
+            if op.has_attr("use_onednn"):  # Paddle 3 spells it both ways
+                assert op.attr("use_onednn")
+            if op.has_attr("onednn_data_type"):
+                assert op.attr("onednn_data_type") == BF16
+        else:
+            assert not marked, op.type
+
+
+@pytest.mark.legacy_ir
+def test_an_op_kept_fp32_gets_no_onednn_attribute(static):
+    mlp()
+    bf16_rewriter(static.main, onednn=frozenset({"relu"})).rewrite(static.main)
+    assert gemms(static.main)
+    assert all(not op.attr("use_mkldnn") for op in gemms(static.main))
+
+
+def test_a_bias_add_casts_the_bias_down_not_the_activation_up(static):
+    """param_inputs from the walk: the fp32 bias beside a bf16 matmul output is cast to bf16
+    (one cast of a parameter), the add runs bf16, and nothing casts back before relu."""
+    mlp()
+    report = bf16_rewriter(static.main).rewrite(static.main)
+    adds = [d for d in report.decisions if d.op == "elementwise_add"]
+    assert adds and all(d.run_dtype == BF16 for d in adds[:1])
+    first = adds[0]
+    assert first.casts.count(BF16) == 1 and "float32" not in first.casts
+
+
+# -- entry points ---------------------------------------------------------------------------
+
+def cnn():
+    """conv2d -> layer_norm -> fc -> mse: the model the native bf16 rewrite crashes on in
+    Paddle 2.6.2 where it has oneDNN bf16 (conv's bf16 filter, layer_norm_grad)."""
+    x = paddle.static.data("x", [None, 2, 4, 4], "float32")
+    y = paddle.static.data("y", [None, 1], "float32")
+    h = paddle.nn.functional.relu(paddle.nn.Conv2D(2, 3, 3)(x))
+    h = paddle.nn.LayerNorm(12)(paddle.flatten(h, 1))
+    out = paddle.nn.Linear(12, 1)(h)
+    return paddle.mean((out - y) * (out - y))
+
+
+def cnn_batch(step):
+    rng = np.random.RandomState(step)
+    return {"x": rng.rand(4, 2, 4, 4).astype("float32"), "y": rng.rand(4, 1).astype("float32")}
+
+
+@pytest.mark.parametrize("make", [
+    lambda: paddle_amp.decorate(paddle.optimizer.SGD(0.05), dtype=BF16),
+    lambda: paddle_amp.decorate(paddle.optimizer.SGD(0.05), policy="O1-bf16"),
+    lambda: decorate_bf16(paddle.optimizer.SGD(0.05)),
+], ids=["decorate", "O1-bf16", "decorate_bf16"])
+def test_a_cnn_trains_in_bf16_where_a_kernel_runs_else_fp32(static, make):
+    loss = cnn()
+    opt = make()
+    opt.minimize(loss)
+    static.exe.run(static.startup)
+    opt.amp_init(paddle.CPUPlace())
+    losses = [float(static.run(cnn_batch(i), [loss])[0]) for i in range(3)]
+    assert np.all(np.isfinite(losses))
+    kinds, _ = kernels.kernel_sets("CPU", BF16, ir.of(static.main).onednn)
+    for d in opt.cast_report().decisions:
+        if d.op in ("conv2d", "layer_norm") and d.run_dtype == BF16:
+            assert d.op in kinds  # bf16 only where this CPU ran the op's kernel
+
+
+@pytest.mark.legacy_ir
+def test_rewrite_program_bf16_marks_what_the_kernels_send_to_onednn(static, monkeypatch):
+    mlp()
+    monkeypatch.setattr(
+        "paddle_amp.casting.kernel_sets",
+        lambda device, dtype, onednn: (kernels.plain_kernels(device, dtype) | ONEDNN_HERE,
+                                       ONEDNN_HERE))
+    rewrite_program_bf16(static.main)
+    matmuls = gemms(static.main)
+    assert matmuls and all(op.attr("use_mkldnn") for op in matmuls)
+    x = static.main.global_block().var(matmuls[0].input("X")[0])
+    assert x.dtype == paddle.bfloat16  # the cast in front of it
+
+
+def test_pure_bf16_rewrites_a_test_program_with_use_bf16_test(static):
+    _, _, loss = mlp(names="pure")
+    # a copy made before decorate: not a derived clone, rewritten by amp_init
+    test = static.main.clone() if is_pir(static.main) else static.main.clone(for_test=True)
+    opt = decorate_bf16(paddle.optimizer.SGD(0.05), use_pure_bf16=True, use_bf16_guard=False)
+    opt.minimize(loss)
+    static.exe.run(static.startup)
+    opt.amp_init(paddle.CPUPlace(), test_program=test, use_bf16_test=True)
+    assert paddle_amp.cast_report(test).decisions  # the test program was rewritten too
+    assert np.isfinite(float(static.run(batch(0), [loss])[0]))
+
+
+@pytest.mark.skipif(not REAL_BF16, reason=NO_BF16_GEMM)
+def test_decorate_bf16_runs_the_gemm_in_bf16_on_onednn(static):
+    _, _, loss = mlp()
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.05), dtype=BF16)
+    opt.minimize(loss)
+    static.exe.run(static.startup)
+    opt.amp_init(paddle.CPUPlace())
+    losses = [float(static.run(batch(i), [loss])[0]) for i in range(3)]
+    assert np.all(np.isfinite(losses))
+    if not is_pir(static.main):  # PIR: only plain kernels count (no oneDNN attribute)
+        assert opt.cast_report().precisions()["matmul"] == {BF16}
+
+
+@pytest.mark.legacy_ir
+def test_is_in_fp32_varnames_reads_inputs_and_outputs(static):
+    block = static.main.global_block()
+    a, b, c = (block.create_var(name=n, shape=[3], dtype="float32") for n in "abc")
+    first = block.append_op(type="abs", inputs={"X": [a]}, outputs={"Out": [b]})
+    second = block.append_op(type="abs", inputs={"X": [b]}, outputs={"Out": [c]})
+    from paddle_amp.bf16.amp_utils import _is_in_fp32_varnames
+    by_b = AutoMixedPrecisionListsBF16(custom_fp32_varnames={"b"})
+    assert _is_in_fp32_varnames(first, by_b) and _is_in_fp32_varnames(second, by_b)
+    by_a = AutoMixedPrecisionListsBF16(custom_fp32_varnames={"a"})
+    assert _is_in_fp32_varnames(first, by_a) and not _is_in_fp32_varnames(second, by_a)
+    assert not _is_in_fp32_varnames(first, AutoMixedPrecisionListsBF16())
+
+
+@pytest.mark.skipif(REAL_BF16 or core.supports_bfloat16(),
+                    reason="this CPU runs bf16: the rows are timed by make bench")
+def test_bench_rows_without_kernels_say_why_and_time_nothing():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from bench import bf16_cpu
+    rows = bf16_cpu.paddle_rows()
+    assert rows[0].startswith("| Paddle (legacy IR)")
+    for row in rows:
+        assert "avx512_bf16" in row or "under PIR no op is sent to oneDNN" in row, row
