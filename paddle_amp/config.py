@@ -19,6 +19,7 @@ from paddle.base import core
 from amp_adapters import (LEVELS, AmpConfigError, DynamicLossScale, LossScale, OpLists, Policy,
                           StaticLossScale, UnknownChoiceError)
 from amp_adapters.dtypes import LOW_DTYPES, low_dtype
+from amp_adapters.errors import check_flag
 from amp_adapters.policy import PolicyLike, default_loss_scale, resolve_policy
 
 from .lists import check_lists
@@ -66,15 +67,16 @@ def overload(use_pure_fp16, use_fp16_guard, use_bf16) -> bool:
     return any(a is not None for a in (use_pure_fp16, use_fp16_guard, use_bf16))
 
 
-def check_arguments(level, master_grad, use_promote, scaling: dict) -> None:
+def check_arguments(level, flags: dict, scaling: dict) -> None:
     """TypeError naming the argument: a positional number where ``level`` goes, a flag that
-    is no bool, a loss-scaling number that is not finite."""
+    is no bool (None where the native takes None for its default), a loss-scaling number
+    that is not finite."""
     if isinstance(level, (int, float)) and not isinstance(level, bool):
         raise TypeError(f"level={level!r} looks like the old positional init_loss_scaling; "
                         f"pass the loss-scaling arguments by keyword")
-    for name, flag in (("master_grad", master_grad), ("use_promote", use_promote)):
-        if not isinstance(flag, bool):
-            raise TypeError(f"{name} must be True or False, got {flag!r}")
+    for name, flag in flags.items():
+        if flag is not None or name in ("master_grad", "use_promote", "emulate"):
+            check_flag(name, flag)
     for k in ("init_loss_scaling", "incr_ratio", "decr_ratio"):
         if isinstance(scaling[k], bool) or not isinstance(scaling[k], (int, float)) or \
                 not math.isfinite(scaling[k]):
@@ -117,7 +119,11 @@ def resolve_decorate(amp_lists=None, level="O1", dtype="float16", master_grad=Fa
                  decr_ratio=decr_ratio)
     args = {k: (v if v is not None else (OLD_DEFAULTS if old else NEW_DEFAULTS)[k])
             for k, v in given.items()}
-    check_arguments(level, master_grad, use_promote, args)
+    check_arguments(level, dict(master_grad=master_grad, use_promote=use_promote,
+                                emulate=emulate,
+                                use_dynamic_loss_scaling=use_dynamic_loss_scaling,
+                                use_amp_guard=use_amp_guard, use_pure_fp16=use_pure_fp16,
+                                use_fp16_guard=use_fp16_guard, use_bf16=use_bf16), args)
     if old:
         level = "O2" if use_pure_fp16 else "O1"
         dtype = "bfloat16" if use_bf16 else "float16"

@@ -43,9 +43,24 @@ def test_an_explicit_policy_wins_and_rejects_custom_lists_beside_it():
 
 @pytest.mark.parametrize("kwargs, match", [
     (dict(level=1024.0), "looks like the old positional init_loss_scaling"),
-    (dict(master_grad=1), "master_grad must be True or False"),
+    (dict(master_grad=1), "master_grad must be true or false"),
+    (dict(use_dynamic_loss_scaling="false"), "use_dynamic_loss_scaling must be true or false"),
+    (dict(use_amp_guard=0), "use_amp_guard must be true or false"),
+    (dict(use_pure_fp16="yes"), "use_pure_fp16 must be true or false"),
+    (dict(use_fp16_guard=1), "use_fp16_guard must be true or false"),
+    (dict(use_bf16="true"), "use_bf16 must be true or false"),
+    (dict(emulate="false"), "emulate must be true or false"),
     (dict(incr_ratio=float("inf")), "incr_ratio must be a finite number"),
 ])
 def test_bad_arguments_name_themselves(kwargs, match):
     with pytest.raises(TypeError, match=match):
         resolve_decorate(**kwargs)
+
+
+@pytest.mark.parametrize("kwargs, name", [(dict(use_pure_bf16="false"), "use_pure_bf16"),
+                                          (dict(use_bf16_guard=1), "use_bf16_guard")])
+def test_decorate_bf16_flags_are_bools(static, kwargs, name):
+    import paddle
+    from paddle_amp.bf16 import decorate_bf16
+    with pytest.raises(TypeError, match=f"{name} must be true or false"):
+        decorate_bf16(paddle.optimizer.SGD(0.1), **kwargs)
