@@ -84,6 +84,11 @@ class ProgramIR(Protocol):
     def dtype(self, value: Any) -> Optional[str]: ...
     def key(self, value: Any) -> Hashable: ...
     def holds_var(self, name: str) -> bool: ...  # a persistable ``name`` (a clone's state)
+    def persistables(self) -> list[str]: ...  # the tensors a checkpoint holds, by name
+    def reached_params(self, loss: Any) -> set[str]:
+        """The trainable parameters the backward from ``loss`` reaches: through the values
+        that carry a gradient (``stop_gradient`` and non-differentiable ops cut the path).
+        Reads the program, changes nothing (minimize checks this before it builds)."""
 
     # -- the op walk: reading (names, slots and types in the legacy vocabulary)
     def prepare(self, use_guard: bool, black_varnames: AbstractSet[str]) -> None: ...

@@ -28,6 +28,7 @@ _NOT_FORWARD = int(core.op_proto_and_checker_maker.OpRole.Backward) | int(
     core.op_proto_and_checker_maker.OpRole.LRSched)
 _NAMESCOPE = core.op_proto_and_checker_maker.kOpNameScopeAttrName()
 _IO_OPS = frozenset({"feed", "fetch", "fetch_v2", "read", "create_py_reader"})
+_NOT_TENSORS = (VarType.FEED_MINIBATCH, VarType.FETCH_LIST, VarType.READER, VarType.RAW)
 
 
 def is_forward(op) -> bool:
@@ -83,6 +84,22 @@ class LegacyProgram:
 
     def holds_var(self, name: str) -> bool:
         return self.block.has_var(name)
+
+    def reached_params(self, loss) -> set[str]:
+        needed = {loss.name}
+        for op in reversed(self.block.ops):  # the ops loss depends on, and their inputs
+            if needed.intersection(op.output_arg_names):
+                for name in op.input_arg_names:
+                    var = self.block._find_var_recursive(name)
+                    if var is not None and not var.stop_gradient:
+                        needed.add(name)
+        return {p.name for p in self.block.all_parameters()
+                if p.trainable and not p.stop_gradient and p.name in needed}
+
+    def persistables(self) -> list[str]:
+        """Every persistable var of the program but feed/fetch lists, readers and raw vars."""
+        return [v.name for v in self.program.list_vars()
+                if v.persistable and v.type not in _NOT_TENSORS]
 
     # -- the op walk: reading ------------------------------------------------------------------
 

@@ -86,6 +86,35 @@ class PirProgram:
         return any(op.name() == "pd_op.data" and op.result(0).name == name
                    for op in self.block.ops)
 
+    def reached_params(self, loss) -> set[str]:
+        params, seen, todo = set(), set(), [loss]
+        while todo:
+            value = todo.pop()
+            if value.id in seen or not value.initialized():
+                continue
+            seen.add(value.id)
+            if value.is_dense_tensor_type() and (value.stop_gradient or
+                                                 value_dtype(value) is None):
+                continue  # no gradient flows through it (PIR marks argmax's int64 result
+                # as not stop_gradient, but no gradient reaches an integer value)
+            op = value.get_defining_op()
+            if op is None:  # a block argument
+                continue
+            if op.name() == "builtin.parameter":
+                params.add(value.name)
+                continue
+            todo.extend(op.operands_source())
+            if op.num_regions():  # what its blocks read from outside
+                todo.extend(_pir.get_used_external_value(op))
+        return params
+
+    def persistables(self) -> list[str]:
+        """The parameters and the persistable ``pd_op.data`` values (optimizer accumulators,
+        the learning rate, the loss-scale state) of the global block."""
+        return [op.result(0).name for op in self.block.ops
+                if op.name() == "builtin.parameter"
+                or (op.name() == "pd_op.data" and op.result(0).persistable)]
+
     # -- the op walk: reading ------------------------------------------------------------------
 
     def prepare(self, use_guard, black_varnames) -> None:
