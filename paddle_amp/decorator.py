@@ -105,6 +105,7 @@ class OptimizerWithMixedPrecision:
             if ir.dtype(loss) != "float32":
                 loss = loss.astype("float32")
             self._scaled_loss = self._scaling.scale_loss(loss)
+            ir.end_forward()  # what the cast report counts (PIR ops carry no role)
             params_grads = self._optimizer.backward(self._scaled_loss, startup_program,
                                                     parameter_list, no_grad_set, callbacks)
             if self._masters is not None:

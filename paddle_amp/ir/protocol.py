@@ -104,7 +104,8 @@ class ProgramIR(Protocol):
     def param_uses(self, forced: Callable[[Any], Optional[str]]) -> dict[str, list[ParamUse]]:
         """O2: how the forward ops read each parameter (``forced``: why an op runs fp32)."""
 
-    def graph_casts(self) -> Optional[GraphCasts]: ...  # None: the IR cannot tell yet
+    def end_forward(self) -> None: ...  # the ops built so far are the forward pass
+    def graph_casts(self) -> Optional[GraphCasts]: ...  # the forward pass's cast ops
 
     # -- the op walk: writing
     def cast(self, before: Any, value: Any, dtype: str) -> Any: ...

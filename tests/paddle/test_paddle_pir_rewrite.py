@@ -154,7 +154,8 @@ def test_black_varnames_under_pir(static):
 
 def test_black_varnames_naming_an_intermediate_is_an_error(static):
     x = paddle.static.data("x", [None, 8], "float32")
-    loss = paddle.mean(paddle.scale(x, 2.0))
+    # (an fc: a loss that reaches no parameter is refused before the lists are read)
+    loss = paddle.mean(paddle.scale(paddle.static.nn.fc(x, 4), 2.0))
     lists = paddle_amp.AutoMixedPrecisionLists(custom_white_list=["scale"],
                                                custom_black_varnames=["scale_0.tmp_0"])
     with pytest.raises(AmpConfigError, match="only data, parameters and persistable"):

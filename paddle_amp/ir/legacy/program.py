@@ -153,6 +153,9 @@ class LegacyProgram:
                         uses[name].append(ParamUse(op.type, self.attrs(op), slot, reason))
         return uses
 
+    def end_forward(self) -> None:
+        """Nothing: every op carries its role (forward, backward, optimize)."""
+
     def graph_casts(self) -> Optional[GraphCasts]:
         """Forward ``cast`` ops (not the backward's), emulation's round trips apart."""
         block = self.block
