@@ -109,7 +109,7 @@ class OptimizerWithMixedPrecision:
             params_grads = self._optimizer.backward(self._scaled_loss, startup_program,
                                                     parameter_list, no_grad_set, callbacks)
             if self._masters is not None:
-                params_grads = self._masters.swap_in(program, params_grads)
+                params_grads = self._masters.swap_in(ir, params_grads)
         self._train_program, self._startup_program = program, startup_program  # built
         _BUILT[program] = self
         return params_grads
@@ -120,17 +120,7 @@ class OptimizerWithMixedPrecision:
         low, kernels = plan.low, self._rewriter.kernels
         has_kernel = kernels is None or self._optimizer.type in kernels
         native = current_device() == "GPU" and has_kernel
-        if low and program_ir.of(program).name == "pir":
-            # PIR: no emulated masters. ``masters.MasterWeights`` builds legacy ops
-            # (Block.create_parameter/append_op, which a PIR block lacks), so under PIR the
-            # parameters are stored low only where the optimizer has a low kernel (its own
-            # multi_precision masters); elsewhere they stay float32, cast once per step.
-            if not has_kernel:
-                logger.info("O2 under PIR: %s has no %s kernel here and PIR has no emulated "
-                            "master weights, so the parameters stay float32",
-                            self._optimizer.type, self.policy.dtype)
-                return
-        elif low and not native:
+        if low and not native:
             if getattr(self._optimizer, "_multi_precision", True) is False:
                 logger.info("O2 with master_weight=False: %s has no %s kernel here, so the "
                             "parameters stay float32", self._optimizer.type, self.policy.dtype)
@@ -162,7 +152,7 @@ class OptimizerWithMixedPrecision:
             params_grads = self._master_grads(params_grads)
         ops = self._scaling.apply(params_grads, self._optimizer)
         if self._masters is not None:
-            self._masters.copy_back(self._train_program)
+            self._masters.copy_back(program_ir.of(self._train_program))
             param_of = {m: p for p, m in self._masters.master_of.items()}  # guard: user's names
             self._scaling.param_names = tuple(param_of.get(n, n)
                                               for n in self._scaling.param_names)

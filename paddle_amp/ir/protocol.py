@@ -120,6 +120,11 @@ class ProgramIR(Protocol):
     def round_output(self, op: Any, value: Any, low: str) -> Any: ...  # what readers now read
     def set_param_dtype(self, names: AbstractSet[str], dtype: str) -> None: ...
 
+    # -- O2's emulated float32 masters (``masters.MasterWeights``)
+    def new_master(self, param: Any, name: str) -> Any: ...  # float32, trainable, param's shape
+    def master_grad(self, grad: Any) -> Any: ...  # grad cast to float32, after the backward
+    def write_cast(self, src: Any, dst: Any) -> None: ...  # dst = cast(src), at the end
+
     # -- loss scaling
     def optimizer_section(self) -> ContextManager: ...  # ops built inside: optimizer role
     def state_var(self, dtype: str, shape: list, value: Any, stem: str) -> Any: ...

@@ -226,6 +226,27 @@ class LegacyProgram:
             if self.block.has_var(name):
                 self.block.var(name).desc.set_dtype(VARTYPE_OF[dtype])
 
+    # -- O2's emulated float32 masters --------------------------------------------------------
+
+    def new_master(self, param, name: str):
+        return self.block.create_parameter(
+            name=name, shape=param.shape, dtype="float32", trainable=True,
+            optimize_attr=param.optimize_attr, regularizer=param.regularizer,
+            need_clip=getattr(param, "need_clip", True))
+
+    def master_grad(self, grad):
+        g32 = self.block.create_var(name=unique_name.generate(f"{grad.name}.fp32"),
+                                    dtype="float32", shape=grad.shape, persistable=False)
+        self.block.append_op(type="cast", inputs={"X": [grad]}, outputs={"Out": [g32]},
+                             attrs={"in_dtype": grad.dtype, "out_dtype": g32.dtype,
+                                    _ROLE: int(core.op_proto_and_checker_maker.OpRole.Backward)})
+        return g32
+
+    def write_cast(self, src, dst) -> None:
+        with self.program._optimized_guard([]):
+            self.block.append_op(type="cast", inputs={"X": [src]}, outputs={"Out": [dst]},
+                                 attrs={"in_dtype": src.dtype, "out_dtype": dst.dtype})
+
     # -- loss scaling ----------------------------------------------------------------------------
 
     def optimizer_section(self):

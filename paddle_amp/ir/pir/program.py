@@ -280,6 +280,27 @@ class PirProgram:
             if param.name in names and value_dtype(param) == "float32":
                 param.set_type(_retyped(param, dtype))
 
+    # -- O2's emulated float32 masters --------------------------------------------------------
+
+    def new_master(self, param, name: str):
+        """A ``builtin.parameter`` in main, its init in the startup program (initialised from
+        the parameter by ``MasterWeights.init_scope``)."""
+        paddle.pir.reset_insertion_point_to_end()
+        return paddle.static.create_parameter(
+            list(param.shape), "float32", name=name,
+            attr=paddle.ParamAttr(name=name, trainable=True,
+                                  regularizer=getattr(param, "regularizer", None),
+                                  need_clip=getattr(param, "need_clip", True)),
+            default_initializer=Constant(0.0))
+
+    def master_grad(self, grad):
+        paddle.pir.reset_insertion_point_to_end()
+        return paddle.cast(grad, "float32")
+
+    def write_cast(self, src, dst) -> None:
+        paddle.pir.reset_insertion_point_to_end()
+        paddle.assign(paddle.cast(src, dtype_name(dst.dtype)), output=dst)
+
     # -- loss scaling ----------------------------------------------------------------------------
 
     def optimizer_section(self):
