@@ -143,3 +143,13 @@ def test_retry_after_a_failed_minimize_builds_what_a_first_success_builds(emulat
     finally:
         paddle.disable_static()
     assert retried == first
+
+
+def test_loss_check_walks_empty_optional_operands(static):
+    """The reach check walks every operand: an LSTM's rnn op has empty optional ones (PIR: a
+    value with no impl, whose id cannot be read), and the loss still reaches its weights."""
+    tokens = paddle.static.data("tokens", [2, 4], "int64")
+    h, _ = paddle.nn.LSTM(8, 8)(paddle.nn.Embedding(16, 8)(tokens))
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1))
+    opt.minimize(paddle.mean(h))
+    assert opt.param_plan() is not None

@@ -92,7 +92,7 @@ class PirProgram:
         params, seen, todo = set(), set(), [loss]
         while todo:
             value = todo.pop()
-            if value.id in seen or not value.initialized():
+            if not value.initialized() or value.id in seen:  # (an empty optional operand)
                 continue
             seen.add(value.id)
             if value.is_dense_tensor_type() and (value.stop_gradient or
