@@ -65,14 +65,15 @@ docs: $(VENV)/.docs-installed
 
 # The core and Paddle tests against Paddle 3.3.1, in PIR (its default) and in the legacy IR,
 # on Python 3.11 and 3.13. conftest.py reads AMP_TEST_IR before importing paddle.
+# AMP_MXNET_PYTHON: MXNet's Python, for the MXNet side of test_paddle_three_graphs.py.
 test-paddle3: test-paddle3-py311 test-paddle3-py313
 
-test-paddle3-py311: $(VENV3)/.installed
-	AMP_TEST_IR=pir $(PY3) -m pytest -q tests/core tests/paddle tests/demo tests/docs
+test-paddle3-py311: $(VENV3)/.installed $(VENV)/.test-installed
+	AMP_TEST_IR=pir AMP_MXNET_PYTHON=$(abspath $(PY)) $(PY3) -m pytest -q tests/core tests/paddle tests/demo tests/docs
 	AMP_TEST_IR=legacy $(PY3) -m pytest -q tests/paddle
 
-test-paddle3-py313: $(VENV313)/.installed
-	AMP_TEST_IR=pir $(PY313) -m pytest -q tests/core tests/paddle tests/demo tests/docs
+test-paddle3-py313: $(VENV313)/.installed $(VENV)/.test-installed
+	AMP_TEST_IR=pir AMP_MXNET_PYTHON=$(abspath $(PY)) $(PY313) -m pytest -q tests/core tests/paddle tests/demo tests/docs
 	AMP_TEST_IR=legacy $(PY313) -m pytest -q tests/paddle
 
 # Release: an sdist and a wheel in dist/ (python -m build builds the wheel from the sdist).

@@ -2,10 +2,11 @@
 
 ``save`` writes ``paddle.static.save``'s files (``model.pdparams``: parameters,
 ``model.pdopt``: optimizer accumulators, learning rate and the loss-scale vars,
-``model.pdmodel``: the program) from ``scope`` through
+``model.pdmodel``, or ``model.json`` under PIR: the program) from ``scope`` through
 ``amp_adapters.checkpoint`` (temp folder, fsync, rename, pointer swap), so a
 kill at any moment leaves the previous checkpoint loadable; the files stay
-readable by ``paddle.static.load``. ``load`` verifies the checksums and the
+readable by ``paddle.static.load``. Either IR (the persistables are the IR layer's
+``persistables()``). ``load`` verifies the checksums and the
 policy, then checks that the saved tensors are exactly the program's
 persistables (names, shapes, dtypes) and that the scope holds them all before
 it writes any. One host read (save) or write (load) per persistable.
@@ -17,30 +18,23 @@ from typing import Optional
 
 import numpy as np
 import paddle
-from paddle.base import core, framework
+from paddle.base import framework
 
 from amp_adapters import checkpoint as ckpt_core
-from amp_adapters.errors import CheckpointError, NotSupportedError
+from amp_adapters.errors import CheckpointError
 
-from .env import program_ir
+from . import ir
 
 PREFIX = "model"
-_SKIP_TYPES = (core.VarDesc.VarType.FEED_MINIBATCH, core.VarDesc.VarType.FETCH_LIST,
-               core.VarDesc.VarType.READER, core.VarDesc.VarType.RAW)
 
 
-def _persistables(program) -> list:
-    return [v for v in program.list_vars() if v.persistable and v.type not in _SKIP_TYPES]
+def _program_types() -> tuple:
+    pir = getattr(paddle, "pir", None)
+    return (framework.Program,) + ((pir.Program,) if hasattr(pir, "Program") else ())
 
 
 def _check_program(program, built) -> None:
-    if program_ir(program) == "pir":
-        raise NotSupportedError(
-            "save_checkpoint/load_checkpoint support legacy-IR programs only for now: for a "
-            "PIR program (Paddle 3's default) save with paddle.static.save(program, path) plus "
-            "opt.state_dict(), and resume with paddle.static.load plus opt.load_state_dict "
-            "(exact under PIR: tests/paddle/test_paddle_checkpoint.py)")
-    if not isinstance(program, framework.Program):
+    if not isinstance(program, _program_types()):
         raise TypeError(f"program must be a paddle.static.Program, got {type(program).__name__}")
     if program is not built:
         raise CheckpointError("save_checkpoint/load_checkpoint take the program this optimizer "
@@ -59,7 +53,7 @@ def check_saveable(program, built, scope) -> None:
     """``program`` is ``built`` (the decorated program, so the loss-scale state is in it) and
     ``scope`` holds all its persistables: else the error, before anything is read."""
     _check_program(program, built)
-    missing = [v.name for v in _persistables(program) if _scope_array(scope, v.name) is None]
+    missing = [n for n in ir.of(program).persistables() if _scope_array(scope, n) is None]
     if missing:
         raise CheckpointError(f"persistables {missing[:5]} are not in the scope: run the "
                               f"startup program (in the scope passed as scope=) first")
@@ -85,7 +79,7 @@ def load(path, program, built, scope, policy, optimizer: str, place, *,
     ckpt = ckpt_core.load(path, framework="paddle", policy=policy, check_policy=check_policy)
     ckpt_core.check_meta(ckpt, "optimizer", optimizer, "the optimizer")
     saved = paddle.static.load_program_state(str(ckpt.file(PREFIX)))
-    wanted = {v.name for v in _persistables(program)}
+    wanted = set(ir.of(program).persistables())
     if set(saved) != wanted:
         raise CheckpointError(
             f"checkpoint {str(path)!r} does not fit this program: persistables missing from "

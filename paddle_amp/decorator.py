@@ -106,10 +106,11 @@ class OptimizerWithMixedPrecision:
             if ir.dtype(loss) != "float32":
                 loss = loss.astype("float32")
             self._scaled_loss = self._scaling.scale_loss(loss)
+            ir.end_forward()  # what the cast report counts (PIR ops carry no role)
             params_grads = self._optimizer.backward(self._scaled_loss, startup_program,
                                                     parameter_list, no_grad_set, callbacks)
             if self._masters is not None:
-                params_grads = self._masters.swap_in(program, params_grads)
+                params_grads = self._masters.swap_in(ir, params_grads)
         self._train_program, self._startup_program = program, startup_program  # built
         _BUILT[program] = self
         return params_grads
@@ -120,17 +121,7 @@ class OptimizerWithMixedPrecision:
         low, kernels = plan.low, self._rewriter.kernels
         has_kernel = kernels is None or self._optimizer.type in kernels
         native = current_device() == "GPU" and has_kernel
-        if low and program_ir.of(program).name == "pir":
-            # PIR: no emulated masters. ``masters.MasterWeights`` builds legacy ops
-            # (Block.create_parameter/append_op, which a PIR block lacks), so under PIR the
-            # parameters are stored low only where the optimizer has a low kernel (its own
-            # multi_precision masters); elsewhere they stay float32, cast once per step.
-            if not has_kernel:
-                logger.info("O2 under PIR: %s has no %s kernel here and PIR has no emulated "
-                            "master weights, so the parameters stay float32",
-                            self._optimizer.type, self.policy.dtype)
-                return
-        elif low and not native:
+        if low and not native:
             if getattr(self._optimizer, "_multi_precision", True) is False:
                 logger.info("O2 with master_weight=False: %s has no %s kernel here, so the "
                             "parameters stay float32", self._optimizer.type, self.policy.dtype)
@@ -162,7 +153,7 @@ class OptimizerWithMixedPrecision:
             params_grads = self._master_grads(params_grads)
         ops = self._scaling.apply(params_grads, self._optimizer)
         if self._masters is not None:
-            self._masters.copy_back(self._train_program)
+            self._masters.copy_back(program_ir.of(self._train_program))
             param_of = {m: p for p, m in self._masters.master_of.items()}  # guard: user's names
             self._scaling.param_names = tuple(param_of.get(n, n)
                                               for n in self._scaling.param_names)
@@ -291,7 +282,7 @@ class OptimizerWithMixedPrecision:
         return checkpoint.load(path, program, self._train_program,
                                scope or paddle.static.global_scope(), self.policy,
                                type(self._optimizer).__name__,
-                               self._place or framework._current_expected_place(),
+                               self._place or expected_place(),
                                check_policy=check_policy)
 
     def check_guard(self, scope=None) -> None:
@@ -302,35 +293,31 @@ class OptimizerWithMixedPrecision:
         self._built("check_guard").check_guard(scope or paddle.static.global_scope())
 
 
-def _check_loss(loss, parameter_list, no_grad_set) -> "framework.Program":
-    """``loss``'s program, after checking that ``backward`` can build on it: a Variable of
-    one element with at least one trainable parameter on its path. Changes nothing.
-    (A PIR value is passed through: these checks read legacy-IR ops.)"""
-    pir_value = getattr(getattr(paddle, "pir", None), "Value", None)
-    if pir_value is not None and isinstance(loss, pir_value):
-        return loss.block.program
-    if not isinstance(loss, framework.Variable):
+def _check_loss(loss, parameter_list, no_grad_set):
+    """``loss``'s program, after checking that ``backward`` can build on it: a Variable (a
+    PIR value) of one element from which the backward reaches at least one trainable
+    parameter (``ir.reached_params``). Either IR; changes nothing."""
+    pir_value = getattr(getattr(paddle, "pir", None), "Value", ())
+    if not isinstance(loss, (framework.Variable, pir_value)):
         raise TypeError(f"loss must be a paddle static Variable (the output of the "
                         f"program's loss op), got {type(loss).__name__} {loss!r:.60}")
+    program = loss.block.program
+    ir = program_ir.of(program)
+    what = f"loss {loss.name!r}" if ir.name == "legacy" else "the loss"
     if np.prod(loss.shape) != 1:
-        raise ValueError(f"loss {loss.name!r} has shape {list(loss.shape)}, not one element; "
+        raise ValueError(f"{what} has shape {list(loss.shape)}, not one element; "
                          f"reduce it first (e.g. paddle.mean(loss))")
-    block = loss.block.program.global_block()
-    needed = {loss.name}
-    for op in reversed(block.ops):  # the ops loss depends on, and their inputs
-        if needed.intersection(op.output_arg_names):
-            needed.update(op.input_arg_names)
     skip = {v if isinstance(v, str) else v.name for v in (no_grad_set or ())}
     allowed = None if parameter_list is None else {
         p if isinstance(p, str) else p.name for p in parameter_list}
-    trainable = [p.name for p in block.all_parameters()
-                 if p.trainable and p.name in needed and p.name not in skip
-                 and (allowed is None or p.name in allowed)]
+    trainable = [name for name in ir.reached_params(loss)
+                 if name not in skip and (allowed is None or name in allowed)]
     if not trainable:
-        raise ValueError(f"loss {loss.name!r} depends on no trainable parameter (given "
-                         f"parameter_list and no_grad_set), so there is nothing to update; "
-                         f"check that the loss is computed from the model's output")
-    return loss.block.program
+        raise ValueError(f"{what} depends on no trainable parameter (given "
+                         f"parameter_list and no_grad_set, through values that carry a "
+                         f"gradient), so there is nothing to update; check that the loss is "
+                         f"computed from the model's output and no stop_gradient cuts it off")
+    return program
 
 
 def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weight=None,

@@ -1,4 +1,4 @@
-"""O2 parameters in a legacy program: low-precision storage and float32 master weights.
+"""O2 parameters in a program of either IR: low-precision storage and float32 master weights.
 
 Which parameters are stored low is the core's ``plan_params`` (via
 ``Rewriter.param_plan``); this module carries it out. Two ways to keep the
@@ -24,14 +24,12 @@ from __future__ import annotations
 from typing import AbstractSet
 
 import numpy as np
-from paddle.base import core, unique_name
+from paddle.base import unique_name
 
 from amp_adapters.dtypes import dtype_name
 
 from .env import from_low, to_low
 
-_ROLE = core.op_proto_and_checker_maker.kOpRoleAttrName()
-_BACKWARD = int(core.op_proto_and_checker_maker.OpRole.Backward)
 EMULATED_LABEL = ("EMULATED multi_precision update: the float32 optimizer kernel updates "
                   "float32 master weights and a cast writes them into the {dtype} parameters "
                   "(a GPU with a {dtype} optimizer kernel uses the fused native one)")
@@ -45,38 +43,26 @@ class MasterWeights:
         self.dtype = dtype
         self.names = frozenset(names)
         self.master_of: dict[str, str] = {}  # low parameter -> its master
-        self._params: dict[str, object] = {}  # master name -> low parameter var
+        self._params: dict[str, tuple] = {}  # master name -> (low parameter, master)
 
-    def swap_in(self, program, params_grads: list) -> list:
-        """(master, float32 grad) in place of (low param, low grad), after ``append_backward``."""
-        block = program.global_block()
+    def swap_in(self, ir, params_grads: list) -> list:
+        """(master, float32 grad) in place of (low param, low grad), after the backward, in
+        the program ``ir`` (either IR: ``ProgramIR.new_master``/``master_grad``)."""
         out = []
         for p, g in params_grads:
             if p.name not in self.names or g is None:
                 out.append((p, g))
                 continue
-            master = block.create_parameter(
-                name=unique_name.generate(f"{p.name}_fp32_master"), shape=p.shape,
-                dtype="float32", trainable=True, optimize_attr=p.optimize_attr,
-                regularizer=p.regularizer, need_clip=getattr(p, "need_clip", True))
-            g32 = block.create_var(name=unique_name.generate(f"{g.name}.fp32"), dtype="float32",
-                                   shape=g.shape, persistable=False)
-            block.append_op(type="cast", inputs={"X": [g]}, outputs={"Out": [g32]},
-                            attrs={"in_dtype": g.dtype, "out_dtype": g32.dtype,
-                                   _ROLE: _BACKWARD})
+            master = ir.new_master(p, unique_name.generate(f"{p.name}_fp32_master"))
             self.master_of[p.name] = master.name
-            self._params[master.name] = p
-            out.append((master, g32))
+            self._params[master.name] = (p, master)
+            out.append((master, ir.master_grad(g)))
         return out
 
-    def copy_back(self, program) -> None:
-        """Append ``p = cast(master)`` for every master (under the optimizer's op role)."""
-        block = program.global_block()
-        with program._optimized_guard([]):
-            for master_name, p in self._params.items():
-                master = block.var(master_name)
-                block.append_op(type="cast", inputs={"X": [master]}, outputs={"Out": [p]},
-                                attrs={"in_dtype": master.dtype, "out_dtype": p.dtype})
+    def copy_back(self, ir) -> None:
+        """``p = cast(master)`` for every master, at the end of the program (optimizer ops)."""
+        for p, master in self._params.values():
+            ir.write_cast(master, p)
 
     def init_scope(self, scope, place) -> None:
         """Masters from the parameters' values, then the parameters converted to the low dtype.

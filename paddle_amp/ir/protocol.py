@@ -88,6 +88,11 @@ class ProgramIR(Protocol):
     def key(self, value: Any) -> Hashable: ...
     def holds_var(self, name: str) -> bool: ...  # a persistable ``name`` (a clone's state)
     def is_param(self, value: Any) -> bool: ...  # a parameter (weights, biases)
+    def persistables(self) -> list[str]: ...  # the tensors a checkpoint holds, by name
+    def reached_params(self, loss: Any) -> set[str]:
+        """The trainable parameters the backward from ``loss`` reaches: through the values
+        that carry a gradient (``stop_gradient`` and non-differentiable ops cut the path).
+        Reads the program, changes nothing (minimize checks this before it builds)."""
 
     # -- the op walk: reading (names, slots and types in the legacy vocabulary)
     def prepare(self, use_guard: bool, black_varnames: AbstractSet[str]) -> None: ...
@@ -103,7 +108,8 @@ class ProgramIR(Protocol):
     def param_uses(self, forced: Callable[[Any], Optional[str]]) -> dict[str, list[ParamUse]]:
         """O2: how the forward ops read each parameter (``forced``: why an op runs fp32)."""
 
-    def graph_casts(self) -> Optional[GraphCasts]: ...  # None: the IR cannot tell yet
+    def end_forward(self) -> None: ...  # the ops built so far are the forward pass
+    def graph_casts(self) -> Optional[GraphCasts]: ...  # the forward pass's cast ops
 
     # -- the op walk: writing
     def cast(self, before: Any, value: Any, dtype: str) -> Any: ...
@@ -119,6 +125,11 @@ class ProgramIR(Protocol):
     def set_param_dtype(self, names: AbstractSet[str], dtype: str) -> None: ...
     onednn: bool  # whether ``use_onednn`` can send an op to oneDNN's kernels
     def use_onednn(self, op: Any) -> None: ...  # the native bf16 rewrite's attributes
+
+    # -- O2's emulated float32 masters (``masters.MasterWeights``)
+    def new_master(self, param: Any, name: str) -> Any: ...  # float32, trainable, param's shape
+    def master_grad(self, grad: Any) -> Any: ...  # grad cast to float32, after the backward
+    def write_cast(self, src: Any, dst: Any) -> None: ...  # dst = cast(src), at the end
 
     # -- loss scaling
     def optimizer_section(self) -> ContextManager: ...  # ops built inside: optimizer role

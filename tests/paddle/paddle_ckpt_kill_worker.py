@@ -3,13 +3,15 @@
 ``python ckpt_kill_worker.py DIR N``; prints the same protocol as
 tests/mxnet/ckpt_kill_worker.py (START / FRESH / F / B / E / DONE). The
 fingerprint is the SHA-256 of every persistable of the program (parameters,
-Adam moments and beta powers, learning rate, the loss-scale vars).
+Adam moments and beta powers, learning rate, the loss-scale vars). The IR is
+``AMP_TEST_IR``'s (legacy unless "pir"), as in the rest of the suite.
 """
 import hashlib
 import os
 import sys
 
-os.environ.setdefault("FLAGS_enable_pir_api", "0")
+# The IR under test, as tests/paddle/conftest.py picks it (read before Paddle is imported).
+os.environ["FLAGS_enable_pir_api"] = "1" if os.environ.get("AMP_TEST_IR") == "pir" else "0"
 os.environ.setdefault("GLOG_minloglevel", "2")
 
 import numpy as np  # noqa: E402
@@ -17,13 +19,17 @@ import paddle  # noqa: E402
 
 import paddle_amp  # noqa: E402
 from amp_adapters import CheckpointError  # noqa: E402
-from paddle_helpers import Static, batch, mlp  # noqa: E402
+from paddle_helpers import Static, batch, is_pir, mlp  # noqa: E402
 
 OVERFLOW_STEPS = {3, 7, 8}
 
 
 def fingerprint(env):
     h = hashlib.sha256()
+    if is_pir(env.main):  # every persistable value, the loss-scale state included
+        for name, tensor in sorted(env.main.state_dict("all", env.scope).items()):
+            h.update(name.encode() + np.array(tensor).tobytes())
+        return h.hexdigest()[:16]
     for var in sorted(env.main.list_vars(), key=lambda v: v.name):
         if var.persistable and var.type == paddle.base.core.VarDesc.VarType.LOD_TENSOR:
             found = env.scope.find_var(var.name)

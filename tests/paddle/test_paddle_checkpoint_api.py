@@ -1,4 +1,5 @@
-"""OptimizerWithMixedPrecision.save_checkpoint / load_checkpoint: round trip, clear errors."""
+"""OptimizerWithMixedPrecision.save_checkpoint / load_checkpoint: round trip, clear errors, in
+whichever IR the suite builds (AMP_TEST_IR): one checkpoint API for both."""
 import numpy as np
 import paddle
 import pytest
@@ -6,13 +7,7 @@ from paddle.base import unique_name
 
 import paddle_amp
 from amp_adapters import CheckpointError
-from paddle_helpers import Static, batch, mlp, pir_mode, resume_build, resume_run
-
-pytestmark = pytest.mark.skipif(pir_mode(), reason=(
-    "save_checkpoint/load_checkpoint are legacy-IR only for now; under PIR they raise "
-    "NotSupportedError (test_paddle_pir_training.py) and paddle.static.save + state_dict "
-    "resume exactly (test_paddle_checkpoint.py)"))
-
+from paddle_helpers import Static, batch, mlp, resume_build, resume_run
 
 def test_round_trip_continues_bit_identically(static, tmp_path):
     opt = resume_build(paddle_amp)
@@ -38,7 +33,7 @@ def _other_program(hidden=16, optimizer=paddle.optimizer.Adam, **decorate):
     env = Static.new(seed=3)
     with paddle.static.program_guard(env.main, env.startup), \
             paddle.static.scope_guard(env.scope), unique_name.guard():
-        _, _, loss = mlp(hidden=hidden)
+        _, _, loss = mlp(hidden=hidden, names="ck")  # PIR names ignore unique_name.guard
         opt = paddle_amp.decorate(optimizer(0.01), init_loss_scaling=8.0,
                                   incr_every_n_steps=2, **decorate)
         opt.minimize(loss)
@@ -47,7 +42,7 @@ def _other_program(hidden=16, optimizer=paddle.optimizer.Adam, **decorate):
 
 
 @pytest.mark.parametrize("kw, needle", [
-    (dict(hidden=8), r"does not fit this program: fc_0.b_0 is float32\[16\] there, "
+    (dict(hidden=8), r"does not fit this program: ck0.b is float32\[16\] there, "
                      r"float32\[8\] here"),
     (dict(optimizer=paddle.optimizer.AdamW), "optimizer was 'Adam' when it was saved"),
     (dict(use_dynamic_loss_scaling=False), "another policy .*loss_scale"),
@@ -81,3 +76,26 @@ def test_wrong_program_scope_or_folder(static, tmp_path):
         opt.load_checkpoint(tmp_path, static.main, scope=paddle.static.Scope())
     static.run(batch(0))
     assert opt.load_checkpoint(tmp_path, static.main) == 5
+
+
+@pytest.mark.parametrize("damage", ["edit", "truncate"])
+def test_torn_or_edited_checkpoint_is_a_clear_error_and_changes_nothing(static, tmp_path,
+                                                                        damage):
+    """Whatever the IR: a changed byte or a truncated tensor file is a CheckpointError
+    (the manifest's SHA-256 and sizes), and no var of the scope is written."""
+    opt = resume_build(paddle_amp)
+    static.exe.run(static.startup)
+    resume_run(static, opt, range(2))
+    opt.save_checkpoint(tmp_path, static.main)
+    resume_run(static, opt, range(2, 4))
+    before, scale = static.state(), opt.state_dict()
+    (params,) = tmp_path.glob("*/model.pdparams")
+    data = params.read_bytes()
+    params.write_bytes(data[:-1] + bytes([data[-1] ^ 1]) if damage == "edit" else data[:-8])
+    needle = "SHA-256" if damage == "edit" else "truncated or torn"
+    with pytest.raises(CheckpointError, match=needle):
+        opt.load_checkpoint(tmp_path, static.main)
+    after = static.state()
+    assert sorted(after) == sorted(before)
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+    assert opt.state_dict() == scale

@@ -121,16 +121,3 @@ def test_native_static_decorate_fails_under_pir_where_ours_works(static):
         assert casts(env.main)
         env.exe.run(env.startup)
         assert np.isfinite(float(env.run(batch(0), [loss])[0]))
-
-
-def test_save_checkpoint_under_pir_is_a_clear_error(static, tmp_path):
-    """The atomic checkpoint reads legacy program vars: under PIR it says so, and what to
-    use instead, before touching the folder (never a half-written checkpoint)."""
-    from amp_adapters import NotSupportedError
-    _, _, loss = mlp()
-    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), emulate=True)
-    opt.minimize(loss)
-    static.exe.run(static.startup)
-    with pytest.raises(NotSupportedError, match="legacy-IR programs only.*paddle.static.save"):
-        opt.save_checkpoint(tmp_path / "ckpt", static.main, static.scope)
-    assert not any(tmp_path.iterdir())

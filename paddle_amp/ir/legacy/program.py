@@ -29,6 +29,7 @@ _NOT_FORWARD = int(core.op_proto_and_checker_maker.OpRole.Backward) | int(
     core.op_proto_and_checker_maker.OpRole.LRSched)
 _NAMESCOPE = core.op_proto_and_checker_maker.kOpNameScopeAttrName()
 _IO_OPS = frozenset({"feed", "fetch", "fetch_v2", "read", "create_py_reader"})
+_NOT_TENSORS = (VarType.FEED_MINIBATCH, VarType.FETCH_LIST, VarType.READER, VarType.RAW)
 
 
 def is_forward(op) -> bool:
@@ -88,6 +89,22 @@ class LegacyProgram:
     def is_param(self, value) -> bool:
         return isinstance(self.block._find_var_recursive(value), framework.Parameter)
 
+    def reached_params(self, loss) -> set[str]:
+        needed = {loss.name}
+        for op in reversed(self.block.ops):  # the ops loss depends on, and their inputs
+            if needed.intersection(op.output_arg_names):
+                for name in op.input_arg_names:
+                    var = self.block._find_var_recursive(name)
+                    if var is not None and not var.stop_gradient:
+                        needed.add(name)
+        return {p.name for p in self.block.all_parameters()
+                if p.trainable and not p.stop_gradient and p.name in needed}
+
+    def persistables(self) -> list[str]:
+        """Every persistable var of the program but feed/fetch lists, readers and raw vars."""
+        return [v.name for v in self.program.list_vars()
+                if v.persistable and v.type not in _NOT_TENSORS]
+
     # -- the op walk: reading ------------------------------------------------------------------
 
     def prepare(self, use_guard, black_varnames) -> None:
@@ -139,6 +156,9 @@ class LegacyProgram:
                     if name in uses:
                         uses[name].append(ParamUse(op.type, self.attrs(op), slot, reason))
         return uses
+
+    def end_forward(self) -> None:
+        """Nothing: every op carries its role (forward, backward, optimize)."""
 
     def graph_casts(self) -> Optional[GraphCasts]:
         """Forward ``cast`` ops (not the backward's), emulation's round trips apart."""
@@ -215,6 +235,27 @@ class LegacyProgram:
         for name in names:
             if self.block.has_var(name):
                 self.block.var(name).desc.set_dtype(VARTYPE_OF[dtype])
+
+    # -- O2's emulated float32 masters --------------------------------------------------------
+
+    def new_master(self, param, name: str):
+        return self.block.create_parameter(
+            name=name, shape=param.shape, dtype="float32", trainable=True,
+            optimize_attr=param.optimize_attr, regularizer=param.regularizer,
+            need_clip=getattr(param, "need_clip", True))
+
+    def master_grad(self, grad):
+        g32 = self.block.create_var(name=unique_name.generate(f"{grad.name}.fp32"),
+                                    dtype="float32", shape=grad.shape, persistable=False)
+        self.block.append_op(type="cast", inputs={"X": [grad]}, outputs={"Out": [g32]},
+                             attrs={"in_dtype": grad.dtype, "out_dtype": g32.dtype,
+                                    _ROLE: int(core.op_proto_and_checker_maker.OpRole.Backward)})
+        return g32
+
+    def write_cast(self, src, dst) -> None:
+        with self.program._optimized_guard([]):
+            self.block.append_op(type="cast", inputs={"X": [src]}, outputs={"Out": [dst]},
+                                 attrs={"in_dtype": src.dtype, "out_dtype": dst.dtype})
 
     # -- loss scaling ----------------------------------------------------------------------------
 

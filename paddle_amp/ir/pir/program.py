@@ -21,6 +21,7 @@ from paddle.nn.initializer import Constant
 
 from amp_adapters import AmpConfigError, ParamUse
 from amp_adapters.dtypes import FLOAT_DTYPES, dtype_name
+from amp_adapters.report import GraphCasts
 
 from ... import opnames
 from ...guard import guarded_ops
@@ -69,6 +70,7 @@ class PirProgram:
     def __init__(self, program) -> None:
         self.program = program
         self._guarded: frozenset[int] = frozenset()
+        self._forward: Optional[frozenset[int]] = None  # op ids, once the backward is built
 
     @property
     def block(self):
@@ -89,6 +91,35 @@ class PirProgram:
     def holds_var(self, name: str) -> bool:
         return any(op.name() == "pd_op.data" and op.result(0).name == name
                    for op in self.block.ops)
+
+    def reached_params(self, loss) -> set[str]:
+        params, seen, todo = set(), set(), [loss]
+        while todo:
+            value = todo.pop()
+            if not value.initialized() or value.id in seen:  # (an empty optional operand)
+                continue
+            seen.add(value.id)
+            if value.is_dense_tensor_type() and (value.stop_gradient or
+                                                 value_dtype(value) is None):
+                continue  # no gradient flows through it (PIR marks argmax's int64 result
+                # as not stop_gradient, but no gradient reaches an integer value)
+            op = value.get_defining_op()
+            if op is None:  # a block argument
+                continue
+            if op.name() == "builtin.parameter":
+                params.add(value.name)
+                continue
+            todo.extend(op.operands_source())
+            if op.num_regions():  # what its blocks read from outside
+                todo.extend(_pir.get_used_external_value(op))
+        return params
+
+    def persistables(self) -> list[str]:
+        """The parameters and the persistable ``pd_op.data`` values (optimizer accumulators,
+        the learning rate, the loss-scale state) of the global block."""
+        return [op.result(0).name for op in self.block.ops
+                if op.name() == "builtin.parameter"
+                or (op.name() == "pd_op.data" and op.result(0).persistable)]
 
     # -- the op walk: reading ------------------------------------------------------------------
 
@@ -183,10 +214,19 @@ class PirProgram:
         slots = [s.name for s in self.slots(user) if s.value.is_same(param)]
         return [ParamUse(legacy, attrs, slot, why) for slot in slots or [None]]
 
-    def graph_casts(self):
-        """None: PIR ops carry no forward/backward role, so the report keeps the planned
-        count (issue 22: count the casts the rewrite inserts)."""
-        return None
+    def end_forward(self) -> None:
+        """PIR ops carry no role: the forward pass is the ops there before the backward."""
+        self._forward = frozenset(op.id() for op in self.block.ops)
+
+    def graph_casts(self) -> GraphCasts:
+        """The ``pd_op.cast`` ops of the forward pass (all of them in a program with no
+        backward), emulation's round trips apart, as on the legacy IR. Not the backward's:
+        the gradient of each forward cast is a cast back, so a trained program holds about
+        twice as many (22 for the emulated MLP whose forward holds 12)."""
+        return GraphCasts.count(
+            (op.operand_source(0).id, op.result(0).id, value_dtype(op.result(0)))
+            for op in self.block.ops
+            if op.name() == "pd_op.cast" and (self._forward is None or op.id() in self._forward))
 
     # -- the op walk: writing ------------------------------------------------------------------
 
@@ -249,6 +289,27 @@ class PirProgram:
         for param in _parameters(self.program):
             if param.name in names and value_dtype(param) == "float32":
                 param.set_type(_retyped(param, dtype))
+
+    # -- O2's emulated float32 masters --------------------------------------------------------
+
+    def new_master(self, param, name: str):
+        """A ``builtin.parameter`` in main, its init in the startup program (initialised from
+        the parameter by ``MasterWeights.init_scope``)."""
+        paddle.pir.reset_insertion_point_to_end()
+        return paddle.static.create_parameter(
+            list(param.shape), "float32", name=name,
+            attr=paddle.ParamAttr(name=name, trainable=True,
+                                  regularizer=getattr(param, "regularizer", None),
+                                  need_clip=getattr(param, "need_clip", True)),
+            default_initializer=Constant(0.0))
+
+    def master_grad(self, grad):
+        paddle.pir.reset_insertion_point_to_end()
+        return paddle.cast(grad, "float32")
+
+    def write_cast(self, src, dst) -> None:
+        paddle.pir.reset_insertion_point_to_end()
+        paddle.assign(paddle.cast(src, dtype_name(dst.dtype)), output=dst)
 
     # -- loss scaling ----------------------------------------------------------------------------
 

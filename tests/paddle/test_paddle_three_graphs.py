@@ -1,0 +1,94 @@
+"""One policy, three graphs: MXNet, Paddle's legacy IR and PIR give the same cast reports
+(the canonical columns) on the consistency models, in one test run.
+
+Each graph's reports come from a worker process of this run (three_graphs_worker.py):
+Paddle in each IR (``FLAGS_enable_pir_api``; PIR only on Paddle 3), MXNet from the Python
+``AMP_MXNET_PYTHON`` names (``make test-paddle3`` passes the MXNet venv's: MXNet and
+Paddle 3 share no environment), or this one if it has MXNet. Paddle 3.3.1's
+``OldIrGuard`` cannot host the transformer in-process (``paddle.matmul`` then takes the
+PIR builder: "must be Value, but got Variable"), hence a process per IR.
+"""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import paddle
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+WORKER = os.path.join(HERE, "three_graphs_worker.py")
+PADDLE3 = int(paddle.__version__.split(".")[0]) >= 3
+
+# Each run covers both IRs itself: on Paddle 3 it runs in the suite's PIR pass only.
+pytestmark = pytest.mark.skipif(
+    PADDLE3 and os.environ.get("AMP_TEST_IR") != "pir",
+    reason="covers both IRs in one run: make test-paddle3 runs it in its AMP_TEST_IR=pir pass")
+
+# Canonical ops each model must have in all three reports, so agreement is not vacuous
+# (MXNet's Dense is one `linear` op, Paddle's Linear a matmul and an add: not shared).
+SHARED = {
+    "mlp": {"relu"},
+    "cnn": {"conv", "batch_norm", "relu", "pool"},
+    "transformer": {"matmul", "softmax", "add", "layer_norm", "gelu"},
+    "lstm": {"embedding", "rnn"},
+}
+
+
+def _mxnet_python():
+    given = os.environ.get("AMP_MXNET_PYTHON")
+    if given:
+        return given
+    if importlib.util.find_spec("mxnet") is not None:
+        return sys.executable
+    pytest.skip("MXNet is not in this environment and AMP_MXNET_PYTHON names no Python that "
+                "has it (make test-paddle3 sets it)")
+
+
+def _reports(python, graph, pir=False):
+    env = dict(os.environ, FLAGS_enable_pir_api="1" if pir else "0", GLOG_minloglevel="2",
+               PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests", "consistency"),
+                                           os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([python, WORKER, graph], capture_output=True, text=True, timeout=600,
+                       env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (line,) = [x for x in r.stdout.splitlines() if x.startswith("JSON ")]
+    return json.loads(line[5:])
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    out = {"mxnet": _reports(_mxnet_python(), "mxnet"),
+           "legacy": _reports(sys.executable, "paddle")}
+    if PADDLE3:
+        out["pir"] = _reports(sys.executable, "paddle", pir=True)
+    return out
+
+
+def test_one_policy_three_graphs(graphs):
+    if not PADDLE3:
+        pytest.skip("PIR is Paddle 3's: on Paddle 2.6 this compares MXNet and the legacy IR "
+                    "only (tests/consistency does that too)")
+    checked = 0
+    for model, shared in SHARED.items():
+        for policy, mx in graphs["mxnet"][model].items():
+            legacy, pir = graphs["legacy"][model][policy], graphs["pir"][model][policy]
+            where = f"{model} under {policy}"
+            assert pir == legacy, where  # one Paddle model, two IRs: every column
+            assert shared <= set(mx) & set(pir), where
+            both = set(mx) & set(pir)
+            assert {op: mx[op] for op in both} == {op: pir[op] for op in both}, where
+            checked += len(both)
+    assert checked >= 3 * sum(map(len, SHARED.values()))
+
+
+def test_mxnet_and_the_legacy_ir_agree(graphs):
+    for model, shared in SHARED.items():
+        for policy, mx in graphs["mxnet"][model].items():
+            legacy = graphs["legacy"][model][policy]
+            both = set(mx) & set(legacy)
+            assert shared <= both, (model, policy)
+            assert {op: mx[op] for op in both} == {op: legacy[op] for op in both}, \
+                (model, policy)
