@@ -34,7 +34,8 @@ from mxnet import autograd
 from mxnet.gluon import HybridBlock
 
 from amp_adapters import Policy
-from amp_adapters.doctor import DoctorReport, Recommendation, Recorder, recommend
+from amp_adapters.doctor import Recorder
+from amp_adapters.doctor.session import Session
 from amp_adapters.dtypes import FLOAT_DTYPES
 from amp_adapters.policy import PolicyLike, resolve_policy
 
@@ -47,8 +48,11 @@ from .report import block_context
 _CASTS = ("amp_cast", "amp_multicast")
 
 
-class Doctor:
+class Doctor(Session):
     """The doctor of one model: collects batches while its ``with`` block runs."""
+
+    no_step = ("run net(x) and loss_fn(out, y) inside the with block (or call "
+               "examine(data, labels))")
 
     def __init__(self, net: HybridBlock, loss_fn: HybridBlock, trainer: Any = None, *,
                  policy: Optional[PolicyLike] = None, max_steps: int = 8) -> None:
@@ -176,19 +180,6 @@ class Doctor:
             patching._trace.casts = saved
             self._busy = False
         return loss, names
-
-    # -- results -------------------------------------------------------------------------------
-
-    def report(self) -> DoctorReport:
-        """What the doctor saw so far (``print`` it for the table)."""
-        if not self.steps:
-            raise RuntimeError("mxnet_amp.doctor saw no step: run net(x) and loss_fn(out, y) "
-                               "inside the with block (or call examine(data, labels))")
-        return self._recorder.report()
-
-    def recommendation(self) -> Recommendation:
-        """The policy with the findings applied, as data and as TOML (``.write(path)``)."""
-        return recommend(self.report(), self.policy)
 
 
 def doctor(net: HybridBlock, loss_fn: HybridBlock, trainer: Any = None, *,

@@ -29,7 +29,8 @@ import numpy as np
 import paddle
 from paddle.base import core
 
-from amp_adapters.doctor import DoctorReport, Recommendation, Recorder, recommend
+from amp_adapters.doctor import Recorder
+from amp_adapters.doctor.session import Session
 
 from .env import program_ir
 from .report import cast_report
@@ -45,8 +46,10 @@ _FLOAT = (core.VarDesc.VarType.FP32, core.VarDesc.VarType.FP16, core.VarDesc.Var
 _LOW = (core.VarDesc.VarType.FP16, core.VarDesc.VarType.BF16)
 
 
-class Doctor:
+class Doctor(Session):
     """The doctor of one decorated program: examines the steps ``exe`` runs in its block."""
+
+    no_step = "run the decorated program with exe.run(main, feed=...) inside the with block"
 
     def __init__(self, optimizer: Any, exe: Any, scope: Any = None, max_steps: int = 8) -> None:
         program = getattr(optimizer, "_train_program", None)
@@ -158,15 +161,6 @@ class Doctor:
                       {p: ref[f"{p}@GRAD"] / scale for p in params}, bwd_ref)
         rec.end_step()
         self.steps += 1
-
-    def report(self) -> DoctorReport:
-        if not self.steps:
-            raise RuntimeError("paddle_amp.doctor saw no step: run the decorated program with "
-                               "exe.run(main, feed=...) inside the with block")
-        return self._recorder.report()
-
-    def recommendation(self) -> Recommendation:
-        return recommend(self.report(), self.policy)
 
 
 def doctor(optimizer: Any, exe: Any, scope: Any = None, max_steps: int = 8) -> Doctor:

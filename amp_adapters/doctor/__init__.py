@@ -10,6 +10,7 @@ report the same findings for the same model:
                   zero/subnormal), relative error, gradient flush at a loss scale
     report.py     OpRecord / StepRecord / DoctorReport, the findings, the terminal table
     recommend.py  the recommendation: a policy TOML that ``policy=`` accepts unchanged
+    session.py    Session: the report and the recommendation every backend's doctor gives
 """
 from .recommend import Recommendation, policy_toml, recommend
 from .report import DoctorReport, Finding, OpRecord, Recorder, StepRecord
