@@ -106,13 +106,17 @@ def categorize(policy: Policy, framework: str, op: str,
     the defaults: with ``defaults="shared"`` the canonical defaults and the
     native framework-only lists, with ``defaults="native"`` the installed
     native's default lists (and its conditional rules), exactly; an op in no
-    list gets ``policy.unlisted`` (else follow, or the native's rule). Level
+    list gets ``policy.unlisted`` (else follow, or the native's rule). A default
+    list the overrides replace (``OpLists.replace``) is skipped, and a default
+    never overrides an op the framework's overrides name: the user's list decides
+    it, as it would natively once that list replaced the default one. Level
     OD keeps ``lower`` and turns every other category into fp32.
     """
     canonical = load_table(framework).canonical(op, attrs)
-    rules = policy.framework_ops(framework).conditional_fp32
+    fw_ops = policy.framework_ops(framework)
+    rules = fw_ops.conditional_fp32
     if policy.defaults == "native" and policy.enabled and \
-            not policy.framework_ops(framework).replace:
+            not fw_ops.replaces("conditional_fp32") and op not in fw_ops.names():
         native = native_lists(framework, policy.dtype, policy.native_version)
         rules = (*rules, *native.conditional_fp32)
     return _categorize(policy, framework, op, canonical, _matched_rule(rules, op, attrs))
@@ -150,9 +154,13 @@ def _by_lists(policy: Policy, framework: str, op: str, canonical: Optional[str],
         if cat:
             return Category(op, canonical, cat, f"{canonical!r} listed in Policy.ops.{cat}")
     if policy.defaults == "native":
-        if not fw_ops.replace:
+        if fw_ops.replace is not True:
             native = native_lists(framework, policy.dtype, policy.native_version)
             cat = native.category(op)
+            where = f"in no native {framework} list"
+            if cat is not None and fw_ops.replaces(cat):  # in no list now
+                cat, where = None, (f"its native {framework} default list ({cat}) is replaced "
+                                    f"by Policy.{framework}_ops.{cat}, which omits it")
             if policy.level == "O2" and native.o2_fp32 is not None and (
                     cat is None or (cat == "fp32" and op not in native.o2_fp32)):
                 return Category(op, canonical, "follow", f"native {framework} O2: only "
@@ -161,16 +169,16 @@ def _by_lists(policy: Policy, framework: str, op: str, canonical: Optional[str],
                 return Category(op, canonical, cat, f"native {framework} {native.version} "
                                 f"{policy.dtype} default list: {cat}")
             if policy.unlisted is None:
-                return Category(op, canonical, native.unlisted, f"in no native {framework} list: "
-                                f"{native.unlisted}, as the native does")
+                return Category(op, canonical, native.unlisted,
+                                f"{where}: {native.unlisted}, as the native does")
     elif canonical is not None:
-        if not policy.ops.replace:
-            cat = canonical_defaults(policy.dtype)[canonical]
+        cat = canonical_defaults(policy.dtype)[canonical]
+        if not policy.ops.replaces(cat):
             return Category(op, canonical, cat,
                             f"canonical op {canonical!r} is {cat} by default for {policy.dtype}")
-    elif not fw_ops.replace:
+    else:
         cat = load_table(framework).native.get(policy.dtype, {}).get(op)
-        if cat:
+        if cat and not fw_ops.replaces(cat):
             return Category(op, None, cat, f"native {framework} {policy.dtype} list: {cat}")
     if policy.unlisted:
         return Category(op, canonical, policy.unlisted, f"in no list: {policy.unlisted} "

@@ -4,8 +4,8 @@ convert_bucketing_module.
 Same signatures as ``mxnet.contrib.amp``, implemented by rewriting the symbol
 graph (``graph.rewrite``: type inference, ``plan_op`` per node, ``amp_cast``
 nodes) instead of ``MXReducePrecisionSymbol``. Without ``policy=`` the lists
-are the native's defaults (preset ``mxnet-native``) and the list arguments
-EXTEND them, as in ``init``; the plan is device-aware for ``ctx`` (default: the
+are the native's defaults (preset ``mxnet-native``) and each list argument
+replaces the default list it names, as natively and as in ``init``; the plan is device-aware for ``ctx`` (default: the
 block's own context, where the native defaults to gpu(0)). Parameters stay
 float32 and are cast inside the graph once per dtype, unless
 ``cast_optional_params=True``: then a parameter that only feeds low-precision

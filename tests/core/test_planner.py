@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_adapters import OpLists, Policy, categorize, effective_lists, plan_op, widest
+from amp_adapters import AmpConfigError, OpLists, Policy, categorize, effective_lists, plan_op, widest
 from amp_adapters.oplists import load_table
 
 O1 = Policy.preset("O1")
@@ -145,6 +145,40 @@ def test_replace_drops_the_defaults():
     only = Policy(paddle_ops=OpLists(fp32={"scale"}, replace=True))
     assert categorize(only, "paddle", "fake_quantize_dequantize_abs_max").category == "follow"
     assert categorize(only, "paddle", "matmul_v2").category == "lower"  # canonical stays
+
+
+def test_replace_names_the_default_lists_it_drops_and_keeps_the_others():
+    # MXNet's target_precision_ops=["Convolution"]: the native low list is replaced, the
+    # fp32, widest-type and conditional lists stay (native mxnet.contrib.amp semantics)
+    native = Policy.preset("mxnet-native")
+    conv_only = native.replace(mxnet_ops=OpLists(lower={"Convolution"}, replace={"lower"}))
+    assert categorize(conv_only, "mxnet", "Convolution").category == "lower"
+    fc = categorize(conv_only, "mxnet", "FullyConnected")
+    assert fc.category == "follow" and "replaced" in fc.reason  # in no list now, as natively
+    for op in ("softmax", "add_n"):  # the kept default lists
+        assert categorize(conv_only, "mxnet", op) == categorize(native, "mxnet", op)
+    softrelu = {"act_type": "softrelu"}
+    assert categorize(conv_only, "mxnet", "Activation", softrelu).category == "fp32"
+    no_rules = native.replace(mxnet_ops=OpLists(replace={"conditional_fp32"}))
+    assert categorize(no_rules, "mxnet", "Activation", softrelu).category == "follow"
+    assert categorize(no_rules, "mxnet", "FullyConnected").category == "lower"
+    assert OpLists(replace=set()) == OpLists() and OpLists(replace=["fp32"]).replace == {"fp32"}
+
+
+def test_a_listed_op_wins_over_a_default_list_it_was_not_removed_from():
+    # softmax is in the native fp32 list, Activation has a native conditional rule: the
+    # user's low list decides both, with no error (natively the user's list decided them)
+    native = Policy.preset("mxnet-native")
+    for replace in (False, {"lower"}):
+        p = native.replace(mxnet_ops=OpLists(lower={"softmax", "Activation"}, replace=replace))
+        assert categorize(p, "mxnet", "softmax").category == "lower"
+        assert categorize(p, "mxnet", "Activation", {"act_type": "softrelu"}).category == "lower"
+
+
+@pytest.mark.parametrize("bad", ["lower", {"lowr"}, 3])
+def test_replace_takes_only_known_list_names(bad):
+    with pytest.raises(AmpConfigError, match="OpLists.replace must be.*lower, fp32"):
+        OpLists(replace=bad)
 
 
 def test_native_framework_only_lists_are_kept():
