@@ -209,7 +209,8 @@ def plan_op(policy: Policy, framework: str, op: str,
             lowp_kernels: Optional[AbstractSet[str]] = None,
             attrs: Optional[Mapping[str, object]] = None,
             force_fp32: Optional[str] = None,
-            input_names: Optional[Sequence[str]] = None) -> OpDecision:
+            input_names: Optional[Sequence[str]] = None,
+            free: Optional[Sequence[bool]] = None) -> OpDecision:
     """Decide how ``op`` runs given its ``input_dtypes``.
 
     ``lowp_kernels``: the framework op names that have a ``policy.dtype``
@@ -222,11 +223,15 @@ def plan_op(policy: Policy, framework: str, op: str,
     slot name of each input; slots the op table keeps in fp32 are never cast
     (``kept``) and count as None. An ``UNKNOWN`` input counts as float32 for
     the decision. An op with a float64 input is left alone: AMP does not touch
-    float64 computations.
+    float64 computations. ``free[i]``: input ``i`` has no dtype of its own yet
+    (a parameter of a graph being converted, whose dtype the framework infers
+    from the op, as MXNet's native conversion leaves it): a follow op decides
+    from its other inputs, never casts it, and it takes the op's run dtype.
     """
     kept = _kept(framework, op, input_names, len(input_dtypes))
     given = tuple(None if k else d for d, k in zip(input_dtypes, kept))
     dtypes = tuple("float32" if d == UNKNOWN else d for d in given)
+    free_ = (*(bool(f) for f in (free or ())), *(False,) * len(dtypes))[:len(dtypes)]
     cat = categorize(policy, framework, op, attrs)
     if force_fp32 and policy.enabled:
         cat = Category(op, cat.canonical, "fp32", force_fp32)
@@ -243,7 +248,8 @@ def plan_op(policy: Policy, framework: str, op: str,
         if cat.category != "lower":
             reason += f"; O2: every op not in fp32 runs in {low}"
     else:  # promote, follow: the widest input wins, whatever the order
-        target = widest(dtypes)
+        fixed = widest([d for d, f in zip(dtypes, free_) if not f])
+        target = fixed if cat.category == "follow" and fixed is not None else widest(dtypes)
         by_inputs = True
     emulated = fell_back = False
     if policy.enabled and target == low and lowp_kernels is not None and op not in lowp_kernels:
@@ -264,11 +270,12 @@ def plan_op(policy: Policy, framework: str, op: str,
     # a promote op with inputs of unknown dtype: their widest is known only at run time
     promote_unknown = by_inputs and cat.category == "promote" and any(unknown)
     multicast = (not leave and promote_unknown and sum(d in AMP_DTYPES for d in dtypes) > 1)
+    takes = tuple(f and cat.category == "follow" and by_inputs for f in free_)
     casts = tuple(
         None if (leave or r or promote_unknown or d not in AMP_DTYPES or (u and by_inputs)
-                 or (d == target and not u))
+                 or (d == target and not u) or t)
         else target
-        for d, u, r in zip(dtypes, unknown, round_inputs))
+        for d, u, r, t in zip(dtypes, unknown, round_inputs, takes))
     return OpDecision(op=op, canonical=cat.canonical, category=cat.category, input_dtypes=given,
                       run_dtype=target, casts=casts, emulated=emulated, fell_back=fell_back,
                       low_dtype=low if policy.enabled else None, reason=reason,

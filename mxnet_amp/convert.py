@@ -20,7 +20,7 @@ import mxnet as mx
 from mxnet.gluon import HybridBlock, SymbolBlock
 from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
-from ._mx import dtype_name
+from ._mx import _BF16, dtype_name
 from .config import PolicyLike, resolve_policy
 from .graph import rewrite
 from .report import block_context, block_graph
@@ -44,7 +44,7 @@ def _cast_params(params: dict, dtypes: dict[str, str]) -> dict:
         if want is None or dtype_name(array.dtype) == want:
             out[name] = array
         elif want == "bfloat16":
-            out[name] = mx.nd.amp_cast(array, dtype=want)
+            out[name] = mx.nd.amp_cast(array, dtype=_BF16)  # 1.9.1 takes no 'bfloat16' here
         else:
             out[name] = array.astype(want)
     return out
@@ -81,9 +81,10 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
     if data_names is None:
         attrs = sym.attr_dict()
         data_names = [n for n in inputs if "__dtype__" not in attrs.get(n, {})]
-    params = frozenset(inputs) - set(data_names) if cast_optional_params else frozenset()
+    params = frozenset(inputs) - set(data_names)
     return rewrite(sym, known, pol, ctx or mx.cpu(), frozenset(excluded_sym_names or ()),
-                   optional_params=params)
+                   optional_params=params if cast_optional_params else frozenset(),
+                   free_params=params)
 
 
 def convert_model(sym: mx.sym.Symbol, arg_params: dict, aux_params: dict,

@@ -66,11 +66,11 @@ def entry_dtypes(sym: mx.sym.Symbol, known: Mapping[str, str]) -> dict[str, Opti
 
 
 def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy, kernels: AbstractSet[str],
-          force_fp32: Optional[str] = None) -> OpDecision:
+          force_fp32: Optional[str] = None, free: Optional[list[bool]] = None) -> OpDecision:
     """The core's decision for node ``n`` given its input dtypes (non-floats count as None)."""
     return plan_op(policy, "mxnet", n.op, [d if d in FLOATS else None for d in dtypes],
                    lowp_kernels=kernels, attrs=n.attrs, force_fp32=force_fp32,
-                   input_names=input_names(n.op))
+                   input_names=input_names(n.op), free=free)
 
 
 def plan_graph(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
@@ -95,13 +95,18 @@ def plan_graph(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
 def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: mx.Context,
             excluded: frozenset[str] = frozenset(),
             kernels: Optional[AbstractSet[str]] = None,
-            optional_params: AbstractSet[str] = frozenset()) -> mx.sym.Symbol:
+            optional_params: AbstractSet[str] = frozenset(),
+            free_params: AbstractSet[str] = frozenset()) -> mx.sym.Symbol:
     """A copy of ``sym`` (without AMP casts) with the casts the plan asks for inserted.
 
     ``kernels``: the ops with a ``policy.dtype`` kernel; by default probed on ``ctx``.
     ``optional_params`` (the native ``cast_optional_params``): of these parameter
     variables, the ones every consumer reads cast to one low dtype are declared in
     that dtype instead (``__dtype__``; the casts go), so they can be stored so.
+    ``free_params``: the parameter variables whose dtype MXNet infers from the ops
+    reading them, as in the native conversion: one a follow op reads uncast takes
+    that op's dtype, and is declared in it when that is a low dtype (FullyConnected
+    after an fp16 op, in no list: its weight is float16, as natively).
 
     A value is cast at most once per dtype (a weight shared by several ops gets
     one cast), and a cast back to a value's source dtype reuses the source
@@ -110,18 +115,27 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy, ctx: m
     """
     sym = mx.sym.load_json(sym.tojson())  # drops amp_cast nodes a traced graph may have
     kernels = KernelSet(ctx, policy.dtype) if kernels is None else kernels
-    out, uses = _rewrite(sym, known, policy, ctx, excluded, kernels, {})
+    out, uses, took = _rewrite(sym, known, policy, ctx, excluded, kernels, {}, free_params)
     declared = {p: next(iter(u)) for p, u in uses.items()
-                if p in optional_params and len(u) == 1 and next(iter(u)) in LOW_DTYPES}
+                if (p in optional_params or p in took) and len(u) == 1
+                and next(iter(u)) in LOW_DTYPES}
     if declared:  # again, with those parameters already in their low dtype
-        out, _ = _rewrite(sym, {**known, **declared}, policy, ctx, excluded, kernels, declared)
+        out, _, _ = _rewrite(sym, {**known, **declared}, policy, ctx, excluded, kernels,
+                             declared, free_params)
+    internals = out.get_internals()
+    outputs = set(internals.list_outputs())
+    # the other parameters declared in their dtype too, as natively: a Module binds the graph
+    for p in sorted(free_params - set(declared)):
+        if p in outputs and known.get(p) in ("float16", "float32", "float64"):
+            internals[p]._set_attr(__dtype__=mx.sym.var(p, dtype=known[p]).attr("__dtype__"))
     return out
 
 
-def _rewrite(sym, known, policy, ctx, excluded, kernels, declared):
+def _rewrite(sym, known, policy, ctx, excluded, kernels, declared, free_params):
     """``rewrite`` proper; also returns {parameter: the dtypes its consumers read it in}
-    ("raw" when one reads it uncast)."""
+    ("raw" when one reads it uncast) and the free parameters a follow op took."""
     uses: dict[str, set] = {}
+    took: set[str] = set()
     value: dict[str, mx.sym.Symbol] = {}
     dtype: dict[str, Optional[str]] = dict(known)
     source: dict[str, str] = {}  # entry made by a cast -> the entry it was cast from
@@ -144,11 +158,19 @@ def _rewrite(sym, known, policy, ctx, excluded, kernels, declared):
                 value[n.name] = n.symbol
                 if n.name in declared:
                     attrs = {k: v for k, v in n.attrs.items() if k != "__dtype__"}
-                    value[n.name] = mx.sym.var(n.name, attr=attrs, dtype=declared[n.name])
+                    want = declared[n.name]
+                    value[n.name] = mx.sym.var(n.name, attr=attrs,
+                                               dtype=_BF16 if want == "bfloat16" else want)
                 continue
             ins = list(n.inputs)
+            free = [e in free_params for e in ins]
             d = _plan(n, [dtype.get(e) for e in ins], policy, kernels,
-                      force_fp32="excluded by the caller" if n.name in excluded else None)
+                      force_fp32="excluded by the caller" if n.name in excluded else None,
+                      free=free)
+            takes = [f and d.category == "follow" and c is None and not r and not k
+                     for f, c, r, k in zip(free, d.casts, d.round_inputs,
+                                           d.kept or (False,) * len(ins))]
+            took.update(e for e, t in zip(ins, takes) if t)
             if d.emulated or d.fell_back:
                 log_fallback(n.op, ctx, d)
             for i, (target, rnd) in enumerate(zip(d.casts, d.round_inputs)):
@@ -156,11 +178,13 @@ def _rewrite(sym, known, policy, ctx, excluded, kernels, declared):
                     ins[i] = cast_entry(cast_entry(ins[i], d.low_dtype), "float32")
                 elif target is not None:
                     ins[i] = cast_entry(ins[i], target)
-            for orig, now in zip(n.inputs, ins):
-                uses.setdefault(orig, set()).add(
-                    "raw" if now == orig or d.emulated else dtype.get(now))
+            for orig, now, t in zip(n.inputs, ins, takes):
+                uses.setdefault(orig, set()).add(d.run_dtype if t else
+                                                 "raw" if now == orig or d.emulated
+                                                 else dtype.get(now))
             outs = n.symbol._gen_atomic_symbol()(*[value[e] for e in ins], name=n.name)
-            inferred = _output_dtypes(n, [dtype.get(e) for e in ins])
+            inferred = _output_dtypes(n, [None if t else dtype.get(e)
+                                          for e, t in zip(ins, takes)])
             for k, o in enumerate(n.outputs):
                 value[o] = outs[k] if len(n.outputs) > 1 else outs
                 dtype[o] = inferred[k]
@@ -169,12 +193,18 @@ def _rewrite(sym, known, policy, ctx, excluded, kernels, declared):
                     value[o], dtype[o] = value[o_round], "float32"
     heads = sym.list_outputs()
     out = value[heads[0]] if len(heads) == 1 else mx.sym.Group([value[h] for h in heads])
-    return out, uses
+    return out, uses, took
 
 
 def _output_dtypes(n: Node, in_dtypes: list[Optional[str]]) -> list[Optional[str]]:
-    """Output dtypes of one node given its input dtypes (type inference on the node alone)."""
+    """Output dtypes of one node given its input dtypes (type inference on the node alone).
+
+    MXNet 1.9.1's Python ``infer_type`` takes no bfloat16 (it answers None for every
+    output), so float16, a low dtype with the same rules, stands in for it."""
     names = [f"__amp_in{i}" for i in range(len(in_dtypes))]
     mini = n.symbol._gen_atomic_symbol()(*[mx.sym.var(v) for v in names])
-    _, types, _ = mini.infer_type_partial(**{v: d for v, d in zip(names, in_dtypes) if d})
-    return [dtype_name(t) if t is not None else None for t in types]
+    bf16 = "bfloat16" in in_dtypes and "float16" not in in_dtypes
+    _, types, _ = mini.infer_type_partial(**{v: "float16" if bf16 and d == "bfloat16" else d
+                                             for v, d in zip(names, in_dtypes) if d})
+    out = [dtype_name(t) if t is not None else None for t in types]
+    return ["bfloat16" if bf16 and t == "float16" else t for t in out]

@@ -181,6 +181,26 @@ def test_replace_takes_only_known_list_names(bad):
         OpLists(replace=bad)
 
 
+def test_a_free_input_takes_a_follow_ops_dtype_and_is_never_cast():
+    # a converted graph's parameter (dtype inferred by the framework, as MXNet's native
+    # conversion leaves it): FullyConnected in no list follows its float16 data input
+    native = Policy.preset("mxnet-native")
+    p = native.replace(mxnet_ops=OpLists(lower={"Convolution"}, replace={"lower"}))
+    d = plan_op(p, "mxnet", "FullyConnected", (F16, F32, F32), free=(False, True, True))
+    assert (d.category, d.run_dtype, d.casts) == ("follow", F16, (None, None, None))
+    fixed = plan_op(p, "mxnet", "FullyConnected", (F16, F32, F32))
+    assert (fixed.run_dtype, fixed.casts) == (F32, (F32, None, None))  # fixed fp32 weight
+    # no low kernel here: float32, and still no cast of the free weight
+    d = plan_op(p, "mxnet", "FullyConnected", (F16, F32, F32), free=(False, True, True),
+                lowp_kernels=frozenset())
+    assert (d.run_dtype, d.fell_back, d.casts) == (F32, True, (F32, None, None))
+    # other categories cast every input as before
+    d = plan_op(native, "mxnet", "FullyConnected", (F32, F32, F32), free=(False, True, True))
+    assert d.casts == (F16, F16, F16)
+    d = plan_op(native, "mxnet", "broadcast_add", (F16, F32), free=(False, True))
+    assert (d.run_dtype, d.casts) == (F32, (F32, None))
+
+
 def test_native_framework_only_lists_are_kept():
     assert categorize(O1, "mxnet", "linalg_gemm2").category == "fp32"
     assert categorize(O1, "paddle", "lookup_table").category == "follow"  # canonical embedding
