@@ -55,7 +55,7 @@ def describe_policy(policy: Any) -> Optional[dict[str, Any]]:
     def lists(o: Any) -> dict[str, Any]:
         d: dict[str, Any] = {c: sorted(getattr(o, c)) for c in CATEGORIES}
         d["conditional_fp32"] = [[op, attr, list(v)] for op, attr, v in o.conditional_fp32]
-        d["replace"] = o.replace
+        d["replace"] = o.replace if isinstance(o.replace, bool) else sorted(o.replace)
         return d
 
     return {"dtype": policy.dtype, "level": policy.level, "emulate": policy.emulate,

@@ -69,13 +69,14 @@ class FlagError(AmpConfigError, TypeError):
     """A flag argument that is not a bool (a ``TypeError``, and a config error)."""
 
 
-def check_flag(name: str, value: object) -> bool:
+def check_flag(name: str, value: object, also: str = "") -> bool:
     """``value`` if it is a bool, else ``FlagError`` (a ``TypeError``) naming the argument: a
     flag is True or False, never a truthy string (``emulate="false"`` would turn emulation
-    on) or a number."""
+    on) or a number. ``also``: what else the caller accepts (checked by the caller), named
+    in the message."""
     if not isinstance(value, bool):
-        raise FlagError(f"{name} must be true or false (a bool), got {type(value).__name__} "
-                        f"{value!r}")
+        raise FlagError(f"{name} must be true or false (a bool){', ' + also if also else ''}, "
+                        f"got {type(value).__name__} {value!r}")
     return value
 
 

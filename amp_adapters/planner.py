@@ -121,13 +121,17 @@ def categorize(policy: Policy, framework: str, op: str,
     the defaults: with ``defaults="shared"`` the canonical defaults and the
     native framework-only lists, with ``defaults="native"`` the installed
     native's default lists (and its conditional rules), exactly; an op in no
-    list gets ``policy.unlisted`` (else follow, or the native's rule). Level
+    list gets ``policy.unlisted`` (else follow, or the native's rule). A default
+    list the overrides replace (``OpLists.replace``) is skipped, and a default
+    never overrides an op the framework's overrides name: the user's list decides
+    it, as it would natively once that list replaced the default one. Level
     OD keeps ``lower`` and turns every other category into fp32.
     """
     canonical = load_table(framework).canonical(op, attrs)
-    rules = policy.framework_ops(framework).conditional_fp32
+    fw_ops = policy.framework_ops(framework)
+    rules = fw_ops.conditional_fp32
     if policy.defaults == "native" and policy.enabled and \
-            not policy.framework_ops(framework).replace:
+            not fw_ops.replaces("conditional_fp32") and op not in fw_ops.names():
         native = native_lists(framework, policy.dtype, policy.native_version)
         rules = (*rules, *native.conditional_fp32)
     return _categorize(policy, framework, op, canonical, _matched_rule(rules, op, attrs))
@@ -165,9 +169,13 @@ def _by_lists(policy: Policy, framework: str, op: str, canonical: Optional[str],
         if cat:
             return Category(op, canonical, cat, f"{canonical!r} listed in Policy.ops.{cat}")
     if policy.defaults == "native":
-        if not fw_ops.replace:
+        if fw_ops.replace is not True:
             native = native_lists(framework, policy.dtype, policy.native_version)
             cat = native.category(op)
+            where = f"in no native {framework} list"
+            if cat is not None and fw_ops.replaces(cat):  # in no list now
+                cat, where = None, (f"its native {framework} default list ({cat}) is replaced "
+                                    f"by Policy.{framework}_ops.{cat}, which omits it")
             if policy.level == "O2" and native.o2_fp32 is not None and (
                     cat is None or (cat == "fp32" and op not in native.o2_fp32)):
                 return Category(op, canonical, "follow", f"native {framework} O2: only "
@@ -176,16 +184,16 @@ def _by_lists(policy: Policy, framework: str, op: str, canonical: Optional[str],
                 return Category(op, canonical, cat, f"native {framework} {native.version} "
                                 f"{policy.dtype} default list: {cat}")
             if policy.unlisted is None:
-                return Category(op, canonical, native.unlisted, f"in no native {framework} list: "
-                                f"{native.unlisted}, as the native does")
+                return Category(op, canonical, native.unlisted,
+                                f"{where}: {native.unlisted}, as the native does")
     elif canonical is not None:
-        if not policy.ops.replace:
-            cat = canonical_defaults(policy.dtype)[canonical]
+        cat = canonical_defaults(policy.dtype)[canonical]
+        if not policy.ops.replaces(cat):
             return Category(op, canonical, cat,
                             f"canonical op {canonical!r} is {cat} by default for {policy.dtype}")
-    elif not fw_ops.replace:
+    else:
         cat = load_table(framework).native.get(policy.dtype, {}).get(op)
-        if cat:
+        if cat and not fw_ops.replaces(cat):
             return Category(op, None, cat, f"native {framework} {policy.dtype} list: {cat}")
     if policy.unlisted:
         return Category(op, canonical, policy.unlisted, f"in no list: {policy.unlisted} "
@@ -217,7 +225,8 @@ def plan_op(policy: Policy, framework: str, op: str,
             attrs: Optional[Mapping[str, object]] = None,
             force_fp32: Optional[str] = None,
             input_names: Optional[Sequence[str]] = None,
-            param_inputs: Optional[Sequence[bool]] = None) -> OpDecision:
+            param_inputs: Optional[Sequence[bool]] = None,
+            free: Optional[Sequence[bool]] = None) -> OpDecision:
     """Decide how ``op`` runs given its ``input_dtypes``.
 
     ``lowp_kernels``: the framework op names that have a ``policy.dtype``
@@ -231,21 +240,26 @@ def plan_op(policy: Policy, framework: str, op: str,
     keeps in fp32 are never cast (``kept``) and count as None.
     ``param_inputs``: which inputs are parameters (weights, biases: stored values
     read once per step), for the promote rule of ``_target``; None (the default)
-    treats every input as an activation. An ``UNKNOWN`` input counts as float32
+    treats every input as an activation. ``free``: which inputs have no dtype
+    of their own yet (a parameter of a graph being converted, whose dtype the
+    framework infers from the op reading it, as MXNet's native conversion
+    leaves it), for ``_free_inputs``. An ``UNKNOWN`` input counts as float32
     for the decision. An op with a float64 input is left alone: AMP does not
     touch float64 computations.
 
-    Four steps, each with one rule: ``_category`` (the lists), ``_target`` (the
-    dtype the category and the inputs ask for), ``_on_device`` (the kernels
-    here), ``_input_actions`` (what to do to each input to get there).
+    Five steps, each with one rule: ``_category`` (the lists), ``_free_inputs``
+    (what a free input counts as), ``_target`` (the dtype the category and the
+    inputs ask for), ``_on_device`` (the kernels here), ``_input_actions`` (what
+    to do to each input to get there).
     """
     kept = _kept(framework, op, input_names, len(input_dtypes))
     given = tuple(None if k else d for d, k in zip(input_dtypes, kept))
     params = tuple(param_inputs or ()) + (False,) * (len(given) - len(param_inputs or ()))
     cat = _category(policy, framework, op, attrs, force_fp32)
-    target = _target(policy, cat, given, params[:len(given)])
+    typed = _free_inputs(cat, given, tuple(free or ()))
+    target = _target(policy, cat, typed, params[:len(given)])
     run = _on_device(policy, op, target, lowp_kernels)
-    round_inputs, multicast, casts = _input_actions(policy, cat, given, target, run)
+    round_inputs, multicast, casts = _input_actions(policy, cat, typed, target, run)
     return OpDecision(op=op, canonical=cat.canonical, category=cat.category, input_dtypes=given,
                       run_dtype=run.dtype, casts=casts, emulated=run.emulated,
                       fell_back=run.fell_back, low_dtype=policy.dtype if policy.enabled else None,
@@ -282,6 +296,20 @@ def _category(policy: Policy, framework: str, op: str, attrs: Optional[Mapping[s
     if force_fp32 and policy.enabled:
         return Category(op, cat.canonical, "fp32", force_fp32)
     return cat
+
+
+def _free_inputs(cat: Category, given: tuple[Optional[str], ...],
+                 free: tuple[bool, ...]) -> tuple[Optional[str], ...]:
+    """Rule: a follow op decides from the inputs that have a dtype of their own; a free
+    input (none yet: the framework infers it from the op reading it, as MXNet's type
+    inference does for a converted graph's parameters) then counts as None, so it is
+    never cast and takes the op's run dtype. Other categories, and a follow op whose
+    every typed input is free, see the inputs as given."""
+    free = tuple(free[:len(given)]) + (False,) * (len(given) - len(free))
+    if cat.category != "follow" or not any(free) or all(
+            d is None for d, f in zip(given, free) if not f):
+        return given
+    return tuple(None if f else d for d, f in zip(given, free))
 
 
 def _target(policy: Policy, cat: Category, given: tuple[Optional[str], ...],

@@ -41,7 +41,11 @@ class OpLists:
     are dropped: for ``Policy.ops``, canonical ops not listed follow their
     inputs (framework-only names keep their native lists); for a framework's
     lists, its framework-only names not listed follow their inputs (names with
-    a canonical op keep the canonical decision).
+    a canonical op keep the canonical decision). ``replace`` may also name the
+    default lists dropped (``{"lower"}``, ``{"fp32", "conditional_fp32"}``...),
+    the others kept: MXNet's ``target_precision_ops=[...]`` replaces its default
+    low list and only that one. Either way an op these lists name takes their
+    category: a default list never overrides a listed op.
     """
 
     lower: frozenset[str] = frozenset()
@@ -49,10 +53,20 @@ class OpLists:
     promote: frozenset[str] = frozenset()
     follow: frozenset[str] = frozenset()
     conditional_fp32: tuple[ConditionalRule, ...] = ()
-    replace: bool = False
+    replace: Union[bool, frozenset[str]] = False
 
     def __post_init__(self) -> None:
-        check_flag("OpLists.replace", self.replace)
+        if isinstance(self.replace, (list, tuple, set, frozenset)):  # the lists it names
+            lists = (*CATEGORIES, "conditional_fp32")
+            if not set(self.replace) <= set(lists):
+                raise AmpConfigError(f"OpLists.replace must be true or false, or the set of "
+                                     f"default lists it replaces (of {', '.join(lists)}), "
+                                     f"got {self.replace!r}")
+            object.__setattr__(self, "replace", frozenset(self.replace) or False)  # {}: none
+        else:
+            check_flag("OpLists.replace", self.replace,
+                       also=f"or the set of default lists it replaces (of "
+                            f"{', '.join((*CATEGORIES, 'conditional_fp32'))})")
         for cat in CATEGORIES:
             object.__setattr__(self, cat, frozenset(check_names(getattr(self, cat), "OpLists",
                                                                 cat)))
@@ -72,6 +86,12 @@ class OpLists:
             if op in seen:  # an op in a list and in conditional_fp32: two answers
                 raise ConflictingOpError(op, [*seen[op], "conditional_fp32"])
         object.__setattr__(self, "conditional_fp32", tuple(rules))
+
+    def replaces(self, default_list: str) -> bool:
+        """True if the defaults of ``default_list`` (a category or ``conditional_fp32``) are
+        dropped (``replace``)."""
+        return self.replace is True or (not isinstance(self.replace, bool)
+                                        and default_list in self.replace)
 
     def category(self, name: str) -> Optional[str]:
         """The category this override puts ``name`` in, or None."""

@@ -14,8 +14,8 @@
     amp.cast_report(net); amp.convert_hybrid_block(net); amp.reset()
 
 Without ``policy=`` the native default lists (preset ``mxnet-native``).
-Differences from the native that matter: the op lists extend the defaults and
-are checked before anything is patched; under a shared policy
+Differences from the native that matter: the op lists (each replacing the
+default list it names, as natively) are checked before anything is patched; under a shared policy
 ``mx.np``/``mx.npx`` are patched too;
 ops without a low-precision kernel on the device stay float32 (or are
 emulated) instead of crashing; ``reset()`` undoes ``init``; overflow is

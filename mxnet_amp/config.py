@@ -12,6 +12,11 @@ from amp_adapters.policy import resolve_policy
 from ._mx import registry
 
 
+# each native list argument -> the default list it replaces (OpLists.replace)
+_LISTS = {"target_precision_ops": "lower", "fp32_ops": "fp32",
+          "conditional_fp32_ops": "conditional_fp32"}
+
+
 def init_policy(target_dtype: object = "float16",
                    target_precision_ops: Optional[Sequence[str]] = None,
                    conditional_fp32_ops: Optional[Sequence[tuple]] = None,
@@ -21,8 +26,11 @@ def init_policy(target_dtype: object = "float16",
 
     Without ``policy`` the defaults are the installed native's lists (preset
     ``mxnet-native``). The native list arguments map onto ``Policy.mxnet_ops``
-    and EXTEND the defaults (a listed op moves to that category; the native
-    replaced the whole list); an op in two of them, ``conditional_fp32_ops``
+    and, as natively, each REPLACES the default list it names (only that one:
+    ``target_precision_ops=["Convolution"]`` leaves FullyConnected in no list, so
+    it follows its inputs; the fp32 and conditional defaults stay). An op the
+    user lists takes the user's category even where a default list the user did
+    not pass names it; an op in two of the user's lists, ``conditional_fp32_ops``
     included, is an error. An explicit ``policy`` (a ``Policy``, a preset name such as
     ``"O1"``, or a TOML file path) wins over ``target_dtype``; combining it
     with list arguments is an error, since one of them would be ignored.
@@ -43,7 +51,9 @@ def init_policy(target_dtype: object = "float16",
                 raise AmpConfigError(f"{name} must be a list of op names, not the string "
                                      f"{value!r} (write [{value!r}])")
         ops = OpLists(lower=target_precision_ops or (), fp32=fp32_ops or (),
-                      conditional_fp32=tuple(conditional_fp32_ops or ()))
+                      conditional_fp32=tuple(conditional_fp32_ops or ()),
+                      replace=frozenset(_LISTS[name] for name, value in given.items()
+                                        if value is not None))
         resolved = Policy.preset("mxnet-native", dtype=dtype, mxnet_ops=ops)
     resolved = resolved.with_emulation(emulate)
     resolved.validate_for("mxnet", registry())

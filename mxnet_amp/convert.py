@@ -4,8 +4,9 @@ convert_bucketing_module.
 Same signatures as ``mxnet.contrib.amp``, implemented by rewriting the symbol
 graph (``graph.rewrite``: type inference, ``plan_op`` per node, ``amp_cast``
 nodes) instead of ``MXReducePrecisionSymbol``. Without ``policy=`` the lists
-are the native's defaults (preset ``mxnet-native``) and the list arguments
-EXTEND them, as in ``init``. ``convert_symbol``/``convert_model`` are graph
+are the native's defaults (preset ``mxnet-native``) and each list argument
+replaces the default list it names, as natively and as in ``init``.
+``convert_symbol``/``convert_model`` are graph
 transforms with no device, as natively: they give the graph the lists ask for,
 whatever this machine runs (converting on a CPU for a GPU server is a real
 workflow). Where a device is known (``convert_hybrid_block``'s ``ctx``, default:
@@ -124,7 +125,7 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
     params = frozenset(inputs) - set(data_names)
     out = rewrite(sym, known, pol, ctx, frozenset(excluded_sym_names or ()),
                   optional_params=params if cast_optional_params else frozenset(),
-                  keep_casts=True, params=params)
+                  keep_casts=True, params=params, free_params=params)
     # the parameters declare their dtype, as natively: a Module binding the converted
     # graph with data shapes alone then infers every parameter's dtype
     now = _declared_dtypes(out)

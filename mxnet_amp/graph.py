@@ -67,13 +67,16 @@ def entry_dtypes(sym: mx.sym.Symbol, known: Mapping[str, str]) -> dict[str, Opti
 
 def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy,
           kernels: Optional[AbstractSet[str]],
-          force_fp32: Optional[str] = None, params: AbstractSet[str] = frozenset()) -> OpDecision:
+          force_fp32: Optional[str] = None, params: AbstractSet[str] = frozenset(),
+          free: Optional[list[bool]] = None) -> OpDecision:
     """The core's decision for node ``n`` given its input dtypes (non-floats count as None);
-    ``params``: the graph inputs that are parameters (the planner's promote rule reads it)."""
+    ``params``: the graph inputs that are parameters (the planner's promote rule reads it);
+    ``free``: which inputs have no dtype of their own yet (the planner's free rule)."""
     return plan_op(policy, "mxnet", n.op, [d if d in FLOATS else None for d in dtypes],
                    lowp_kernels=kernels, attrs=n.attrs, force_fp32=force_fp32,
                    input_names=input_names(n.op),
-                   param_inputs=[e in params for e in n.inputs] if params else None)
+                   param_inputs=[e in params for e in n.inputs] if params else None,
+                   free=free)
 
 
 def _kernels(ctx: Optional[mx.Context], policy: Policy) -> Optional[AbstractSet[str]]:
@@ -107,7 +110,8 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
             kernels: Optional[AbstractSet[str]] = None,
             optional_params: AbstractSet[str] = frozenset(),
             keep_casts: bool = False,
-            params: AbstractSet[str] = frozenset()) -> mx.sym.Symbol:
+            params: AbstractSet[str] = frozenset(),
+            free_params: AbstractSet[str] = frozenset()) -> mx.sym.Symbol:
     """A copy of ``sym`` with the casts the plan asks for inserted.
 
     ``keep_casts``: the ``amp_cast``/``amp_multicast`` nodes already in ``sym`` are the
@@ -121,6 +125,10 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     ``optional_params`` (the native ``cast_optional_params``): of these parameter
     variables, the ones every consumer reads cast to one low dtype are declared in
     that dtype instead (``__dtype__``; the casts go), so they can be stored so.
+    ``free_params``: the parameter variables whose dtype MXNet infers from the ops
+    reading them, as in the native conversion: one a follow op reads uncast takes
+    that op's dtype, and is declared in it when that is a low dtype (FullyConnected
+    after an fp16 op, in no list: its weight is float16, as natively).
 
     A value is cast at most once per dtype (a weight shared by several ops gets
     one cast), and a cast back to a value's source dtype reuses the source
@@ -130,19 +138,22 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     if not keep_casts:
         sym = mx.sym.load_json(sym.tojson())  # drops amp_cast nodes a traced graph may have
     kernels = _kernels(ctx, policy) if kernels is None else kernels
-    out, uses = _rewrite(sym, known, policy, ctx, excluded, kernels, {}, params)
+    out, uses, took = _rewrite(sym, known, policy, ctx, excluded, kernels, {}, params,
+                               free_params)
     declared = {p: next(iter(u)) for p, u in uses.items()
-                if p in optional_params and len(u) == 1 and next(iter(u)) in LOW_DTYPES}
+                if (p in optional_params or p in took) and len(u) == 1
+                and next(iter(u)) in LOW_DTYPES}
     if declared:  # again, with those parameters already in their low dtype
-        out, _ = _rewrite(sym, {**known, **declared}, policy, ctx, excluded, kernels, declared,
-                          params)
+        out, _, _ = _rewrite(sym, {**known, **declared}, policy, ctx, excluded, kernels,
+                             declared, params, free_params)
     return out
 
 
-def _rewrite(sym, known, policy, ctx, excluded, kernels, low_params, params):
+def _rewrite(sym, known, policy, ctx, excluded, kernels, low_params, params, free_params):
     """``rewrite`` proper; also returns {parameter: the dtypes its consumers read it in}
-    ("raw" when one reads it uncast)."""
+    ("raw" when one reads it uncast) and the free parameters a follow op took."""
     uses: dict[str, set] = {}
+    took: set[str] = set()
     value: dict[str, mx.sym.Symbol] = {}
     dtype: dict[str, Optional[str]] = dict(known)
     source: dict[str, str] = {}  # entry made by a cast -> the entry it was cast from
@@ -169,9 +180,14 @@ def _rewrite(sym, known, policy, ctx, excluded, kernels, low_params, params):
                                                dtype=mx_dtype(low_params[n.name]))
                 continue
             ins = list(n.inputs)
+            free = [e in free_params for e in ins]
             d = _plan(n, [dtype.get(e) for e in ins], policy, kernels,
                       force_fp32="excluded by the caller" if n.name in excluded else None,
-                      params=params)
+                      params=params, free=free)
+            takes = [f and d.category == "follow" and c is None and not r and not k
+                     for f, c, r, k in zip(free, d.casts, d.round_inputs,
+                                           d.kept or (False,) * len(ins))]
+            took.update(e for e, t in zip(ins, takes) if t)
             if (d.emulated or d.fell_back) and ctx is not None:
                 log_fallback(n.op, ctx, d)
             for i, (target, rnd) in enumerate(zip(d.casts, d.round_inputs)):
@@ -179,10 +195,12 @@ def _rewrite(sym, known, policy, ctx, excluded, kernels, low_params, params):
                     ins[i] = cast_entry(cast_entry(ins[i], d.low_dtype), "float32")
                 elif target is not None:
                     ins[i] = cast_entry(ins[i], target)
-            for orig, now in zip(n.inputs, ins):
-                uses.setdefault(orig, set()).add(_read_as(n, orig, now, d, dtype, known))
+            for orig, now, t in zip(n.inputs, ins, takes):
+                uses.setdefault(orig, set()).add(
+                    d.run_dtype if t else _read_as(n, orig, now, d, dtype, known))
             outs = n.symbol._gen_atomic_symbol()(*[value[e] for e in ins], name=n.name)
-            inferred = _output_dtypes(n, [dtype.get(e) for e in ins])
+            inferred = _output_dtypes(n, [None if t else dtype.get(e)
+                                          for e, t in zip(ins, takes)])
             for k, o in enumerate(n.outputs):
                 value[o] = outs[k] if len(n.outputs) > 1 else outs
                 dtype[o] = inferred[k]
@@ -191,7 +209,7 @@ def _rewrite(sym, known, policy, ctx, excluded, kernels, low_params, params):
                     value[o], dtype[o] = value[o_round], "float32"
     heads = sym.list_outputs()
     out = value[heads[0]] if len(heads) == 1 else mx.sym.Group([value[h] for h in heads])
-    return out, uses
+    return out, uses, took
 
 
 def _read_as(n: Node, orig: str, now: str, d: OpDecision,

@@ -57,10 +57,11 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
          policy: Any = None, emulate: bool = False) -> Policy:
     """Turn AMP on: patch the ops of ``mx.nd``, ``mx.sym``, ``mx.np`` and ``mx.npx``.
 
-    Same arguments as ``mxnet.contrib.amp.init``, but the lists EXTEND the
-    defaults (a listed op moves to that category: ``target_precision_ops`` ->
-    lower, ``fp32_ops`` -> fp32, ``conditional_fp32_ops`` -> (op, attr, values)
-    rules), unknown names and names in two lists raise before anything is
+    Same arguments as ``mxnet.contrib.amp.init``; as natively each list given
+    replaces the default list it names (``target_precision_ops`` -> lower,
+    ``fp32_ops`` -> fp32, ``conditional_fp32_ops`` -> (op, attr, values) rules),
+    the others keep their defaults, and an op listed wins over a default list not
+    passed. Unknown names and names in two lists raise before anything is
     patched, and ``policy=`` (a Policy, preset name or TOML path) wins over
     ``target_dtype``. ``emulate=True`` rounds through float16 where the device
     has no float16 kernel. Call before the model is hybridized/traced.

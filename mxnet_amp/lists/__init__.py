@@ -49,7 +49,9 @@ def list_widest_type_cast(target_dtype: Any = "float16") -> list[str]:
 def list_conditional_fp32_ops(target_dtype: Any = "float16") -> list[tuple[str, str, list[str]]]:
     """(op, attribute, values) for which the op runs in float32, as the native lists them."""
     policy = _policy(target_dtype)
-    if policy.defaults == "native":
+    if policy.mxnet_ops.replaces("conditional_fp32"):  # init(conditional_fp32_ops=[...])
+        rules = []
+    elif policy.defaults == "native":
         rules = [(op, attr, list(values)) for op, attr, values in
                  native_lists("mxnet", policy.dtype).conditional_fp32]
     else:

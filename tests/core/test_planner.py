@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_adapters import OpLists, Policy, categorize, effective_lists, plan_op, widest
+from amp_adapters import AmpConfigError, OpLists, Policy, categorize, effective_lists, plan_op, widest
 from amp_adapters.oplists import load_table
 
 O1 = Policy.preset("O1")
@@ -147,6 +147,60 @@ def test_replace_drops_the_defaults():
     assert categorize(only, "paddle", "matmul_v2").category == "lower"  # canonical stays
 
 
+def test_replace_names_the_default_lists_it_drops_and_keeps_the_others():
+    # MXNet's target_precision_ops=["Convolution"]: the native low list is replaced, the
+    # fp32, widest-type and conditional lists stay (native mxnet.contrib.amp semantics)
+    native = Policy.preset("mxnet-native")
+    conv_only = native.replace(mxnet_ops=OpLists(lower={"Convolution"}, replace={"lower"}))
+    assert categorize(conv_only, "mxnet", "Convolution").category == "lower"
+    fc = categorize(conv_only, "mxnet", "FullyConnected")
+    assert fc.category == "follow" and "replaced" in fc.reason  # in no list now, as natively
+    for op in ("softmax", "add_n"):  # the kept default lists
+        assert categorize(conv_only, "mxnet", op) == categorize(native, "mxnet", op)
+    softrelu = {"act_type": "softrelu"}
+    assert categorize(conv_only, "mxnet", "Activation", softrelu).category == "fp32"
+    no_rules = native.replace(mxnet_ops=OpLists(replace={"conditional_fp32"}))
+    assert categorize(no_rules, "mxnet", "Activation", softrelu).category == "follow"
+    assert categorize(no_rules, "mxnet", "FullyConnected").category == "lower"
+    assert OpLists(replace=set()) == OpLists() and OpLists(replace=["fp32"]).replace == {"fp32"}
+
+
+def test_a_listed_op_wins_over_a_default_list_it_was_not_removed_from():
+    # softmax is in the native fp32 list, Activation has a native conditional rule: the
+    # user's low list decides both, with no error (natively the user's list decided them)
+    native = Policy.preset("mxnet-native")
+    for replace in (False, {"lower"}):
+        p = native.replace(mxnet_ops=OpLists(lower={"softmax", "Activation"}, replace=replace))
+        assert categorize(p, "mxnet", "softmax").category == "lower"
+        assert categorize(p, "mxnet", "Activation", {"act_type": "softrelu"}).category == "lower"
+
+
+@pytest.mark.parametrize("bad", ["lower", {"lowr"}, 3])
+def test_replace_takes_only_known_list_names(bad):
+    with pytest.raises(AmpConfigError, match="OpLists.replace must be.*lower, fp32"):
+        OpLists(replace=bad)
+
+
+def test_a_free_input_takes_a_follow_ops_dtype_and_is_never_cast():
+    # a converted graph's parameter (dtype inferred by the framework, as MXNet's native
+    # conversion leaves it): FullyConnected in no list follows its float16 data input
+    native = Policy.preset("mxnet-native")
+    p = native.replace(mxnet_ops=OpLists(lower={"Convolution"}, replace={"lower"}))
+    d = plan_op(p, "mxnet", "FullyConnected", (F16, F32, F32), free=(False, True, True))
+    assert (d.category, d.run_dtype, d.casts) == ("follow", F16, (None, None, None))
+    fixed = plan_op(p, "mxnet", "FullyConnected", (F16, F32, F32))
+    assert (fixed.run_dtype, fixed.casts) == (F32, (F32, None, None))  # fixed fp32 weight
+    # no low kernel here: float32, and still no cast of the free weight
+    d = plan_op(p, "mxnet", "FullyConnected", (F16, F32, F32), free=(False, True, True),
+                lowp_kernels=frozenset())
+    assert (d.run_dtype, d.fell_back, d.casts) == (F32, True, (F32, None, None))
+    # other categories cast every input as before
+    d = plan_op(native, "mxnet", "FullyConnected", (F32, F32, F32), free=(False, True, True))
+    assert d.casts == (F16, F16, F16)
+    d = plan_op(native, "mxnet", "broadcast_add", (F16, F32), free=(False, True))
+    assert (d.run_dtype, d.casts) == (F32, (F32, None))
+
+
 def test_native_framework_only_lists_are_kept():
     assert categorize(O1, "mxnet", "linalg_gemm2").category == "fp32"
     assert categorize(O1, "paddle", "lookup_table").category == "follow"  # canonical embedding
@@ -167,3 +221,14 @@ def test_key_ops_agree_across_frameworks(fw):
         by_canonical.setdefault(canon, set()).add(categorize(O1, fw, op).category)
     assert all(len(cats) == 1 for cats in by_canonical.values())
     assert by_canonical["matmul"] == {"lower"} and by_canonical["softmax"] == {"fp32"}
+
+
+@pytest.mark.parametrize("bad", ["lower", 3, None])
+def test_replace_that_is_neither_a_flag_nor_a_set_of_lists_is_a_type_error(bad):
+    # a set of list names is the one non-bool form (check_flag names it in the message)
+    with pytest.raises(TypeError, match="OpLists.replace must be true or false.*set of "
+                                        "default lists"):
+        OpLists(replace=bad)
+    with pytest.raises(AmpConfigError) as unknown:
+        OpLists(replace={"lowr"})
+    assert not isinstance(unknown.value, TypeError)

@@ -54,7 +54,15 @@ def test_convert_model_validates_names_and_keeps_params():
     args = {"w": mx.nd.ones((3, 4))}
     with pytest.raises(UnknownOpError, match="'relux'"):
         amp.convert_model(_net(), args, {}, target_dtype_ops=["relux"])
-    sym, arg_params, aux_params = amp.convert_model(_net(), args, {}, target_dtype_ops=["relu"])
+    sym, arg_params, aux_params = amp.convert_model(_net(), args, {}, target_dtype_ops=["relu"],
+                                                    fp32_ops=["FullyConnected"])
     # a new dict (the native overwrites the given one's entries); fp32 arrays are unchanged
     assert arg_params == args and arg_params["w"] is args["w"] and aux_params == {}
+    assert "amp_cast" in _ops(sym)
+    # target_dtype_ops=["relu"] alone replaces the default low list, as natively: the
+    # FullyConnected ops are in no list and follow relu's float16, so w is inferred and
+    # returned in float16 (a new array; the given dict keeps its float32 one)
+    sym, arg_params, _ = amp.convert_model(_net(), args, {}, target_dtype_ops=["relu"])
+    assert arg_params["w"].dtype == np.float16 and args["w"].dtype == np.float32
+    assert sym.attr_dict()["w"]["__dtype__"] == "2"
     assert "amp_cast" in _ops(sym)

@@ -45,8 +45,40 @@ def test_op_in_two_lists_is_named():
         amp.init(target_precision_ops=["relu"], fp32_ops=["relu"])
     assert amp.active_policy() is None
     amp.init(target_precision_ops=["relu"])
-    assert "relu" in amp.list_lp16_ops("float16")
-    assert "FullyConnected" in amp.list_lp16_ops("float16")  # the lists extend the defaults
+    # as natively, the list replaces the default low list (FullyConnected leaves it) and only
+    # that one: the default fp32 list stays
+    assert amp.list_lp16_ops("float16") == ["relu"]
+    assert "softmax" in amp.list_fp32_ops("float16")
+
+
+def test_each_list_argument_replaces_the_default_list_it_names():
+    from mxnet.contrib import amp as native  # what mxnet.contrib.amp.init does with them
+    amp.init(target_precision_ops=["Convolution"])
+    assert amp.list_lp16_ops("float16") == ["Convolution"]  # FullyConnected is out
+    assert amp.list_fp32_ops("float16") == sorted(native.list_fp32_ops("float16"))
+    assert amp.list_widest_type_cast("float16") == sorted(native.list_widest_type_cast("float16"))
+    assert amp.list_conditional_fp32_ops("float16") == native.list_conditional_fp32_ops("float16")
+    fc = mx.sym.FullyConnected(mx.sym.var("x"), num_hidden=2, name="fc")
+    assert "amp_cast" not in fc.tojson(remove_amp_cast=False)  # no cast: it follows its input
+    amp.reset()
+    amp.init(fp32_ops=["softmax"])
+    assert amp.list_fp32_ops("float16") == ["softmax"]
+    assert "FullyConnected" in amp.list_lp16_ops("float16")  # the low list keeps its default
+    amp.reset()
+    rule = ("Activation", "act_type", ["relu"])
+    amp.init(conditional_fp32_ops=[rule])
+    assert amp.list_conditional_fp32_ops("float16") == [rule]
+    x = mx.nd.ones((2, 2), dtype="float16")
+    assert mx.nd.Activation(x, act_type="softrelu").dtype == np.float16  # the default rule went
+    assert mx.nd.Activation(x, act_type="relu").dtype == np.float32
+
+
+def test_a_listed_op_wins_over_a_default_list_the_user_did_not_pass():
+    amp.init(target_precision_ops=["softmax"])  # softmax is in the default fp32 list
+    assert "softmax" in amp.list_lp16_ops("float16")
+    assert "softmax" not in amp.list_fp32_ops("float16")
+    x = mx.nd.ones((2, 2))
+    assert mx.nd.softmax(x).dtype == np.float16  # softmax has a float16 CPU kernel
 
 
 def test_second_init_with_another_policy_is_an_error():

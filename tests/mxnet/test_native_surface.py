@@ -136,6 +136,7 @@ def test_convert_model_returns_params_in_the_graphs_dtype(cast_optional_params):
     # every parameter declares its dtype, as natively (a Module binding data shapes alone
     # then infers them all): w in float16 when it is stored so, else float32
     assert attrs["w"]["__dtype__"] == ("2" if cast_optional_params else "0")
+    assert attrs["fc_weight"]["__dtype__"] == "0"
     assert len(_casts(sym)) == (2 if cast_optional_params else 3)  # w's cast is gone
     exe = sym.bind(mx.cpu(), {"data": mx.nd.ones((3, 4)), **arg_params})
     ref = _scaled_net().bind(mx.cpu(), {"data": mx.nd.ones((3, 4)), **_args()})
@@ -265,3 +266,46 @@ def test_convert_model_planned_for_a_gpu_casts_the_optional_params():
                                                cast_optional_params=optional)
         assert {a.dtype for a in arg_params.values()} == {dtype}
         assert [d for _, d in _casts(sym)] == ["float16"] * casts
+
+
+def _backward_compatibility_module():
+    """Upstream's test_module_backward_compatibility model: conv, batch norm, dense."""
+    conv = mx.sym.Convolution(mx.sym.var("data"), num_filter=10, kernel=(2, 3), stride=(1, 1),
+                              name="convolution0")
+    bn = mx.sym.BatchNorm(conv, eps=0.001, momentum=0.9, fix_gamma=False,
+                          name="conv0_batchnorm")
+    fc = mx.sym.FullyConnected(bn, num_hidden=10, name="fullyconnected")
+    mod = mx.mod.Module(fc, data_names=["data"], label_names=None, context=mx.cpu())
+    mod.bind(data_shapes=[("data", (1, 3, 8, 8))])
+    mod.init_params()
+    return mod
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_convert_model_leaves_unlisted_ops_to_type_inference(dtype):
+    """Upstream's backward-compatibility case (planned for gpu(0): structure only): with
+    target_dtype_ops=["Convolution"] FullyConnected is in no list, so it follows its low
+    input and its weight is inferred (and returned) in the low dtype, as natively; the
+    native converts the same parameters to the same dtypes."""
+    mod = _backward_compatibility_module()
+    args, auxs = mod.get_params()
+    sym, arg_params, aux_params = amp.convert_model(
+        mod._symbol, args, auxs, target_dtype=dtype, target_dtype_ops=["Convolution"],
+        ctx=mx.gpu(0))
+    low = BF16 if dtype == "bfloat16" else np.float16
+    internals = sym.get_internals()
+    _, types, _ = internals.infer_type_partial(data="float32")
+    inferred = dict(zip(internals.list_outputs(), types))
+    assert inferred["fullyconnected_weight"] == low and inferred["fullyconnected_output"] == low
+    assert arg_params["fullyconnected_weight"].dtype == low
+    assert arg_params["convolution0_weight"].dtype == np.float32  # cast inside the graph
+    _, ref_args, ref_auxs = native.convert_model(mod._symbol, args, auxs, target_dtype=dtype,
+                                                 target_dtype_ops=["Convolution"])
+    assert {k: v.dtype for k, v in arg_params.items()} == \
+        {k: v.dtype for k, v in ref_args.items()}
+    assert {k: v.dtype for k, v in aux_params.items()} == \
+        {k: v.dtype for k, v in ref_auxs.items()}
+    converted = mx.mod.Module(sym, data_names=["data"], label_names=None, context=mx.cpu())
+    converted.bind(data_shapes=[("data", (1, 3, 8, 8))])
+    converted.set_params(arg_params, aux_params)  # the Module keeps the inferred dtype
+    assert converted.get_params()[0]["fullyconnected_weight"].dtype == low
