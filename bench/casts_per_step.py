@@ -91,7 +91,8 @@ def paddle_rows() -> list[str]:
     native_believes = mock.patch.object(
         fp16_lists, "_get_sys_unsupported_list",
         lambda dtype: ("GPU", set(), every_op))
-    ours_believes = mock.patch("paddle_amp.decorator.lowp_kernels", lambda device, dtype: every_op)
+    ours_believes = mock.patch("paddle_amp.decorator.kernel_sets",
+                               lambda device, dtype, onednn: (every_op, frozenset()))
 
     def build(name, decorate):
         main, startup = paddle.static.Program(), paddle.static.Program()
