@@ -17,9 +17,9 @@ the core (``amp_adapters.doctor``) turns the values into the report and the
 recommendation. On exit every persistable of the program (parameters,
 optimizer state, the loss-scale state) is put back bit for bit as it was.
 
-The IR-specific part is the two helpers at the end, ``_program_ops`` and
-``_float32_twin``: the legacy program IR only for now; a PIR program is
-refused with a clear error.
+The IR-specific part is in the IR layer (``ProgramIR.doctor_ops``,
+``float32_twin``, ``inserted_cast``, ``fetchable``): written for the legacy
+program IR only for now; a PIR program is refused with a clear error.
 """
 from __future__ import annotations
 
@@ -27,23 +27,12 @@ from typing import Any, Optional
 
 import numpy as np
 import paddle
-from paddle.base import core
 
 from amp_adapters.doctor import Recorder
 from amp_adapters.doctor.session import Session
 
-from .env import program_ir
+from . import ir
 from .report import cast_report
-from .ir.legacy import is_forward
-
-_ROLE = core.op_proto_and_checker_maker.kOpRoleAttrName()
-_BACKWARD = int(core.op_proto_and_checker_maker.OpRole.Backward)
-_OPTIMIZE = int(core.op_proto_and_checker_maker.OpRole.Optimize) | int(
-    core.op_proto_and_checker_maker.OpRole.LRSched)
-_IO = frozenset({"feed", "fetch", "fetch_v2", "read", "create_py_reader"})
-_FLOAT = (core.VarDesc.VarType.FP32, core.VarDesc.VarType.FP16, core.VarDesc.VarType.BF16,
-          core.VarDesc.VarType.FP64)
-_LOW = (core.VarDesc.VarType.FP16, core.VarDesc.VarType.BF16)
 
 
 class Doctor(Session):
@@ -56,12 +45,11 @@ class Doctor(Session):
         if program is None:
             raise RuntimeError("paddle_amp.doctor: pass the paddle_amp-decorated optimizer "
                                "after minimize() built its program")
-        if program_ir(program) == "pir":
-            raise NotImplementedError(
-                "paddle_amp.doctor examines legacy-IR programs for now; build the program with "
-                "FLAGS_enable_pir_api=0 (paddle.framework.set_flags) to examine it")
         if not optimizer.policy.enabled:
             raise RuntimeError("paddle_amp.doctor: the policy is O0 (float32): nothing to examine")
+        self.ir = ir.of(program)
+        self._ops = self.ir.doctor_ops()  # (refused here for an IR the doctor is not written for)
+        self._twin = self.ir.float32_twin(self._ops[0])
         self.optimizer, self.exe, self.program = optimizer, exe, program
         self.scope = scope or paddle.static.global_scope()
         self.policy = optimizer.policy
@@ -99,11 +87,11 @@ class Doctor(Session):
     def examine(self, feed: dict) -> None:
         """Run one feed through the AMP program and its float32 twin, op by op, and record it."""
         scale = float(getattr(self.optimizer.loss_scale(self.scope), "scale", 1.0))
-        prog, forward, backward = _program_ops(self.program)
-        twin = _float32_twin(prog)
+        prog, forward, backward = self._ops
+        twin, inserted_cast = self._twin, self.ir.inserted_cast
         names = sorted({n for op in (*forward, *backward)
                         for n in (*op.output_arg_names, *op.input_arg_names)
-                        if n not in feed and _fetchable(prog, n)})
+                        if n not in feed and self.ir.fetchable(prog, n)})
         amp = _run(self.exe, prog, feed, names, self.program, self.scope)
         ref = _run(self.exe, twin, feed, names, self.program, self.scope)
         decisions = iter(cast_report(self.program).decisions)
@@ -114,12 +102,12 @@ class Doctor(Session):
         rec = self._recorder
         rec.begin_step(scale)
         for op in forward:  # the rewrite's casts: which value each one carries
-            if _inserted_cast(op):
+            if inserted_cast(op):
                 src, out = op.input("X")[0], op.output("Out")[0]
                 origin[out] = origin.get(src, src)
                 seen_as[origin[out]] = out
         for i, op in enumerate(forward):
-            if _inserted_cast(op):
+            if inserted_cast(op):
                 continue
             d = next(decisions, None)
             if d is None:  # past the planned ops: the loss scaling's own multiply
@@ -142,7 +130,7 @@ class Doctor(Session):
             rec.emulated = True
         first_consumer: dict[str, str] = {}
         for i, op in enumerate(forward):
-            if not _inserted_cast(op):
+            if not inserted_cast(op):
                 for n in op.input_arg_names:
                     first_consumer.setdefault(origin.get(n, n), f"{op.type}_{i}")
         bwd_ref = []
@@ -169,13 +157,6 @@ def doctor(optimizer: Any, exe: Any, scope: Any = None, max_steps: int = 8) -> D
     return Doctor(optimizer, exe, scope, max_steps)
 
 
-def _inserted_cast(op) -> bool:
-    """A cast the rewrite inserted: its input or output carries one of the rewrite's name
-    suffixes (``.cast_fp16``, ``.emul_fp16``, ``.emul``, ``.raw``)."""
-    return op.type == "cast" and any(
-        s in op.input("X")[0] + "|" + op.output("Out")[0] for s in (".cast_", ".emul", ".raw"))
-
-
 def _value(vals: dict, feed: dict, name: str) -> np.ndarray:
     return vals[name] if name in vals else np.asarray(feed[name])
 
@@ -197,12 +178,6 @@ def _place(exe):
     return getattr(exe, "place", None) or paddle.CPUPlace()
 
 
-def _fetchable(prog, name: str) -> bool:
-    var = prog.global_block()._find_var_recursive(name)
-    return (var is not None and var.type == core.VarDesc.VarType.LOD_TENSOR and
-            var.dtype in _FLOAT and not name.endswith("XShape"))
-
-
 def _run(exe, prog, feed: dict, names: list, program, scope) -> dict[str, np.ndarray]:
     """Run ``prog`` on copies of ``program``'s persistables in a scratch scope; every fetched
     value as float32 numpy."""
@@ -212,41 +187,3 @@ def _run(exe, prog, feed: dict, names: list, program, scope) -> dict[str, np.nda
         scratch.var(name).get_tensor().set(value, place)
     vals = type(exe).run(exe, prog, feed=feed, fetch_list=names, scope=scratch, return_numpy=True)
     return {n: np.asarray(v, dtype=np.float32) for n, v in zip(names, vals)}
-
-
-# -- IR-specific (legacy program IR): these two move into the IR layer ----------------------------
-
-def _program_ops(program):
-    """(a clone of ``program`` with only its forward and backward ops, [its forward ops in
-    execution order], [its backward ops in execution order]). The optimizer and the
-    loss-scale update are dropped, so running the clone changes no persistable."""
-    prog = program.clone()
-    block = prog.global_block()
-    for i in reversed(range(len(block.ops))):
-        op = block.ops[i]
-        role = int(op.attr(_ROLE)) if op.has_attr(_ROLE) else 0
-        if role & _OPTIMIZE or op.type in _IO:
-            block._remove_op(i)
-    block._sync_with_cpp()
-    forward = [op for op in block.ops if is_forward(op)]
-    backward = [op for op in block.ops if not is_forward(op) and
-                int(op.attr(_ROLE)) & _BACKWARD]
-    return prog, forward, backward
-
-
-def _float32_twin(prog):
-    """``prog`` with every low-precision var made float32 and its casts made identities: the
-    same ops, in float32 (names unchanged, so values line up with the AMP run's)."""
-    twin = prog.clone()
-    block = twin.global_block()
-    for var in block.vars.values():
-        if var.type == core.VarDesc.VarType.LOD_TENSOR and var.dtype in _LOW:
-            var.desc.set_dtype(core.VarDesc.VarType.FP32)
-    for op in block.ops:
-        if op.type == "cast":
-            for attr, slot in (("in_dtype", "X"), ("out_dtype", "Out")):
-                var = block._find_var_recursive(op.input(slot)[0] if slot == "X"
-                                                else op.output(slot)[0])
-                if var is not None and var.dtype in _FLOAT:
-                    op._set_attr(attr, var.dtype)
-    return twin

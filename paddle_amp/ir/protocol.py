@@ -147,3 +147,12 @@ class ProgramIR(Protocol):
              state: dict) -> Optional[list]:
         """Make the optimizer ops built since ``mark`` a true skip on ``found_inf`` by the IR's
         skip table, consulted once; the optimizer's ops if they moved, else None."""
+
+    # -- the numerics doctor (``paddle_amp.doctor``), on the rewritten, trained program
+    def doctor_ops(self) -> tuple:
+        """(a runnable clone with only the forward and backward ops, [its forward ops],
+        [its backward ops], in execution order): running it changes no persistable."""
+
+    def float32_twin(self, clone: Any) -> Any: ...  # clone's ops, AMP casts made identities
+    def inserted_cast(self, op: Any) -> bool: ...  # a cast the rewrite inserted (not the user's)
+    def fetchable(self, clone: Any, name: str) -> bool: ...  # a floating tensor a run can fetch

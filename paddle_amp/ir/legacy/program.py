@@ -20,6 +20,7 @@ from ...env import VarType, VARTYPE_OF, dtype_name
 from ...guard import BF16_GUARD_PATTERN, GUARD_PATTERN
 from ...kernels import onednn_attrs
 from ..protocol import CONTROL_FLOW, OpAttrs, Slot
+from . import doctor as _doctor
 from .ops import BlockOps
 from .skip import cond_block, skip
 
@@ -348,3 +349,18 @@ class LegacyProgram:
     def skip(self, optimizer, mark: int, found_inf, grads: list, state: dict):
         return skip(self.program, self.block, optimizer, mark, found_inf, grads, state)
 
+    # -- the numerics doctor ----------------------------------------------------------------
+
+    def doctor_ops(self) -> tuple:
+        """By op role: the optimizer's, the LR schedule's and the feed/fetch ops dropped."""
+        return _doctor.doctor_ops(self.program)
+
+    def float32_twin(self, clone):
+        return _doctor.float32_twin(clone)
+
+    def inserted_cast(self, op) -> bool:
+        """By the rewrite's var-name suffixes (``.cast_fp16``, ``.emul``, ``.raw``)."""
+        return _doctor.inserted_cast(op)
+
+    def fetchable(self, clone, name: str) -> bool:
+        return _doctor.fetchable(clone, name)

@@ -30,6 +30,10 @@ from .ops import PIR_OPS, PirOps
 
 _pir = paddle.base.libpaddle.pir
 
+# Why ``paddle_amp.doctor`` refuses a PIR program, and the way out.
+NO_DOCTOR = ("paddle_amp.doctor examines legacy-IR programs for now; build the program with "
+             "FLAGS_enable_pir_api=0 (paddle.framework.set_flags) to examine it")
+
 
 def value_dtype(value) -> Optional[str]:
     """The floating dtype of a dense-tensor PIR ``value`` ('float16'...), else None."""
@@ -376,6 +380,20 @@ class PirProgram:
             _guard(self.block, built, found_inf)
         return None
 
+
+    # -- the numerics doctor: not written for PIR yet ------------------------------------------
+
+    def doctor_ops(self) -> tuple:
+        raise NotImplementedError(NO_DOCTOR)
+
+    def float32_twin(self, clone):
+        raise NotImplementedError(NO_DOCTOR)
+
+    def inserted_cast(self, op) -> bool:
+        raise NotImplementedError(NO_DOCTOR)
+
+    def fetchable(self, clone, name: str) -> bool:
+        raise NotImplementedError(NO_DOCTOR)
 
 def _guard(block, built: list, found_inf) -> None:
     """Move the optimizer's ops ``built`` into ``if not found_inf:`` (their persistable
