@@ -19,6 +19,11 @@ def test_the_protocol_declares_the_walk_and_the_scaling():
             "state_var", "state_ops", "skip"} <= set(DECLARED)
 
 
+def test_the_protocol_declares_the_doctors_operations():
+    """The doctor's IR-specific part lives here, so a PIR doctor is written in one place."""
+    assert {"doctor_ops", "float32_twin", "inserted_cast", "fetchable"} <= set(DECLARED)
+
+
 @pytest.mark.parametrize("impl", [LegacyProgram, PirProgram])
 @pytest.mark.parametrize("name", DECLARED)
 def test_each_ir_implements_every_method_with_its_signature(impl, name):
