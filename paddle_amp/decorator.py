@@ -109,6 +109,7 @@ class OptimizerWithMixedPrecision:
             ir.end_forward()  # what the cast report counts (PIR ops carry no role)
             params_grads = self._optimizer.backward(self._scaled_loss, startup_program,
                                                     parameter_list, no_grad_set, callbacks)
+            ir.end_backward(params_grads)  # what the doctor examines
             if self._masters is not None:
                 params_grads = self._masters.swap_in(ir, params_grads)
         self._train_program, self._startup_program = program, startup_program  # built

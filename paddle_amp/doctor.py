@@ -92,8 +92,10 @@ class Doctor(Session):
         names = sorted({n for op in (*forward, *backward)
                         for n in (*op.output_arg_names, *op.input_arg_names)
                         if n not in feed and self.ir.fetchable(prog, n)})
-        amp = _run(self.exe, prog, feed, names, self.program, self.scope)
-        ref = _run(self.exe, twin, feed, names, self.program, self.scope)
+        amp = _run(self.exe, prog, feed, names, self.ir.fetch_list(prog, names),
+                   self.program, self.scope)
+        ref = _run(self.exe, twin, feed, names, self.ir.fetch_list(twin, names),
+                   self.program, self.scope)
         decisions = iter(cast_report(self.program).decisions)
         origin: dict[str, str] = {}
         seen_as: dict[str, str] = {}
@@ -178,12 +180,13 @@ def _place(exe):
     return getattr(exe, "place", None) or paddle.CPUPlace()
 
 
-def _run(exe, prog, feed: dict, names: list, program, scope) -> dict[str, np.ndarray]:
+def _run(exe, prog, feed: dict, names: list, fetch: list, program,
+         scope) -> dict[str, np.ndarray]:
     """Run ``prog`` on copies of ``program``'s persistables in a scratch scope; every fetched
     value as float32 numpy."""
     scratch = paddle.static.Scope()
     place = _place(exe)
     for name, value in _persistables(program, scope).items():
         scratch.var(name).get_tensor().set(value, place)
-    vals = type(exe).run(exe, prog, feed=feed, fetch_list=names, scope=scratch, return_numpy=True)
+    vals = type(exe).run(exe, prog, feed=feed, fetch_list=fetch, scope=scratch, return_numpy=True)
     return {n: np.asarray(v, dtype=np.float32) for n, v in zip(names, vals)}

@@ -153,6 +153,8 @@ class ProgramIR(Protocol):
         """(a runnable clone with only the forward and backward ops, [its forward ops],
         [its backward ops], in execution order): running it changes no persistable."""
 
+    def end_backward(self, params_grads: list) -> None: ...  # the backward built them
     def float32_twin(self, clone: Any) -> Any: ...  # clone's ops, AMP casts made identities
     def inserted_cast(self, op: Any) -> bool: ...  # a cast the rewrite inserted (not the user's)
     def fetchable(self, clone: Any, name: str) -> bool: ...  # a floating tensor a run can fetch
+    def fetch_list(self, clone: Any, names: list) -> list: ...  # what exe.run fetches by

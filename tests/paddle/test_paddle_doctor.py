@@ -1,6 +1,6 @@
 """paddle_amp.doctor on static programs with a planted problem: it names the op, its policy
 fixes the run, and every persistable (parameters, optimizer state, loss scale) is bit-identical
-after it. Legacy program IR; a PIR program is refused with a clear error."""
+after it. Both program IRs (AMP_TEST_IR=pir on Paddle 3), with the same findings."""
 import importlib.util
 from pathlib import Path
 
@@ -36,10 +36,6 @@ def _doctor(kind, policy=None, steps=2, optimizer=None):
     return dr
 
 
-legacy = pytest.mark.legacy_ir  # PIR programs are refused (see the last test)
-
-
-@legacy
 def test_the_overflowing_matmul_is_named_first():
     rep = _doctor("overflow").report()
     assert rep.emulated and "EMULATED" in rep.format() and rep.overflow_steps == 2
@@ -51,7 +47,6 @@ def test_the_overflowing_matmul_is_named_first():
     assert rep.ops[0].outputs[0].max_abs > 65504
 
 
-@legacy
 def test_its_recommended_policy_stops_the_overflow_steps(tmp_path):
     path = tmp_path / "fix.toml"
     _doctor("overflow").recommendation().write(path)
@@ -72,7 +67,6 @@ def _grads(policy):
     return np.asarray(g) / scale if policy != "O0" else np.asarray(g)
 
 
-@legacy
 def test_underflowing_gradients_get_a_loss_scale_that_keeps_them(tmp_path):
     dr = _doctor("underflow")
     rep = dr.report()
@@ -88,7 +82,6 @@ def test_underflowing_gradients_get_a_loss_scale_that_keeps_them(tmp_path):
     assert fixed.steps[0].grad_zero["w1"] == 0 and fixed.findings() == []
 
 
-@legacy
 def test_a_precision_sensitive_reduction_is_moved_to_fp32(tmp_path):
     dr = _doctor("reduction")
     rep = dr.report()
@@ -101,7 +94,6 @@ def test_a_precision_sensitive_reduction_is_moved_to_fp32(tmp_path):
     assert fixed.ops[0].errors[0] < 1e-5 and fixed.findings() == []
 
 
-@legacy
 def test_every_persistable_is_bitwise_as_before():
     main, loss, opt, exe = P.paddle_model("underflow", optimizer=paddle.optimizer.Adam(1e-3))
     exe.run(main, feed=P.paddle_feed("underflow", 0), fetch_list=[loss])  # Adam moments exist
@@ -124,10 +116,3 @@ def test_the_doctor_needs_a_decorated_optimizer_that_built_its_program():
     opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), policy="O1")
     with pytest.raises(RuntimeError, match="after minimize"):
         doctor(opt, paddle.static.Executor(paddle.CPUPlace()))
-
-
-@pytest.mark.skipif(IR != "pir", reason="a PIR program: AMP_TEST_IR=pir on Paddle 3")
-def test_a_pir_program_is_refused_with_the_way_out():
-    main, loss, opt, exe = P.paddle_model("overflow")
-    with pytest.raises(NotImplementedError, match="FLAGS_enable_pir_api=0"):
-        doctor(opt, exe)

@@ -355,6 +355,9 @@ class LegacyProgram:
         """By op role: the optimizer's, the LR schedule's and the feed/fetch ops dropped."""
         return _doctor.doctor_ops(self.program)
 
+    def end_backward(self, params_grads: list) -> None:
+        """Nothing: every op carries its role."""
+
     def float32_twin(self, clone):
         return _doctor.float32_twin(clone)
 
@@ -364,3 +367,6 @@ class LegacyProgram:
 
     def fetchable(self, clone, name: str) -> bool:
         return _doctor.fetchable(clone, name)
+
+    def fetch_list(self, clone, names: list) -> list:
+        return list(names)

@@ -26,6 +26,7 @@ from amp_adapters.report import GraphCasts
 from ... import opnames
 from ...guard import guarded_ops
 from ..protocol import CONTROL_FLOW, OpAttrs, Slot
+from . import doctor as _doctor
 from .ops import PIR_OPS, PirOps
 
 _pir = paddle.base.libpaddle.pir
@@ -75,6 +76,9 @@ class PirProgram:
         self.program = program
         self._guarded: frozenset[int] = frozenset()
         self._forward: Optional[frozenset[int]] = None  # op ids, once the backward is built
+        self._inserted: set[int] = set()  # the ids of the cast ops the rewrite inserted
+        self._namings: dict = {}  # the doctor's: id(program) -> (program, Naming)
+        self._grad_names: dict = {}
 
     @property
     def block(self):
@@ -236,7 +240,9 @@ class PirProgram:
 
     def cast(self, before, value, dtype: str):
         paddle.pir.set_insertion_point(before)
-        return paddle.cast(value, dtype)
+        out = paddle.cast(value, dtype)
+        self._inserted.add(out.get_defining_op().id())
+        return out
 
     def round(self, before, value, low: str):
         return self.cast(before, self.cast(before, value, low), "float32")
@@ -279,6 +285,7 @@ class PirProgram:
         paddle.pir.set_insertion_point_after(op)
         mid = paddle.cast(value, low)
         back = paddle.cast(mid, "float32")
+        self._inserted.update((mid.get_defining_op().id(), back.get_defining_op().id()))
         value.replace_all_uses_with(back)
         mid.get_defining_op().operand(0).set_source(value)
         return back
@@ -381,19 +388,62 @@ class PirProgram:
         return None
 
 
-    # -- the numerics doctor: not written for PIR yet ------------------------------------------
+    # -- the numerics doctor (values named by position: ``doctor.Naming``) -------------------
+
+    def end_backward(self, params_grads: list) -> None:
+        """PIR ops carry no role: the backward is what the parameters' gradients are made by
+        (and the ops between), after the forward."""
+        self._grads = {g.id: p.name for p, g in params_grads if g is not None}
 
     def doctor_ops(self) -> tuple:
-        raise NotImplementedError(NO_DOCTOR)
+        if self._forward is None or not getattr(self, "_grads", None):
+            raise NotImplementedError(NO_DOCTOR)
+        ops = list(self.block.ops)
+        pos = {op.id(): i for i, op in enumerate(ops)}
+        last = max(pos[op.id()] for op in ops
+                   if any(r.id in self._grads for r in op.results()))
+        forward = [i for i, op in enumerate(ops) if op.id() in self._forward
+                   and not opnames.is_plumbing(op.name())]
+        backward = [i for i, op in enumerate(ops[:last + 1]) if op.id() not in self._forward
+                    and not opnames.is_plumbing(op.name())]
+        names = _doctor.grad_names(self.program, self._forward, last + 1, self._grads)
+        self._grad_names = names
+        self._inserted_at = {pos[i] for i in self._inserted if i in pos}
+        clone = self.program.clone()
+        cops = list(clone.global_block().ops)
+        for op in reversed(cops[last + 1:]):  # the loss scaling and the optimizer: dropped
+            op.erase()
+        naming = self._naming(clone)
+        cops = naming.ops
+        return (clone, [_doctor.OpView(cops[i], naming, i) for i in forward],
+                [_doctor.OpView(cops[i], naming, i) for i in backward])
+
+    def _naming(self, prog):
+        found = self._namings.get(id(prog))
+        if found is None or found[0] is not prog:
+            found = self._namings[id(prog)] = (prog, _doctor.Naming(prog, self._grad_names))
+        return found[1]
 
     def float32_twin(self, clone):
-        raise NotImplementedError(NO_DOCTOR)
+        twin, same = _doctor.float32_twin(clone)
+        naming = self._naming(twin)
+        for i, src in same.items():  # a bypassed cast's result reads as its trip's source
+            naming.values[naming.by_id[naming.ops[i].result(0).id]] = src
+        return twin
 
     def inserted_cast(self, op) -> bool:
-        raise NotImplementedError(NO_DOCTOR)
+        """By the casts the rewrite recorded inserting (``cast``, ``round``, ``round_output``)."""
+        return op.type == "cast" and op.pos in self._inserted_at
 
     def fetchable(self, clone, name: str) -> bool:
-        raise NotImplementedError(NO_DOCTOR)
+        value = self._naming(clone).values.get(name)
+        return (value is not None and value_dtype(value) is not None
+                and not name.endswith("XShape"))
+
+    def fetch_list(self, clone, names: list) -> list:
+        values = self._naming(clone).values
+        return [values[n] for n in names]
+
 
 def _guard(block, built: list, found_inf) -> None:
     """Move the optimizer's ops ``built`` into ``if not found_inf:`` (their persistable
