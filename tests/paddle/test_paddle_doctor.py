@@ -1,6 +1,7 @@
 """paddle_amp.doctor on static programs with a planted problem: it names the op, its policy
 fixes the run, and every persistable (parameters, optimizer state, loss scale) is bit-identical
 after it. Both program IRs (AMP_TEST_IR=pir on Paddle 3), with the same findings."""
+import contextlib
 import importlib.util
 from pathlib import Path
 
@@ -116,3 +117,28 @@ def test_the_doctor_needs_a_decorated_optimizer_that_built_its_program():
     opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), policy="O1")
     with pytest.raises(RuntimeError, match="after minimize"):
         doctor(opt, paddle.static.Executor(paddle.CPUPlace()))
+
+
+def _in(ir, kind):
+    """The doctor over two steps of ``kind``, its program built in ``ir`` (one process)."""
+    guard = paddle.pir_utils.OldIrGuard() if ir == "legacy" else contextlib.nullcontext()
+    with guard:
+        return _doctor(kind)
+
+
+@pytest.mark.skipif(IR != "pir", reason="both IRs in one process: AMP_TEST_IR=pir on Paddle 3")
+@pytest.mark.parametrize("kind", P.KINDS)
+def test_under_pir_the_same_findings_and_recommendation_as_the_legacy_ir(kind):
+    """The doctor consistency suite's comparison, PIR against the legacy IR (whose doctor
+    that suite holds equal to MXNet's)."""
+    old, new = _in("legacy", kind), _in("pir", kind)
+    assert old.program is not new.program and new.ir.name == "pir" and old.ir.name == "legacy"
+    ro, rn = old.report(), new.report()
+    assert rn.findings() and rn.findings() == ro.findings()
+    assert new.recommendation().policy == old.recommendation().policy
+    assert [s.overflow for s in rn.steps] == [s.overflow for s in ro.steps]
+    assert [(r.name, r.canonical, r.precision, r.emulated) for r in rn.ops] == \
+        [(r.name, r.canonical, r.precision, r.emulated) for r in ro.ops]
+    assert [dict(s.grad_flush) for s in rn.steps] == [dict(s.grad_flush) for s in ro.steps]
+    assert [set(s.nonfinite_params) for s in rn.steps] == \
+        [set(s.nonfinite_params) for s in ro.steps]
