@@ -18,8 +18,9 @@ recommendation. On exit every persistable of the program (parameters,
 optimizer state, the loss-scale state) is put back bit for bit as it was.
 
 The IR-specific part is in the IR layer (``ProgramIR.doctor_ops``,
-``float32_twin``, ``inserted_cast``, ``fetchable``): written for the legacy
-program IR only for now; a PIR program is refused with a clear error.
+``float32_twin``, ``inserted_cast``, ``fetchable``, ``fetch_list``), for the
+legacy program IR and PIR: under PIR the ops are seen in the legacy vocabulary
+(``ir.pir.doctor.OpView``), so this loop reads both IRs alike.
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ class Doctor(Session):
         if not optimizer.policy.enabled:
             raise RuntimeError("paddle_amp.doctor: the policy is O0 (float32): nothing to examine")
         self.ir = ir.of(program)
-        self._ops = self.ir.doctor_ops()  # (refused here for an IR the doctor is not written for)
+        self._ops = self.ir.doctor_ops()  # (refused here if the IR cannot say which ops)
         self._twin = self.ir.float32_twin(self._ops[0])
         self.optimizer, self.exe, self.program = optimizer, exe, program
         self.scope = scope or paddle.static.global_scope()

@@ -31,9 +31,10 @@ from .ops import PIR_OPS, PirOps
 
 _pir = paddle.base.libpaddle.pir
 
-# Why ``paddle_amp.doctor`` refuses a PIR program, and the way out.
-NO_DOCTOR = ("paddle_amp.doctor examines legacy-IR programs for now; build the program with "
-             "FLAGS_enable_pir_api=0 (paddle.framework.set_flags) to examine it")
+# Why ``paddle_amp.doctor`` refuses a PIR program whose forward and backward were not marked.
+NO_DOCTOR = ("paddle_amp.doctor: this PIR program's forward and backward were not marked by a "
+             "paddle_amp-decorated optimizer: build it with that optimizer's minimize() (or "
+             "backward() and apply_gradients()), then examine it")
 
 
 def value_dtype(value) -> Optional[str]:
@@ -79,6 +80,8 @@ class PirProgram:
         self._inserted: set[int] = set()  # the ids of the cast ops the rewrite inserted
         self._namings: dict = {}  # the doctor's: id(program) -> (program, Naming)
         self._grad_names: dict = {}
+        self._grads: dict = {}  # grad value id -> parameter name, once the backward is built
+        self._inserted_at: set[int] = set()
 
     @property
     def block(self):
@@ -396,8 +399,11 @@ class PirProgram:
         self._grads = {g.id: p.name for p, g in params_grads if g is not None}
 
     def doctor_ops(self) -> tuple:
-        if self._forward is None or not getattr(self, "_grads", None):
-            raise NotImplementedError(NO_DOCTOR)
+        """The ops after the last parameter gradient's maker (the loss scaling and the
+        optimizer) are erased from the clone; the ops are ``doctor.OpView``s of the clone's."""
+        if self._forward is None or not self._grads:
+            raise RuntimeError(NO_DOCTOR)
+        self._namings = {}  # one doctor's clone and twin at a time
         ops = list(self.block.ops)
         pos = {op.id(): i for i, op in enumerate(ops)}
         last = max(pos[op.id()] for op in ops
