@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from paddle.base import core
 
-from . import program as _program
 
 _ROLE = core.op_proto_and_checker_maker.kOpRoleAttrName()
 _BACKWARD = int(core.op_proto_and_checker_maker.OpRole.Backward)
@@ -19,10 +18,12 @@ _LOW = (core.VarDesc.VarType.FP16, core.VarDesc.VarType.BF16)
 _SUFFIXES = (".cast_", ".emul", ".raw")
 
 
-def doctor_ops(program):
+def doctor_ops(program, is_forward):
     """(a clone of ``program`` with only its forward and backward ops, [its forward ops in
     execution order], [its backward ops in execution order]). The optimizer and the
-    loss-scale update are dropped, so running the clone changes no persistable."""
+    loss-scale update are dropped, so running the clone changes no persistable.
+    ``is_forward``: the IR's forward test (``program.is_forward``; passed in, so this helper
+    module does not import the module that imports it)."""
     prog = program.clone()
     block = prog.global_block()
     for i in reversed(range(len(block.ops))):
@@ -31,8 +32,8 @@ def doctor_ops(program):
         if role & _OPTIMIZE or op.type in _IO:
             block._remove_op(i)
     block._sync_with_cpp()
-    forward = [op for op in block.ops if _program.is_forward(op)]
-    backward = [op for op in block.ops if not _program.is_forward(op) and
+    forward = [op for op in block.ops if is_forward(op)]
+    backward = [op for op in block.ops if not is_forward(op) and
                 int(op.attr(_ROLE)) & _BACKWARD]
     return prog, forward, backward
 

@@ -353,7 +353,7 @@ class LegacyProgram:
 
     def doctor_ops(self) -> tuple:
         """By op role: the optimizer's, the LR schedule's and the feed/fetch ops dropped."""
-        return _doctor.doctor_ops(self.program)
+        return _doctor.doctor_ops(self.program, is_forward)
 
     def end_backward(self, params_grads: list) -> None:
         """Nothing: every op carries its role."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Optional
 
 from ... import opnames
-from . import program as _program
 
 
 def _own_name(value) -> Optional[str]:
@@ -129,24 +128,25 @@ def grad_names(program, forward: frozenset, backward: int, param_grads: dict) ->
     return out
 
 
-def float32_twin(clone) -> tuple:
+def float32_twin(clone, value_dtype) -> tuple:
     """(``clone`` with every round trip through a low dtype (``cast(cast(x, low), float32)``,
     emulation's and the backward's) bypassed: its readers read ``x``; {position of each of
     the trip's casts: ``x``}). The casts stay (unread), so positions and names line up with
     the clone's; the doctor reads each trip's values as ``x``, as on the legacy IR, whose
-    twin makes the casts identities."""
+    twin makes the casts identities. ``value_dtype``: the IR's dtype of a value
+    (``program.value_dtype``, passed in: this helper module does not import its importer)."""
     twin = clone.clone()
     ops = list(twin.global_block().ops)
     pos = {op.id(): i for i, op in enumerate(ops)}
     same: dict = {}
     for i, op in enumerate(ops):
-        if op.name() != "pd_op.cast" or _program.value_dtype(op.result(0)) != "float32":
+        if op.name() != "pd_op.cast" or value_dtype(op.result(0)) != "float32":
             continue
         mid = op.operand_source(0)
         inner = mid.get_defining_op()
         if (inner is not None and inner.name() == "pd_op.cast" and
-                _program.value_dtype(mid) in ("float16", "bfloat16") and
-                _program.value_dtype(inner.operand_source(0)) == "float32"):
+                value_dtype(mid) in ("float16", "bfloat16") and
+                value_dtype(inner.operand_source(0)) == "float32"):
             src = inner.operand_source(0)
             op.result(0).replace_all_uses_with(src)
             same[i] = same[pos[inner.id()]] = src

@@ -431,7 +431,7 @@ class PirProgram:
         return found[1]
 
     def float32_twin(self, clone):
-        twin, same = _doctor.float32_twin(clone)
+        twin, same = _doctor.float32_twin(clone, value_dtype)
         naming = self._naming(twin)
         for i, src in same.items():  # a bypassed cast's result reads as its trip's source
             naming.values[naming.by_id[naming.ops[i].result(0).id]] = src
