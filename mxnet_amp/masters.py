@@ -36,7 +36,6 @@ from mxnet.gluon import HybridBlock, Trainer
 from mxnet.optimizer import Updater
 
 from amp_adapters import AmpConfigError, ParamPlan, ParamUse, Policy, plan_params
-from amp_adapters.oplists import passes_through
 from amp_adapters.dtypes import LOW_DTYPES
 
 from ._mx import _BF16, _ND_AMP_CAST, cast, dtype_name, input_names, unpatched
@@ -69,23 +68,17 @@ def param_uses(block: HybridBlock, num_inputs: int = 1) -> dict[str, list[ParamU
         out = block(*[mx.sym.var(f"data{i}") for i in range(num_inputs)])
     if isinstance(out, (list, tuple)):
         out = mx.sym.Group(list(out))
-    readers: dict[str, list[tuple[Any, Optional[str]]]] = {}
+    params = block.collect_params()
+    uses: dict[str, list[ParamUse]] = {name: [] for name in params}
     for n in nodes(out):
         if n.op == "null":
             continue
         slots = input_names(n.op)
         for i, entry in enumerate(n.inputs):
-            readers.setdefault(entry, []).append((n, slots[i] if i < len(slots) else None))
-
-    def use(n, slot: Optional[str]) -> ParamUse:
-        attrs = dict(n.attrs)
-        then = None
-        if passes_through("mxnet", n.op, attrs):  # judged by the ops reading its result
-            then = tuple(use(r, s) for o in n.outputs for r, s in readers.get(o, ()))
-        return ParamUse(n.op, attrs, slot, then=then)
-
-    return {name: [use(n, slot) for n, slot in readers.get(name, ())]
-            for name in block.collect_params()}
+            if entry in uses:
+                uses[entry].append(ParamUse(n.op, dict(n.attrs),
+                                            slots[i] if i < len(slots) else None))
+    return uses
 
 
 def cast_params(block: HybridBlock, num_inputs: int = 1, *,
