@@ -6,7 +6,10 @@ numerics: in the low dtype, or EMULATED in float32 on values rounded through
 it. A parameter read by any float32 op (layer_norm's scale and bias, batch-norm
 statistics, an op outside ``fp16_guard``, a control-flow block, an op with no
 low kernel here and no emulation) stays float32, so that op never sees a
-rounded weight. Every decision comes from ``plan_op``: a backend only lists
+rounded weight. An op that only moves values (reshape, transpose: the
+canonical ``[pass_through]`` ops) is judged by the ops reading its result
+(``ParamUse.then``): a conv bias reshaped for a float32 add stays float32, as
+natively, instead of being stored low and cast back before the add. Every decision comes from ``plan_op``: a backend only lists
 each parameter's consumers (``ParamUse``) and applies the answer, so MXNet and
 Paddle store the same kinds of parameters low. Pure functions, no host sync.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import AbstractSet, Iterable, Mapping, Optional
 
+from .oplists import passes_through
 from .planner import plan_op
 from .policy import Policy
 
@@ -28,13 +32,16 @@ class ParamUse:
     the op table keeps in float32, such as batch-norm statistics, keeps the
     parameter float32); ``force_fp32``: a reason the
     backend runs this op in float32 whatever its category (outside
-    ``fp16_guard``, a control-flow block, a black-listed variable).
+    ``fp16_guard``, a control-flow block, a black-listed variable); ``then``:
+    for an op that only moves values (``oplists.passes_through``), the ops
+    reading its result (None: not listed; the op is judged itself).
     """
 
     op: str
     attrs: Optional[Mapping[str, object]] = None
     slot: Optional[str] = None
     force_fp32: Optional[str] = None
+    then: Optional[tuple["ParamUse", ...]] = None
 
 
 @dataclass(frozen=True)
@@ -82,15 +89,26 @@ def _decide(policy: Policy, framework: str, consumers: tuple[ParamUse, ...],
     if not consumers:
         return "float32", "no forward op reads it"
     emulated = False
-    for use in consumers:
+    for use, via in _readers(framework, consumers, ()):
         d = plan_op(policy, framework, use.op, ("float32",), lowp_kernels=kernels,
                     attrs=use.attrs, force_fp32=use.force_fp32,
                     input_names=None if use.slot is None else (use.slot,))
+        through = f" through {', '.join(via)}" if via else ""
         if d.kept and d.kept[0]:
-            return "float32", f"{use.op} keeps its {use.slot} input in float32"
+            return "float32", f"{use.op} keeps its {use.slot} input{through} in float32"
         if d.precision != policy.dtype:
-            return "float32", f"read by {use.op}, which runs in float32: {d.reason}"
+            return "float32", f"read{through} by {use.op}, which runs in float32: {d.reason}"
         emulated |= d.emulated
     ops = ", ".join(sorted({u.op for u in consumers}))
     how = " (some EMULATED on this device)" if emulated else ""
     return policy.dtype, f"every reader runs in {policy.dtype}{how}: {ops}"
+
+
+def _readers(framework: str, consumers: Iterable[ParamUse], via: tuple[str, ...]):
+    """(reader, the pass-through ops on the way) for each op that reads the parameter's
+    values: a pass-through op whose readers are listed is judged with them (it runs in the
+    parameter's dtype too, so it needs its own low kernel)."""
+    for use in consumers:
+        yield use, via
+        if use.then and use.force_fp32 is None and passes_through(framework, use.op, use.attrs):
+            yield from _readers(framework, use.then, via + (use.op,))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import AbstractSet, Mapping, Optional, Sequence
 
 from .dtypes import AMP_DTYPES, widest
-from .oplists import CATEGORIES, canonical_defaults, load_table, native_lists
+from .oplists import CATEGORIES, canonical_defaults, load_table, native_lists, pass_through_ops
 from .policy import Policy
 
 UNKNOWN = "unknown"  # a floating input whose dtype is known only at run time (traced symbol)
@@ -327,6 +327,10 @@ def _target(policy: Policy, cat: Category, given: tuple[Optional[str], ...],
         return _Target("float32", cat.reason)
     if cat.category == "lower":
         return _Target(low, cat.reason)
+    if _moves_params(cat, dtypes, params):
+        return _Target("float32", cat.reason + "; it only moves float32 parameters: they "
+                       "stay float32 for the ops that read its result (the O2 parameter "
+                       "plan decided that), no cast down and back", by_inputs=True)
     if policy.level == "O2" and widest(dtypes) is not None:
         return _Target(low, cat.reason + f"; O2: every op not in fp32 runs in {low}")
     if cat.category == "promote" and _params_down(low, given, params):
@@ -334,6 +338,16 @@ def _target(policy: Policy, cat: Category, given: tuple[Optional[str], ...],
                        f"{low} once per step, instead of each {low} activation up (the "
                        f"result carries {low} rounding either way)")
     return _Target(widest(dtypes), cat.reason, by_inputs=True)
+
+
+def _moves_params(cat: Category, dtypes: tuple[Optional[str], ...],
+                  params: tuple[bool, ...]) -> bool:
+    """True for an op that only moves values (``oplists.pass_through_ops``: reshape,
+    transpose, ...) whose floating inputs are all float32 parameters: lowering it gains no
+    arithmetic, and its result feeds ops that need float32 (else O2 had stored them low)."""
+    floats = [(d, p) for d, p in zip(dtypes, params) if d is not None]
+    return (cat.canonical in pass_through_ops() and bool(floats)
+            and all(d == "float32" and p for d, p in floats))
 
 
 def _params_down(low: str, given: tuple[Optional[str], ...], params: tuple[bool, ...]) -> bool:

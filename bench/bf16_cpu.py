@@ -6,8 +6,9 @@ MXNet inference: ``mxnet.contrib.amp.convert_hybrid_block`` vs ours, both
 against the fp32 block, interleaved in one process. MXNet training: the native
 ``amp.init(target_dtype="bfloat16")`` patches MXNet for good (no undo), so its
 rows run in a child process against their own fp32 steps; ours use
-``init``/``reset`` in this one. Paddle: the native and our ``decorate_bf16`` MLP
-step vs fp32 (legacy IR; ours under PIR too on Paddle 3), each in a child process.
+``init``/``reset`` in this one. Paddle: the native and our ``decorate_bf16``
+training step and ``rewrite_program_bf16`` inference vs fp32, each model (legacy
+IR; ours under PIR too on Paddle 3), each in a child process.
 
 A row runs only where the framework has the bf16 kernels it needs, by its own
 answer (MXNet and ours on Paddle: our kernel probes, forward and backward for
@@ -182,33 +183,84 @@ def mxnet_training_rows() -> list[str]:
     return rows
 
 
+# the op whose bf16 kernel a Paddle row needs (either name: Linear is matmul_v2, the
+# native MLP step's fc was mul)
+PADDLE_GEMM = {"MLP 4x2048": {"mul", "matmul_v2"}, "CNN 3x3 64ch 56x56": {"conv2d"},
+               "Transformer block": {"mul", "matmul_v2"}}
+MODES = ("training", "inference")
+
+
+def paddle_model(model: str):
+    """The model's forward pass in the current static program: (feed name, shape, loss)."""
+    import paddle
+    from paddle import nn as nn_
+
+    if model.startswith("MLP"):
+        shape = [BATCH, 2048]
+        h = x = paddle.static.data("x", [None, 2048], "float32")
+        for _ in range(4):
+            h = paddle.nn.functional.relu(nn_.Linear(2048, 2048)(h))
+    elif model.startswith("CNN"):
+        shape = [BATCH, 64, 56, 56]
+        h = x = paddle.static.data("x", [None, 64, 56, 56], "float32")
+        for _ in range(2):
+            h = paddle.nn.functional.relu(nn_.Conv2D(64, 64, 3, padding=1)(h))
+    else:  # one head of self-attention and a 4x MLP, each with a residual and a LayerNorm
+        d = 512
+        shape = [BATCH, 128, d]
+        x = paddle.static.data("x", [None, 128, d], "float32")
+        q, k, v = paddle.split(nn_.Linear(d, 3 * d)(x), 3, axis=-1)
+        # paddle.mm: Paddle 3.3.1's legacy IR builds no paddle.matmul (it calls the PIR op)
+        att = paddle.nn.functional.softmax(
+            paddle.mm(q, paddle.transpose(k, [0, 2, 1])) * d ** -0.5)
+        h = nn_.LayerNorm(d)(x + nn_.Linear(d, d)(paddle.mm(att, v)))
+        up = paddle.nn.functional.relu(nn_.Linear(d, 4 * d)(h))
+        h = nn_.LayerNorm(d)(h + nn_.Linear(4 * d, d)(up))
+    return x.name, shape, paddle.mean(h)
+
+
+def paddle_program(model: str, mode: str, amp, bf16: bool):
+    """(main, startup, feed name, feed shape, loss) of ``model``: a training step (SGD, under
+    ``amp.bf16.decorate_bf16`` when ``bf16``) or the forward pass for inference (rewritten
+    by ``amp.bf16.rewrite_program_bf16`` when ``bf16``); ``amp``: ``paddle.static.amp`` or
+    ``paddle_amp``."""
+    import paddle
+
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    main, start = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, start):
+        name, shape, loss = paddle_model(model)
+        lists = amp.bf16.AutoMixedPrecisionListsBF16()
+        if mode == "training":
+            opt = paddle.optimizer.SGD(1e-3)
+            if bf16:
+                opt = amp.bf16.decorate_bf16(opt, amp_lists=lists, use_bf16_guard=False,
+                                             use_pure_bf16=False)
+            opt.minimize(loss)
+    if mode == "inference" and bf16:
+        amp.bf16.rewrite_program_bf16(main, lists)
+    return main, start, name, shape, loss
+
+
 _PADDLE_STEP = textwrap.dedent("""
-    import os, sys, time
+    import os, sys
     os.environ["FLAGS_enable_pir_api"] = sys.argv[2]
     import numpy as np
     import paddle
-    from bench.bf16_cpu import BATCH, STEPS
+    from bench.bf16_cpu import paddle_program
+    from bench.bf16_cpu import STEPS
     from bench.timing import interleaved, ratio
     paddle.enable_static()
     amp = paddle.static.amp if sys.argv[1] == "native" else __import__("paddle_amp")
+    model, mode = sys.argv[3], sys.argv[4]
     def build(bf16):
-        main, start = paddle.static.Program(), paddle.static.Program()
-        with paddle.static.program_guard(main, start):
-            h = x = paddle.static.data("x", [None, 2048], "float32")
-            for _ in range(4):
-                h = paddle.static.nn.fc(h, 2048, activation="relu")
-            loss = paddle.mean(h)
-            opt = paddle.optimizer.SGD(1e-3)
-            if bf16:
-                opt = amp.bf16.decorate_bf16(
-                    opt, amp_lists=amp.bf16.AutoMixedPrecisionListsBF16(),
-                    use_bf16_guard=False, use_pure_bf16=False)
-            opt.minimize(loss)
+        main, start, name, shape, loss = paddle_program(model, mode, amp, bf16)
         exe = paddle.static.Executor(paddle.CPUPlace())
         scope = paddle.static.Scope()
         with paddle.static.scope_guard(scope):
             exe.run(start)
-        feed = {"x": np.random.rand(BATCH, 2048).astype("float32")}
+        feed = {name: np.random.rand(*shape).astype("float32")}
         def step():
             with paddle.static.scope_guard(scope):
                 exe.run(main, feed=feed, fetch_list=[loss])
@@ -218,32 +270,36 @@ _PADDLE_STEP = textwrap.dedent("""
 """)
 
 
-def _ours_gemm(pir: bool) -> bool:
-    """Whether our rewrite lowers the fc GEMM here (our kernel answer for the IR)."""
+def _ours_gemm(pir: bool, model: str = "MLP 4x2048") -> bool:
+    """Whether our rewrite lowers ``model``'s GEMM or convolution here (our kernel answer for
+    the IR, forward and backward where oneDNN runs it)."""
     from paddle_amp.kernels import kernel_sets
     kernels, _ = kernel_sets("CPU", "bfloat16", onednn=not pir)
-    return bool({"mul", "matmul_v2"} & kernels)
+    return bool(PADDLE_GEMM[model] & kernels)
 
 
 def paddle_rows() -> list[str]:
-    """The Paddle MLP training rows: legacy IR (native and ours), and PIR (ours; Paddle 3)."""
+    """The Paddle rows, per model and mode: legacy IR (native and ours), and PIR (ours;
+    Paddle 3: the native has no PIR branch)."""
     import paddle
 
     why = _why_not("paddle.base.core.supports_bfloat16() is False")
-    native = (_child(_PADDLE_STEP, "native", "0") if paddle.base.core.supports_bfloat16()
-              else why)
+    native_runs = paddle.base.core.supports_bfloat16()
     irs = [("legacy IR", False)] + ([("PIR", True)] if int(paddle.__version__[0]) >= 3 else [])
     rows = []
     for name, pir in irs:
-        if _ours_gemm(pir):
-            ours = _child(_PADDLE_STEP, "ours", "1" if pir else "0")
-        elif pir:
-            ours = ("not timed: under PIR no op is sent to oneDNN (PIR ops carry no oneDNN "
-                    "attribute), so the GEMM runs fp32")
-        else:
-            ours = why
-        rows.append(f"| Paddle ({name}) | MLP 4x2048 | training | "
-                    f"{native if not pir else '-'} | {ours} |")
+        for model in MODELS:
+            for mode in MODES:
+                native = "-" if pir else (_child(_PADDLE_STEP, "native", "0", model, mode)
+                                          if native_runs else why)
+                if _ours_gemm(pir, model):
+                    ours = _child(_PADDLE_STEP, "ours", "1" if pir else "0", model, mode)
+                elif pir:
+                    ours = ("not timed: under PIR no op is sent to oneDNN (PIR ops carry no "
+                            "oneDNN attribute), so the GEMM runs fp32")
+                else:
+                    ours = why
+                rows.append(f"| Paddle ({name}) | {model} | {mode} | {native} | {ours} |")
     return rows
 
 

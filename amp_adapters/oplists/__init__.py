@@ -62,6 +62,21 @@ def canonical_ops() -> frozenset[str]:
     return frozenset(canonical_defaults("float16"))
 
 
+@functools.lru_cache(maxsize=None)
+def pass_through_ops() -> frozenset[str]:
+    """The canonical ops that only move values (reshape, transpose, ...): no arithmetic."""
+    ops = frozenset(_read("canonical.toml").get("pass_through", {}).get("ops", ()))
+    unknown = sorted(ops - canonical_ops())
+    if unknown:
+        raise AmpConfigError(f"canonical.toml [pass_through]: {unknown[0]!r} is no canonical op")
+    return ops
+
+
+def passes_through(framework: str, op: str, attrs: Optional[Mapping[str, object]] = None) -> bool:
+    """Whether ``framework``'s ``op`` only moves values (see ``pass_through_ops``)."""
+    return load_table(framework).canonical(op, attrs) in pass_through_ops()
+
+
 @dataclass(frozen=True)
 class Conditional:
     """``op`` is the canonical op ``values[attrs[attr]]`` (e.g. Activation softrelu = softplus)."""

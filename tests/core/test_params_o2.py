@@ -76,3 +76,46 @@ def test_same_canonical_uses_same_decision_in_both_frameworks(uses, preset, emul
     assert got["mxnet"] == got["paddle"]
     fp32_ops = {1, 2, 5}  # layer_norm, softmax, exp: fp32 for fp16 and bf16 alike
     assert (got["mxnet"] == "float32") == any(i in fp32_ops for i, _ in uses)
+
+
+# -- pass-through readers: a parameter is judged where its moved value is consumed ----------
+
+@pytest.mark.parametrize("fw, reshape, add", [("paddle", "reshape2", "elementwise_add"),
+                                              ("mxnet", "Reshape", "broadcast_add")])
+def test_bias_reshaped_for_an_fp32_add_stays_fp32(fw, reshape, add):
+    """A conv bias whose only reader is a reshape: stored low when the add after it runs low,
+    float32 when the add has no low kernel here (it used to be stored low, since the
+    reshape itself has one, and cast back before each add)."""
+    uses = {"b": [ParamUse(reshape, then=(ParamUse(add, slot="Y"),))]}
+    cpu = plan_params(O2, fw, uses, lowp_kernels=frozenset({reshape}))
+    assert cpu.fp32 == {"b"}
+    assert f"through {reshape} by {add}, which runs in float32" in cpu.reasons["b"]
+    assert plan_params(O2, fw, uses, lowp_kernels=None).low == {"b"}
+    assert plan_params(O2, fw, uses, lowp_kernels=frozenset({reshape, add})).low == {"b"}
+
+
+def test_pass_through_chains_and_their_own_kernel_count():
+    chain = ParamUse("transpose2", then=(ParamUse("reshape2", then=(ParamUse("softmax"),)),))
+    plan = plan_params(O2, "paddle", {"w": [chain]})
+    assert plan.fp32 == {"w"} and "through transpose2, reshape2 by softmax" in plan.reasons["w"]
+    # the pass-through op runs in the parameter's dtype too: it needs its own low kernel
+    moved = {"w": [ParamUse("reshape2", then=(ParamUse("matmul_v2"),))]}
+    assert plan_params(O2, "paddle", moved, lowp_kernels=frozenset({"matmul_v2"})).fp32 == {"w"}
+
+
+def test_readers_of_a_computing_op_are_not_looked_through():
+    """``then`` only counts for ops that move values: an fp32 op after a low GEMM does not
+    keep the GEMM's weight fp32; a reshape with unlisted readers is judged alone."""
+    gemm = {"w": [ParamUse("matmul_v2", then=(ParamUse("softmax"),))]}
+    assert plan_params(O2, "paddle", gemm).low == {"w"}
+    assert plan_params(O2, "paddle", {"b": [ParamUse("reshape2")]}).low == {"b"}
+    forced = {"b": [ParamUse("reshape2", force_fp32="outside fp16_guard",
+                             then=(ParamUse("matmul_v2"),))]}
+    assert plan_params(O2, "paddle", forced).fp32 == {"b"}
+
+
+def test_pass_through_ops_are_canonical_and_move_values_only():
+    from amp_adapters.oplists import canonical_ops, pass_through_ops, passes_through
+    assert {"reshape", "transpose"} <= pass_through_ops() <= canonical_ops()
+    assert passes_through("paddle", "reshape2") and passes_through("mxnet", "transpose")
+    assert not passes_through("paddle", "elementwise_add")

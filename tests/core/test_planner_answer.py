@@ -98,3 +98,18 @@ def test_a_kept_or_non_floating_input_is_never_touched(op, dtypes, policy, kerne
     if d.multicast:
         assert all(c is None for c in d.casts)
     assert d.round_outputs == d.emulated
+
+
+def test_o2_leaves_a_moved_fp32_parameter_in_fp32():
+    """O2 lowers every op not in fp32, except an op that only moves float32 parameters (a
+    conv bias through reshape2, kept fp32 by the O2 parameter plan): casting it down gains
+    no arithmetic and its reader would cast it back. An activation is lowered as before."""
+    from amp_adapters import plan_op
+    o2 = Policy.preset("O2")
+    moved = plan_op(o2, "paddle", "reshape2", ("float32",), param_inputs=[True])
+    assert moved.run_dtype == "float32" and moved.casts == (None,)
+    assert "only moves float32 parameters" in moved.reason
+    act = plan_op(o2, "paddle", "reshape2", ("float32",), param_inputs=[False])
+    assert act.run_dtype == "float16" and act.casts == ("float16",)
+    low = plan_op(o2, "paddle", "reshape2", ("float16",), param_inputs=[True])
+    assert low.run_dtype == "float16" and low.casts == (None,)

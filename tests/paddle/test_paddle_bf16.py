@@ -212,11 +212,40 @@ def test_is_in_fp32_varnames_reads_inputs_and_outputs(static):
 @pytest.mark.skipif(REAL_BF16 or core.supports_bfloat16(),
                     reason="this CPU runs bf16: the rows are timed by make bench")
 def test_bench_rows_without_kernels_say_why_and_time_nothing():
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from bench import bf16_cpu
+    bf16_cpu = _bench()
     rows = bf16_cpu.paddle_rows()
     assert rows[0].startswith("| Paddle (legacy IR)")
     for row in rows:
         assert "avx512_bf16" in row or "under PIR no op is sent to oneDNN" in row, row
+    irs = ["legacy IR"] + (["PIR"] if int(paddle.__version__[0]) >= 3 else [])
+    assert {tuple(c.strip() for c in row.split("|")[1:4]) for row in rows} == {
+        (f"Paddle ({ir_name})", model, mode) for ir_name in irs
+        for model in bf16_cpu.MODELS for mode in bf16_cpu.MODES}
+    assert all(row.split("|")[4].strip() == "-" for row in rows if "(PIR)" in row)
+
+
+def _bench():
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from bench import bf16_cpu
+    return bf16_cpu
+
+
+@pytest.mark.parametrize("mode", ["training", "inference"])
+@pytest.mark.parametrize("model", ["MLP 4x2048", "CNN 3x3 64ch 56x56", "Transformer block"])
+def test_bench_programs_build_for_every_model_and_mode(static, model, mode):
+    """What a bench row would time, built (not run): ours in the suite's IR, the native in the
+    legacy IR (it has no PIR branch); the model's GEMM or convolution is in the program."""
+    bf16_cpu = _bench()
+    impls = [paddle_amp] + ([] if is_pir(static.main) else [paddle.static.amp])
+    for amp in impls:
+        main, _, name, shape, loss = bf16_cpu.paddle_program(model, mode, amp, bf16=True)
+        ops = {op.name() if is_pir(main) else op.type for op in main.global_block().ops}
+        wanted = {"mul", "matmul_v2", "conv2d", "pd_op.matmul", "pd_op.conv2d"}
+        assert ops & wanted, (amp.__name__, sorted(ops))
+        assert shape[0] == bf16_cpu.BATCH and loss is not None
+        has_backward = any("grad" in op for op in ops)
+        assert has_backward == (mode == "training"), (amp.__name__, mode)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        bf16_cpu.paddle_program(model, "serving", paddle_amp, bf16=False)

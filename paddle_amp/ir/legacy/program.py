@@ -13,6 +13,7 @@ import paddle
 from paddle.base import core, framework, unique_name
 
 from amp_adapters import ParamUse
+from amp_adapters.oplists import passes_through
 from amp_adapters.dtypes import SHORT_NAMES
 from amp_adapters.report import GraphCasts
 
@@ -147,16 +148,24 @@ class LegacyProgram:
         return op.type == "cast"
 
     def param_uses(self, forced) -> dict[str, list[ParamUse]]:
-        uses: dict[str, list[ParamUse]] = {p.name: [] for p in self.block.all_parameters()}
-        for op in self.block.ops:
-            if not is_forward(op) or op.type in _IO_OPS:
-                continue
-            reason = CONTROL_FLOW if op.has_attr("sub_block") else forced(op)
+        ops = [op for op in self.block.ops if is_forward(op) and op.type not in _IO_OPS]
+        readers: dict[str, list[tuple[int, object, str]]] = {}
+        for i, op in enumerate(ops):
             for slot in op.input_names:
                 for name in op.input(slot):
-                    if name in uses:
-                        uses[name].append(ParamUse(op.type, self.attrs(op), slot, reason))
-        return uses
+                    readers.setdefault(name, []).append((i, op, slot))
+
+        def use(i: int, op, slot: str) -> ParamUse:
+            reason = CONTROL_FLOW if op.has_attr("sub_block") else forced(op)
+            attrs = self.attrs(op)
+            then = None
+            if reason is None and passes_through("paddle", op.type, attrs):
+                then = tuple(use(j, reader, s) for out in op.output_arg_names
+                             for j, reader, s in readers.get(out, ()) if j > i)
+            return ParamUse(op.type, attrs, slot, reason, then)
+
+        return {p.name: [use(i, op, slot) for i, op, slot in readers.get(p.name, ())]
+                for p in self.block.all_parameters()}
 
     def end_forward(self) -> None:
         """Nothing: every op carries its role (forward, backward, optimize)."""

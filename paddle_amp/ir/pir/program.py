@@ -20,6 +20,7 @@ from paddle.base import unique_name
 from paddle.nn.initializer import Constant
 
 from amp_adapters import AmpConfigError, ParamUse
+from amp_adapters.oplists import passes_through
 from amp_adapters.dtypes import FLOAT_DTYPES, dtype_name
 from amp_adapters.report import GraphCasts
 
@@ -209,13 +210,14 @@ class PirProgram:
     def param_uses(self, forced) -> dict[str, list[ParamUse]]:
         top = {op.id() for op in self.block.ops}
         return {param.name: [use for user in param.all_used_ops()
-                             for use in self._param_uses(user, param, user.id() in top, forced)]
+                             for use in self._param_uses(user, param, top, forced)]
                 for param in _parameters(self.program)}
 
-    def _param_uses(self, user, param, top: bool, forced) -> list[ParamUse]:
-        """How ``user`` (``top``: an op of the global block, not of a control-flow block)
-        reads ``param``: one ``ParamUse`` per operand slot it feeds."""
-        if user.num_regions() or not top:
+    def _param_uses(self, user, param, top: frozenset, forced) -> list[ParamUse]:
+        """How ``user`` (an op of the global block when its id is in ``top``, else of a
+        control-flow block) reads ``param``: one ``ParamUse`` per operand slot it feeds; an
+        op that only moves values lists the readers of its results (``ParamUse.then``)."""
+        if user.num_regions() or user.id() not in top:
             return [ParamUse(opnames.legacy_name(user.name()), force_fp32=CONTROL_FLOW)]
         if opnames.is_plumbing(user.name()) and user.name() != "builtin.combine":
             return [ParamUse(user.name(), force_fp32="program plumbing reads the stored value")]
@@ -223,7 +225,12 @@ class PirProgram:
             user = user.result(0).all_used_ops()[0]
         legacy, attrs, why = opnames.legacy_name(user.name()), _attrs(user), forced(user)
         slots = [s.name for s in self.slots(user) if s.value.is_same(param)]
-        return [ParamUse(legacy, attrs, slot, why) for slot in slots or [None]]
+        then = None
+        if why is None and passes_through("paddle", legacy, attrs):  # judged by its readers
+            then = tuple(use for result in user.results() for reader in result.all_used_ops()
+                         if self._forward is None or reader.id() in self._forward
+                         for use in self._param_uses(reader, result, top, forced))
+        return [ParamUse(legacy, attrs, slot, why, then) for slot in slots or [None]]
 
     def end_forward(self) -> None:
         """PIR ops carry no role: the forward pass is the ops there before the backward."""
