@@ -17,6 +17,10 @@ from paddle_amp.config import native_policy
 from paddle_amp.rewrite import Rewriter
 from paddle_helpers import is_pir, op_names, pir_mode
 
+# paddle.nn.BatchNorm2D's own notice when it trains (Paddle's, not ours): not a finding here
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:When training, we now always track global mean and variance:UserWarning")
+
 
 def conv_bn_relu(h, cin: int, cout: int, stride: int = 1):
     h = paddle.nn.Conv2D(cin, cout, 3, stride=stride, padding=1)(h)
