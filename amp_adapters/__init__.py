@@ -32,7 +32,7 @@ from .planner import (UNKNOWN, Category, OpDecision, attrs_read, categorize, eff
                       plan_op, widest)
 from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy, resolve_policy
 from .loss_scale import LossScaleConfig, LossScaleState
-from .report import CastReport, compare
+from .report import CastReport, compare, kernel_differences, policy_disagreements
 from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale,
                      loss_scale_from_config, loss_scale_from_parts, loss_scale_from_state_dict)
 
@@ -44,6 +44,7 @@ __all__ = [
     "UnknownChoiceError", "UnknownOpError", "ParamPlan", "ParamUse", "plan_params", "UNKNOWN",
     "Category", "OpDecision", "attrs_read", "categorize", "effective_lists", "plan_op",
     "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
+    "kernel_differences", "policy_disagreements",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
     "loss_scale_from_config", "loss_scale_from_state_dict", "loss_scale_from_parts",
     "LossScaleConfig", "LossScaleState", "__version__",

@@ -9,12 +9,14 @@ the canonical columns; ``compare`` lists where they do not, and names the
 canonical ops that one framework's model does not have. Ops are compared by
 ``precision`` (an emulated fp16 op counts as fp16), so a CPU that runs an op
 in real fp16 and one that emulates it agree, while an op that fell back to
-fp32 does not agree with one that ran in fp16.
+fp32 does not agree with one that ran in fp16. Where the two devices' kernels
+differ (``kernel_differences``), ``policy_disagreements`` keeps what the policy
+still answers for.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from .dtypes import LOW_DTYPES
 from .planner import OpDecision
@@ -66,10 +68,23 @@ class CastReport:
 
     def precisions(self) -> dict[str, frozenset[Optional[str]]]:
         """{canonical op: the precisions its instances got}; ops without one are left out."""
-        out: dict[str, set[Optional[str]]] = {}
+        return self._by_canonical(lambda d: d.precision)
+
+    def categories(self) -> dict[str, frozenset[str]]:
+        """{canonical op: the categories its instances fell in}."""
+        return self._by_canonical(lambda d: d.category)
+
+    def executions(self) -> dict[str, frozenset[str]]:
+        """{canonical op: how its instances planned low ran} (``OpDecision.execution``: a
+        real kernel, emulated, fell back, or planned for no device); other ops left out."""
+        out = self._by_canonical(lambda d: d.execution)
+        return {k: v - {None} for k, v in out.items() if v - {None}}
+
+    def _by_canonical(self, field: Callable[[OpDecision], Any]) -> dict[str, frozenset]:
+        out: dict[str, set] = {}
         for d in self.decisions:
             if d.canonical is not None:
-                out.setdefault(d.canonical, set()).add(d.precision)
+                out.setdefault(d.canonical, set()).add(field(d))
         return {k: frozenset(v) for k, v in out.items()}
 
     def summary(self) -> str:
@@ -112,16 +127,48 @@ def compare(a: CastReport, b: CastReport) -> list[str]:
     A canonical op present in only one report is listed as absent from the
     other, so a missing op is never mistaken for agreement.
     """
+    return [line for _, line in _differences(a, b)]
+
+
+def _differences(a: CastReport, b: CastReport) -> list[tuple[str, str]]:
     ra, rb = a.precisions(), b.precisions()
     out = []
     for op in sorted(set(ra) | set(rb)):
         if op not in rb:
-            out.append(f"{op}: in {a.framework} only (runs in {sorted(map(str, ra[op]))}); "
-                       f"{b.framework}'s model has no such op")
+            out.append((op, f"{op}: in {a.framework} only (runs in {sorted(map(str, ra[op]))}); "
+                            f"{b.framework}'s model has no such op"))
         elif op not in ra:
-            out.append(f"{op}: in {b.framework} only (runs in {sorted(map(str, rb[op]))}); "
-                       f"{a.framework}'s model has no such op")
+            out.append((op, f"{op}: in {b.framework} only (runs in {sorted(map(str, rb[op]))}); "
+                            f"{a.framework}'s model has no such op"))
         elif ra[op] != rb[op]:
-            out.append(f"{op}: {a.framework} runs it in {sorted(map(str, ra[op]))}, "
-                       f"{b.framework} in {sorted(map(str, rb[op]))}")
+            out.append((op, f"{op}: {a.framework} runs it in {sorted(map(str, ra[op]))}, "
+                            f"{b.framework} in {sorted(map(str, rb[op]))}"))
     return out
+
+
+def kernel_differences(a: CastReport, b: CastReport) -> list[str]:
+    """Canonical ops both reports plan low that run on a real kernel in one and not in the
+    other (emulated, or float32 for lack of a kernel): the two devices' kernels differ
+    there, not the policy."""
+    ea, eb = a.executions(), b.executions()
+    return [f"{op}: {a.framework} runs it {'/'.join(sorted(ea[op]))}, "
+            f"{b.framework} {'/'.join(sorted(eb[op]))}"
+            for op in sorted(set(ea) & set(eb))
+            if ("kernel" in ea[op]) != ("kernel" in eb[op])]
+
+
+def policy_disagreements(a: CastReport, b: CastReport) -> list[str]:
+    """The disagreements of ``compare`` on ops both models have that the policy answers for.
+
+    All of them where the two devices run the same ops on real kernels. Where they do not
+    (``kernel_differences``: a bf16 GEMM on a real kernel in one framework, emulated in the
+    other), an op that follows or promotes its inputs sees the dtypes its producers ran in
+    (after a real bf16 GEMM bf16, after an emulated one float32), so only the ops whose
+    category fixes their precision whatever their inputs (lower, fp32) must agree.
+    """
+    both = set(a.precisions()) & set(b.precisions())
+    fixed = {"lower", "fp32"}
+    ca, cb = a.categories(), b.categories()
+    kernels_differ = bool(kernel_differences(a, b))
+    return [line for op, line in _differences(a, b) if op in both and (
+        not kernels_differ or (ca[op] | cb[op]) <= fixed)]

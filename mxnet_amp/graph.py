@@ -1,11 +1,11 @@
 """Symbol graphs: the plan of every op (for reports) and the rewrite with casts (for convert).
 
-Both walk the graph in topological order with dtypes from MXNet's type
-inference and ask ``amp_adapters.plan_op`` about each op; neither decides
-anything itself. ``amp_cast``/``amp_multicast`` nodes already in a graph (the
-casts ``init`` inserted while tracing) are looked through: an op is reported
-with the dtypes its inputs had before those casts, and the casts the plan asks
-for. No host sync: type inference runs on the graph, not on data.
+One walk does both: in topological order it asks ``amp_adapters.plan_op`` about
+each op, given the dtypes the plan so far gives its inputs, and types the op's
+outputs by MXNet's type inference on the op alone; it decides nothing itself.
+``amp_cast``/``amp_multicast`` nodes a traced graph already has (the casts
+``init`` inserted) are taken out and planned again. No host sync: type inference
+runs on the graph, not on data.
 """
 from __future__ import annotations
 
@@ -21,9 +21,6 @@ from amp_adapters.dtypes import FLOAT_DTYPES as FLOATS
 
 from ._mx import cast, declared, dtype_name, input_names, mx_dtype, unpatched
 from .kernels import KernelSet, log_fallback
-
-_CASTS = ("amp_cast", "amp_multicast")
-
 
 @dataclass(frozen=True)
 class Node:
@@ -56,15 +53,6 @@ def nodes(sym: mx.sym.Symbol) -> Iterator[Node]:
         i = j
 
 
-def entry_dtypes(sym: mx.sym.Symbol, known: Mapping[str, str]) -> dict[str, Optional[str]]:
-    """{entry name: dtype} by type inference from the ``known`` input dtypes (declared on the
-    variables: see ``_mx.declared``)."""
-    internals = declared(sym, dict(known)).get_internals()
-    _, types, _ = internals.infer_type_partial()
-    return {n: (dtype_name(t) if t is not None else None)
-            for n, t in zip(internals.list_outputs(), types)}
-
-
 def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy,
           kernels: Optional[AbstractSet[str]],
           force_fp32: Optional[str] = None, params: AbstractSet[str] = frozenset(),
@@ -86,22 +74,17 @@ def _kernels(ctx: Optional[mx.Context], policy: Policy) -> Optional[AbstractSet[
 
 def plan_graph(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
                ctx: Optional[mx.Context]) -> list[OpDecision]:
-    """The decision for every op of ``sym`` (looking through existing AMP casts); ``ctx``
-    None plans for no device in particular (every op has its low-precision kernel)."""
-    dtypes = entry_dtypes(sym, known)
-    origin: dict[str, str] = {}
-    out = []
-    kernels = _kernels(ctx, policy)
-    for n in nodes(sym):
-        if n.op in _CASTS:
-            for k, o in enumerate(n.outputs):
-                src = n.inputs[k if n.op == "amp_multicast" else 0]
-                origin[o] = origin.get(src, src)
-            continue
-        if n.op == "null":
-            continue
-        out.append(_plan(n, [dtypes.get(origin.get(e, e)) for e in n.inputs], policy, kernels))
-    return out
+    """The decision for every op of ``sym``, in topological order; ``ctx`` None plans for no
+    device in particular (every op has its low-precision kernel).
+
+    AMP casts already in ``sym`` (those ``init`` put in a traced graph) are taken out and
+    the graph is planned as ``rewrite`` plans it: each op sees the dtypes the plan gives
+    its producers, so an op that follows a GEMM running on a real bf16 kernel is reported
+    in bf16, as it runs (type inference on the uncast graph would say float32).
+    """
+    bare = mx.sym.load_json(sym.tojson())  # tojson() drops amp_cast/amp_multicast nodes
+    return _rewrite(bare, known, policy, ctx, frozenset(), _kernels(ctx, policy), {},
+                    frozenset(), frozenset())[3]
 
 
 def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
@@ -138,20 +121,26 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     if not keep_casts:
         sym = mx.sym.load_json(sym.tojson())  # drops amp_cast nodes a traced graph may have
     kernels = _kernels(ctx, policy) if kernels is None else kernels
-    out, uses, took = _rewrite(sym, known, policy, ctx, excluded, kernels, {}, params,
-                               free_params)
+    out, uses, took, plan = _rewrite(sym, known, policy, ctx, excluded, kernels, {}, params,
+                                     free_params)
     declared = {p: next(iter(u)) for p, u in uses.items()
                 if (p in optional_params or p in took) and len(u) == 1
                 and next(iter(u)) in LOW_DTYPES}
     if declared:  # again, with those parameters already in their low dtype
-        out, _, _ = _rewrite(sym, {**known, **declared}, policy, ctx, excluded, kernels,
-                             declared, params, free_params)
+        out, _, _, plan = _rewrite(sym, {**known, **declared}, policy, ctx, excluded, kernels,
+                                   declared, params, free_params)
+    if ctx is not None:
+        for d in plan:
+            if d.emulated or d.fell_back:
+                log_fallback(d.op, ctx, d)
     return out
 
 
 def _rewrite(sym, known, policy, ctx, excluded, kernels, low_params, params, free_params):
     """``rewrite`` proper; also returns {parameter: the dtypes its consumers read it in}
-    ("raw" when one reads it uncast) and the free parameters a follow op took."""
+    ("raw" when one reads it uncast), the free parameters a follow op took, and the
+    decision for every op."""
+    plan: list[OpDecision] = []
     uses: dict[str, set] = {}
     took: set[str] = set()
     value: dict[str, mx.sym.Symbol] = {}
@@ -188,8 +177,7 @@ def _rewrite(sym, known, policy, ctx, excluded, kernels, low_params, params, fre
                      for f, c, r, k in zip(free, d.casts, d.round_inputs,
                                            d.kept or (False,) * len(ins))]
             took.update(e for e, t in zip(ins, takes) if t)
-            if (d.emulated or d.fell_back) and ctx is not None:
-                log_fallback(n.op, ctx, d)
+            plan.append(d)
             for i, (target, rnd) in enumerate(zip(d.casts, d.round_inputs)):
                 if rnd:
                     ins[i] = cast_entry(cast_entry(ins[i], d.low_dtype), "float32")
@@ -209,7 +197,7 @@ def _rewrite(sym, known, policy, ctx, excluded, kernels, low_params, params, fre
                     value[o], dtype[o] = value[o_round], "float32"
     heads = sym.list_outputs()
     out = value[heads[0]] if len(heads) == 1 else mx.sym.Group([value[h] for h in heads])
-    return out, uses, took
+    return out, uses, took, plan
 
 
 def _read_as(n: Node, orig: str, now: str, d: OpDecision,

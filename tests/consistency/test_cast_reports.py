@@ -3,11 +3,15 @@
 Reports are compared by precision (an op emulated in fp16 on this CPU counts
 as fp16), under O1 fp16, O1 bf16, O2 fp16 and a custom policy file that moves
 softmax to fp16 and matmul to fp32. A canonical op that only one framework's
-model has is named explicitly, never silently taken as agreement.
+model has is named explicitly, never silently taken as agreement. Where this
+machine's two frameworks run an op on different kernels (a bf16 conv real in
+MXNet, emulated in Paddle 2.6.2, whose oneDNN conv takes no bf16 filter), the
+ops downstream that follow their inputs differ too; the ops whose category fixes
+their precision must still agree (``policy_disagreements``).
 """
 import pytest
 
-from amp_adapters import Policy, compare
+from amp_adapters import Policy, compare, kernel_differences, policy_disagreements
 
 from consistency_models import MODELS, mxnet_report, paddle_report
 
@@ -47,11 +51,13 @@ def test_reports_agree_on_every_shared_canonical_op(model, policy_name, tmp_path
     policy = policies(tmp_path)[policy_name]
     mx_report, pd_report = mxnet_report(model, policy), paddle_report(model, policy)
     diffs = compare(mx_report, pd_report)
-    disagreements = [d for d in diffs if " only " not in d]
-    assert disagreements == [], f"{model} under {policy_name}:\n" + "\n".join(diffs)
+    where = f"{model} under {policy_name}:\n" + "\n".join(diffs)
+    assert policy_disagreements(mx_report, pd_report) == [], where
+    if not kernel_differences(mx_report, pd_report):  # same kernels: every shared op agrees
+        assert [d for d in diffs if " only " not in d] == [], where
     shared = set(mx_report.precisions()) & set(pd_report.precisions())
     assert SHARED[model] <= shared
-    only = {d.split(":")[0] for d in diffs}
+    only = {d.split(":")[0] for d in diffs if " only " in d}
     assert only == set(mx_report.precisions()) ^ set(pd_report.precisions())
 
 

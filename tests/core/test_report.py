@@ -2,7 +2,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_adapters import CastReport, Policy, compare, plan_op
+from amp_adapters import CastReport, Policy, compare, kernel_differences, plan_op
 from amp_adapters.report import GraphCasts
 
 O1 = Policy.preset("O1")
@@ -98,3 +98,28 @@ def test_emulated_and_real_low_precision_agree_but_fallback_does_not():
     assert compare(emulated, real) == []
     assert compare(emulated, fallback) == [
         "linear: mxnet runs it in ['float16'], paddle in ['float32']"]
+
+
+def test_kernel_differences_name_ops_real_in_one_report_only():
+    """A bf16 GEMM on a real kernel in one framework and emulated in the other: the machines'
+    kernels differ, and the follow op after it runs in another dtype in each."""
+    bf16 = Policy.preset("O1-bf16", emulate=True)
+    here = frozenset({"FullyConnected", "Activation"})
+    real = CastReport("mxnet", (plan_op(bf16, "mxnet", "FullyConnected", ("float32",) * 2,
+                                        lowp_kernels=here),
+                                plan_op(bf16, "mxnet", "Activation", ("bfloat16",),
+                                        lowp_kernels=here, attrs={"act_type": "relu"})))
+    emulated = CastReport("paddle", (plan_op(bf16, "paddle", "mul", ("float32",) * 2,
+                                             lowp_kernels=frozenset()),
+                                     plan_op(bf16, "paddle", "relu", ("float32",),
+                                             lowp_kernels=frozenset())))
+    assert real.executions() == {"linear": {"kernel"}, "relu": {"kernel"}}
+    assert emulated.executions() == {"matmul": {"emulated"}}
+    assert kernel_differences(real, emulated) == []  # linear vs matmul: not the same op
+    paddle_real = CastReport("paddle", (plan_op(bf16, "paddle", "mul", ("float32",) * 2,
+                                                lowp_kernels=frozenset({"mul"})),))
+    assert kernel_differences(paddle_real, emulated) == [
+        "matmul: paddle runs it kernel, paddle emulated"]
+    assert kernel_differences(paddle_real, paddle_real) == []
+    assert compare(real, emulated)[-1] == "relu: mxnet runs it in ['bfloat16'], paddle in " \
+                                          "['float32']"

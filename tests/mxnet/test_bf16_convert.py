@@ -130,11 +130,14 @@ def test_a_plan_sees_bf16_inputs():
     """Type inference starts from dtypes declared on the variables (MXNet 1.9.1 drops a bf16
     keyword): bf16 weights and data show as bfloat16 inputs in the plan."""
     from amp_adapters import Policy
-    from mxnet_amp.graph import entry_dtypes, plan_graph
+    from mxnet_amp._mx import declared, dtype_name
+    from mxnet_amp.graph import plan_graph
     x, w = mx.sym.var("data"), mx.sym.var("w")
     sym = mx.sym.relu(mx.sym.FullyConnected(x, w, no_bias=True, num_hidden=3, name="fc"))
     known = {"data": "bfloat16", "w": "bfloat16"}
-    assert entry_dtypes(sym, known)["fc_output"] == "bfloat16"
+    internals = declared(sym, known).get_internals()
+    types = dict(zip(internals.list_outputs(), internals.infer_type_partial()[1]))
+    assert dtype_name(types["fc_output"]) == "bfloat16"
     fc = plan_graph(sym, known, Policy.preset("O1-bf16"), None)[0]
     assert fc.input_dtypes == ("bfloat16", "bfloat16") and fc.run_dtype == "bfloat16"
     assert fc.execution == "planned" and fc.num_casts == 0

@@ -1,10 +1,11 @@
 """Worker for test_paddle_three_graphs.py: the cast reports of the consistency models in one
-graph, as JSON on stdout: {model: {policy: {canonical op: [precisions]}}}.
+graph, as JSON on stdout: {model: {policy: [each op's decision, as a dict of its fields]}}.
 
 ``python three_graphs_worker.py mxnet``: MXNet's reports (tests/consistency's Gluon models).
 ``python three_graphs_worker.py paddle``: Paddle's, in the IR ``FLAGS_enable_pir_api`` picks
 (the models written with the layer APIs both IRs and Paddle 2.6 and 3.x accept).
 """
+import dataclasses
 import json
 import math
 import os
@@ -81,8 +82,8 @@ def main(graph):
         from consistency_models import MODELS, mxnet_report as report
     else:
         MODELS, report = ("mlp", "cnn", "transformer", "lstm"), paddle_report
-    out = {m: {p: {op: sorted(map(str, precs)) for op, precs in
-                   report(m, Policy.preset(preset, emulate=True)).precisions().items()}
+    out = {m: {p: [dataclasses.asdict(d) for d in
+                   report(m, Policy.preset(preset, emulate=True)).decisions]
                for p, preset in POLICIES.items()} for m in MODELS}
     print("JSON " + json.dumps(out), flush=True)
 
