@@ -174,6 +174,7 @@ def _rewrite(sym, known, policy, ctx, excluded, kernels, low_params, params, fre
                       force_fp32="excluded by the caller" if n.name in excluded else None,
                       params=params, free=free)
             takes = [f and d.category == "follow" and c is None and not r and not k
+                     and n.op not in ("amp_cast", "amp_multicast")  # a user's cast reads as cast
                      for f, c, r, k in zip(free, d.casts, d.round_inputs,
                                            d.kept or (False,) * len(ins))]
             took.update(e for e, t in zip(ins, takes) if t)

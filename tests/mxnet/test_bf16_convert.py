@@ -90,6 +90,22 @@ def test_convert_model_bf16_cast_optional_params_stores_bf16():
         m.bind(data_shapes=[("data", (2, 5))], for_training=False)
 
 
+@pytest.mark.parametrize("low", ["bfloat16", "float16"])
+def test_cast_optional_params_declares_an_input_the_users_casts_read_low(low):
+    """A variable read only through the user's own amp_cast to the low dtype is stored so
+    (declared in it, the cast kept), as the native does: the user's cast is a cast, not an
+    op that follows a free parameter's dtype."""
+    data, dtype = mx.sym.var("data"), BF16 if low == "bfloat16" else np.float16
+    both_low = mx.sym.Group([mx.sym.amp_cast(data, dtype=dtype), mx.sym.amp_cast(data, dtype=dtype)])
+    one_not = mx.sym.Group([mx.sym.amp_cast(data, dtype=dtype),
+                            mx.sym.amp_cast(data, dtype="float32")])
+    for convert in (amp.convert_symbol, native.convert_symbol):
+        for out, want in ((both_low, dtype), (one_not, np.float32)):
+            sym = convert(out, data_names=[], target_dtype=low, cast_optional_params=True)
+            exe = sym.simple_bind(ctx=mx.cpu(), data=(1, 2))
+            assert exe.arg_arrays[0].dtype == want, (convert, want)
+
+
 def _gluon_mlp():
     net = gluon.nn.HybridSequential()
     net.add(gluon.nn.Dense(8, activation="relu"), gluon.nn.Dense(3))
