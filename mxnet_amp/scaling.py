@@ -171,8 +171,9 @@ def _is_number(x: Any) -> bool:
     return isinstance(x, (numbers.Real, Decimal)) and not isinstance(x, bool)
 
 
-def init_trainer(trainer: Trainer, loss_scale: Union[LossScale, float, None] = None) -> None:
-    """Attach loss scaling to ``trainer``.
+def init_trainer(optimizer_or_trainer: Trainer,
+                 loss_scale: Union[LossScale, float, None] = None) -> None:
+    """Attach loss scaling to the trainer (the native's parameter name; a Gluon ``Trainer``).
 
     ``loss_scale``: a ``DynamicLossScale`` / ``StaticLossScale`` / ``NoOpLossScale``,
     a ``LossScaleConfig`` (started at its ``init_scale``), a number (a static scale), or
@@ -180,6 +181,7 @@ def init_trainer(trainer: Trainer, loss_scale: Union[LossScale, float, None] = N
     ``init``, else float16's).
     Calling it again replaces the scale (and starts the step protocol afresh).
     """
+    trainer = optimizer_or_trainer
     if not isinstance(trainer, Trainer):
         raise TypeError(f"init_trainer expects a mxnet.gluon.Trainer, got "
                         f"{type(trainer).__name__}; optimizers are not supported, wrap them "
@@ -206,25 +208,27 @@ def init_trainer(trainer: Trainer, loss_scale: Union[LossScale, float, None] = N
 
 
 @contextlib.contextmanager
-def scale_loss(loss: Any, trainer: Trainer) -> Iterator[Any]:
+def scale_loss(loss: Any, optimizer_or_trainer: Trainer) -> Iterator[Any]:
     """Yield ``loss * scale`` (or a list, for a list of losses) to call ``backward`` on.
 
     Also sets ``trainer._scale = original / scale`` so ``trainer.step`` unscales
     the gradients inside the optimizer update (no extra pass, no host sync).
     """
+    trainer = optimizer_or_trainer
     scale = _amp(trainer).begin_step()
     with unpatched():
         scaled = ([l * scale for l in loss] if isinstance(loss, (list, tuple)) else loss * scale)
     yield scaled
 
 
-def unscale(trainer: Trainer) -> None:
+def unscale(optimizer_or_trainer: Trainer) -> None:
     """Divide the gradients by the scale now (e.g. before clipping), at most once per step.
 
     Works on every device in place, without a host sync; ``trainer.step`` then
     applies no further unscaling and still skips the update on overflow. Only in
     stage SCALED (after ``scale_loss`` and ``backward``, before ``trainer.step``).
     """
+    trainer = optimizer_or_trainer
     amp = _amp(trainer)
     if amp.stage is not Stage.SCALED:
         what = {Stage.UNSCALED: "the gradients are already unscaled; call it at most once per "

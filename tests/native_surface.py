@@ -45,3 +45,31 @@ def missing(native_module: str, native_package: str, ours_module: str) -> list[s
         elif kind not in ("module", "callable") and isinstance(value, types.ModuleType):
             gaps.append(f"{ours_module}.{name} (a module, natively {kind})")
     return gaps
+
+
+def signature_gaps(native_module: str, native_package: str, ours_module: str) -> list[str]:
+    """Native public functions whose parameters ours does not take in the same order, by the
+    same names (a positional call would bind differently). Ours may add keyword parameters
+    after the native's; a stub that takes ``*args`` (an unsupported internal) is not held
+    to a signature."""
+    ours = importlib.import_module(ours_module)
+    native = importlib.import_module(native_module)
+    gaps = []
+    for name, kind in sorted(public_names(native_module, native_package).items()):
+        theirs, mine = getattr(native, name), getattr(ours, name, None)
+        if kind != "callable" or not inspect.isfunction(theirs) or mine is None:
+            continue
+        try:
+            want, got = _params(theirs), _params(mine)
+        except (TypeError, ValueError):
+            continue
+        if "*" not in got and got[:len(want)] != want:
+            gaps.append(f"{ours_module}.{name}{tuple(got)}: natively {tuple(want)}")
+    return gaps
+
+
+def _params(fn) -> list[str]:
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    params = inspect.signature(fn).parameters.values()
+    return [p.name if p.kind in kinds else "*" for p in params
+            if p.kind in kinds or p.kind == inspect.Parameter.VAR_POSITIONAL]

@@ -11,6 +11,7 @@ from amp_adapters.errors import unsupported
 
 from ..casting import (cast_model, cast_parameters, find_true_post_op,  # noqa: F401
                        find_true_prev_op)
+from ..env import VARTYPE_OF
 from ..lists import AutoMixedPrecisionListsBF16
 from ..guard import bf16_guard  # noqa: F401
 
@@ -38,10 +39,40 @@ def rewrite_program_bf16(main_prog, amp_lists=None):
     cast_model(main_prog, _lists(amp_lists), False, "bfloat16", "O1")
 
 
-def cast_model_to_bf16(program, amp_lists=None, use_bf16_guard=True):
+def cast_model_to_bf16(program, startup_prog=None, amp_lists=None, use_bf16_guard=True):
     """Pure bf16 (O2): every op not in ``fp32_list`` runs in bfloat16 where it can; returns
-    the parameters declared bf16 (convert them with ``cast_parameters_to_bf16``)."""
-    return cast_model(program, _lists(amp_lists), bool(use_bf16_guard), "bfloat16", "O2")
+    the parameters declared bf16 that still hold float32 values (convert them with
+    ``cast_parameters_to_bf16``). With a legacy ``startup_prog``, as natively, those whose
+    initializer is a ``fill_constant`` or ``uniform_random`` there make bf16 values
+    themselves instead (and are not returned)."""
+    low = cast_model(program, _lists(amp_lists), bool(use_bf16_guard), "bfloat16", "O2")
+    if startup_prog is not None:
+        low -= _initialize_in_bf16(startup_prog, low)
+    return low
+
+
+_BF16_INITIALIZERS = ("fill_constant", "uniform_random")  # the native's bf16_initializer_list
+
+
+def _initialize_in_bf16(startup_prog, names) -> set:
+    """Of the variables ``names``, those a native bf16 initializer of the legacy program
+    ``startup_prog`` writes alone: that op now makes bfloat16 (its ``dtype`` attribute and
+    its output's). A PIR startup program is left as it is (none returned)."""
+    block = startup_prog.global_block()
+    if not hasattr(block, "vars"):  # PIR: convert the values after the startup program
+        return set()
+    done = set()
+    for op in block.ops:
+        outs = op.output_arg_names
+        if op.type not in _BF16_INITIALIZERS or not outs or not set(outs) <= set(names) \
+                or (op.has_attr("dtype") and op.attr("dtype") != VARTYPE_OF["float32"]):
+            continue
+        for name in outs:
+            block.var(name).desc.set_dtype(VARTYPE_OF["bfloat16"])
+        if op.has_attr("dtype"):
+            op._set_attr("dtype", VARTYPE_OF["bfloat16"])
+        done.update(outs)
+    return done
 
 
 def cast_parameters_to_bf16(place, program, scope=None, to_bf16_var_names=None):

@@ -21,7 +21,7 @@ _spec = importlib.util.spec_from_file_location(
     "native_surface", Path(__file__).resolve().parents[1] / "native_surface.py")
 _surface = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_surface)
-missing = _surface.missing
+missing, signature_gaps = _surface.missing, _surface.signature_gaps
 
 BF16 = native.amp.bfloat16
 
@@ -33,11 +33,21 @@ def _reset():
     amp.reset()
 
 
-@pytest.mark.parametrize("sub", ["", ".amp", ".lists", ".lists.symbol_fp16",
-                                 ".lists.symbol_bf16", ".loss_scaler"])
+MODULES = ["", ".amp", ".lists", ".lists.symbol_fp16", ".lists.symbol_bf16", ".loss_scaler"]
+
+
+@pytest.mark.parametrize("sub", MODULES)
 def test_every_native_public_name_exists_at_the_same_path(sub):
     gaps = missing("mxnet.contrib.amp" + sub, "mxnet.contrib.amp", "mxnet_amp" + sub)
     assert not gaps, f"native names missing from mxnet_amp{sub}: {gaps}"
+
+
+@pytest.mark.parametrize("sub", MODULES)
+def test_every_native_function_takes_its_parameters_in_the_native_order(sub):
+    """A call by position or by the native's keyword binds as natively (init_trainer's
+    ``optimizer_or_trainer``, cast_model_to_bf16's ``startup_prog``)."""
+    gaps = signature_gaps("mxnet.contrib.amp" + sub, "mxnet.contrib.amp", "mxnet_amp" + sub)
+    assert not gaps, gaps
 
 
 @pytest.mark.parametrize("ours, theirs", [

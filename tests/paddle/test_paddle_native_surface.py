@@ -26,7 +26,7 @@ _spec = importlib.util.spec_from_file_location(
     "native_surface", Path(__file__).resolve().parents[1] / "native_surface.py")
 _surface = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_surface)
-missing = _surface.missing
+missing, signature_gaps = _surface.missing, _surface.signature_gaps
 
 FP16, BF16, FP32 = (core.VarDesc.VarType.FP16, core.VarDesc.VarType.BF16,
                     core.VarDesc.VarType.FP32)
@@ -39,6 +39,14 @@ MODULES = ["", ".bf16", ".bf16.amp_lists", ".bf16.amp_utils", ".bf16.decorator",
 def test_every_native_public_name_exists_at_the_same_path(sub):
     gaps = missing("paddle.static.amp" + sub, "paddle.static.amp", "paddle_amp" + sub)
     assert not gaps, f"native names missing from paddle_amp{sub}: {gaps}"
+
+
+@pytest.mark.parametrize("sub", MODULES)
+def test_every_native_function_takes_its_parameters_in_the_native_order(sub):
+    """A call by position or by the native's keyword binds as natively (init_trainer's
+    ``optimizer_or_trainer``, cast_model_to_bf16's ``startup_prog``)."""
+    gaps = signature_gaps("paddle.static.amp" + sub, "paddle.static.amp", "paddle_amp" + sub)
+    assert not gaps, gaps
 
 
 def test_unsupported_internals_say_why_and_what_instead():
@@ -211,7 +219,7 @@ def test_master_grad_gives_the_optimizer_fp32_grads_of_low_params(static, monkey
     for them, without it fp16 ones. (On a CPU the emulated masters always take fp32 gradients:
     tests/paddle/test_paddle_o2_masters.py.)"""
     monkeypatch.setattr("paddle_amp.decorator.kernel_sets",
-                        lambda device, dtype, onednn: (None, frozenset()))
+                        lambda device, dtype: (None, frozenset()))
     monkeypatch.setattr("paddle_amp.decorator.current_device", lambda: "GPU")
     dtypes = {}
     for master_grad in (False, True):
@@ -313,6 +321,27 @@ def test_cast_model_to_bf16_and_decorate_bf16(static):
         opt = paddle_amp.bf16.decorate_bf16(paddle.optimizer.SGD(0.1))
         opt.minimize(loss)
     assert opt.policy.dtype == "bfloat16" and opt.policy.level == "O1"
+
+
+def test_cast_model_to_bf16_with_a_startup_program_initializes_bf16_parameters(static):
+    """As natively: with the startup program, a parameter that only bf16 ops read and that a
+    fill_constant initializes is made in bf16 there (nothing left to convert)."""
+    x = paddle.static.data("x", [None, 4], "float32")
+    w = paddle.static.create_parameter([4], "float32", name="w",
+                                       default_initializer=paddle.nn.initializer.Constant(0.5))
+    out = paddle.scale(x * w, 2.0)  # `*`: Paddle 3.3.1 legacy IR has no paddle.multiply
+    lists = paddle_amp.bf16.AutoMixedPrecisionListsBF16(custom_bf16_list={"elementwise_mul"})
+    names = paddle_amp.bf16.cast_model_to_bf16(static.main, static.startup, lists,
+                                               use_bf16_guard=False)
+    assert names == set()  # made in bf16 by its initializer, not to be converted
+    init, = [op for op in static.startup.global_block().ops if "w" in op.output_arg_names]
+    assert init.type == "fill_constant" and init.attr("dtype") == BF16
+    assert static.startup.global_block().var("w").dtype == BF16
+    assert static.main.global_block().var("w").dtype == BF16
+    static.exe.run(static.startup)
+    got, = static.run({"x": np.ones((2, 4), "float32")}, [out])
+    np.testing.assert_allclose(np.asarray(got, np.float32) if got.dtype != np.uint16 else
+                               (got.astype(np.uint32) << 16).view(np.float32), 1.0)
 
 
 def test_convert_float_to_uint16_is_the_native_truncation():
