@@ -11,7 +11,8 @@ Two kinds of kernel count (``plain_kernels`` | ``onednn_kernels``):
 - plain ones, which the executor picks for a plain program. A kernel only for
   the STRIDED layout (``flatten_contiguous_range`` in fp16 on CPU) does not count;
 - bfloat16 on a CPU: oneDNN's, the only bf16 GEMM/convolution kernels on a CPU,
-  reached by the attributes the native bf16 rewrite sets (``ProgramIR.use_onednn``).
+  reached by the attributes the native bf16 rewrite sets on the legacy IR, and picked
+  by the executor itself under PIR (``ProgramIR.use_onednn``).
   They need a CPU with AVX-512 (``core.supports_bfloat16``, a cheap gate); where
   it has them, each op with a recipe is run once, forward and backward, on tiny
   bf16 inputs in a legacy program, because a registered kernel may still fail:
@@ -42,11 +43,9 @@ def lowp_kernels(device: str, dtype: str) -> frozenset[str]:
     return plain_kernels(device, dtype) | onednn_kernels(device, dtype)
 
 
-def kernel_sets(device: str, dtype: str, onednn: bool) -> tuple[frozenset[str], frozenset[str]]:
-    """(ops with a ``dtype`` kernel on ``device``, those of them to send to oneDNN) for a
-    program whose IR can (``onednn``, ``ProgramIR.onednn``) or cannot route an op to oneDNN."""
-    if not onednn:
-        return plain_kernels(device, dtype), frozenset()
+def kernel_sets(device: str, dtype: str) -> tuple[frozenset[str], frozenset[str]]:
+    """(ops with a ``dtype`` kernel on ``device``, those of them to send to oneDNN, which
+    programs in both IRs reach: ``ProgramIR.use_onednn``)."""
     return lowp_kernels(device, dtype), onednn_kernels(device, dtype)
 
 

@@ -28,8 +28,9 @@ import dataclasses
 from typing import AbstractSet, Any, Optional
 
 from amp_adapters import CastReport, OpDecision, ParamPlan, Policy, plan_op, plan_params
-from amp_adapters.dtypes import LOW_DTYPES
+from amp_adapters.dtypes import FLOAT_DTYPES, LOW_DTYPES
 from amp_adapters.fallback import FallbackNotices
+from amp_adapters.oplists import passes_through
 
 from . import ir as program_ir
 from .ir import CONTROL_FLOW, ProgramIR, Slot
@@ -56,6 +57,7 @@ class Rewriter:
 
     def __post_init__(self) -> None:
         self._notices = FallbackNotices("paddle_amp")  # each op type warns once per decorate
+        self._moved_params: set = set()  # keys of parameters' values moved by reshape & co.
 
     def _ir(self, program) -> ProgramIR:
         ir = program_ir.of(program)
@@ -80,9 +82,22 @@ class Rewriter:
         decision = plan_op(self.policy, "paddle", op_type, dtypes, lowp_kernels=self.kernels,
                            attrs=ir.attrs(op), force_fp32=force_fp32 or self._forced_fp32(ir, op),
                            input_names=[s.name for s in slots],
-                           param_inputs=[ir.is_param(s.value) for s in slots])
+                           param_inputs=[self._is_param(ir, s.value) for s in slots])
         self._notices.note(op_type, _DEVICE, decision)
         return decision
+
+    def _is_param(self, ir: ProgramIR, value) -> bool:
+        """A parameter, or a parameter's values moved by ops that only move values (a conv
+        bias reshaped for its add is still the small float32 operand the planner casts
+        down beside a low activation)."""
+        return ir.is_param(value) or (ir.dtype(value) == "float32"  # (an empty operand: no key)
+                                      and ir.key(value) in self._moved_params)
+
+    def _note_moved_params(self, ir: ProgramIR, op, slots: list[Slot]) -> None:
+        floats = [s.value for s in slots if s.cast and ir.dtype(s.value) in FLOAT_DTYPES]
+        if floats and passes_through("paddle", ir.op_type(op), ir.attrs(op)) and \
+                all(self._is_param(ir, v) for v in floats):
+            self._moved_params.update(ir.key(v) for v in ir.float_outputs(op, ()))
 
     # -- O2 parameters -------------------------------------------------------------------------
 
@@ -113,6 +128,7 @@ class Rewriter:
         self._cast_of: dict[tuple, Any] = {}
         self._origin: dict = {}  # key of a cast's output -> the value it casts
         self._rounded: set = set()
+        self._moved_params = set()
         decisions = []
         with contextlib.closing(ir.forward_ops()) as ops:
             for op in ops:
@@ -129,6 +145,7 @@ class Rewriter:
                 self._forget(ir, ir.overwritten(op))  # casts of the values it wrote are stale
                 if not ir.is_cast(op):
                     self._outputs(ir, op, d)
+                    self._note_moved_params(ir, op, slots)
         self._notices.summarize("paddle_amp: program", decisions, _DEVICE)
         return CastReport("paddle", tuple(decisions))
 

@@ -12,13 +12,12 @@ A value is a var name (legacy) or a ``pir.Value``; ``key`` is the identity the
 walk caches by (never ``==`` or ``hash`` on a PIR value: the first builds an
 op, the second is per wrapper).
 
-oneDNN (the only bf16 kernels on a CPU): ``onednn`` says whether the IR can send
-one op to oneDNN's kernels, ``use_onednn`` does it. The legacy IR can, by the op
-attributes the native bf16 rewrite sets (``use_mkldnn``/``mkldnn_data_type``;
-Paddle 3 also ``use_onednn``/``onednn_data_type``). PIR cannot: its ops carry no
-such attribute, and oneDNN kernels are chosen by a pass that rewrites ``pd_op``
-ops into the ``onednn_op`` dialect (the inference predictor's), not per op by
-the static executor; so under PIR only plain kernels count (``kernels.kernel_sets``).
+oneDNN (the only bf16 kernels on a CPU): ``use_onednn`` sends one lowered op to oneDNN's
+kernel (``kernels.onednn_kernels``: the ones that run here). The legacy IR
+does it by the op attributes the native bf16 rewrite sets (``use_mkldnn``/
+``mkldnn_data_type``; Paddle 3 also ``use_onednn``/``onednn_data_type``). Under PIR
+the executor lowers a bf16 op to oneDNN's kernel by itself (Paddle 3.3.1 registers no
+other bf16 GEMM on a CPU), so ``use_onednn`` only keeps that kernel from crashing.
 """
 from __future__ import annotations
 
@@ -123,8 +122,7 @@ class ProgramIR(Protocol):
     def retype(self, op: Any, value: Any, dtype: str) -> None: ...
     def round_output(self, op: Any, value: Any, low: str) -> Any: ...  # what readers now read
     def set_param_dtype(self, names: AbstractSet[str], dtype: str) -> None: ...
-    onednn: bool  # whether ``use_onednn`` can send an op to oneDNN's kernels
-    def use_onednn(self, op: Any) -> None: ...  # the native bf16 rewrite's attributes
+    def use_onednn(self, op: Any) -> None: ...  # send a lowered op there
 
     # -- O2's emulated float32 masters (``masters.MasterWeights``)
     def new_master(self, param: Any, name: str) -> Any: ...  # float32, trainable, param's shape

@@ -30,7 +30,7 @@ def bf16_rewriter(program, onednn=ONEDNN_HERE, level="O1"):
     program's IR can: not under PIR)."""
     policy = native_policy(AutoMixedPrecisionListsBF16(), BF16, level)
     return Rewriter(policy, kernels.plain_kernels("CPU", BF16) | onednn,
-                    onednn=onednn if ir.of(program).onednn else frozenset())
+                    onednn=onednn)
 
 
 GEMMS = ("mul", "matmul_v2")  # what paddle.static.nn.fc builds: 2.6 mul, 3.x matmul_v2
@@ -64,12 +64,11 @@ def test_onednn_kernels_are_what_the_probe_ran_forward_and_backward():
     assert kernels.onednn_kernels("GPU", BF16) == frozenset()
 
 
-def test_an_ir_without_onednn_attributes_counts_only_plain_kernels():
-    kinds, onednn = kernels.kernel_sets("CPU", BF16, onednn=False)
-    assert kinds == kernels.plain_kernels("CPU", BF16) and onednn == frozenset()
-    assert kernels.kernel_sets("CPU", BF16, onednn=True) == (
+def test_the_kernels_are_plain_ones_and_onednn_ones():
+    assert kernels.kernel_sets("CPU", BF16) == (
         kernels.lowp_kernels("CPU", BF16), kernels.onednn_kernels("CPU", BF16))
-    assert ir.LegacyProgram.onednn and not ir.PirProgram.onednn
+    assert kernels.lowp_kernels("CPU", BF16) == (kernels.plain_kernels("CPU", BF16)
+                                                 | kernels.onednn_kernels("CPU", BF16))
 
 
 def test_onednn_attrs_are_the_installed_paddles_spellings():
@@ -119,6 +118,20 @@ def test_a_bias_add_casts_the_bias_down_not_the_activation_up(static):
     assert first.casts.count(BF16) == 1 and "float32" not in first.casts
 
 
+def test_a_conv_bias_reshaped_for_its_add_is_still_cast_down(static):
+    """Paddle's conv adds its bias through a reshape of the parameter: the reshape stays
+    fp32 (it only moves a parameter) and the add beside the bf16 conv output still casts
+    that small operand down and runs bf16, as MXNet's conv with its bias inside does."""
+    x = paddle.static.data("x", [None, 2, 4, 4], "float32")
+    paddle.nn.functional.relu(paddle.nn.Conv2D(2, 3, 3)(x))
+    report = bf16_rewriter(static.main, onednn=ONEDNN_HERE | {"conv2d"}).rewrite(static.main)
+    by_op = {d.op: d for d in report.decisions}
+    assert by_op["conv2d"].run_dtype == BF16 and by_op["reshape2"].run_dtype == "float32"
+    add = by_op["elementwise_add"]
+    assert add.run_dtype == BF16 and add.casts.count(BF16) == 1, add
+    assert by_op["relu"].run_dtype == BF16
+
+
 # -- entry points ---------------------------------------------------------------------------
 
 def cnn():
@@ -150,7 +163,7 @@ def test_a_cnn_trains_in_bf16_where_a_kernel_runs_else_fp32(static, make):
     opt.amp_init(paddle.CPUPlace())
     losses = [float(static.run(cnn_batch(i), [loss])[0]) for i in range(3)]
     assert np.all(np.isfinite(losses))
-    kinds, _ = kernels.kernel_sets("CPU", BF16, ir.of(static.main).onednn)
+    kinds, _ = kernels.kernel_sets("CPU", BF16)
     for d in opt.cast_report().decisions:
         if d.op in ("conv2d", "layer_norm") and d.run_dtype == BF16:
             assert d.op in kinds  # bf16 only where this CPU ran the op's kernel
@@ -161,7 +174,7 @@ def test_rewrite_program_bf16_marks_what_the_kernels_send_to_onednn(static, monk
     mlp()
     monkeypatch.setattr(
         "paddle_amp.casting.kernel_sets",
-        lambda device, dtype, onednn: (kernels.plain_kernels(device, dtype) | ONEDNN_HERE,
+        lambda device, dtype: (kernels.plain_kernels(device, dtype) | ONEDNN_HERE,
                                        ONEDNN_HERE))
     rewrite_program_bf16(static.main)
     matmuls = gemms(static.main)
@@ -191,8 +204,32 @@ def test_decorate_bf16_runs_the_gemm_in_bf16_on_onednn(static):
     opt.amp_init(paddle.CPUPlace())
     losses = [float(static.run(batch(i), [loss])[0]) for i in range(3)]
     assert np.all(np.isfinite(losses))
-    if not is_pir(static.main):  # PIR: only plain kernels count (no oneDNN attribute)
-        assert opt.cast_report().precisions()["matmul"] == {BF16}
+    assert opt.cast_report().precisions()["matmul"] == {BF16}
+    assert opt.cast_report().executions()["matmul"] == {"kernel"}
+
+
+@pytest.mark.skipif(not REAL_BF16, reason=NO_BF16_GEMM)
+def test_bf16_gemm_with_a_data_input_and_a_frozen_weight_trains(static):
+    """Paddle 3.3.1's oneDNN bf16 matmul_grad dies (SIGSEGV) when one input needs no gradient,
+    as a data input or a frozen weight does; under PIR, where the executor picks that kernel
+    by itself, the casts in front of it are marked as needing one (ir.pir use_onednn). The
+    frozen weight stays as it was, the trained bias moves."""
+    x = paddle.static.data("x", [None, 8], "float32")
+    y = paddle.static.data("y", [None, 1], "float32")
+    frozen = paddle.nn.Linear(8, 16, weight_attr=paddle.ParamAttr(trainable=False))
+    h = paddle.nn.functional.relu(frozen(x))
+    loss = paddle.mean(paddle.square(paddle.nn.Linear(16, 1)(h) - y))
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.05), dtype=BF16)
+    opt.minimize(loss)
+    static.exe.run(static.startup)
+    before = static.state()
+    losses = [float(static.run(batch(i), [loss])[0]) for i in range(3)]
+    after = static.state()
+    assert np.all(np.isfinite(losses))
+    assert opt.cast_report().executions()["matmul"] == {"kernel"}
+    weight, bias = frozen.weight.name, frozen.bias.name
+    np.testing.assert_array_equal(after[weight], before[weight])
+    assert not np.array_equal(after[bias], before[bias])
 
 
 @pytest.mark.legacy_ir
@@ -216,7 +253,7 @@ def test_bench_rows_without_kernels_say_why_and_time_nothing():
     rows = bf16_cpu.paddle_rows()
     assert rows[0].startswith("| Paddle (legacy IR)")
     for row in rows:
-        assert "avx512_bf16" in row or "under PIR no op is sent to oneDNN" in row, row
+        assert "avx512_bf16" in row, row
     irs = ["legacy IR"] + (["PIR"] if int(paddle.__version__[0]) >= 3 else [])
     assert {tuple(c.strip() for c in row.split("|")[1:4]) for row in rows} == {
         (f"Paddle ({ir_name})", model, mode) for ir_name in irs

@@ -235,8 +235,6 @@ class LegacyProgram:
         self._at += 2
         return value
 
-    onednn = True
-
     def use_onednn(self, op) -> None:
         for name, value in onednn_attrs(op).items():
             op._set_attr(name, value)
