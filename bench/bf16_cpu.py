@@ -162,12 +162,12 @@ def mxnet_training_rows() -> list[str]:
 
             def step(net, trainer, amp_on):
                 def run():
-                    with autograd.record():
+                    with autograd.record():  # the loss is scaled while recording, as natively
                         loss = net(x).mean()
-                    if amp_on:
-                        with ours.scale_loss(loss, trainer) as scaled:
-                            autograd.backward(scaled)
-                    else:
+                        if amp_on:
+                            with ours.scale_loss(loss, trainer) as scaled:
+                                autograd.backward(scaled)
+                    if not amp_on:
                         loss.backward()
                     trainer.step(1)
                     loss.wait_to_read()
@@ -270,11 +270,11 @@ _PADDLE_STEP = textwrap.dedent("""
 """)
 
 
-def _ours_gemm(pir: bool, model: str = "MLP 4x2048") -> bool:
-    """Whether our rewrite lowers ``model``'s GEMM or convolution here (our kernel answer for
-    the IR, forward and backward where oneDNN runs it)."""
+def _ours_gemm(model: str = "MLP 4x2048") -> bool:
+    """Whether our rewrite lowers ``model``'s GEMM or convolution here (our kernel answer,
+    forward and backward; both IRs reach oneDNN's bf16 kernels)."""
     from paddle_amp.kernels import kernel_sets
-    kernels, _ = kernel_sets("CPU", "bfloat16", onednn=not pir)
+    kernels, _ = kernel_sets("CPU", "bfloat16")
     return bool(PADDLE_GEMM[model] & kernels)
 
 
@@ -292,13 +292,8 @@ def paddle_rows() -> list[str]:
             for mode in MODES:
                 native = "-" if pir else (_child(_PADDLE_STEP, "native", "0", model, mode)
                                           if native_runs else why)
-                if _ours_gemm(pir, model):
-                    ours = _child(_PADDLE_STEP, "ours", "1" if pir else "0", model, mode)
-                elif pir:
-                    ours = ("not timed: under PIR no op is sent to oneDNN (PIR ops carry no "
-                            "oneDNN attribute), so the GEMM runs fp32")
-                else:
-                    ours = why
+                ours = _child(_PADDLE_STEP, "ours", "1" if pir else "0", model, mode) \
+                    if _ours_gemm(model) else why
                 rows.append(f"| Paddle ({name}) | {model} | {mode} | {native} | {ours} |")
     return rows
 
