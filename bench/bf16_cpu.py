@@ -3,10 +3,9 @@
 Models: an MLP (4 layers of 2048), a CNN (3x3 convolutions, 64 channels,
 56x56) and a Transformer block (self-attention and MLP, LayerNorm), batch 32.
 MXNet inference: ``mxnet.contrib.amp.convert_hybrid_block`` vs ours, both
-against the fp32 block, interleaved in one process. MXNet training: the native
-``amp.init(target_dtype="bfloat16")`` patches MXNet for good (no undo), so its
-rows run in a child process against their own fp32 steps; ours use
-``init``/``reset`` in this one. Paddle: the native and our ``decorate_bf16``
+against the fp32 block, interleaved in one process. MXNet training:
+``amp.init(target_dtype="bfloat16")`` patches MXNet for the process, so the
+native's and ours each run in a child process against their own fp32 steps. Paddle: the native and our ``decorate_bf16``
 training step and ``rewrite_program_bf16`` inference vs fp32, each model (legacy
 IR; ours under PIR too on Paddle 3), each in a child process.
 
@@ -138,14 +137,67 @@ _NATIVE_TRAIN = textwrap.dedent("""
 """)
 
 
-def mxnet_training_rows() -> list[str]:
-    import mxnet as mx
+_OURS_TRAIN = textwrap.dedent("""
+    import sys
     from mxnet import autograd, gluon
+    import mxnet_amp as amp
+    from bench.bf16_cpu import _mx_block, STEPS
+    from bench.timing import interleaved, ratio
+    model, policy = sys.argv[1], sys.argv[2]  # "bfloat16": init(target_dtype=), native lists
+    fp32_net, x = _mx_block(model)
+    amp.init(target_dtype="bfloat16") if policy == "bfloat16" else amp.init(policy=policy)
+    low_net, _ = _mx_block(model)
+    def step(net, trainer, amp_on):
+        def run():
+            with autograd.record():
+                loss = net(x).mean()
+                if amp_on:
+                    with amp.scale_loss(loss, trainer) as scaled:
+                        autograd.backward(scaled)
+            if not amp_on:
+                loss.backward()
+            trainer.step(1)
+            loss.wait_to_read()
+        return run
+    t32 = gluon.Trainer(fp32_net.collect_params(), "sgd", {"learning_rate": 1e-3})
+    tlow = gluon.Trainer(low_net.collect_params(), "sgd", {"learning_rate": 1e-3})
+    amp.init_trainer(tlow)
+    stats = interleaved({"fp32": step(fp32_net, t32, False), "ours": step(low_net, tlow, True)},
+                        steps=STEPS, warmup=3)
+    print(ratio(stats, "ours", "fp32"))
+""")
 
-    import mxnet_amp as ours
+
+def o2_rows() -> list[str]:
+    """Ours, O1-bf16 and O2-bf16 (bf16 parameters, float32 masters) against fp32, MLP
+    training, each policy in a child process against its own fp32 steps."""
+    import mxnet as mx
+    import paddle
+
     from mxnet_amp.kernels import has_kernel
 
-    from .timing import interleaved, ratio
+    model = "MLP 4x2048"
+    rows = []
+    if has_kernel("FullyConnected", mx.cpu(), "bfloat16", backward=True):
+        o1, o2 = (_child(_OURS_TRAIN, model, p) for p in ("O1-bf16", "O2-bf16"))
+    else:
+        o1 = o2 = _why_not("no bfloat16 FullyConnected kernel, forward and backward")
+    rows.append(f"| MXNet | {model} | {o1} | {o2} |")
+    irs = [("legacy IR", "0")] + ([("PIR", "1")] if int(paddle.__version__[0]) >= 3 else [])
+    for name, pir in irs:
+        if _ours_gemm(model, pir == "1"):
+            o1, o2 = (_child(_PADDLE_STEP, "ours", pir, model, "training", level)
+                      for level in ("O1", "O2"))
+        else:
+            o1 = o2 = _why_not("paddle_amp finds no oneDNN bf16 matmul here")
+        rows.append(f"| Paddle ({name}) | {model} | {o1} | {o2} |")
+    return rows
+
+
+def mxnet_training_rows() -> list[str]:
+    import mxnet as mx
+
+    from mxnet_amp.kernels import has_kernel
 
     rows = []
     for model in MODELS:
@@ -154,32 +206,8 @@ def mxnet_training_rows() -> list[str]:
                         f"{_why_not(f'no bfloat16 {GEMM[model]} kernel, forward and backward')}"
                         f" | |")
             continue
-        native = _child(_NATIVE_TRAIN, model)
-        fp32_net, x = _mx_block(model)
-        ours.init(target_dtype="bfloat16")
-        try:
-            low_net, _ = _mx_block(model)
-
-            def step(net, trainer, amp_on):
-                def run():
-                    with autograd.record():  # the loss is scaled while recording, as natively
-                        loss = net(x).mean()
-                        if amp_on:
-                            with ours.scale_loss(loss, trainer) as scaled:
-                                autograd.backward(scaled)
-                    if not amp_on:
-                        loss.backward()
-                    trainer.step(1)
-                    loss.wait_to_read()
-                return run
-            t32 = gluon.Trainer(fp32_net.collect_params(), "sgd", {"learning_rate": 1e-3})
-            tlow = gluon.Trainer(low_net.collect_params(), "sgd", {"learning_rate": 1e-3})
-            ours.init_trainer(tlow)
-            stats = interleaved({"fp32": step(fp32_net, t32, False),
-                                 "ours": step(low_net, tlow, True)}, steps=STEPS, warmup=3)
-        finally:
-            ours.reset()
-        rows.append(f"| MXNet | {model} | training | {native} | {ratio(stats, 'ours', 'fp32')} |")
+        native, ours = _child(_NATIVE_TRAIN, model), _child(_OURS_TRAIN, model, "bfloat16")
+        rows.append(f"| MXNet | {model} | training | {native} | {ours} |")
     return rows
 
 
@@ -219,16 +247,17 @@ def paddle_model(model: str):
     return x.name, shape, paddle.mean(h)
 
 
-def paddle_program(model: str, mode: str, amp, bf16: bool):
-    """(main, startup, feed name, feed shape, loss) of ``model``: a training step (SGD, under
-    ``amp.bf16.decorate_bf16`` when ``bf16``) or the forward pass for inference (rewritten
-    by ``amp.bf16.rewrite_program_bf16`` when ``bf16``); ``amp``: ``paddle.static.amp`` or
-    ``paddle_amp``."""
+def paddle_program(model: str, mode: str, amp, bf16: bool, pure: bool = False):
+    """(main, startup, feed name, feed shape, loss, optimizer) of ``model``: a training step
+    (SGD, under ``amp.bf16.decorate_bf16`` when ``bf16``; pure bf16, O2, with ``pure``) or
+    the forward pass for inference (rewritten by ``amp.bf16.rewrite_program_bf16`` when
+    ``bf16``); ``amp``: ``paddle.static.amp`` or ``paddle_amp``."""
     import paddle
 
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     main, start = paddle.static.Program(), paddle.static.Program()
+    opt = None
     with paddle.static.program_guard(main, start):
         name, shape, loss = paddle_model(model)
         lists = amp.bf16.AutoMixedPrecisionListsBF16()
@@ -236,11 +265,11 @@ def paddle_program(model: str, mode: str, amp, bf16: bool):
             opt = paddle.optimizer.SGD(1e-3)
             if bf16:
                 opt = amp.bf16.decorate_bf16(opt, amp_lists=lists, use_bf16_guard=False,
-                                             use_pure_bf16=False)
+                                             use_pure_bf16=pure)
             opt.minimize(loss)
     if mode == "inference" and bf16:
         amp.bf16.rewrite_program_bf16(main, lists)
-    return main, start, name, shape, loss
+    return main, start, name, shape, loss, opt
 
 
 _PADDLE_STEP = textwrap.dedent("""
@@ -254,12 +283,15 @@ _PADDLE_STEP = textwrap.dedent("""
     paddle.enable_static()
     amp = paddle.static.amp if sys.argv[1] == "native" else __import__("paddle_amp")
     model, mode = sys.argv[3], sys.argv[4]
+    pure = len(sys.argv) > 5 and sys.argv[5] == "O2"
     def build(bf16):
-        main, start, name, shape, loss = paddle_program(model, mode, amp, bf16)
+        main, start, name, shape, loss, opt = paddle_program(model, mode, amp, bf16, pure)
         exe = paddle.static.Executor(paddle.CPUPlace())
         scope = paddle.static.Scope()
         with paddle.static.scope_guard(scope):
             exe.run(start)
+            if bf16 and pure:
+                opt.amp_init(paddle.CPUPlace(), scope=scope)
         feed = {name: np.random.rand(*shape).astype("float32")}
         def step():
             with paddle.static.scope_guard(scope):
@@ -270,11 +302,11 @@ _PADDLE_STEP = textwrap.dedent("""
 """)
 
 
-def _ours_gemm(model: str = "MLP 4x2048") -> bool:
-    """Whether our rewrite lowers ``model``'s GEMM or convolution here (our kernel answer,
-    forward and backward; both IRs reach oneDNN's bf16 kernels)."""
+def _ours_gemm(model: str = "MLP 4x2048", pir: bool = False) -> bool:
+    """Whether our rewrite lowers ``model``'s GEMM or convolution here (our kernel answer for
+    the IR, forward and backward)."""
     from paddle_amp.kernels import kernel_sets
-    kernels, _ = kernel_sets("CPU", "bfloat16")
+    kernels, _ = kernel_sets("CPU", "bfloat16", pir)
     return bool(PADDLE_GEMM[model] & kernels)
 
 
@@ -292,8 +324,12 @@ def paddle_rows() -> list[str]:
             for mode in MODES:
                 native = "-" if pir else (_child(_PADDLE_STEP, "native", "0", model, mode)
                                           if native_runs else why)
-                ours = _child(_PADDLE_STEP, "ours", "1" if pir else "0", model, mode) \
-                    if _ours_gemm(model) else why
+                if _ours_gemm(model, pir):
+                    ours = _child(_PADDLE_STEP, "ours", "1" if pir else "0", model, mode)
+                else:
+                    ours = why if not native_runs else (
+                        f"not timed: our probe finds no {'/'.join(sorted(PADDLE_GEMM[model]))}"
+                        f" bf16 kernel that runs in this IR, so it stays fp32")
                 rows.append(f"| Paddle ({name}) | {model} | {mode} | {native} | {ours} |")
     return rows
 
@@ -316,4 +352,7 @@ def run() -> str:
         "## bf16 on this CPU: native and ours against fp32", "",
         __doc__.split("\n\n")[1].replace("\n", " "), "",
         "| framework | model | mode | native bf16 / fp32 | ours bf16 / fp32 |",
-        "| --- | --- | --- | --- | --- |", *rows])
+        "| --- | --- | --- | --- | --- |", *rows, "",
+        "O2-bf16 (bf16 parameters, float32 masters) beside O1-bf16, ours, training:", "",
+        "| framework | model | O1-bf16 / fp32 | O2-bf16 / fp32 |", "| --- | --- | --- | --- |",
+        *o2_rows()])

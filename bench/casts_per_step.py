@@ -92,7 +92,7 @@ def paddle_rows() -> list[str]:
         fp16_lists, "_get_sys_unsupported_list",
         lambda dtype: ("GPU", set(), every_op))
     ours_believes = mock.patch("paddle_amp.decorator.kernel_sets",
-                               lambda device, dtype: (every_op, frozenset()))
+                               lambda device, dtype, pir=False: (every_op, frozenset()))
 
     def build(name, decorate):
         main, startup = paddle.static.Program(), paddle.static.Program()

@@ -36,7 +36,7 @@ def cast_model(program, amp_lists=None, use_guard: bool = True, dtype: str = "fl
     the parameters declared ``dtype`` (convert them with ``cast_parameters``)."""
     lists = check_lists(amp_lists, dtype)
     policy = native_policy(lists, dtype, level.upper(), use_promote)
-    kernels, onednn = kernel_sets(current_device(), dtype)
+    kernels, onednn = kernel_sets(current_device(), dtype, program_ir.of(program).pir)
     rewriter = Rewriter(policy, kernels, use_guard, frozenset(lists.black_varnames or ()),
                         onednn)
     low = rewriter.low_params(program)

@@ -73,7 +73,7 @@ class OptimizerWithMixedPrecision:
 
     def _new_rewriter(self, ir) -> Rewriter:
         """A rewriter on the kernels of this device for a program in ``ir``."""
-        kernels, onednn = kernel_sets(current_device(), self.policy.dtype) \
+        kernels, onednn = kernel_sets(current_device(), self.policy.dtype, ir.pir) \
             if self.policy.enabled else (frozenset(), frozenset())
         return Rewriter(self.policy, kernels, self._use_guard, self._black_varnames, onednn)
 

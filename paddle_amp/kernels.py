@@ -37,16 +37,19 @@ ONEDNN_DTYPE = "bfloat16"  # the one low dtype oneDNN runs on a CPU
 
 
 @functools.lru_cache(maxsize=None)
-def lowp_kernels(device: str, dtype: str) -> frozenset[str]:
+def lowp_kernels(device: str, dtype: str, pir: bool = False) -> frozenset[str]:
     """Op names with a ``dtype`` kernel on ``device`` ('CPU' or 'GPU'), forward and backward:
-    plain kernels, and on a CPU in bfloat16 the oneDNN kernels that run here."""
-    return plain_kernels(device, dtype) | onednn_kernels(device, dtype)
+    plain kernels, and on a CPU in bfloat16 the oneDNN kernels that run here (in a PIR
+    program with ``pir``)."""
+    return plain_kernels(device, dtype) | onednn_kernels(device, dtype, pir)
 
 
-def kernel_sets(device: str, dtype: str) -> tuple[frozenset[str], frozenset[str]]:
+def kernel_sets(device: str, dtype: str, pir: bool = False) -> tuple[frozenset[str],
+                                                                     frozenset[str]]:
     """(ops with a ``dtype`` kernel on ``device``, those of them to send to oneDNN, which
-    programs in both IRs reach: ``ProgramIR.use_onednn``)."""
-    return lowp_kernels(device, dtype), onednn_kernels(device, dtype)
+    programs in both IRs reach: ``ProgramIR.use_onednn``) for a program in the legacy IR
+    or, with ``pir``, in PIR."""
+    return lowp_kernels(device, dtype, pir), onednn_kernels(device, dtype, pir)
 
 
 @functools.lru_cache(maxsize=None)
@@ -56,16 +59,17 @@ def plain_kernels(device: str, dtype: str) -> frozenset[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def onednn_kernels(device: str, dtype: str) -> frozenset[str]:
+def onednn_kernels(device: str, dtype: str, pir: bool = False) -> frozenset[str]:
     """Ops whose oneDNN ``dtype`` kernel runs on this ``device``, forward and backward (a
-    recipe's op only if its probe ran); empty but for bfloat16 on a CPU that supports it."""
+    recipe's op only if its probe ran, in a PIR program with ``pir``); empty but for
+    bfloat16 on a CPU that supports it."""
     if device != "CPU" or dtype != ONEDNN_DTYPE or not core.supports_bfloat16():
         return frozenset()
     registered = _registered(device, dtype, onednn=True)
     usable = _usable(device, dtype, registered | _registered(device, dtype, onednn=False),
                      among=registered)
     return frozenset(op for op in usable
-                     if op not in _RECIPES or runs_onednn_bf16(op, backward=True))
+                     if op not in _RECIPES or runs_onednn_bf16(op, backward=True, pir=pir))
 
 
 def _usable(device: str, dtype: str, supported: set[str], among=None) -> frozenset[str]:
@@ -103,11 +107,14 @@ _RECIPES: dict[str, _Recipe] = {
 
 
 @functools.lru_cache(maxsize=None)
-def runs_onednn_bf16(op: str, backward: bool = False) -> bool:
+def runs_onednn_bf16(op: str, backward: bool = False, pir: bool = False) -> bool:
     """Whether ``op`` (one of the recipes) runs in bfloat16 on oneDNN on this CPU, and its
     gradient too with ``backward``: a tiny legacy program with the native's oneDNN
-    attributes, run once. An error (no primitive for this CPU, a dtype the kernel refuses)
-    is the answer False, never raised."""
+    attributes, run once (with ``pir``, a PIR program, whose executor picks the kernel
+    itself). An error (no primitive for this CPU, a dtype the kernel refuses) is the
+    answer False, never raised."""
+    if pir:
+        return _runs_in_pir(op, backward)
     inputs, outputs, attrs = _RECIPES[op]
     try:
         with _legacy_static():
@@ -122,6 +129,55 @@ def runs_onednn_bf16(op: str, backward: bool = False) -> bool:
         return all(np.all(np.isfinite(np.asarray(g, np.float32))) for g in got)
     except Exception:  # noqa: BLE001 - any failure to build or run is "no kernel here"
         return False
+
+
+# op -> the PIR call on the recipe's inputs (by slot)
+_PIR_CALLS: dict[str, Callable] = {
+    "matmul_v2": lambda i: paddle.matmul(i["X"], i["Y"]),
+    "mul": lambda i: paddle.matmul(i["X"], i["Y"]),
+    "matmul": lambda i: paddle.matmul(i["X"], i["Y"]),
+    "conv2d": lambda i: paddle.nn.functional.conv2d(i["Input"], i["Filter"]),
+    "layer_norm": lambda i: paddle.nn.functional.layer_norm(i["X"], [4], i["Scale"], i["Bias"]),
+}
+
+
+def _runs_in_pir(op: str, backward: bool) -> bool:
+    """The recipe's op in a tiny PIR program, its bf16 result read by a bf16 op after it:
+    Paddle 3.3.1's PIR oneDNN conv2d leaves float32 data in its bf16 output, which only a
+    reader in bf16 finds ("does not match the type of data"). Every input needs a
+    gradient (oneDNN's matmul_grad dies on one that needs none: ``rewrite``)."""
+    inputs, _, _ = _RECIPES[op]
+    guard = getattr(getattr(paddle, "pir_utils", None), "IrGuard", None)
+    if guard is None:
+        return False
+    dynamic = paddle.in_dynamic_mode()
+    paddle.enable_static()
+    try:
+        with guard():
+            main, startup = paddle.static.Program(), paddle.static.Program()
+            with paddle.static.program_guard(main, startup):
+                feeds, xs = {}, []
+                for slot, (shape, low) in inputs.items():
+                    x = paddle.static.data(f"probe_{slot}", list(shape), "float32")
+                    x.stop_gradient = not backward
+                    xs.append(x)
+                    feeds[slot] = paddle.cast(x, ONEDNN_DTYPE) if low else x
+                out = _PIR_CALLS[op](feeds)
+                loss = paddle.mean(paddle.cast(paddle.scale(out, 2.0), "float32"))
+                fetch = [loss]
+                if backward:
+                    fetch += [g for g in paddle.static.gradients([loss], xs) if g is not None]
+            exe = paddle.static.Executor(paddle.CPUPlace())
+            exe.run(startup)
+            feed = {f"probe_{slot}": np.ones(shape, np.float32)
+                    for slot, (shape, _) in inputs.items()}
+            got = exe.run(main, feed=feed, fetch_list=fetch)
+        return all(np.all(np.isfinite(np.asarray(g, np.float32))) for g in got)
+    except Exception:  # noqa: BLE001 - any failure to build or run is "no kernel here"
+        return False
+    finally:
+        if dynamic:
+            paddle.disable_static()
 
 
 def _build(block, op: str, inputs, outputs, attrs, backward: bool) -> list:

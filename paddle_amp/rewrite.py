@@ -144,7 +144,7 @@ class Rewriter:
                     self._inputs(ir, op, slots, d)
                 self._forget(ir, ir.overwritten(op))  # casts of the values it wrote are stale
                 if not ir.is_cast(op):
-                    self._outputs(ir, op, d)
+                    self._outputs(ir, op, slots, d)
                     self._note_moved_params(ir, op, slots)
         self._notices.summarize("paddle_amp: program", decisions, _DEVICE)
         return CastReport("paddle", tuple(decisions))
@@ -194,12 +194,21 @@ class Rewriter:
             del self._origin[cast]
         self._rounded -= set(keys)
 
-    def _outputs(self, ir: ProgramIR, op, d: OpDecision) -> None:
-        """Declare (low) or round (emulated) ``op``'s float32 outputs."""
+    def _outputs(self, ir: ProgramIR, op, slots: list[Slot], d: OpDecision) -> None:
+        """Declare (low) or round (emulated) ``op``'s float32 outputs; send a low op whose
+        kernel here is oneDNN's there."""
         if d.run_dtype is None:
             return
         if d.run_dtype in LOW_DTYPES and ir.op_type(op) in self.onednn:
             ir.use_onednn(op)
+            # oneDNN's bf16 matmul_grad (Paddle 2.6.2 and 3.3.1) dies (SIGSEGV) when an input
+            # needs no gradient (a data input, a frozen weight): the casts this rewrite put
+            # in front of the op have theirs computed. It costs that input's gradient GEMM
+            # and stops at the cast (what the user froze stays frozen).
+            for slot in slots:
+                current = ir.current(slot)
+                if ir.key(current) in self._origin:
+                    ir.require_grad(current)
         for value in ir.float_outputs(op, d.kept_outputs):
             if d.run_dtype in LOW_DTYPES:
                 ir.retype(op, value, d.run_dtype)

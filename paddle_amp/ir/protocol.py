@@ -17,7 +17,7 @@ kernel (``kernels.onednn_kernels``: the ones that run here). The legacy IR
 does it by the op attributes the native bf16 rewrite sets (``use_mkldnn``/
 ``mkldnn_data_type``; Paddle 3 also ``use_onednn``/``onednn_data_type``). Under PIR
 the executor lowers a bf16 op to oneDNN's kernel by itself (Paddle 3.3.1 registers no
-other bf16 GEMM on a CPU), so ``use_onednn`` only keeps that kernel from crashing.
+other bf16 GEMM on a CPU), so ``use_onednn`` has nothing to set.
 """
 from __future__ import annotations
 
@@ -122,7 +122,9 @@ class ProgramIR(Protocol):
     def retype(self, op: Any, value: Any, dtype: str) -> None: ...
     def round_output(self, op: Any, value: Any, low: str) -> Any: ...  # what readers now read
     def set_param_dtype(self, names: AbstractSet[str], dtype: str) -> None: ...
+    pir: bool  # a PIR program: oneDNN kernels are probed in one (``kernels.kernel_sets``)
     def use_onednn(self, op: Any) -> None: ...  # send a lowered op there
+    def require_grad(self, value: Any) -> None: ...  # a cast's output: its gradient computed
 
     # -- O2's emulated float32 masters (``masters.MasterWeights``)
     def new_master(self, param: Any, name: str) -> Any: ...  # float32, trainable, param's shape

@@ -64,11 +64,28 @@ def test_onednn_kernels_are_what_the_probe_ran_forward_and_backward():
     assert kernels.onednn_kernels("GPU", BF16) == frozenset()
 
 
-def test_the_kernels_are_plain_ones_and_onednn_ones():
-    assert kernels.kernel_sets("CPU", BF16) == (
-        kernels.lowp_kernels("CPU", BF16), kernels.onednn_kernels("CPU", BF16))
-    assert kernels.lowp_kernels("CPU", BF16) == (kernels.plain_kernels("CPU", BF16)
-                                                 | kernels.onednn_kernels("CPU", BF16))
+@pytest.mark.parametrize("pir", [False, True])
+def test_the_kernels_are_plain_ones_and_onednn_ones(pir):
+    assert kernels.kernel_sets("CPU", BF16, pir) == (
+        kernels.lowp_kernels("CPU", BF16, pir), kernels.onednn_kernels("CPU", BF16, pir))
+    assert kernels.lowp_kernels("CPU", BF16, pir) == (
+        kernels.plain_kernels("CPU", BF16) | kernels.onednn_kernels("CPU", BF16, pir))
+    assert ir.LegacyProgram.pir is False and ir.PirProgram.pir is True
+
+
+def test_under_pir_an_op_counts_where_a_bf16_reader_of_its_result_runs():
+    """The PIR probe reads the op's bf16 result in bf16: Paddle 3.3.1's PIR oneDNN conv2d
+    leaves float32 data in it (a bf16 reader fails), so conv2d stays fp32 under PIR; the
+    matmul's gradient runs with every input needing one."""
+    if int(paddle.__version__[0]) < 3:
+        assert not kernels.runs_onednn_bf16("matmul_v2", pir=True)  # no PIR on Paddle 2.6
+        return
+    for op in kernels._RECIPES:
+        assert kernels.runs_onednn_bf16(op, pir=True) in (True, False)
+        if kernels.runs_onednn_bf16(op, backward=True, pir=True):
+            assert op in kernels.onednn_kernels("CPU", BF16, pir=True)
+    if REAL_BF16:
+        assert kernels.runs_onednn_bf16("matmul_v2", backward=True, pir=True)
 
 
 def test_onednn_attrs_are_the_installed_paddles_spellings():
@@ -163,7 +180,7 @@ def test_a_cnn_trains_in_bf16_where_a_kernel_runs_else_fp32(static, make):
     opt.amp_init(paddle.CPUPlace())
     losses = [float(static.run(cnn_batch(i), [loss])[0]) for i in range(3)]
     assert np.all(np.isfinite(losses))
-    kinds, _ = kernels.kernel_sets("CPU", BF16)
+    kinds, _ = kernels.kernel_sets("CPU", BF16, ir.of(static.main).pir)
     for d in opt.cast_report().decisions:
         if d.op in ("conv2d", "layer_norm") and d.run_dtype == BF16:
             assert d.op in kinds  # bf16 only where this CPU ran the op's kernel
@@ -174,7 +191,7 @@ def test_rewrite_program_bf16_marks_what_the_kernels_send_to_onednn(static, monk
     mlp()
     monkeypatch.setattr(
         "paddle_amp.casting.kernel_sets",
-        lambda device, dtype: (kernels.plain_kernels(device, dtype) | ONEDNN_HERE,
+        lambda device, dtype, pir=False: (kernels.plain_kernels(device, dtype) | ONEDNN_HERE,
                                        ONEDNN_HERE))
     rewrite_program_bf16(static.main)
     matmuls = gemms(static.main)
@@ -210,15 +227,15 @@ def test_decorate_bf16_runs_the_gemm_in_bf16_on_onednn(static):
 
 @pytest.mark.skipif(not REAL_BF16, reason=NO_BF16_GEMM)
 def test_bf16_gemm_with_a_data_input_and_a_frozen_weight_trains(static):
-    """Paddle 3.3.1's oneDNN bf16 matmul_grad dies (SIGSEGV) when one input needs no gradient,
-    as a data input or a frozen weight does; under PIR, where the executor picks that kernel
-    by itself, the casts in front of it are marked as needing one (ir.pir use_onednn). The
-    frozen weight stays as it was, the trained bias moves."""
+    """oneDNN's bf16 matmul_grad (Paddle 2.6.2 and 3.3.1) dies with SIGSEGV when one input
+    needs no gradient: the data input of the first layer, a frozen weight of the second.
+    The casts the rewrite puts in front of a oneDNN op have their gradient computed, so
+    this trains; the frozen weight stays as it was, the others move."""
     x = paddle.static.data("x", [None, 8], "float32")
     y = paddle.static.data("y", [None, 1], "float32")
-    frozen = paddle.nn.Linear(8, 16, weight_attr=paddle.ParamAttr(trainable=False))
-    h = paddle.nn.functional.relu(frozen(x))
-    loss = paddle.mean(paddle.square(paddle.nn.Linear(16, 1)(h) - y))
+    first = paddle.nn.Linear(8, 16)
+    frozen = paddle.nn.Linear(16, 1, weight_attr=paddle.ParamAttr(trainable=False))
+    loss = paddle.mean(paddle.square(frozen(paddle.nn.functional.relu(first(x))) - y))
     opt = paddle_amp.decorate(paddle.optimizer.SGD(0.05), dtype=BF16)
     opt.minimize(loss)
     static.exe.run(static.startup)
@@ -227,9 +244,9 @@ def test_bf16_gemm_with_a_data_input_and_a_frozen_weight_trains(static):
     after = static.state()
     assert np.all(np.isfinite(losses))
     assert opt.cast_report().executions()["matmul"] == {"kernel"}
-    weight, bias = frozen.weight.name, frozen.bias.name
-    np.testing.assert_array_equal(after[weight], before[weight])
-    assert not np.array_equal(after[bias], before[bias])
+    np.testing.assert_array_equal(after[frozen.weight.name], before[frozen.weight.name])
+    for moved in (first.weight.name, first.bias.name, frozen.bias.name):
+        assert not np.array_equal(after[moved], before[moved]), moved
 
 
 @pytest.mark.legacy_ir
@@ -277,7 +294,7 @@ def test_bench_programs_build_for_every_model_and_mode(static, model, mode):
     bf16_cpu = _bench()
     impls = [paddle_amp] + ([] if is_pir(static.main) else [paddle.static.amp])
     for amp in impls:
-        main, _, name, shape, loss = bf16_cpu.paddle_program(model, mode, amp, bf16=True)
+        main, _, name, shape, loss, _ = bf16_cpu.paddle_program(model, mode, amp, bf16=True)
         ops = {op.name() if is_pir(main) else op.type for op in main.global_block().ops}
         wanted = {"mul", "matmul_v2", "conv2d", "pd_op.matmul", "pd_op.conv2d"}
         assert ops & wanted, (amp.__name__, sorted(ops))

@@ -235,9 +235,14 @@ class LegacyProgram:
         self._at += 2
         return value
 
+    pir = False
+
     def use_onednn(self, op) -> None:
         for name, value in onednn_attrs(op).items():
             op._set_attr(name, value)
+
+    def require_grad(self, value: str) -> None:
+        self.block._var_recursive(value).stop_gradient = False
 
     def set_param_dtype(self, names, dtype: str) -> None:
         for name in names:

@@ -300,18 +300,13 @@ class PirProgram:
         mid.get_defining_op().operand(0).set_source(value)
         return back
 
+    pir = True
+
     def use_onednn(self, op) -> None:
-        """Nothing to set on a PIR op: its bf16 kernel on a CPU is oneDNN's, picked when the
-        program is lowered. But Paddle 3.3.1's oneDNN ``matmul_grad`` dies (SIGSEGV) when an
-        input needs no gradient (a data input of the first layer, a frozen weight): the
-        casts this rewrite put in front of the op are marked as needing one, which costs
-        that input's gradient GEMM and never reaches a value the user froze (the cast's own
-        gradient stops at its input)."""
-        for i in range(op.num_operands()):
-            value = op.operand_source(i)
-            if value.initialized() and value.stop_gradient and \
-                    value.get_defining_op().id() in self._inserted:
-                value.stop_gradient = False
+        """Nothing to set: the executor picks a bf16 op's oneDNN kernel itself (3.3.1)."""
+
+    def require_grad(self, value) -> None:
+        value.stop_gradient = False
 
     def set_param_dtype(self, names, dtype: str) -> None:
         for param in _parameters(self.program):
