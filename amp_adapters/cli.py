@@ -276,6 +276,8 @@ def _add_info(sub: "argparse._SubParsersAction") -> None:
     """``info``: what this machine runs in low precision (``fallback.info_text``)."""
     def run(args: argparse.Namespace) -> int:
         from .fallback import info_text
+        from .quiet import quiet_frameworks
+        quiet_frameworks()  # before the backends import their framework
         print(info_text(dtypes=args.dtype or LOW_DTYPES))
         return 0
     p = sub.add_parser("info", help="which ops have real low-precision kernels here, per "

@@ -17,9 +17,12 @@ frameworks, and every warning of ours, still show.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
 import warnings
+from typing import Iterator
 
 # Environment read by the frameworks' C++ logging when they are imported.
 NOISE_ENV = {
@@ -47,3 +50,20 @@ def quiet_frameworks() -> None:
         logger = logging.getLogger(name)
         if logger.level == logging.NOTSET:
             logger.setLevel(logging.WARNING)
+
+
+@contextlib.contextmanager
+def stderr_silenced() -> Iterator[None]:
+    """File descriptor 2 to /dev/null, for a kernel probe: a probe that fails is an expected
+    answer, and the frameworks' C++ log it there (MXNet's oneDNN "could not create a
+    primitive descriptor iterator", Paddle's "conv2d raises an exception ... not
+    implemented for data type bfloat16"), which tells a user nothing."""
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)

@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
 def register(subparsers: "argparse._SubParsersAction") -> Optional[argparse.ArgumentParser]:
     """Add ``doctor`` to the ``amp-adapters`` subcommands."""
     p = subparsers.add_parser("doctor", help=HELP, description=HELP)
-    p.add_argument("--framework", default="mxnet", choices=("mxnet", "paddle"))
+    p.add_argument("--framework", default="mxnet", choices=("mxnet", "paddle"),
+                   help="which backend's doctor runs the planted model (default: mxnet)")
     p.add_argument("--model", default="overflow", choices=M.KINDS,
                    help="the planted problem: an fp16 overflow in a matmul, gradients that "
                         "underflow at the default loss scale, a precision-sensitive reduction")

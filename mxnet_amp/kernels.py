@@ -16,9 +16,6 @@ would crash the first training step.
 from __future__ import annotations
 
 import collections.abc
-import contextlib
-import os
-import sys
 from typing import Callable, Iterator, Sequence
 
 import mxnet as mx
@@ -27,6 +24,7 @@ from mxnet import ndarray as nd
 
 from amp_adapters import OpDecision
 from amp_adapters.fallback import FallbackNotices
+from amp_adapters.quiet import stderr_silenced
 
 from ._mx import cast, dtype_name, unpatched
 
@@ -81,22 +79,6 @@ def _generic(op: str) -> Callable[[_Make], object]:
     return call
 
 
-@contextlib.contextmanager
-def _stderr_silenced() -> Iterator[None]:
-    """File descriptor 2 to /dev/null: a probe that fails is the expected answer, and MXNet's
-    C++ logs it there ("could not create a primitive descriptor iterator", oneDNN's words,
-    or "MXNET_SAFE_ACCUMULATION=1 is recommended"), which tells a user nothing."""
-    sys.stderr.flush()
-    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-
-
 def _runs(recipe: Callable[[_Make], object], ctx: mx.Context, dtype: str,
           backward: bool = False) -> bool:
     leaves: list = []
@@ -109,7 +91,7 @@ def _runs(recipe: Callable[[_Make], object], ctx: mx.Context, dtype: str,
             leaves.append(x)
         return x
     try:
-        with unpatched(), ctx, _stderr_silenced():
+        with unpatched(), ctx, stderr_silenced():
             with autograd.record() if backward else autograd.pause():
                 out = recipe(make)
             outs = out if isinstance(out, (list, tuple)) else [out]
@@ -127,7 +109,7 @@ def _runs(recipe: Callable[[_Make], object], ctx: mx.Context, dtype: str,
 def _drain(ctx: mx.Context) -> None:
     """Let a failed probe's pending errors surface now, silenced, instead of in the next
     probe's (or the user's) wait."""
-    with _stderr_silenced():
+    with stderr_silenced():
         try:
             nd.waitall()
         except mx.base.MXNetError:

@@ -33,6 +33,7 @@ from amp_adapters.doctor import Recorder
 from amp_adapters.doctor.session import Session
 
 from . import ir
+from .env import from_low
 from .report import cast_report
 
 
@@ -190,4 +191,6 @@ def _run(exe, prog, feed: dict, names: list, fetch: list, program,
     for name, value in _persistables(program, scope).items():
         scratch.var(name).get_tensor().set(value, place)
     vals = type(exe).run(exe, prog, feed=feed, fetch_list=fetch, scope=scratch, return_numpy=True)
-    return {n: np.asarray(v, dtype=np.float32) for n, v in zip(names, vals)}
+    # a bfloat16 value comes back as its uint16 bit pattern (Paddle has no other uint16)
+    return {n: from_low(v, "bfloat16") if np.asarray(v).dtype == np.uint16
+            else np.asarray(v, dtype=np.float32) for n, v in zip(names, vals)}

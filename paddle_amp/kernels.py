@@ -31,6 +31,8 @@ import numpy as np
 import paddle
 from paddle.base import core
 
+from amp_adapters.quiet import stderr_silenced
+
 from .env import VARTYPE_OF
 
 ONEDNN_DTYPE = "bfloat16"  # the one low dtype oneDNN runs on a CPU
@@ -117,7 +119,7 @@ def runs_onednn_bf16(op: str, backward: bool = False, pir: bool = False) -> bool
         return _runs_in_pir(op, backward)
     inputs, outputs, attrs = _RECIPES[op]
     try:
-        with _legacy_static():
+        with _legacy_static(), stderr_silenced():
             main, startup = paddle.static.Program(), paddle.static.Program()
             with paddle.static.program_guard(main, startup):
                 fetch = _build(main.global_block(), op, inputs, outputs, attrs, backward)
@@ -153,7 +155,7 @@ def _runs_in_pir(op: str, backward: bool) -> bool:
     dynamic = paddle.in_dynamic_mode()
     paddle.enable_static()
     try:
-        with guard():
+        with guard(), stderr_silenced():
             main, startup = paddle.static.Program(), paddle.static.Program()
             with paddle.static.program_guard(main, startup):
                 feeds, xs = {}, []

@@ -142,3 +142,18 @@ def test_under_pir_the_same_findings_and_recommendation_as_the_legacy_ir(kind):
     assert [dict(s.grad_flush) for s in rn.steps] == [dict(s.grad_flush) for s in ro.steps]
     assert [set(s.nonfinite_params) for s in rn.steps] == \
         [set(s.nonfinite_params) for s in ro.steps]
+
+
+def test_bf16_keeps_the_range_that_overflowed_in_fp16():
+    """On real bf16 kernels (oneDNN; skips on a CPU without them): the planted matmul that
+    overflows fp16 (emulated) runs in bf16 with fp32's range, and no step is skipped."""
+    from paddle_amp import kernels
+    if not kernels.runs_onednn_bf16("matmul_v2", backward=True, pir=IR == "pir"):
+        pytest.skip("no oneDNN bfloat16 matmul here (it needs AVX-512, and avx512_bf16 to be "
+                    "fast): the probe's answer")
+    rep = _doctor("overflow", Policy.preset("O1-bf16")).report()
+    assert not rep.emulated and rep.overflow_steps == 0
+    assert not [f for f in rep.findings() if f.kind == "overflow"]
+    matmuls = [r for r in rep.ops if r.canonical == "matmul"]
+    assert matmuls and all(r.precision == "bfloat16" and not r.emulated for r in matmuls)
+    assert matmuls[0].outputs[0].max_abs > 65504  # past fp16's range, within bf16's
