@@ -55,6 +55,7 @@ def test_the_overflowing_matmul_is_named_first(hybridize):
     assert (first.kind, first.name, first.canonical, first.action) == \
         ("overflow", "planted_dot0", "matmul", "fp32")
     assert all(s.first_forward == "planted_dot0" for s in rep.steps)
+    assert all(s.first_backward for s in rep.steps)  # the overflow reaches the backward too
     assert set(rep.steps[0].nonfinite_params) == {"planted_w1", "planted_w2"}
     dot = rep.op_named("planted_dot0")
     assert dot.outputs[0].overflow > 0.5 and dot.outputs[0].max_abs > 65504

@@ -44,6 +44,7 @@ def test_the_overflowing_matmul_is_named_first():
     assert (first.kind, first.op, first.canonical, first.action) == \
         ("overflow", "matmul_v2", "matmul", "fp32")
     assert first.name == rep.ops[0].name and rep.steps[0].first_forward == first.name
+    assert rep.steps[0].first_backward  # the overflow reaches the backward too
     assert set(rep.steps[0].nonfinite_params) == {"w1", "w2"}
     assert rep.ops[0].outputs[0].max_abs > 65504
 
