@@ -75,6 +75,23 @@ def test_a_checkpoint_with_contradicting_counters_is_refused(tmp_path):
     assert _snapshot(net, trainer) == before
 
 
+@pytest.mark.parametrize("field, value, rule", [
+    ("bad_steps", 5, "must be < hysteresis"),
+    ("good_steps", 2, "must be < growth_interval"),
+    ("consecutive_skips", 3, "skipped_steps"),
+])
+def test_load_state_dict_refuses_counters_its_config_forbids(field, value, rule):
+    from amp_adapters import AmpConfigError
+    net, trainer = _build(DynamicLossScale(scale=2.0**10, growth_interval=2, hysteresis=2))
+    _step(net, trainer, 0)
+    d = amp.state_dict(trainer)
+    d["loss_scale"]["state"][field] = value
+    before = _snapshot(net, trainer)
+    with pytest.raises(AmpConfigError, match=rf"\['{field}'\] = {value}: .*{rule}"):
+        amp.load_state_dict(trainer, d)
+    assert _snapshot(net, trainer) == before
+
+
 @pytest.mark.parametrize("value", ["false", "true", 1, None])
 def test_emulate_must_be_a_bool(value):
     with pytest.raises(TypeError, match="emulate must be true or false"):
