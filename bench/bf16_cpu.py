@@ -5,14 +5,16 @@ Models: an MLP (4 layers of 2048), a CNN (3x3 convolutions, 64 channels,
 MXNet inference: ``mxnet.contrib.amp.convert_hybrid_block`` vs ours, both
 against the fp32 block, interleaved in one process. MXNet training:
 ``amp.init(target_dtype="bfloat16")`` patches MXNet for the process, so the
-native's and ours each run in a child process against their own fp32 steps. Paddle: the native and our ``decorate_bf16``
-training step and ``rewrite_program_bf16`` inference vs fp32, each model (legacy
-IR; ours under PIR too on Paddle 3), each in a child process.
+native's and ours each run in a child process against their own fp32 steps.
+Paddle: the native and our ``decorate_bf16`` training step and
+``rewrite_program_bf16`` inference vs fp32, each model (legacy IR; ours under
+PIR too on Paddle 3), each in a child process.
 
 A row runs only where the framework has the bf16 kernels it needs, by its own
 answer (MXNet and ours on Paddle: our kernel probes, forward and backward for
-training; Paddle's native: ``core.supports_bfloat16()``); elsewhere the row says it cannot run and why.
-Nothing is timed on a CPU without them and no figure is made up.
+training; Paddle's native: ``core.supports_bfloat16()``); elsewhere the row says
+it cannot run and why. Nothing is timed on a CPU without them and no figure is
+made up.
 """
 from __future__ import annotations
 
@@ -110,61 +112,40 @@ def mxnet_inference_rows() -> list[str]:
     return rows
 
 
-_NATIVE_TRAIN = textwrap.dedent("""
-    import sys
-    import mxnet as mx
-    from mxnet import autograd, gluon
-    from mxnet.contrib import amp
-    from bench.bf16_cpu import _mx_block, STEPS
-    from bench.timing import interleaved, ratio
-    model = sys.argv[1]
-    fp32_net, x = _mx_block(model)
-    amp.init(target_dtype="bfloat16")  # patches mx for good: the bf16 block is traced after
-    low_net, _ = _mx_block(model)
-    def step(net, trainer):
-        def run():
-            with autograd.record():
-                loss = net(x).mean()
-            loss.backward()
-            trainer.step(1)
-            loss.wait_to_read()
-        return run
-    t32 = gluon.Trainer(fp32_net.collect_params(), "sgd", {"learning_rate": 1e-3})
-    tlow = gluon.Trainer(low_net.collect_params(), "sgd", {"learning_rate": 1e-3})
-    stats = interleaved({"fp32": step(fp32_net, t32), "native": step(low_net, tlow)},
-                        steps=STEPS, warmup=3)
-    print(ratio(stats, "native", "fp32"))
-""")
-
-
-_OURS_TRAIN = textwrap.dedent("""
+_MX_TRAIN = textwrap.dedent("""
     import sys
     from mxnet import autograd, gluon
-    import mxnet_amp as amp
     from bench.bf16_cpu import _mx_block, STEPS
     from bench.timing import interleaved, ratio
-    model, policy = sys.argv[1], sys.argv[2]  # "bfloat16": init(target_dtype=), native lists
+    which, model, policy = sys.argv[1:4]  # "bfloat16": init(target_dtype=), the native lists
+    if which == "native":
+        from mxnet.contrib import amp
+    else:
+        import mxnet_amp as amp
     fp32_net, x = _mx_block(model)
+    # init patches MXNet for the process: the low block is built and traced after it
     amp.init(target_dtype="bfloat16") if policy == "bfloat16" else amp.init(policy=policy)
     low_net, _ = _mx_block(model)
+    t32 = gluon.Trainer(fp32_net.collect_params(), "sgd", {"learning_rate": 1e-3})
+    tlow = gluon.Trainer(low_net.collect_params(), "sgd", {"learning_rate": 1e-3})
+    scaled = which == "ours"  # ours with its loss-scale protocol (bf16: no scale), as a user
+    if scaled:
+        amp.init_trainer(tlow)
     def step(net, trainer, amp_on):
         def run():
-            with autograd.record():
+            with autograd.record():  # the loss is scaled while recording, as natively
                 loss = net(x).mean()
                 if amp_on:
-                    with amp.scale_loss(loss, trainer) as scaled:
-                        autograd.backward(scaled)
+                    with amp.scale_loss(loss, trainer) as s:
+                        autograd.backward(s)
             if not amp_on:
                 loss.backward()
             trainer.step(1)
             loss.wait_to_read()
         return run
-    t32 = gluon.Trainer(fp32_net.collect_params(), "sgd", {"learning_rate": 1e-3})
-    tlow = gluon.Trainer(low_net.collect_params(), "sgd", {"learning_rate": 1e-3})
-    amp.init_trainer(tlow)
-    stats = interleaved({"fp32": step(fp32_net, t32, False), "ours": step(low_net, tlow, True)},
-                        steps=STEPS, warmup=3)
-    print(ratio(stats, "ours", "fp32"))
+    stats = interleaved({"fp32": step(fp32_net, t32, False),
+                         "low": step(low_net, tlow, scaled)}, steps=STEPS, warmup=3)
+    print(ratio(stats, "low", "fp32"))
 """)
 
 
@@ -179,7 +160,7 @@ def o2_rows() -> list[str]:
     model = "MLP 4x2048"
     rows = []
     if has_kernel("FullyConnected", mx.cpu(), "bfloat16", backward=True):
-        o1, o2 = (_child(_OURS_TRAIN, model, p) for p in ("O1-bf16", "O2-bf16"))
+        o1, o2 = (_child(_MX_TRAIN, "ours", model, p) for p in ("O1-bf16", "O2-bf16"))
     else:
         o1 = o2 = _why_not("no bfloat16 FullyConnected kernel, forward and backward")
     rows.append(f"| MXNet | {model} | {o1} | {o2} |")
@@ -206,7 +187,8 @@ def mxnet_training_rows() -> list[str]:
                         f"{_why_not(f'no bfloat16 {GEMM[model]} kernel, forward and backward')}"
                         f" | |")
             continue
-        native, ours = _child(_NATIVE_TRAIN, model), _child(_OURS_TRAIN, model, "bfloat16")
+        native, ours = (_child(_MX_TRAIN, which, model, "bfloat16")
+                        for which in ("native", "ours"))
         rows.append(f"| MXNet | {model} | training | {native} | {ours} |")
     return rows
 
