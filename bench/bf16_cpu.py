@@ -149,26 +149,32 @@ _MX_TRAIN = textwrap.dedent("""
 """)
 
 
-def o2_rows() -> list[str]:
+def mxnet_o2_rows() -> list[str]:
     """Ours, O1-bf16 and O2-bf16 (bf16 parameters, float32 masters) against fp32, MLP
     training, each policy in a child process against its own fp32 steps."""
     import mxnet as mx
-    import paddle
 
     from mxnet_amp.kernels import has_kernel
 
     model = "MLP 4x2048"
-    rows = []
     if has_kernel("FullyConnected", mx.cpu(), "bfloat16", backward=True):
         o1, o2 = (_child(_MX_TRAIN, "ours", model, p) for p in ("O1-bf16", "O2-bf16"))
     else:
         o1 = o2 = _why_not("no bfloat16 FullyConnected kernel, forward and backward")
-    rows.append(f"| MXNet | {model} | {o1} | {o2} |")
-    irs = [("legacy IR", "0")] + ([("PIR", "1")] if int(paddle.__version__[0]) >= 3 else [])
-    for name, pir in irs:
-        if _ours_gemm(model, pir == "1"):
-            o1, o2 = (_child(_PADDLE_STEP, "ours", pir, model, "training", level)
-                      for level in ("O1", "O2"))
+    return [f"| MXNet | {model} | {o1} | {o2} |"]
+
+
+def paddle_o2_rows() -> list[str]:
+    """As ``mxnet_o2_rows``, for Paddle: the legacy IR and, on Paddle 3, PIR."""
+    import paddle
+
+    model = "MLP 4x2048"
+    rows = []
+    for name, pir in [("legacy IR", False)] + ([("PIR", True)]
+                                                if int(paddle.__version__[0]) >= 3 else []):
+        if _ours_gemm(model, pir):
+            o1, o2 = (_child(_PADDLE_STEP, "ours", "1" if pir else "0", model, "training",
+                             level) for level in ("O1", "O2"))
         else:
             o1 = o2 = _why_not("paddle_amp finds no oneDNN bf16 matmul here")
         rows.append(f"| Paddle ({name}) | {model} | {o1} | {o2} |")
@@ -337,4 +343,4 @@ def run() -> str:
         "| --- | --- | --- | --- | --- |", *rows, "",
         "O2-bf16 (bf16 parameters, float32 masters) beside O1-bf16, ours, training:", "",
         "| framework | model | O1-bf16 / fp32 | O2-bf16 / fp32 |", "| --- | --- | --- | --- |",
-        *o2_rows()])
+        *mxnet_o2_rows(), *paddle_o2_rows()])
