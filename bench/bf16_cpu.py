@@ -328,9 +328,10 @@ def _child(script: str, *args: str) -> str:
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
     r = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
                        env=env, timeout=3600)
-    if r.returncode != 0:
-        last = (r.stderr.strip().splitlines() or ["no output"])[-1]
-        return f"failed: {last[:120]}"
+    if r.returncode != 0:  # the last line that names an error (a segfault prints a stack)
+        lines = r.stderr.strip().splitlines()
+        last = ([line for line in lines if "rror" in line] or lines or ["no output"])[-1]
+        return f"failed: {last.strip()[:120]}"
     return r.stdout.strip().splitlines()[-1]
 
 

@@ -14,7 +14,7 @@ from paddle_amp import ir, kernels
 from paddle_amp.bf16 import AutoMixedPrecisionListsBF16, decorate_bf16, rewrite_program_bf16
 from paddle_amp.config import native_policy
 from paddle_amp.rewrite import Rewriter
-from paddle_helpers import batch, is_pir, mlp
+from paddle_helpers import Static, batch, is_pir, mlp
 
 BF16 = "bfloat16"
 NO_BF16_GEMM = ("this CPU runs no oneDNN bf16 matmul (it needs AVX-512, and avx512_bf16 to be "
@@ -223,6 +223,23 @@ def test_decorate_bf16_runs_the_gemm_in_bf16_on_onednn(static):
     assert np.all(np.isfinite(losses))
     assert opt.cast_report().precisions()["matmul"] == {BF16}
     assert opt.cast_report().executions()["matmul"] == {"kernel"}
+
+
+@pytest.mark.skipif(not REAL_BF16, reason=NO_BF16_GEMM)
+def test_bf16_training_tracks_fp32(static):
+    """The same MLP and data, fp32 and bf16 on oneDNN: the losses agree within what bf16's
+    8-bit mantissa allows (2**-8 relative per rounding, a few roundings deep)."""
+    def losses(bf16):  # each in its own programs and scope, static mode from the fixture
+        st = Static.new()
+        with paddle.static.program_guard(st.main, st.startup), \
+                paddle.static.scope_guard(st.scope), paddle.utils.unique_name.guard():
+            _, _, loss = mlp()
+            opt = paddle.optimizer.SGD(0.05)
+            opt = paddle_amp.decorate(opt, dtype=BF16) if bf16 else opt
+            opt.minimize(loss)
+            st.exe.run(st.startup)
+            return [float(st.run(batch(i), [loss])[0]) for i in range(5)]
+    np.testing.assert_allclose(losses(True), losses(False), rtol=2 ** -5, atol=2 ** -7)
 
 
 @pytest.mark.skipif(not REAL_BF16, reason=NO_BF16_GEMM)
