@@ -189,9 +189,10 @@ def _dense_report(policy):
 
 
 @pytest.mark.xfail(strict=True, raises=mx.base.MXNetError, reason=(
-    "known gap: the doctor's op-by-op backward of a bf16 FullyConnected fails MXNet 1.9.1's "
-    "shape inference ('Backward shape inconsistent with the forward shape'); the training "
-    "step itself runs"))
+    "known gap: the doctor's op-by-op replay of the backward fails MXNet 1.9.1's shape "
+    "inference on real bf16 ('Backward shape inconsistent with the forward shape', first at "
+    "the amp_multicast of the bf16 prediction and the float32 label); the training step "
+    "itself runs"))
 def test_bf16_keeps_the_range_that_overflowed_in_fp16():
     """On real bf16 kernels (never emulated here; skips on a CPU without them): the planted
     GEMM that overflows fp16 (emulated) runs in bf16 with fp32's range, no step skipped."""
