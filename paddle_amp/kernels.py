@@ -119,7 +119,7 @@ def runs_onednn_bf16(op: str, backward: bool = False, pir: bool = False) -> bool
         return _runs_in_pir(op, backward)
     inputs, outputs, attrs = _RECIPES[op]
     try:
-        with _legacy_static(), stderr_silenced():
+        with _static(), stderr_silenced():
             main, startup = paddle.static.Program(), paddle.static.Program()
             with paddle.static.program_guard(main, startup):
                 fetch = _build(main.global_block(), op, inputs, outputs, attrs, backward)
@@ -149,13 +149,10 @@ def _runs_in_pir(op: str, backward: bool) -> bool:
     reader in bf16 finds ("does not match the type of data"). Every input needs a
     gradient (oneDNN's matmul_grad dies on one that needs none: ``rewrite``)."""
     inputs, _, _ = _RECIPES[op]
-    guard = getattr(getattr(paddle, "pir_utils", None), "IrGuard", None)
-    if guard is None:
-        return False
-    dynamic = paddle.in_dynamic_mode()
-    paddle.enable_static()
+    if not hasattr(getattr(paddle, "pir_utils", None), "IrGuard"):
+        return False  # Paddle 2.6: no PIR
     try:
-        with guard(), stderr_silenced():
+        with _static("IrGuard"), stderr_silenced():
             main, startup = paddle.static.Program(), paddle.static.Program()
             with paddle.static.program_guard(main, startup):
                 feeds, xs = {}, []
@@ -177,9 +174,6 @@ def _runs_in_pir(op: str, backward: bool) -> bool:
         return all(np.all(np.isfinite(np.asarray(g, np.float32))) for g in got)
     except Exception:  # noqa: BLE001 - any failure to build or run is "no kernel here"
         return False
-    finally:
-        if dynamic:
-            paddle.disable_static()
 
 
 def _build(block, op: str, inputs, outputs, attrs, backward: bool) -> list:
@@ -227,7 +221,7 @@ def onednn_attrs(op=None) -> dict:
 @functools.lru_cache(maxsize=None)
 def _known_attrs() -> frozenset[str]:
     """Which oneDNN attribute spellings this Paddle's legacy ops carry (read off a matmul_v2)."""
-    with _legacy_static():
+    with _static():
         block = paddle.static.Program().global_block()
         x = block.create_var(name="x", dtype="float32", shape=[1, 1])
         op = block.append_op(type="matmul_v2", inputs={"X": [x], "Y": [x]},
@@ -242,11 +236,12 @@ def _bf16_bits(shape) -> np.ndarray:
 
 
 @contextlib.contextmanager
-def _legacy_static():
-    """Static mode and the legacy program IR for the probe, restored after."""
+def _static(ir_guard: str = "OldIrGuard"):
+    """Static mode and a program IR for the probe (``OldIrGuard``: the legacy IR, a no-op on
+    Paddle 2.6; ``IrGuard``: PIR, Paddle 3 only), restored after."""
     dynamic = paddle.in_dynamic_mode()
     paddle.enable_static()
-    guard: Callable = getattr(getattr(paddle, "pir_utils", None), "OldIrGuard",
+    guard: Callable = getattr(getattr(paddle, "pir_utils", None), ir_guard,
                               contextlib.nullcontext)
     try:
         with guard():

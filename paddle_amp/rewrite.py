@@ -57,7 +57,6 @@ class Rewriter:
 
     def __post_init__(self) -> None:
         self._notices = FallbackNotices("paddle_amp")  # each op type warns once per decorate
-        self._moved_params: set = set()  # keys of parameters' values moved by reshape & co.
 
     def _ir(self, program) -> ProgramIR:
         ir = program_ir.of(program)
@@ -128,7 +127,7 @@ class Rewriter:
         self._cast_of: dict[tuple, Any] = {}
         self._origin: dict = {}  # key of a cast's output -> the value it casts
         self._rounded: set = set()
-        self._moved_params = set()
+        self._moved_params: set = set()  # keys of parameters' values moved by reshape & co.
         decisions = []
         with contextlib.closing(ir.forward_ops()) as ops:
             for op in ops:

@@ -11,7 +11,7 @@ from amp_adapters.errors import unsupported
 
 from ..casting import (cast_model, cast_parameters, find_true_post_op,  # noqa: F401
                        find_true_prev_op)
-from ..env import VARTYPE_OF
+from ..env import VARTYPE_OF, program_ir
 from ..lists import AutoMixedPrecisionListsBF16
 from ..guard import bf16_guard  # noqa: F401
 
@@ -58,10 +58,9 @@ def _initialize_in_bf16(startup_prog, names) -> set:
     """Of the variables ``names``, those a native bf16 initializer of the legacy program
     ``startup_prog`` writes alone: that op now makes bfloat16 (its ``dtype`` attribute and
     its output's). A PIR startup program is left as it is (none returned)."""
-    block = startup_prog.global_block()
-    if not hasattr(block, "vars"):  # PIR: convert the values after the startup program
+    if program_ir(startup_prog) == "pir":  # convert the values after the startup program
         return set()
-    done = set()
+    block, done = startup_prog.global_block(), set()
     for op in block.ops:
         outs = op.output_arg_names
         if op.type not in _BF16_INITIALIZERS or not outs or not set(outs) <= set(names) \

@@ -81,9 +81,13 @@ def test_under_pir_an_op_counts_where_a_bf16_reader_of_its_result_runs():
         assert not kernels.runs_onednn_bf16("matmul_v2", pir=True)  # no PIR on Paddle 2.6
         return
     for op in kernels._RECIPES:
-        assert kernels.runs_onednn_bf16(op, pir=True) in (True, False)
-        if kernels.runs_onednn_bf16(op, backward=True, pir=True):
-            assert op in kernels.onednn_kernels("CPU", BF16, pir=True)
+        forward = kernels.runs_onednn_bf16(op, pir=True)
+        both = kernels.runs_onednn_bf16(op, backward=True, pir=True)
+        assert forward or not both  # a backward run is a forward run too
+        pir_set = kernels.onednn_kernels("CPU", BF16, pir=True)
+        assert op not in pir_set or both  # counted only where the PIR probe ran
+        if both and op in kernels.onednn_kernels("CPU", BF16):  # registered and usable
+            assert op in pir_set
     if REAL_BF16:
         assert kernels.runs_onednn_bf16("matmul_v2", backward=True, pir=True)
 
