@@ -255,10 +255,10 @@ def _run(sym: mx.sym.Symbol, feed: dict, scale: float):
             if leaf.grad is None:
                 continue
             g = leaf.grad.copy()
-            outputs.append((e, g.asnumpy()))
+            outputs.append((e, _np(g)))
             grads[e] = g if e not in grads else grads[e] + g
         backward.append((n.name, outputs))
-    var_grads = {n: grads[n].asnumpy() for n in sym.list_arguments() if n in grads}
+    var_grads = {n: _np(grads[n]) for n in sym.list_arguments() if n in grads}
     return values, var_grads, [(n, outs) for n, _, outs in recorded], backward
 
 
