@@ -40,7 +40,7 @@ from amp_adapters.dtypes import FLOAT_DTYPES
 from amp_adapters.policy import PolicyLike, resolve_policy
 
 from . import patching, scaling
-from ._mx import dtype_name
+from ._mx import dtype_name, unpatched
 from .active import active_policy
 from .graph import nodes, plan_graph
 from .report import block_context
@@ -216,10 +216,17 @@ def _cast_owners(order: list, origin: dict) -> dict[str, Optional[str]]:
     return owner
 
 
+@unpatched()
 def _run(sym: mx.sym.Symbol, feed: dict, scale: float):
     """Run ``sym`` op by op on copies of ``feed``, forward then backward from its outputs with
     head gradient ``scale``. Returns ({entry: value}, {variable: gradient}, [(node, outputs)]
-    in forward order, [(node name, [(input entry, its gradient)])] in backward order)."""
+    in forward order, [(node name, [(input entry, its gradient)])] in backward order).
+
+    Runs with ``init``'s patches bypassed: the graph already has its casts, and the replay's
+    own arrays (gradient buffers, head gradients, sums) keep their values' dtypes. Patched,
+    ``attach_grad``'s ``zeros_like`` (fp32 in the bfloat16 lists) gives a bfloat16 value a
+    float32 gradient buffer, and MXNet's type inference rejects the backward ("Backward
+    shape inconsistent with the forward shape": its dtype check has the shape message)."""
     values: dict[str, mx.nd.NDArray] = {}
     recorded: list = []
     for n in nodes(sym):

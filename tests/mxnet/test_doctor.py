@@ -188,11 +188,21 @@ def _dense_report(policy):
     return dr.report()
 
 
-@pytest.mark.xfail(strict=True, raises=mx.base.MXNetError, reason=(
-    "known gap: the doctor's op-by-op replay of the backward fails MXNet 1.9.1's shape "
-    "inference on real bf16 ('Backward shape inconsistent with the forward shape', first at "
-    "the amp_multicast of the bf16 prediction and the float32 label); the training step "
-    "itself runs"))
+def test_the_replay_backward_runs_through_a_bf16_value_while_init_patches_the_ops():
+    """The replay's gradient buffers are made unpatched: ``attach_grad``'s ``zeros_like`` is
+    fp32 in the bfloat16 lists, and a float32 buffer for a bfloat16 value fails MXNet's type
+    inference ("Backward shape inconsistent"). Needs no bf16 kernel but ``amp_cast``."""
+    import importlib
+    run = importlib.import_module("mxnet_amp.doctor")._run
+    bf16 = np.dtype([("bfloat16", np.uint16)])
+    x = mx.sym.var("x")
+    y = mx.sym.sum(mx.sym.amp_cast(mx.sym.amp_cast(x, dtype=bf16), dtype="float32"))
+    amp.init(policy=Policy.preset("O1-bf16"))
+    _, grads, _, backward = run(y, {"x": mx.nd.array([[1.0, 3.0]])}, 4.0)
+    assert grads["x"].tolist() == [[4.0, 4.0]]
+    assert len(backward) == 3  # sum, then both casts
+
+
 def test_bf16_keeps_the_range_that_overflowed_in_fp16():
     """On real bf16 kernels (never emulated here; skips on a CPU without them): the planted
     GEMM that overflows fp16 (emulated) runs in bf16 with fp32's range, no step skipped."""
