@@ -58,7 +58,7 @@ def summary(what: str, decisions: Sequence[OpDecision], device: str) -> Optional
     parts = [f"{in_low} ops run in {low}"] + ([f"{listed} in float32 by the op lists"]
                                               if listed else [])
     if fell:
-        parts.append(f"{len(fell)} in float32 for lack of a {low} kernel on {device} "
+        parts.append(f"{len(fell)} in float32 for lack of a usable {low} kernel on {device} "
                      f"({_names(fell)}): pass emulate=True to emulate {low} on them")
     if emulated:
         parts.append(f"{len(emulated)} EMULATED {low} (no kernel on {device}: float32 "

@@ -226,7 +226,8 @@ def plan_op(policy: Policy, framework: str, op: str,
             force_fp32: Optional[str] = None,
             input_names: Optional[Sequence[str]] = None,
             param_inputs: Optional[Sequence[bool]] = None,
-            free: Optional[Sequence[bool]] = None) -> OpDecision:
+            free: Optional[Sequence[bool]] = None,
+            kernel_refused: Optional[str] = None) -> OpDecision:
     """Decide how ``op`` runs given its ``input_dtypes``.
 
     ``lowp_kernels``: the framework op names that have a ``policy.dtype``
@@ -243,7 +244,10 @@ def plan_op(policy: Policy, framework: str, op: str,
     treats every input as an activation. ``free``: which inputs have no dtype
     of their own yet (a parameter of a graph being converted, whose dtype the
     framework infers from the op reading it, as MXNet's native conversion
-    leaves it), for ``_free_inputs``. An ``UNKNOWN`` input counts as float32
+    leaves it), for ``_free_inputs``. ``kernel_refused``: why this one op does
+    not use the low kernel its type has here (its gradient runs on a reference
+    implementation, slower than float32): it runs as where there is no kernel,
+    with that reason. An ``UNKNOWN`` input counts as float32
     for the decision. An op with a float64 input is left alone: AMP does not
     touch float64 computations.
 
@@ -258,7 +262,7 @@ def plan_op(policy: Policy, framework: str, op: str,
     cat = _category(policy, framework, op, attrs, force_fp32)
     typed = _free_inputs(cat, given, tuple(free or ()))
     target = _target(policy, cat, typed, params[:len(given)])
-    run = _on_device(policy, op, target, lowp_kernels)
+    run = _on_device(policy, op, target, lowp_kernels, kernel_refused)
     round_inputs, multicast, casts = _input_actions(policy, cat, typed, target, run)
     return OpDecision(op=op, canonical=cat.canonical, category=cat.category, input_dtypes=given,
                       run_dtype=run.dtype, casts=casts, emulated=run.emulated,
@@ -363,20 +367,19 @@ def _params_down(low: str, given: tuple[Optional[str], ...], params: tuple[bool,
         d in (low, "float32", None) for d, p in zip(given, params) if p)
 
 
-def _on_device(policy: Policy, op: str, t: _Target,
-               lowp_kernels: Optional[AbstractSet[str]]) -> _Run:
-    """Rule: an op that would run low without a kernel here runs in float32 (or is emulated
-    when the policy asks for it)."""
+def _on_device(policy: Policy, op: str, t: _Target, lowp_kernels: Optional[AbstractSet[str]],
+               refused: Optional[str] = None) -> _Run:
+    """Rule: an op that would run low without a kernel here (or whose kernel the backend
+    ``refused``, saying why) runs in float32 (or is emulated when the policy asks for it)."""
     low = policy.dtype
-    if not (policy.enabled and t.dtype == low and lowp_kernels is not None
-            and op not in lowp_kernels):
+    if not (policy.enabled and t.dtype == low and (refused or (
+            lowp_kernels is not None and op not in lowp_kernels))):
         return _Run(t.dtype, t.reason)
+    why = refused or f"no {low} kernel for {op} on this device"
     if policy.emulate:
-        return _Run("float32", t.reason + f"; EMULATED {low}: no {low} kernel for {op} on this "
-                    f"device, so it computes in float32 on values rounded through {low}",
-                    emulated=True)
-    return _Run("float32", t.reason + f"; no {low} kernel for {op} on this device: runs in "
-                "float32", fell_back=True)
+        return _Run("float32", t.reason + f"; EMULATED {low}: {why}, so it computes in float32 "
+                    f"on values rounded through {low}", emulated=True)
+    return _Run("float32", t.reason + f"; {why}: runs in float32", fell_back=True)
 
 
 def _input_actions(policy: Policy, cat: Category, given: tuple[Optional[str], ...],

@@ -118,7 +118,7 @@ def _how(d: OpDecision) -> str:
     real kernel of this device, emulated, or in float32 for lack of a kernel; nothing when no
     device was asked (a device-free plan) or the op was not planned low."""
     return {"kernel": " (real kernel)", "emulated": f" (emulated {d.low_dtype})",
-            "fell back": f" (no {d.low_dtype} kernel)"}.get(d.execution or "", "")
+            "fell back": f" (no usable {d.low_dtype} kernel)"}.get(d.execution or "", "")
 
 
 def compare(a: CastReport, b: CastReport) -> list[str]:
@@ -147,14 +147,22 @@ def _differences(a: CastReport, b: CastReport) -> list[tuple[str, str]]:
 
 
 def kernel_differences(a: CastReport, b: CastReport) -> list[str]:
-    """Canonical ops both reports plan low that run on a real kernel in one and not in the
-    other (emulated, or float32 for lack of a kernel): the two devices' kernels differ
-    there, not the policy."""
+    """Where the two devices' kernels differ, not the policy: canonical ops both reports plan
+    low that run on a real kernel in one and not in the other (emulated, or float32 for lack
+    of a usable kernel); and ops one report plans low and runs without a real kernel while
+    the other, which runs real kernels, has no such op (it does that work inside another:
+    MXNet's FullyConnected adds its bias, which Paddle's bias add does on its own)."""
     ea, eb = a.executions(), b.executions()
-    return [f"{op}: {a.framework} runs it {'/'.join(sorted(ea[op]))}, "
-            f"{b.framework} {'/'.join(sorted(eb[op]))}"
-            for op in sorted(set(ea) & set(eb))
-            if ("kernel" in ea[op]) != ("kernel" in eb[op])]
+    out = [f"{op}: {a.framework} runs it {'/'.join(sorted(ea[op]))}, "
+           f"{b.framework} {'/'.join(sorted(eb[op]))}"
+           for op in sorted(set(ea) & set(eb))
+           if ("kernel" in ea[op]) != ("kernel" in eb[op])]
+    for x, ex, y, ey in ((a, ea, b, eb), (b, eb, a, ea)):
+        if any("kernel" in how for how in ey.values()):
+            out += [f"{op}: {x.framework} runs it {'/'.join(sorted(ex[op]))}; "
+                    f"{y.framework}'s model has no such op"
+                    for op in sorted(set(ex) - set(y.precisions())) if "kernel" not in ex[op]]
+    return out
 
 
 def policy_disagreements(a: CastReport, b: CastReport) -> list[str]:

@@ -70,12 +70,28 @@ def test_execution_says_kernel_emulated_fell_back_or_planned():
     assert plan_op(BF, "mxnet", "softmax", (F32,)).execution is None  # not planned low
 
 
+def test_a_refused_kernel_runs_as_a_missing_one_with_the_reason_given():
+    """``kernel_refused``: the backend found this op's low kernel slow here (Paddle: its
+    gradient on a reference implementation); it falls back, or is emulated, saying why."""
+    fc = ("FullyConnected", (F32, F32, F32))
+    why = "its gradient runs on a reference implementation here"
+    d = plan_op(BF, "mxnet", *fc, lowp_kernels={"FullyConnected"}, kernel_refused=why)
+    assert (d.run_dtype, d.execution, d.casts) == ("float32", "fell back", (None,) * 3)
+    assert d.reason.endswith(f"; {why}: runs in float32")
+    e = plan_op(BF.with_emulation(True), "mxnet", *fc, lowp_kernels={"FullyConnected"},
+                kernel_refused=why)
+    assert e.execution == "emulated" and why in e.reason
+    # an op the policy keeps in float32 anyway has nothing to refuse
+    s = plan_op(BF, "mxnet", "softmax", (F32,), lowp_kernels=set(), kernel_refused=why)
+    assert s.execution is None and why not in s.reason
+
+
 def test_the_report_says_per_op_how_it_ran():
     from amp_adapters import CastReport
     fc = ("FullyConnected", (F32, F32, F32))
     rows = {
         "real kernel": plan_op(BF, "mxnet", *fc, lowp_kernels={"FullyConnected"}),
-        "no bfloat16 kernel": plan_op(BF, "mxnet", *fc, lowp_kernels=set()),
+        "no usable bfloat16 kernel": plan_op(BF, "mxnet", *fc, lowp_kernels=set()),
         "emulated bfloat16": plan_op(BF.with_emulation(True), "mxnet", *fc, lowp_kernels=set()),
     }
     for label, d in rows.items():

@@ -115,7 +115,9 @@ def test_kernel_differences_name_ops_real_in_one_report_only():
                                              lowp_kernels=frozenset())))
     assert real.executions() == {"linear": {"kernel"}, "relu": {"kernel"}}
     assert emulated.executions() == {"matmul": {"emulated"}}
-    assert kernel_differences(real, emulated) == []  # linear vs matmul: not the same op
+    # linear vs matmul: not the same op, but one model runs real kernels, the other's GEMM none
+    assert kernel_differences(real, emulated) == [
+        "matmul: paddle runs it emulated; mxnet's model has no such op"]
     paddle_real = CastReport("paddle", (plan_op(bf16, "paddle", "mul", ("float32",) * 2,
                                                 lowp_kernels=frozenset({"mul"})),))
     assert kernel_differences(paddle_real, emulated) == [
@@ -123,3 +125,29 @@ def test_kernel_differences_name_ops_real_in_one_report_only():
     assert kernel_differences(paddle_real, paddle_real) == []
     assert compare(real, emulated)[-1] == "relu: mxnet runs it in ['bfloat16'], paddle in " \
                                           "['float32']"
+
+
+def test_an_op_without_a_kernel_that_the_other_model_lacks_is_a_kernel_difference():
+    """Paddle's bias add on its own, without a usable bf16 kernel here; MXNet adds the bias
+    inside FullyConnected on a real one. Where neither runs a real kernel (a CPU without
+    them), that is no difference: the models are then compared op by op."""
+    bf16 = Policy.preset("O1-bf16")
+    mx = CastReport("mxnet", (plan_op(bf16, "mxnet", "FullyConnected", ("float32",) * 3,
+                                      lowp_kernels=frozenset({"FullyConnected"})),))
+    pd = CastReport("paddle", (
+        plan_op(bf16, "paddle", "matmul_v2", ("float32",) * 2,
+                lowp_kernels=frozenset({"matmul_v2", "elementwise_add"})),
+        plan_op(bf16, "paddle", "elementwise_add", ("bfloat16", "float32"),
+                lowp_kernels=frozenset({"matmul_v2", "elementwise_add"}),
+                param_inputs=(False, True), kernel_refused="slow here")))
+    assert kernel_differences(mx, pd) == [
+        "add: paddle runs it fell back; mxnet's model has no such op"]
+    assert kernel_differences(pd, mx) == [
+        "add: paddle runs it fell back; mxnet's model has no such op"]
+    none = frozenset()
+    mx_none = CastReport("mxnet", (plan_op(bf16, "mxnet", "FullyConnected", ("float32",) * 3,
+                                           lowp_kernels=none),))
+    pd_none = CastReport("paddle", (
+        plan_op(bf16, "paddle", "matmul_v2", ("float32",) * 2, lowp_kernels=none),
+        plan_op(bf16, "paddle", "elementwise_add", ("float32",) * 2, lowp_kernels=none)))
+    assert kernel_differences(mx_none, pd_none) == []
