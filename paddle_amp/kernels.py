@@ -16,15 +16,29 @@ Two kinds of kernel count (``plain_kernels`` | ``onednn_kernels``):
   They need a CPU with AVX-512 (``core.supports_bfloat16``, a cheap gate); where
   it has them, each op with a recipe is run once, forward and backward, on tiny
   bf16 inputs in a legacy program, because a registered kernel may still fail:
-  Paddle 2.6.2's oneDNN conv2d takes no bf16 filter, and there is no bf16
-  ``layer_norm_grad``. Such an op stays fp32 (with the per-op warning). Answers
+  Paddle 2.6.2's oneDNN conv2d takes no bf16 filter, there is no bf16
+  ``layer_norm_grad``, and Paddle 3.3.1's legacy-IR ``reshape2_grad`` fails ("could not
+  reshape a memory descriptor"). Such an op stays fp32 (with the per-op warning). Answers
   are cached per process.
+
+A kernel that runs may still be slow. Where an operand of a GEMM or an elementwise op
+has fewer dimensions than its result (a Linear's weight on a batch of sequences, a bias
+added to a batch), its gradient sums over the extra dimensions, and oneDNN (v3.2 in
+Paddle 2.6.2) does that sum for bf16 on a reference implementation
+(``reduction,ref:any``): a Transformer block's training step took 6x its fp32 time, 6.1 s
+of 6.5 s in those sums. ``slow_broadcast_grads`` finds such ops from oneDNN's own log
+of a probe (``onednn_log``), not from a table of versions; training keeps those
+instances in float32 (``rewrite.Rewriter``).
 """
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
+import os
 import re
+import sys
+import tempfile
 from typing import Callable
 
 import numpy as np
@@ -105,6 +119,18 @@ _RECIPES: dict[str, _Recipe] = {
                _CONV),
     "layer_norm": ({"X": ((2, 4), True), "Scale": ((4,), False), "Bias": ((4,), False)},
                    ("Y", "Mean", "Variance"), {"begin_norm_axis": 1, "epsilon": 1e-5}),
+    # Paddle 3.3.1's legacy-IR oneDNN reshape2_grad: "could not reshape a memory descriptor"
+    "reshape2": ({"X": ((2, 2, 3), True)}, ("Out", "XShape"), {"shape": [-1, 3]}),
+}
+
+
+# op -> the op with an operand of fewer dimensions than its result, whose gradient sums
+# over the extra ones (``slow_broadcast_grads``)
+_GEMM_3D = ({"X": ((2, 2, 3), True), "Y": ((3, 4), True)}, ("Out",), {})
+_BIAS_3D = ({"X": ((2, 2, 4), True), "Y": ((4,), True)}, ("Out",), {"axis": -1})
+_BROADCAST_RECIPES: dict[str, _Recipe] = {
+    "matmul_v2": _GEMM_3D, "matmul": _GEMM_3D, "elementwise_add": _BIAS_3D,
+    "elementwise_sub": _BIAS_3D, "elementwise_mul": _BIAS_3D,
 }
 
 
@@ -115,9 +141,79 @@ def runs_onednn_bf16(op: str, backward: bool = False, pir: bool = False) -> bool
     attributes, run once (with ``pir``, a PIR program, whose executor picks the kernel
     itself). An error (no primitive for this CPU, a dtype the kernel refuses) is the
     answer False, never raised."""
+    return _runs(op, _RECIPES[op], backward, pir)
+
+
+@functools.lru_cache(maxsize=None)
+def slow_broadcast_grads(device: str, dtype: str, pir: bool = False) -> frozenset[str]:
+    """Of the ops whose ``dtype`` kernel on ``device`` is oneDNN's, those whose gradient for
+    an operand of fewer dimensions than the result runs a reference implementation
+    (``onednn_log`` of the op's bf16 forward and backward on a 3-D input): such an
+    instance runs slower than in float32. Empty where oneDNN runs no bf16, or its log
+    cannot be read (then nothing is known to be slow)."""
+    slow = set()
+    for op in sorted(onednn_kernels(device, dtype, pir) & set(_BROADCAST_RECIPES)):
+        with onednn_log() as log:
+            ran = _runs(op, _BROADCAST_RECIPES[op], True, pir)
+        if ran and any(impl.startswith("ref") for _, impl in executed(log)):
+            slow.add(op)
+    return frozenset(slow)
+
+
+def executed(log: list[str]) -> list[tuple[str, str]]:
+    """(primitive kind, implementation) of each ``exec`` line of oneDNN's verbose ``log``:
+    ``onednn_verbose,exec,cpu,reduction,ref:any,...`` (oneDNN 3.2, Paddle 2.6.2) or
+    ``onednn_verbose,v1,primitive,exec,cpu,matmul,brg_matmul:avx10_1_512_amx,...`` (3.6)."""
+    out = []
+    for fields in (line.split(",") for line in log if line.startswith("onednn_verbose,")):
+        if "exec" in fields and len(fields) > fields.index("exec") + 3:
+            i = fields.index("exec")
+            out.append((fields[i + 2], fields[i + 3]))
+    return out
+
+
+@contextlib.contextmanager
+def onednn_log():
+    """The lines oneDNN logs about the primitives created and executed inside (a list,
+    filled on exit; empty where Paddle's oneDNN library is not found). oneDNN's verbose
+    mode is switched on through its C API for the block only and writes to the process's
+    stdout (file descriptor 1), which is redirected to a file meanwhile; what Python had
+    buffered is flushed first, so nothing of the caller's is lost or moved."""
+    lines: list[str] = []
+    path = os.path.join(os.path.dirname(paddle.__file__), "libs", "libdnnl.so.3")
+    if not os.path.exists(path):
+        yield lines
+        return
+    dnnl, libc = ctypes.CDLL(path), ctypes.CDLL(None)
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile() as f:
+        os.dup2(f.fileno(), 1)
+        dnnl.dnnl_set_verbose(1)
+        try:
+            yield lines
+        finally:
+            dnnl.dnnl_set_verbose(_verbosity())
+            libc.fflush(None)
+            os.dup2(saved, 1)
+            os.close(saved)
+            f.seek(0)
+            lines.extend(f.read().decode(errors="replace").splitlines())
+
+
+def _verbosity() -> int:
+    """The verbose level the user asked oneDNN for (``ONEDNN_VERBOSE``/``DNNL_VERBOSE``)."""
+    for var in ("ONEDNN_VERBOSE", "DNNL_VERBOSE"):
+        if os.environ.get(var, "").isdigit():
+            return int(os.environ[var])
+    return 0
+
+
+def _runs(op: str, recipe: _Recipe, backward: bool, pir: bool) -> bool:
+    """``runs_onednn_bf16`` for ``op`` built by ``recipe``."""
     if pir:
-        return _runs_in_pir(op, backward)
-    inputs, outputs, attrs = _RECIPES[op]
+        return _runs_in_pir(op, recipe, backward)
+    inputs, outputs, attrs = recipe
     try:
         with _static(), stderr_silenced():
             main, startup = paddle.static.Program(), paddle.static.Program()
@@ -140,15 +236,19 @@ _PIR_CALLS: dict[str, Callable] = {
     "matmul": lambda i: paddle.matmul(i["X"], i["Y"]),
     "conv2d": lambda i: paddle.nn.functional.conv2d(i["Input"], i["Filter"]),
     "layer_norm": lambda i: paddle.nn.functional.layer_norm(i["X"], [4], i["Scale"], i["Bias"]),
+    "reshape2": lambda i: paddle.reshape(i["X"], [-1, 3]),
+    "elementwise_add": lambda i: paddle.add(i["X"], i["Y"]),
+    "elementwise_sub": lambda i: paddle.subtract(i["X"], i["Y"]),
+    "elementwise_mul": lambda i: paddle.multiply(i["X"], i["Y"]),
 }
 
 
-def _runs_in_pir(op: str, backward: bool) -> bool:
+def _runs_in_pir(op: str, recipe: _Recipe, backward: bool) -> bool:
     """The recipe's op in a tiny PIR program, its bf16 result read by a bf16 op after it:
     Paddle 3.3.1's PIR oneDNN conv2d leaves float32 data in its bf16 output, which only a
     reader in bf16 finds ("does not match the type of data"). Every input needs a
     gradient (oneDNN's matmul_grad dies on one that needs none: ``rewrite``)."""
-    inputs, _, _ = _RECIPES[op]
+    inputs, _, _ = recipe
     if not hasattr(getattr(paddle, "pir_utils", None), "IrGuard"):
         return False  # Paddle 2.6: no PIR
     try:

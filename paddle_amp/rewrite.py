@@ -18,6 +18,9 @@ emulation, what to round. This module carries that out, in one pass:
   overflow and underflow;
 - an op lowered to a dtype whose kernel here is oneDNN's (bf16 on a CPU; ``onednn``)
   gets the attributes that send it there (``ProgramIR.use_onednn``), as natively;
+- in training, an op of ``slow_grads`` with an operand of fewer dimensions than its
+  result (a Linear's weight on a batch of sequences, a bias) stays float32: its low
+  gradient would sum over the extra dimensions on a reference implementation here;
 - a control-flow op's blocks are left in fp32: low-precision values it reads
   are cast back to fp32 (inside its blocks too).
 """
@@ -47,6 +50,9 @@ class Rewriter:
     ``black_varnames``: ops reading or writing these vars run in fp32.
     ``onednn``: the ops of ``kernels`` whose low kernel here is oneDNN's (``kernels.kernel_sets``
     for the program's IR); lowered, they get the oneDNN attributes.
+    ``slow_grads``: for a training program, the ops whose low gradient for an operand of
+    fewer dimensions than the result runs a reference implementation here
+    (``kernels.slow_broadcast_grads``); such an instance runs in float32.
     """
 
     policy: Policy
@@ -54,6 +60,7 @@ class Rewriter:
     use_guard: bool = False
     black_varnames: AbstractSet[str] = frozenset()
     onednn: AbstractSet[str] = frozenset()
+    slow_grads: AbstractSet[str] = frozenset()
 
     def __post_init__(self) -> None:
         self._notices = FallbackNotices("paddle_amp")  # each op type warns once per decorate
@@ -81,9 +88,23 @@ class Rewriter:
         decision = plan_op(self.policy, "paddle", op_type, dtypes, lowp_kernels=self.kernels,
                            attrs=ir.attrs(op), force_fp32=force_fp32 or self._forced_fp32(ir, op),
                            input_names=[s.name for s in slots],
-                           param_inputs=[self._is_param(ir, s.value) for s in slots])
+                           param_inputs=[self._is_param(ir, s.value) for s in slots],
+                           kernel_refused=self._slow_grad(ir, op))
         self._notices.note(op_type, _DEVICE, decision)
         return decision
+
+    def _slow_grad(self, ir: ProgramIR, op) -> Optional[str]:
+        """Why ``op`` keeps off its low kernel in training: an op of ``slow_grads`` with an
+        operand of fewer dimensions than its result, whose gradient sums over the rest."""
+        if ir.op_type(op) not in self.slow_grads:
+            return None
+        result = max((ir.rank(v) or 0 for v in ir.float_outputs(op, ())), default=0)
+        if not any((ir.rank(s.value) or result) < result for s in ir.slots(op)
+                   if s.cast and ir.dtype(s.value) in FLOAT_DTYPES):
+            return None
+        return (f"its {self.policy.dtype} gradient sums an operand of fewer dimensions than "
+                "its result over the others on a reference implementation here (oneDNN's "
+                "log of a probe), slower than float32")
 
     def _is_param(self, ir: ProgramIR, value) -> bool:
         """A parameter, or a parameter's values moved by ops that only move values (a conv

@@ -84,6 +84,7 @@ class ProgramIR(Protocol):
 
     # -- values
     def dtype(self, value: Any) -> Optional[str]: ...
+    def rank(self, value: Any) -> Optional[int]: ...  # its number of dimensions, if known
     def key(self, value: Any) -> Hashable: ...
     def holds_var(self, name: str) -> bool: ...  # a persistable ``name`` (a clone's state)
     def is_param(self, value: Any) -> bool: ...  # a parameter (weights, biases)

@@ -82,6 +82,10 @@ class LegacyProgram:
         return dtype_name(value if isinstance(value, framework.Variable)
                           else self.block._find_var_recursive(value))
 
+    def rank(self, value) -> Optional[int]:
+        var = self.block._find_var_recursive(value)
+        return None if var is None else len(var.shape)
+
     def key(self, value):
         return value
 

@@ -93,6 +93,9 @@ class PirProgram:
     def dtype(self, value) -> Optional[str]:
         return value_dtype(value)
 
+    def rank(self, value) -> Optional[int]:
+        return len(value.shape) if value.is_dense_tensor_type() else None
+
     def key(self, value):
         return value.id
 

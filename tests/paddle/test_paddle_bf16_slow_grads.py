@@ -1,0 +1,122 @@
+"""A bf16 kernel that runs but is slow: oneDNN's gradient of an operand with fewer dimensions
+than the result (a Linear's weight on a batch of sequences, a bias added to it) sums over
+the extra dimensions, on a reference implementation in the oneDNN Paddle ships. Training
+keeps those instances in float32, found from oneDNN's own log of a probe, never assumed.
+
+The program structure is checked with the slow set given explicitly; the probe and a real
+training run skip where this CPU runs no oneDNN bf16.
+"""
+import numpy as np
+import paddle
+import pytest
+
+import paddle_amp
+from paddle_amp import ir, kernels
+from paddle_amp.bf16 import AutoMixedPrecisionListsBF16
+from paddle_amp.config import native_policy
+from paddle_amp.rewrite import Rewriter
+from paddle_helpers import Static
+
+BF16 = "bfloat16"
+REAL_BF16 = kernels.runs_onednn_bf16("matmul_v2", backward=True)
+NO_BF16_GEMM = ("this CPU runs no oneDNN bf16 matmul (it needs AVX-512, and avx512_bf16 to be "
+                "fast): the probe's answer")
+ONEDNN_HERE = frozenset({"matmul_v2", "elementwise_add", "relu", "scale"})
+SLOW = "on a reference implementation here"
+
+
+def block(seq: int = 4, d: int = 8):
+    """Self-attention's shapes in small: a Linear on a batch of sequences (3-D by 2-D, then a
+    bias), a batched GEMM of two 3-D values, and a Linear on 2-D rows."""
+    x = paddle.static.data("x", [None, seq, d], "float32")
+    h = paddle.nn.Linear(d, d)(x)
+    att = paddle.nn.functional.softmax(  # 3-D by 3-D: nothing summed
+        paddle.mm(h, paddle.transpose(h, [0, 2, 1])) * d ** -0.5)
+    rows = paddle.reshape(paddle.mm(att, h), [-1, d])
+    return x, paddle.mean(paddle.square(paddle.nn.Linear(d, 1)(rows)))
+
+
+def decisions(report, op):
+    return [d for d in report.decisions if d.op == op]
+
+
+def test_training_keeps_only_the_instances_that_sum_a_broadcast_operand_fp32(static):
+    block()
+    policy = native_policy(AutoMixedPrecisionListsBF16(), BF16, "O1")
+    rewriter = Rewriter(policy, kernels.plain_kernels("CPU", BF16) | ONEDNN_HERE,
+                        onednn=ONEDNN_HERE, slow_grads=frozenset({"matmul_v2",
+                                                                  "elementwise_add"}))
+    report = rewriter.rewrite(static.main)
+    matmuls, adds = decisions(report, "matmul_v2"), decisions(report, "elementwise_add")
+    # the 3-D by 2-D GEMM sums its weight's gradient over the batch; 3-D by 3-D and 2-D by
+    # 2-D sum nothing
+    assert [d.execution for d in matmuls] == ["fell back", "kernel", "kernel", "kernel"]
+    assert SLOW in matmuls[0].reason and matmuls[0].run_dtype == "float32"
+    assert all(SLOW not in d.reason for d in matmuls[1:])
+    # the first bias is added to the float32 result of the first GEMM: float32 anyway (the
+    # promote rule); the second to bf16 rows, and its gradient sums over them: float32
+    assert [d.run_dtype for d in adds] == ["float32", "float32"]
+    assert (SLOW in adds[0].reason, SLOW in adds[1].reason) == (False, True)
+
+
+def test_inference_rewrites_keep_every_kernel(static, monkeypatch):
+    """The slow part is a gradient: ``rewrite_program_bf16`` (no optimizer, no backward)
+    lowers the Linear on 3-D input as the native does."""
+    block()
+    monkeypatch.setattr(
+        "paddle_amp.casting.kernel_sets",
+        lambda device, dtype, pir=False: (kernels.plain_kernels(device, dtype) | ONEDNN_HERE,
+                                       ONEDNN_HERE))
+    monkeypatch.setattr("paddle_amp.kernels.slow_broadcast_grads",
+                        lambda *a, **k: frozenset({"matmul_v2", "elementwise_add"}))
+    paddle_amp.bf16.rewrite_program_bf16(static.main)
+    report = paddle_amp.cast_report(static.main)
+    assert {d.run_dtype for d in decisions(report, "matmul_v2")} == {BF16}
+
+
+@pytest.mark.skipif(not REAL_BF16, reason=NO_BF16_GEMM)
+def test_onednn_log_holds_what_ran_and_leaves_stdout_alone(capfd):
+    print("before", flush=True)
+    with kernels.onednn_log() as log:
+        assert kernels._runs("matmul_v2", kernels._RECIPES["matmul_v2"], True, False)
+    print("after", flush=True)
+    assert "matmul" in {kind for kind, _ in kernels.executed(log)}
+    out = capfd.readouterr().out
+    assert out.splitlines() == ["before", "after"]
+
+
+@pytest.mark.skipif(not REAL_BF16, reason=NO_BF16_GEMM)
+@pytest.mark.parametrize("pir", [False, True], ids=["legacy", "pir"])
+def test_the_slow_set_is_what_onednn_logs_as_a_reference_implementation(pir):
+    if pir and not hasattr(getattr(paddle, "pir_utils", None), "IrGuard"):
+        pytest.skip("Paddle 2.6 has no PIR")
+    slow = kernels.slow_broadcast_grads("CPU", BF16, pir)
+    assert slow <= kernels.onednn_kernels("CPU", BF16, pir) & set(kernels._BROADCAST_RECIPES)
+    for op in sorted(kernels.onednn_kernels("CPU", BF16, pir) & set(kernels._BROADCAST_RECIPES)):
+        with kernels.onednn_log() as log:
+            kernels._runs(op, kernels._BROADCAST_RECIPES[op], True, pir)
+        assert (op in slow) == any(impl.startswith("ref") for _, impl in kernels.executed(log))
+
+
+@pytest.mark.skipif(not REAL_BF16, reason=NO_BF16_GEMM)
+def test_a_transformer_shaped_model_trains_and_says_which_gemms_stay_fp32(static):
+    """With the real probe: the Linear on 3-D input runs in bf16 exactly where its gradient
+    is not slow here, and training tracks float32 within bf16's mantissa."""
+    def losses(bf16):
+        st = Static.new()
+        with paddle.static.program_guard(st.main, st.startup), \
+                paddle.static.scope_guard(st.scope), paddle.utils.unique_name.guard():
+            x, loss = block()
+            opt = paddle.optimizer.SGD(0.01)
+            opt = paddle_amp.decorate(opt, dtype=BF16) if bf16 else opt
+            opt.minimize(loss)
+            st.exe.run(st.startup)
+            feed = np.random.default_rng(0).standard_normal((2, 4, 8)).astype("float32")
+            got = [float(st.run({x.name: feed}, [loss])[0]) for _ in range(3)]
+            return got, (opt.cast_report() if bf16 else None)
+    (low, report), (full, _) = losses(True), losses(False)
+    np.testing.assert_allclose(low, full, rtol=2 ** -5, atol=2 ** -7)
+    first = decisions(report, "matmul_v2")[0]
+    slow = "matmul_v2" in kernels.slow_broadcast_grads("CPU", BF16, ir.of(static.main).pir)
+    assert (first.execution, SLOW in first.reason) == (
+        ("fell back", True) if slow else ("kernel", False))
