@@ -5,8 +5,8 @@
         for x, y in batches[:3]:                 # a few of your own steps, unchanged
             with autograd.record():
                 loss = loss_fn(net(x), y)
-            with amp.scale_loss(loss, trainer) as scaled:
-                autograd.backward(scaled)
+                with amp.scale_loss(loss, trainer) as scaled:
+                    autograd.backward(scaled)
             trainer.step(x.shape[0])
     print(dr.report())                           # per op: range, overflow, error vs float32
     dr.recommendation().write("fixed.toml")      # policy= accepts it unchanged
