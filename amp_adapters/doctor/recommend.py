@@ -25,15 +25,22 @@ from .report import DoctorReport, Finding
 
 @dataclass(frozen=True)
 class Recommendation:
+    """The doctor's recommendation (``recommendation()``): ``policy``, the policy the doctor
+    ran under with the findings applied; ``toml``, that policy as a policy file with each
+    change's reason as a comment (``Policy.from_file`` reads back exactly ``policy``); the
+    ``findings`` it applied."""
+
     policy: Policy
     toml: str
     findings: tuple[Finding, ...]
 
     @property
     def changed(self) -> bool:
+        """Whether it changes the policy (an op moved to fp32 or a higher loss scale)."""
         return any(f.action in ("fp32", "loss_scale") for f in self.findings)
 
     def write(self, path) -> None:
+        """Write ``toml`` to ``path``: ``policy=`` accepts the file unchanged."""
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(self.toml)
 

@@ -84,6 +84,11 @@ class Finding:
 
 @dataclass(frozen=True)
 class DoctorReport:
+    """What a backend's doctor saw (``report()``): the run (``framework``, ``dtype``,
+    ``emulated``), one ``OpRecord`` per forward op in execution order (``ops``) and one
+    ``StepRecord`` per step (``steps``). ``print`` it for the table; ``findings()`` is what
+    to change."""
+
     framework: str
     dtype: str
     emulated: bool
@@ -92,6 +97,7 @@ class DoctorReport:
     max_scale: float = 2.0 ** 24
 
     def op_named(self, name: str) -> OpRecord:
+        """The record of the op instance ``name`` (as the report names it); else KeyError."""
         for r in self.ops:
             if r.name == name:
                 return r
@@ -99,6 +105,7 @@ class DoctorReport:
 
     @property
     def overflow_steps(self) -> int:
+        """How many of the steps had a non-finite value."""
         return sum(s.overflow for s in self.steps)
 
     def findings(self) -> list[Finding]:
