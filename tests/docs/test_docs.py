@@ -55,7 +55,8 @@ def test_the_site_builds_in_strict_mode(tmp_path):
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     api = (tmp_path / "site" / "api" / "index.html").read_text(encoding="utf-8")
-    for name in ("resolve_policy", "init_trainer", "OptimizerWithMixedPrecision"):
+    for name in ("resolve_policy", "init_trainer", "OptimizerWithMixedPrecision", "DoctorReport",
+                 "Recommendation", "mxnet_amp.doctor", "paddle_amp.doctor"):
         assert name in api, name
 
 
