@@ -90,9 +90,8 @@ def recommend(report: DoctorReport, policy: Policy) -> Recommendation:
 
 
 def _header(report: DoctorReport) -> list[str]:
-    mode = "EMULATED on this device" if report.emulated else "real kernels"
     return [f"Recommended by amp-adapters doctor ({report.framework}, {len(report.steps)} "
-            f"step(s), {report.dtype} {mode}; {report.overflow_steps} overflow step(s)).",
+            f"step(s), {report.mode}; {report.overflow_steps} overflow step(s)).",
             "Pass this file as policy= unchanged (it drives MXNet and Paddle alike)."]
 
 

@@ -175,14 +175,21 @@ class DoctorReport:
     def __str__(self) -> str:
         return self.format()
 
+    @property
+    def mode(self) -> str:
+        """How the low dtype ran: on real kernels, EMULATED, or not at all (no op lowered)."""
+        short = SHORT_NAMES[self.dtype]
+        if not any(r.lowered for r in self.ops):
+            return f"{short} policy, but no op runs in {short}"
+        return f"{short} EMULATED" if self.emulated else f"{short} on real kernels"
+
     def format(self) -> str:
         """The report as a terminal table: the run, the steps, the ops, the findings."""
         short = SHORT_NAMES[self.dtype]
-        mode = (f"{short} EMULATED (computed in fp32 on values rounded through {short} at op "
-                f"boundaries: no {short} kernel here)" if self.emulated else short)
-        if not any(r.lowered for r in self.ops):
-            mode = f"{short} policy, but no op runs in {short}"
-        lines = [f"amp-adapters doctor: {self.framework}, {len(self.steps)} step(s), {mode}",
+        how = (f" (computed in fp32 on values rounded through {short} at op boundaries: no "
+               f"{short} kernel here)" if self.mode.endswith("EMULATED") else "")
+        lines = [f"amp-adapters doctor: {self.framework}, {len(self.steps)} step(s), "
+                 f"{self.mode}{how}",
                  f"overflow steps: {self.overflow_steps} of {len(self.steps)}"]
         for s in self.steps:
             what = "OVERFLOW" if s.overflow else "finite"
@@ -300,7 +307,7 @@ class Recorder:
         """Every parameter's gradient, unscaled, in the AMP run and in float32; ``backward``:
         the float32 run's other backward values (unscaled), which a low-precision backward
         also rounds: the loss scale is chosen to keep them too."""
-        self._step_params = tuple(p for p, g in amp.items() if not np.isfinite(g).all())
+        self._step_params = tuple(sorted(p for p, g in amp.items() if not np.isfinite(g).all()))
         for p, g in fp32.items():
             self._flush[p] = flush_fraction(g, self._scale, self.dtype)
             a, ref = np.asarray(amp[p]).ravel(), np.asarray(g).ravel()

@@ -81,6 +81,25 @@ def test_findings_name_the_first_non_finite_op_first():
     assert "EMULATED" in text and "dot0" in text and "first non-finite forward op: dot0" in text
 
 
+def test_the_report_and_its_file_say_the_same_about_how_the_low_dtype_ran():
+    """Non-finite gradients are named in sorted order (the IRs list parameters differently),
+    and the policy file's header says what the report's first line says."""
+    emulated = _planted_report()
+    assert emulated.steps[0].nonfinite_params == ("b",) and emulated.mode == "fp16 EMULATED"
+    r = Recorder("paddle", "bfloat16", emulated=False)
+    r.begin_step(1.0)
+    r.forward("relu0", "relu", "relu", "follow", "float32", False, np.ones(2), np.ones(2))
+    r.gradients({"w2": np.array([np.nan]), "w1": np.array([np.inf])},
+                {"w2": np.ones(1), "w1": np.ones(1)})
+    r.end_step()
+    idle = r.report()
+    assert idle.steps[0].nonfinite_params == ("w1", "w2")
+    assert idle.mode == "bf16 policy, but no op runs in bf16"
+    for rep in (emulated, idle):
+        head = recommend(rep, Policy.preset("O1")).toml.splitlines()[0]
+        assert f", {rep.mode};" in head and rep.mode in rep.format().splitlines()[0]
+
+
 @pytest.mark.parametrize("base", ["O1", "mxnet-native", "O2"])
 def test_the_recommendation_loads_back_unchanged(base, tmp_path):
     policy = Policy.preset(base, emulate=True, ops=OpLists(lower=frozenset({"sum"})))
