@@ -66,6 +66,13 @@ def summary(what: str, decisions: Sequence[OpDecision], device: str) -> Optional
     return f"{what}: " + ", ".join(parts)
 
 
+def _level(decisions: Sequence[OpDecision]) -> int:
+    """WARNING if a kernel is missing (the user asked for low precision and does not get it
+    there), else INFO (emulation was asked for; a refused kernel would be slower)."""
+    missing = any(d.fell_back and not d.kernel_refused for d in decisions)
+    return logging.WARNING if missing else logging.INFO
+
+
 class FallbackNotices:
     """Per-op fallback warnings, each op once, and the per-model summary, on one logger."""
 
@@ -74,21 +81,21 @@ class FallbackNotices:
         self._seen: set[tuple[str, str]] = set()
 
     def note(self, op: str, device: str, d: OpDecision) -> None:
-        """Log ``op``'s fallback (WARNING) or emulation (INFO), once per (op, device type)."""
+        """Log ``op``'s fallback (WARNING) or emulation or refused kernel (INFO), once per
+        (op, device type)."""
         if not (d.fell_back or d.emulated):
             return
         key = (op, device.split("(")[0])
         if key not in self._seen:
             self._seen.add(key)
-            self.logger.log(logging.WARNING if d.fell_back else logging.INFO,
-                            "%s", op_message(op, device, d))
+            self.logger.log(_level([d]), "%s", op_message(op, device, d))
 
     def summarize(self, what: str, decisions: Sequence[OpDecision], device: str) -> None:
-        """Log ``summary``: WARNING when an op fell back to float32, INFO when emulated."""
+        """Log ``summary``: WARNING when an op fell back to float32 for lack of a kernel, INFO
+        when the others were emulated or their kernels refused (slower than float32)."""
         line = summary(what, decisions, device)
         if line:
-            level = logging.WARNING if any(d.fell_back for d in decisions) else logging.INFO
-            self.logger.log(level, "%s", line)
+            self.logger.log(_level(decisions), "%s", line)
 
     def forget(self) -> None:
         """Let every op warn again (after ``reset``)."""

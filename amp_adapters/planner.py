@@ -55,7 +55,9 @@ class OpDecision:
     except the slots in ``kept_outputs`` the same way. ``kept_outputs``: output
     slots the table keeps fp32 (never declared low, never rounded).
     ``fell_back``: the op would run in ``low_dtype`` but has no kernel here,
-    so it runs in float32 (a backend logs that once).
+    so it runs in float32 (a backend logs that once). ``kernel_refused``: it has one,
+    which the backend refused (slower than float32 here; the reason says why): a
+    choice made for speed, not a missing kernel, so it is logged as INFO.
     """
 
     op: str
@@ -74,6 +76,7 @@ class OpDecision:
     round_outputs: bool = False
     kept_outputs: tuple[str, ...] = ()
     kernel_checked: bool = False  # the device's kernels were asked (else: no device given)
+    kernel_refused: bool = False
 
     @functools.cached_property
     def device_dependent(self) -> bool:
@@ -270,7 +273,8 @@ def plan_op(policy: Policy, framework: str, op: str,
                       reason=run.reason, kept=kept, multicast=multicast,
                       round_inputs=round_inputs, round_outputs=run.emulated,
                       kept_outputs=load_table(framework).keep_fp32_outputs.get(op, ()),
-                      kernel_checked=lowp_kernels is not None)
+                      kernel_checked=lowp_kernels is not None,
+                      kernel_refused=run.refused)
 
 
 @dataclass(frozen=True)
@@ -291,6 +295,7 @@ class _Run:
     reason: str
     emulated: bool = False
     fell_back: bool = False
+    refused: bool = False  # the backend refused the kernel this op has here
 
 
 def _category(policy: Policy, framework: str, op: str, attrs: Optional[Mapping[str, object]],
@@ -378,8 +383,9 @@ def _on_device(policy: Policy, op: str, t: _Target, lowp_kernels: Optional[Abstr
     why = refused or f"no {low} kernel for {op} on this device"
     if policy.emulate:
         return _Run("float32", t.reason + f"; EMULATED {low}: {why}, so it computes in float32 "
-                    f"on values rounded through {low}", emulated=True)
-    return _Run("float32", t.reason + f"; {why}: runs in float32", fell_back=True)
+                    f"on values rounded through {low}", emulated=True, refused=bool(refused))
+    return _Run("float32", t.reason + f"; {why}: runs in float32", fell_back=True,
+                refused=bool(refused))
 
 
 def _input_actions(policy: Policy, cat: Category, given: tuple[Optional[str], ...],
