@@ -19,6 +19,8 @@ made up.
 from __future__ import annotations
 
 import os
+import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -328,8 +330,11 @@ def _child(script: str, *args: str) -> str:
     env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
     r = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
                        env=env, timeout=3600)
-    if r.returncode != 0:  # the last line that names an error (a segfault prints a stack)
-        lines = r.stderr.strip().splitlines()
+    if r.returncode < 0:  # killed by a signal (oneDNN's bf16 matmul_grad: SIGSEGV)
+        return f"failed: the process died ({signal.Signals(-r.returncode).name})"
+    if r.returncode != 0:  # the last line that names an error, else the last one not a log line
+        lines = [line for line in r.stderr.strip().splitlines()
+                 if not re.match(r"[IWE]\d{4} ", line)]
         last = ([line for line in lines if "rror" in line] or lines or ["no output"])[-1]
         return f"failed: {last.strip()[:120]}"
     return r.stdout.strip().splitlines()[-1]
