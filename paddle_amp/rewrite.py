@@ -89,18 +89,18 @@ class Rewriter:
                            attrs=ir.attrs(op), force_fp32=force_fp32 or self._forced_fp32(ir, op),
                            input_names=[s.name for s in slots],
                            param_inputs=[self._is_param(ir, s.value) for s in slots],
-                           kernel_refused=self._slow_grad(ir, op))
+                           kernel_refused=self._slow_grad(ir, op, slots))
         self._notices.note(op_type, _DEVICE, decision)
         return decision
 
-    def _slow_grad(self, ir: ProgramIR, op) -> Optional[str]:
+    def _slow_grad(self, ir: ProgramIR, op, slots: list[Slot]) -> Optional[str]:
         """Why ``op`` keeps off its low kernel in training: an op of ``slow_grads`` with an
         operand of fewer dimensions than its result, whose gradient sums over the rest."""
         if ir.op_type(op) not in self.slow_grads:
             return None
         result = max((ir.rank(v) or 0 for v in ir.float_outputs(op, ())), default=0)
-        if not any((ir.rank(s.value) or result) < result for s in ir.slots(op)
-                   if s.cast and ir.dtype(s.value) in FLOAT_DTYPES):
+        ranks = [ir.rank(s.value) for s in slots if s.cast and ir.dtype(s.value) in FLOAT_DTYPES]
+        if not any(r is not None and r < result for r in ranks):
             return None
         return (f"its {self.policy.dtype} gradient sums an operand of fewer dimensions than "
                 "its result over the others on a reference implementation here (oneDNN's "
