@@ -17,7 +17,7 @@ from amp_adapters.oplists import passes_through
 from amp_adapters.dtypes import SHORT_NAMES
 from amp_adapters.report import GraphCasts
 
-from ...env import VarType, VARTYPE_OF, dtype_name
+from ...env import DTYPE_OF, VarType, VARTYPE_OF, dtype_name
 from ...guard import BF16_GUARD_PATTERN, GUARD_PATTERN
 from ...kernels import onednn_attrs
 from ..protocol import CONTROL_FLOW, OpAttrs, Slot
@@ -49,8 +49,10 @@ def _ops_within(op) -> list:
     return out
 
 
-def _insert_cast_op(block, i: int, src: str, out: str, in_dtype, out_dtype, role) -> None:
-    """A ``cast`` op at position ``i``, straight into the desc (its output var exists)."""
+def _insert_cast_op(block, i: int, src: str, out: str, in_dtype, out_dtype, role,
+                    attrs: dict) -> None:
+    """A ``cast`` op at position ``i``, straight into the desc (its output var exists), with
+    ``attrs`` besides its dtypes (oneDNN's: ``LegacyProgram._cast_attrs``)."""
     desc = block.desc._insert_op(i)
     desc.set_type("cast")
     desc.set_input("X", [src])
@@ -59,6 +61,8 @@ def _insert_cast_op(block, i: int, src: str, out: str, in_dtype, out_dtype, role
     desc._set_int32_attr("out_dtype", int(out_dtype))
     desc._set_int32_attr(_ROLE, int(role))
     desc._set_attr(_NAMESCOPE, framework._full_name_scope())
+    for name, value in attrs.items():
+        desc._set_attr(name, value)
     desc.check_attrs()  # the cast op's defaults (use_mkldnn, ...)
     block.ops.insert(i, framework.Operator(block, desc))
 
@@ -71,6 +75,7 @@ class LegacyProgram:
     def __init__(self, program) -> None:
         self.program = program
         self.block = program.global_block()
+        self._onednn_casts = False
         self._at = 0          # the walk's op, by position (casts shift it)
         self._role = 0        # its op role, given to the casts inserted for it
         self._startup_block = None  # where the update's constants are filled
@@ -189,7 +194,8 @@ class LegacyProgram:
         out = self.block.create_var(name=unique_name.generate(stem), dtype=VARTYPE_OF[target],
                                     shape=var.shape, lod_level=var.lod_level, persistable=False,
                                     stop_gradient=var.stop_gradient)
-        _insert_cast_op(self.block, i, var.name, out.name, var.dtype, out.dtype, self._role)
+        _insert_cast_op(self.block, i, var.name, out.name, var.dtype, out.dtype, self._role,
+                        self._cast_attrs(var.dtype, out.dtype))
         return out.name
 
     def cast(self, before, value: str, dtype: str) -> str:
@@ -235,7 +241,7 @@ class LegacyProgram:
         op._rename_output(value, raw.name)
         mid = self._insert_cast(self._at + 1, raw.name, low, f"{value}.emul_{SHORT_NAMES[low]}")
         _insert_cast_op(self.block, self._at + 2, mid, var.name, VARTYPE_OF[low], var.dtype,
-                        self._role)
+                        self._role, self._cast_attrs(VARTYPE_OF[low], var.dtype))
         self._at += 2
         return value
 
@@ -244,6 +250,15 @@ class LegacyProgram:
     def use_onednn(self, op) -> None:
         for name, value in onednn_attrs(op).items():
             op._set_attr(name, value)
+
+    def use_onednn_casts(self) -> None:
+        self._onednn_casts = True
+
+    def _cast_attrs(self, in_dtype, out_dtype) -> dict:
+        """oneDNN's attributes for a cast between float32 and bfloat16, once the walk asked
+        for them (``use_onednn_casts``); a cast's gradient op copies them."""
+        pair = {DTYPE_OF.get(in_dtype), DTYPE_OF.get(out_dtype)}
+        return onednn_attrs() if self._onednn_casts and pair == {"float32", "bfloat16"} else {}
 
     def require_grad(self, value: str) -> None:
         self.block._var_recursive(value).stop_gradient = False
@@ -266,13 +281,15 @@ class LegacyProgram:
                                     dtype="float32", shape=grad.shape, persistable=False)
         self.block.append_op(type="cast", inputs={"X": [grad]}, outputs={"Out": [g32]},
                              attrs={"in_dtype": grad.dtype, "out_dtype": g32.dtype,
-                                    _ROLE: int(core.op_proto_and_checker_maker.OpRole.Backward)})
+                                    _ROLE: int(core.op_proto_and_checker_maker.OpRole.Backward),
+                                    **self._cast_attrs(grad.dtype, g32.dtype)})
         return g32
 
     def write_cast(self, src, dst) -> None:
         with self.program._optimized_guard([]):
             self.block.append_op(type="cast", inputs={"X": [src]}, outputs={"Out": [dst]},
-                                 attrs={"in_dtype": src.dtype, "out_dtype": dst.dtype})
+                                 attrs={"in_dtype": src.dtype, "out_dtype": dst.dtype,
+                                        **self._cast_attrs(src.dtype, dst.dtype)})
 
     # -- loss scaling ----------------------------------------------------------------------------
 
