@@ -324,3 +324,56 @@ def test_bench_programs_build_for_every_model_and_mode(static, model, mode):
         assert has_backward == (mode == "training"), (amp.__name__, mode)
     with pytest.raises(ValueError, match="mode must be one of"):
         bf16_cpu.paddle_program(model, "serving", paddle_amp, bf16=False)
+
+
+# -- casts on oneDNN (legacy IR) ----------------------------------------------------------
+
+@pytest.mark.legacy_ir
+def test_the_casts_the_rewrite_inserts_go_to_onednn_and_the_users_own_do_not(static):
+    """With cast in the oneDNN set (what ``kernels.casts_on_onednn`` answers on a CPU with
+    bf16), every cast the rewrite inserts between float32 and bf16 carries the oneDNN
+    attributes; a cast the user wrote keeps its own."""
+    x = paddle.static.data("x", [None, 8], "float32")
+    mine = paddle.cast(paddle.nn.Linear(8, 8)(x), "float64")  # the user's: left alone
+    paddle.mean(paddle.nn.Linear(8, 1)(paddle.cast(mine, "float32")))
+    users = {id(op) for op in static.main.global_block().ops if op.type == "cast"}
+    bf16_rewriter(static.main, onednn=ONEDNN_HERE | {"cast"}).rewrite(static.main)
+    inserted = [op for op in static.main.global_block().ops
+                if op.type == "cast" and id(op) not in users]
+    assert inserted and all(op.attr("use_mkldnn") for op in inserted)
+    assert not any(op.attr("use_mkldnn") for op in static.main.global_block().ops
+                   if id(op) in users)
+
+
+@pytest.mark.legacy_ir
+def test_without_onednn_casts_the_rewrite_inserts_plain_ones(static):
+    mlp()
+    bf16_rewriter(static.main).rewrite(static.main)
+    casts = [op for op in static.main.global_block().ops if op.type == "cast"]
+    assert casts and not any(op.attr("use_mkldnn") for op in casts)
+
+
+@pytest.mark.skipif(not kernels.casts_on_onednn(), reason=(
+    "oneDNN casts no bf16 here (it needs AVX-512; avx512_bf16 to be fast): the probe's answer"))
+@pytest.mark.legacy_ir
+def test_onednn_casts_round_to_nearest_even_in_a_training_step(static):
+    """The whole step on oneDNN casts: the first cast's output is the input rounded to the
+    nearest bf16, ties to even (Paddle 2.6.2's plain cast truncates), and training runs."""
+    _, _, loss = mlp()
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.05), dtype=BF16)
+    opt.minimize(loss)
+    block = static.main.global_block()
+    first = next(op for op in block.ops if op.type == "cast" and op.input("X") == ["x"])
+    assert first.attr("use_mkldnn")
+    static.exe.run(static.startup)
+    feed = batch(0)
+    got, lossv = static.run(feed, [first.output("Out")[0], loss])
+    assert np.isfinite(float(lossv))
+    bits = np.asarray(got).view(np.uint16).astype(np.uint32) << 16
+    np.testing.assert_array_equal(bits.view(np.float32), kernels._round_to_bf16(feed["x"]))
+
+
+def test_the_reference_rounding_is_to_nearest_with_ties_to_even():
+    x = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20, -1.0], np.float32)
+    np.testing.assert_array_equal(kernels._round_to_bf16(x),
+                                  np.array([1.0, 1 + 2 ** -6, 1 + 2 ** -7, -1.0], np.float32))
