@@ -69,8 +69,7 @@ def summary(what: str, decisions: Sequence[OpDecision], device: str) -> Optional
 def _level(decisions: Sequence[OpDecision]) -> int:
     """WARNING if a kernel is missing (the user asked for low precision and does not get it
     there), else INFO (emulation was asked for; a refused kernel would be slower)."""
-    missing = any(d.fell_back and not d.kernel_refused for d in decisions)
-    return logging.WARNING if missing else logging.INFO
+    return logging.WARNING if any(d.lacks_kernel for d in decisions) else logging.INFO
 
 
 class FallbackNotices:

@@ -78,6 +78,12 @@ class OpDecision:
     kernel_checked: bool = False  # the device's kernels were asked (else: no device given)
     kernel_refused: bool = False
 
+    @property
+    def lacks_kernel(self) -> bool:
+        """It fell back to float32 because this device has no low kernel for it (not because
+        the backend refused a slow one): what a user is warned about."""
+        return self.fell_back and not self.kernel_refused
+
     @functools.cached_property
     def device_dependent(self) -> bool:
         """True if the device's kernels took part in this decision (the op would run in

@@ -72,7 +72,7 @@ def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float 
                                             net[1].bias)]
     accuracy = evaluate(data, weights[0].T, weights[1], weights[2].T, weights[3])
     emulated = bool(report and any(d.emulated for d in report.decisions))
-    fell_back = bool(report and any(d.fell_back for d in report.decisions))
+    fell_back = bool(report and any(d.lacks_kernel for d in report.decisions))
     return TrainResult("mxnet", mode_label(policy, emulated, fell_back), accuracy, tuple(losses),
                        tuple(scales), skipped, casts, float(np.median(times)))
 

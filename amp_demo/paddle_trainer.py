@@ -75,7 +75,7 @@ def _train(policy: Policy, data: DigitsData, lr: float, k: float,
         skipped = opt.loss_scale(scope).skipped_steps if amp else 0
     report = cast_report(main) if amp else None
     emulated = bool(report and any(d.emulated for d in report.decisions))
-    fell_back = bool(report and any(d.fell_back for d in report.decisions))
+    fell_back = bool(report and any(d.lacks_kernel for d in report.decisions))
     casts = report.num_casts if amp else 0  # counted in the program, as the report does
     return TrainResult("paddle", mode_label(policy, emulated, fell_back), evaluate(data, *weights),
                        tuple(losses), tuple(scales), skipped, casts, float(np.median(times)))

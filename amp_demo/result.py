@@ -32,7 +32,8 @@ class TrainResult:
 def mode_label(policy: Policy, emulated: bool, fell_back: bool = False) -> str:
     """``fp32``, or the dtype and level, with ``(emulated)`` when an op computed on values
     rounded through the low dtype for lack of a kernel, ``(fp32 fallback)`` when an op ran in
-    float32 for lack of one; no suffix: every low op ran on a real low-precision kernel."""
+    float32 for lack of one; no suffix: every low op ran on a real low-precision kernel (or
+    kept float32 where the backend found its kernel slower, ``OpDecision.kernel_refused``)."""
     if not policy.enabled:
         return "fp32"
     return f"{short_name(policy.dtype)} {policy.level}" + \

@@ -78,7 +78,9 @@ def test_a_refused_kernel_runs_as_a_missing_one_with_the_reason_given():
     d = plan_op(BF, "mxnet", *fc, lowp_kernels={"FullyConnected"}, kernel_refused=why)
     assert (d.run_dtype, d.execution, d.casts) == ("float32", "fell back", (None,) * 3)
     assert d.reason.endswith(f"; {why}: runs in float32") and d.kernel_refused
-    assert not plan_op(BF, "mxnet", *fc, lowp_kernels=set()).kernel_refused  # none to refuse
+    assert not d.lacks_kernel  # what the warnings and the demo's "(fp32 fallback)" read
+    missing = plan_op(BF, "mxnet", *fc, lowp_kernels=set())
+    assert missing.lacks_kernel and not missing.kernel_refused
     e = plan_op(BF.with_emulation(True), "mxnet", *fc, lowp_kernels={"FullyConnected"},
                 kernel_refused=why)
     assert e.execution == "emulated" and why in e.reason
