@@ -84,9 +84,9 @@ def onednn_kernels(device: str, dtype: str, pir: bool = False) -> frozenset[str]
     registered = _registered(device, dtype, onednn=True)
     usable = _usable(device, dtype, registered | _registered(device, dtype, onednn=False),
                      among=registered)
-    return frozenset(op for op in usable
-                     if op not in _RECIPES or runs_onednn_bf16(op, backward=True, pir=pir)
-                     ) | ({"cast"} if not pir and casts_on_onednn() else set())
+    ops = frozenset(op for op in usable if op != "cast" and (
+        op not in _RECIPES or runs_onednn_bf16(op, backward=True, pir=pir)))
+    return ops | ({"cast"} if not pir and casts_on_onednn() else frozenset())
 
 
 @functools.lru_cache(maxsize=None)
@@ -94,7 +94,10 @@ def casts_on_onednn() -> bool:
     """Whether a legacy-IR ``cast`` between float32 and bfloat16 with the oneDNN attributes
     runs on oneDNN here (a ``reorder`` in ``onednn_log``) and rounds to nearest even, both
     ways, as a bf16 kernel's output does (a subnormal flushes to zero there, as
-    ``avx512_bf16``'s conversion instruction does). Such a cast is several times faster than Paddle's
+    ``avx512_bf16``'s conversion instruction does), and where every probed op that runs
+    on oneDNN here also trains with oneDNN casts in front of its bf16 inputs: Paddle
+    3.3.1's oneDNN ``conv2d_grad`` leaves the filter gradient in a layout its oneDNN cast
+    cannot read ("could not construct a memory descriptor using strides"). Such a cast is several times faster than Paddle's
     plain one (the MLP's bf16 training step: 1.56x of float32 with plain casts, 0.66x with
     oneDNN's, Paddle 2.6.2), and Paddle 2.6.2's plain cast truncates. PIR has no per-op
     switch for it (``PirProgram.use_onednn_casts``)."""
@@ -116,7 +119,9 @@ def casts_on_onednn() -> bool:
     except Exception:  # noqa: BLE001 - any failure to build or run is "no"
         return False
     return "reorder" in {kind for kind, _ in executed(log)} and np.array_equal(
-        np.asarray(back, np.float32), _round_to_bf16(x))
+        np.asarray(back, np.float32), _round_to_bf16(x)) and all(
+        _runs(op, _RECIPES[op], True, False, cast_in=True)
+        for op in _RECIPES if runs_onednn_bf16(op, backward=True))
 
 
 def _round_to_bf16(x: np.ndarray) -> np.ndarray:
@@ -247,8 +252,10 @@ def _verbosity() -> int:
     return 0
 
 
-def _runs(op: str, recipe: _Recipe, backward: bool, pir: bool) -> bool:
-    """``runs_onednn_bf16`` for ``op`` built by ``recipe``."""
+def _runs(op: str, recipe: _Recipe, backward: bool, pir: bool, cast_in: bool = False) -> bool:
+    """``runs_onednn_bf16`` for ``op`` built by ``recipe``; with ``cast_in``, its bf16 inputs
+    are float32 feeds cast on oneDNN (so a cast's gradient reads what the op's gradient
+    kernel leaves)."""
     if pir:
         return _runs_in_pir(op, recipe, backward)
     inputs, outputs, attrs = recipe
@@ -256,11 +263,12 @@ def _runs(op: str, recipe: _Recipe, backward: bool, pir: bool) -> bool:
         with _static(), stderr_silenced():
             main, startup = paddle.static.Program(), paddle.static.Program()
             with paddle.static.program_guard(main, startup):
-                fetch = _build(main.global_block(), op, inputs, outputs, attrs, backward)
+                fetch = _build(main.global_block(), op, inputs, outputs, attrs, backward,
+                               cast_in)
             exe = paddle.static.Executor(paddle.CPUPlace())
             exe.run(startup)
-            feed = {f"probe_{name}": _bf16_bits(shape) if low else np.ones(shape, np.float32)
-                    for name, (shape, low) in inputs.items()}
+            feed = {f"probe_{name}": _bf16_bits(shape) if low and not cast_in
+                    else np.ones(shape, np.float32) for name, (shape, low) in inputs.items()}
             got = exe.run(main, feed=feed, fetch_list=fetch)
         return all(np.all(np.isfinite(np.asarray(g, np.float32))) for g in got)
     except Exception:  # noqa: BLE001 - any failure to build or run is "no kernel here"
@@ -314,17 +322,26 @@ def _runs_in_pir(op: str, recipe: _Recipe, backward: bool) -> bool:
         return False
 
 
-def _build(block, op: str, inputs, outputs, attrs, backward: bool) -> list:
+def _build(block, op: str, inputs, outputs, attrs, backward: bool, cast_in: bool = False
+           ) -> list:
     """The recipe's op and, for ``backward``, its gradients, as raw legacy ops (Paddle 3's
-    functional API builds PIR values by default, even under the legacy-IR guard)."""
+    functional API builds PIR values by default, even under the legacy-IR guard); with
+    ``cast_in``, its bf16 inputs cast from float32 feeds by oneDNN casts."""
     def var(name, dtype, shape=None, **kw):
         return block.create_var(name=f"probe_{name}", dtype=dtype, shape=shape, **kw)
 
-    feeds = {slot: var(slot, ONEDNN_DTYPE if low else "float32", list(shape),
+    feeds = {slot: var(slot, ONEDNN_DTYPE if low and not cast_in else "float32", list(shape),
                        stop_gradient=not backward)
              for slot, (shape, low) in inputs.items()}
     for v in feeds.values():
         v.desc.set_need_check_feed(False)
+    for slot, (shape, low) in inputs.items():
+        if low and cast_in:
+            src, feeds[slot] = feeds[slot], var(f"{slot}_low", ONEDNN_DTYPE, list(shape),
+                                                stop_gradient=not backward)
+            block.append_op(type="cast", inputs={"X": [src]}, outputs={"Out": [feeds[slot]]},
+                            attrs={"in_dtype": src.dtype, "out_dtype": feeds[slot].dtype,
+                                   **onednn_attrs()})
     outs = {slot: var(f"{slot}_out", ONEDNN_DTYPE if i == 0 else "float32")
             for i, slot in enumerate(outputs)}
     block.append_op(type=op, inputs={k: [v] for k, v in feeds.items()},

@@ -377,3 +377,15 @@ def test_the_reference_rounding_is_to_nearest_with_ties_to_even():
     x = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20, -1.0], np.float32)
     np.testing.assert_array_equal(kernels._round_to_bf16(x),
                                   np.array([1.0, 1 + 2 ** -6, 1 + 2 ** -7, -1.0], np.float32))
+
+
+@pytest.mark.parametrize("pir", [False, True], ids=["legacy", "pir"])
+def test_cast_counts_as_a_onednn_kernel_only_where_its_probe_says_so(pir):
+    """Registered is not enough (Paddle 3.3.1 registers a oneDNN cast whose gradient cannot
+    read a oneDNN conv2d_grad's filter layout); PIR has no per-op switch for it."""
+    onednn = kernels.onednn_kernels("CPU", BF16, pir)
+    assert ("cast" in onednn) == (not pir and kernels.casts_on_onednn())
+    if kernels.casts_on_onednn():  # then every probed oneDNN op trains behind oneDNN casts
+        for op in kernels._RECIPES:
+            if kernels.runs_onednn_bf16(op, backward=True):
+                assert kernels._runs(op, kernels._RECIPES[op], True, False, cast_in=True), op
