@@ -13,8 +13,9 @@ Two kinds of kernel count (``plain_kernels`` | ``onednn_kernels``):
 - bfloat16 on a CPU: oneDNN's, the only bf16 GEMM/convolution kernels on a CPU,
   reached by the attributes the native bf16 rewrite sets on the legacy IR, and picked
   by the executor itself under PIR (``ProgramIR.use_onednn``).
-  They need a CPU with AVX-512 (``core.supports_bfloat16``, a cheap gate); where
-  it has them, each op with a recipe is run once, forward and backward, on tiny
+  They need a CPU with AVX-512 (``core.supports_bfloat16``, a cheap gate) and a oneDNN
+  that uses it (a bf16 add that runs, ``GATE``: ``ONEDNN_MAX_CPU_ISA=AVX2`` keeps oneDNN off
+  AVX-512 on any CPU); where it has them, each op with a recipe is run once, forward and backward, on tiny
   bf16 inputs in a legacy program, because a registered kernel may still fail:
   Paddle 2.6.2's oneDNN conv2d takes no bf16 filter, there is no bf16
   ``layer_norm_grad``, and Paddle 3.3.1's legacy-IR ``reshape2_grad`` fails ("could not
@@ -79,7 +80,8 @@ def onednn_kernels(device: str, dtype: str, pir: bool = False) -> frozenset[str]
     """Ops whose oneDNN ``dtype`` kernel runs on this ``device``, forward and backward (a
     recipe's op only if its probe ran, in a PIR program with ``pir``); empty but for
     bfloat16 on a CPU that supports it."""
-    if device != "CPU" or dtype != ONEDNN_DTYPE or not core.supports_bfloat16():
+    if device != "CPU" or dtype != ONEDNN_DTYPE or not core.supports_bfloat16() \
+            or not runs_onednn_bf16(GATE, backward=True, pir=pir):
         return frozenset()
     registered = _registered(device, dtype, onednn=True)
     usable = _usable(device, dtype, registered | _registered(device, dtype, onednn=False),
@@ -103,6 +105,8 @@ def casts_on_onednn() -> bool:
     switch for it (``PirProgram.use_onednn_casts``)."""
     x = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -9 + 2 ** -12), 3.0e38, -1e-30],
                  np.float32)  # ties to even (both ways), above a tie, large and small normals
+    if not runs_onednn_bf16(GATE, backward=True):
+        return False
     try:
         with _static(), stderr_silenced(), onednn_log() as log:
             main = paddle.static.Program()
@@ -164,7 +168,12 @@ _RECIPES: dict[str, _Recipe] = {
                    ("Y", "Mean", "Variance"), {"begin_norm_axis": 1, "epsilon": 1e-5}),
     # Paddle 3.3.1's legacy-IR oneDNN reshape2_grad: "could not reshape a memory descriptor"
     "reshape2": ({"X": ((2, 2, 3), True)}, ("Out", "XShape"), {"shape": [-1, 3]}),
+    "elementwise_add": ({"X": ((2, 3), True), "Y": ((2, 3), True)}, ("Out",), {"axis": -1}),
+    "relu": ({"X": ((2, 3), True)}, ("Out",), {}),
 }
+# The gate: where oneDNN cannot run this bf16 add (a CPU flag it does not use, a limit such
+# as ONEDNN_MAX_CPU_ISA=AVX2), it runs no bf16 kernel, the unprobed ones included.
+GATE = "elementwise_add"
 
 
 # op -> the op with an operand of fewer dimensions than its result, whose gradient sums
@@ -283,6 +292,7 @@ _PIR_CALLS: dict[str, Callable] = {
     "conv2d": lambda i: paddle.nn.functional.conv2d(i["Input"], i["Filter"]),
     "layer_norm": lambda i: paddle.nn.functional.layer_norm(i["X"], [4], i["Scale"], i["Bias"]),
     "reshape2": lambda i: paddle.reshape(i["X"], [-1, 3]),
+    "relu": lambda i: paddle.nn.functional.relu(i["X"]),
     "elementwise_add": lambda i: paddle.add(i["X"], i["Y"]),
     "elementwise_sub": lambda i: paddle.subtract(i["X"], i["Y"]),
     "elementwise_mul": lambda i: paddle.multiply(i["X"], i["Y"]),
