@@ -3,8 +3,10 @@
 An op planned in float16/bfloat16 whose kernel this device lacks runs in
 float32 (``OpDecision.fell_back``): the user asked for mixed precision and did
 not get it there, so that is a WARNING, once per op (MXNet and native Paddle
-warn too). An ``emulated`` op is what ``emulate=True`` asked for: INFO. After a
-model or program is built, one summary line says how many ops run in the low
+warn too). An ``emulated`` op is what ``emulate=True`` asked for: INFO. So is an
+op whose kernel the backend refused as slower than float32 here
+(``OpDecision.kernel_refused``): nothing is lost that the kernel would have given.
+After a model or program is built, one summary line says how many ops run in the low
 dtype, how many stay float32 and why, and that ``emulate=True`` emulates the
 missing kernels. Both backends call ``FallbackNotices``; the wording lives here.
 Pure bookkeeping and formatting: no framework, no host sync.
@@ -36,7 +38,7 @@ from .policy import Policy
 
 def op_message(op: str, device: str, d: OpDecision) -> str:
     """The per-op line: ``FullyConnected on cpu(0): <the decision's reason>``."""
-    hint = f"; pass emulate=True to emulate {d.low_dtype}" if d.fell_back else ""
+    hint = f"; pass emulate=True to emulate {d.low_dtype}" if d.lacks_kernel else ""
     return f"{op} on {device}: {d.reason}{hint}"
 
 
@@ -46,22 +48,27 @@ def _names(decisions: Sequence[OpDecision]) -> str:
 
 
 def summary(what: str, decisions: Sequence[OpDecision], device: str) -> Optional[str]:
-    """One line about ``what`` (a model, a program) when some op lacks a low-precision kernel
-    on ``device``; None when every op planned low precision got it (nothing to say)."""
-    fell = [d for d in decisions if d.fell_back]
+    """One line about ``what`` (a model, a program) when some op planned low precision did
+    not get a kernel on ``device`` (none, or one refused as slow); None when every op
+    planned low precision got it (nothing to say)."""
+    fell = [d for d in decisions if d.lacks_kernel]
+    refused = [d for d in decisions if d.fell_back and d.kernel_refused]
     emulated = [d for d in decisions if d.emulated]
-    if not fell and not emulated:
+    if not fell and not refused and not emulated:
         return None
-    low = (fell or emulated)[0].low_dtype
+    low = (fell or refused or emulated)[0].low_dtype
     in_low = sum(d.run_dtype == low for d in decisions)
     listed = sum(d.run_dtype == "float32" and d.category == "fp32" for d in decisions)
     parts = [f"{in_low} ops run in {low}"] + ([f"{listed} in float32 by the op lists"]
                                               if listed else [])
     if fell:
-        parts.append(f"{len(fell)} in float32 for lack of a usable {low} kernel on {device} "
+        parts.append(f"{len(fell)} in float32 for lack of a {low} kernel on {device} "
                      f"({_names(fell)}): pass emulate=True to emulate {low} on them")
+    if refused:
+        parts.append(f"{len(refused)} in float32 where their {low} kernel on {device} is "
+                     f"slower ({_names(refused)})")
     if emulated:
-        parts.append(f"{len(emulated)} EMULATED {low} (no kernel on {device}: float32 "
+        parts.append(f"{len(emulated)} EMULATED {low} (no usable kernel on {device}: float32 "
                      f"arithmetic on values rounded through {low}; {_names(emulated)})")
     return f"{what}: " + ", ".join(parts)
 

@@ -105,8 +105,8 @@ class OpDecision:
     def execution(self) -> Optional[str]:
         """How an op planned in the low dtype runs: ``"kernel"`` (a real low-precision
         kernel on this device), ``"emulated"``, ``"fell back"`` (float32 for lack of a
-        kernel), ``"planned"`` (no device was asked: a device-free graph transform); None
-        for an op not planned low."""
+        usable kernel: none, or ``kernel_refused``), ``"planned"`` (no device was asked: a
+        device-free graph transform); None for an op not planned low."""
         if self.emulated:
             return "emulated"
         if self.fell_back:
@@ -256,9 +256,10 @@ def plan_op(policy: Policy, framework: str, op: str,
     leaves it), for ``_free_inputs``. ``kernel_refused``: why this one op does
     not use the low kernel its type has here (its gradient runs on a reference
     implementation, slower than float32): it runs as where there is no kernel,
-    with that reason. An ``UNKNOWN`` input counts as float32
-    for the decision. An op with a float64 input is left alone: AMP does not
-    touch float64 computations.
+    with that reason (emulated under ``emulate=True``: the policy asked for
+    low-precision numerics, and rounding costs less than the slow kernel). An
+    ``UNKNOWN`` input counts as float32 for the decision. An op with a float64 input
+    is left alone: AMP does not touch float64 computations.
 
     Five steps, each with one rule: ``_category`` (the lists), ``_free_inputs``
     (what a free input counts as), ``_target`` (the dtype the category and the

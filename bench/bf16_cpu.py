@@ -331,7 +331,11 @@ def _child(script: str, *args: str) -> str:
     r = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True,
                        env=env, timeout=3600)
     if r.returncode < 0:  # killed by a signal (oneDNN's bf16 matmul_grad: SIGSEGV)
-        return f"failed: the process died ({signal.Signals(-r.returncode).name})"
+        try:
+            name = signal.Signals(-r.returncode).name
+        except ValueError:
+            name = f"signal {-r.returncode}"
+        return f"failed: the process died ({name})"
     if r.returncode != 0:  # the last line that names an error, else the last one not a log line
         lines = [line for line in r.stderr.strip().splitlines()
                  if not re.match(r"[IWE]\d{4} ", line)]

@@ -21,6 +21,7 @@ Files:
 
     config.py     decorate()'s native arguments (both overloads) -> Policy + loss scale
     kernels.py    which ops have a low-precision kernel on the device used
+    onednn_log.py (kernels) oneDNN's verbose log of one block: which implementation ran
     lists.py      AutoMixedPrecisionLists (and BF16): live sets -> OpLists
     env.py        Paddle glue: static check, the program's IR, dtype names, device
     opnames.py    PIR op and operand names -> the legacy names the op tables use

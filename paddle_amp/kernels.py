@@ -12,11 +12,14 @@ Two kinds of kernel count (``plain_kernels`` | ``onednn_kernels``):
   the STRIDED layout (``flatten_contiguous_range`` in fp16 on CPU) does not count;
 - bfloat16 on a CPU: oneDNN's, the only bf16 GEMM/convolution kernels on a CPU,
   reached by the attributes the native bf16 rewrite sets on the legacy IR, and picked
-  by the executor itself under PIR (``ProgramIR.use_onednn``).
+  by the executor itself under PIR (``ProgramIR.use_onednn``). ``cast`` counts only by
+  its own probe (``casts_on_onednn``; legacy IR only), and then means: the casts the
+  rewrite inserts between float32 and bf16 go to oneDNN (``ProgramIR.use_onednn_casts``).
   They need a CPU with AVX-512 (``core.supports_bfloat16``, a cheap gate) and a oneDNN
-  that uses it (a bf16 add that runs, ``GATE``: ``ONEDNN_MAX_CPU_ISA=AVX2`` keeps oneDNN off
-  AVX-512 on any CPU); where it has them, each op with a recipe is run once, forward and backward, on tiny
-  bf16 inputs in a legacy program, because a registered kernel may still fail:
+  that uses it (a bf16 add that runs, forward and backward, ``GATE``; it fails where
+  ``ONEDNN_MAX_CPU_ISA=AVX2`` keeps oneDNN off AVX-512, and then no oneDNN bf16 op
+  counts). Where it has them, each op with a recipe is run once, forward and backward,
+  on tiny bf16 inputs in a legacy program, because a registered kernel may still fail:
   Paddle 2.6.2's oneDNN conv2d takes no bf16 filter, there is no bf16
   ``layer_norm_grad``, and Paddle 3.3.1's legacy-IR ``reshape2_grad`` fails ("could not
   reshape a memory descriptor"). Such an op stays fp32 (with the per-op warning). Answers
@@ -24,22 +27,18 @@ Two kinds of kernel count (``plain_kernels`` | ``onednn_kernels``):
 
 A kernel that runs may still be slow. Where an operand of a GEMM or an elementwise op
 has fewer dimensions than its result (a Linear's weight on a batch of sequences, a bias
-added to a batch), its gradient sums over the extra dimensions, and oneDNN (v3.2 in
-Paddle 2.6.2) does that sum for bf16 on a reference implementation
-(``reduction,ref:any``): a Transformer block's training step took 6x its fp32 time, 6.1 s
-of 6.5 s in those sums. ``slow_broadcast_grads`` finds such ops from oneDNN's own log
+added to a batch), its gradient sums over the extra dimensions, and the oneDNN of Paddle
+2.6.2 and 3.3.1 does that sum for bf16 on a reference implementation
+(``reduction,ref:any``): a Transformer block's training step took 4-6x its fp32 time,
+6.1 s of 6.5 s in those sums on 2.6.2. ``slow_broadcast_grads`` finds such ops from oneDNN's own log
 of a probe (``onednn_log``), not from a table of versions; training keeps those
 instances in float32 (``rewrite.Rewriter``).
 """
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
-import os
 import re
-import sys
-import tempfile
 from typing import Callable
 
 import numpy as np
@@ -48,7 +47,8 @@ from paddle.base import core
 
 from amp_adapters.quiet import stderr_silenced
 
-from .env import VARTYPE_OF
+from .env import VARTYPE_OF, from_low, to_low
+from .onednn_log import executed, onednn_log
 
 ONEDNN_DTYPE = "bfloat16"  # the one low dtype oneDNN runs on a CPU
 
@@ -99,14 +99,13 @@ def casts_on_onednn() -> bool:
     ``avx512_bf16``'s conversion instruction does), and where every probed op that runs
     on oneDNN here also trains with oneDNN casts in front of its bf16 inputs: Paddle
     3.3.1's oneDNN ``conv2d_grad`` leaves the filter gradient in a layout its oneDNN cast
-    cannot read ("could not construct a memory descriptor using strides"). Such a cast is several times faster than Paddle's
-    plain one (the MLP's bf16 training step: 1.56x of float32 with plain casts, 0.66x with
-    oneDNN's, Paddle 2.6.2), and Paddle 2.6.2's plain cast truncates. PIR has no per-op
-    switch for it (``PirProgram.use_onednn_casts``)."""
-    x = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -9 + 2 ** -12), 3.0e38, -1e-30],
-                 np.float32)  # ties to even (both ways), above a tie, large and small normals
-    if not runs_onednn_bf16(GATE, backward=True):
-        return False
+    cannot read ("could not construct a memory descriptor using strides"). Such a cast
+    is several times faster than Paddle's plain one (the MLP's bf16 training step: 1.56x
+    of float32 with plain casts, 0.71x with oneDNN's, Paddle 2.6.2), and Paddle 2.6.2's
+    plain cast truncates. PIR has no per-op switch for it
+    (``PirProgram.use_onednn_casts``)."""
+    x = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8 + 2 ** -12), 3.0e38, -1e-30],
+                 np.float32)  # ties to even (down, up), above a tie, large and small normals
     try:
         with _static(), stderr_silenced(), onednn_log() as log:
             main = paddle.static.Program()
@@ -123,16 +122,9 @@ def casts_on_onednn() -> bool:
     except Exception:  # noqa: BLE001 - any failure to build or run is "no"
         return False
     return "reorder" in {kind for kind, _ in executed(log)} and np.array_equal(
-        np.asarray(back, np.float32), _round_to_bf16(x)) and all(
+        np.asarray(back, np.float32), from_low(to_low(x, ONEDNN_DTYPE), ONEDNN_DTYPE)) and all(
         _runs(op, _RECIPES[op], True, False, cast_in=True)
         for op in _RECIPES if runs_onednn_bf16(op, backward=True))
-
-
-def _round_to_bf16(x: np.ndarray) -> np.ndarray:
-    """float32 values rounded to the nearest bfloat16, ties to even, as float32."""
-    bits = x.view(np.uint32).astype(np.uint64)
-    return (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(
-        np.float32)
 
 
 def _usable(device: str, dtype: str, supported: set[str], among=None) -> frozenset[str]:
@@ -199,66 +191,17 @@ def runs_onednn_bf16(op: str, backward: bool = False, pir: bool = False) -> bool
 @functools.lru_cache(maxsize=None)
 def slow_broadcast_grads(device: str, dtype: str, pir: bool = False) -> frozenset[str]:
     """Of the ops whose ``dtype`` kernel on ``device`` is oneDNN's, those whose gradient for
-    an operand of fewer dimensions than the result runs a reference implementation
-    (``onednn_log`` of the op's bf16 forward and backward on a 3-D input): such an
-    instance runs slower than in float32. Empty where oneDNN runs no bf16, or its log
-    cannot be read (then nothing is known to be slow)."""
+    an operand of fewer dimensions than the result runs a reference implementation, or
+    fails (``onednn_log`` of the op's bf16 forward and backward on a 3-D input): such an
+    instance would run slower than in float32, or not at all. Empty where oneDNN runs no
+    bf16; where its log cannot be read, only the failures."""
     slow = set()
     for op in sorted(onednn_kernels(device, dtype, pir) & set(_BROADCAST_RECIPES)):
         with onednn_log() as log:
             ran = _runs(op, _BROADCAST_RECIPES[op], True, pir)
-        if ran and any(impl.startswith("ref") for _, impl in executed(log)):
+        if not ran or any(impl.startswith("ref") for _, impl in executed(log)):
             slow.add(op)
     return frozenset(slow)
-
-
-def executed(log: list[str]) -> list[tuple[str, str]]:
-    """(primitive kind, implementation) of each ``exec`` line of oneDNN's verbose ``log``:
-    ``onednn_verbose,exec,cpu,reduction,ref:any,...`` (oneDNN 3.2, Paddle 2.6.2) or
-    ``onednn_verbose,v1,primitive,exec,cpu,matmul,brg_matmul:avx10_1_512_amx,...`` (3.6)."""
-    out = []
-    for fields in (line.split(",") for line in log if line.startswith("onednn_verbose,")):
-        if "exec" in fields and len(fields) > fields.index("exec") + 3:
-            i = fields.index("exec")
-            out.append((fields[i + 2], fields[i + 3]))
-    return out
-
-
-@contextlib.contextmanager
-def onednn_log():
-    """The lines oneDNN logs about the primitives created and executed inside (a list,
-    filled on exit; empty where Paddle's oneDNN library is not found). oneDNN's verbose
-    mode is switched on through its C API for the block only and writes to the process's
-    stdout (file descriptor 1), which is redirected to a file meanwhile; what Python had
-    buffered is flushed first, so nothing of the caller's is lost or moved."""
-    lines: list[str] = []
-    path = os.path.join(os.path.dirname(paddle.__file__), "libs", "libdnnl.so.3")
-    if not os.path.exists(path):
-        yield lines
-        return
-    dnnl, libc = ctypes.CDLL(path), ctypes.CDLL(None)
-    sys.stdout.flush()
-    saved = os.dup(1)
-    with tempfile.TemporaryFile() as f:
-        os.dup2(f.fileno(), 1)
-        dnnl.dnnl_set_verbose(1)
-        try:
-            yield lines
-        finally:
-            dnnl.dnnl_set_verbose(_verbosity())
-            libc.fflush(None)
-            os.dup2(saved, 1)
-            os.close(saved)
-            f.seek(0)
-            lines.extend(f.read().decode(errors="replace").splitlines())
-
-
-def _verbosity() -> int:
-    """The verbose level the user asked oneDNN for (``ONEDNN_VERBOSE``/``DNNL_VERBOSE``)."""
-    for var in ("ONEDNN_VERBOSE", "DNNL_VERBOSE"):
-        if os.environ.get(var, "").isdigit():
-            return int(os.environ[var])
-    return 0
 
 
 def _runs(op: str, recipe: _Recipe, backward: bool, pir: bool, cast_in: bool = False) -> bool:

@@ -52,7 +52,8 @@ class Rewriter:
     ``use_guard``: only ops built inside ``fp16_guard()`` may leave fp32.
     ``black_varnames``: ops reading or writing these vars run in fp32.
     ``onednn``: the ops of ``kernels`` whose low kernel here is oneDNN's (``kernels.kernel_sets``
-    for the program's IR); lowered, they get the oneDNN attributes.
+    for the program's IR); lowered, they get the oneDNN attributes; with ``cast`` among
+    them, so do the casts between float32 and bf16 this rewrite inserts.
     ``slow_grads``: for a training program, the ops whose low gradient for an operand of
     fewer dimensions than the result runs a reference implementation here
     (``kernels.slow_broadcast_grads``); such an instance runs in float32.
@@ -99,17 +100,20 @@ class Rewriter:
         return decision
 
     def _slow_grad(self, ir: ProgramIR, op, slots: list[Slot]) -> Optional[str]:
-        """Why ``op`` keeps off its low kernel in training: an op of ``slow_grads`` with an
-        operand of fewer dimensions than its result, whose gradient sums over the rest."""
+        """Why ``op`` keeps off its low kernel in training: an op of ``slow_grads`` with a
+        floating operand of fewer dimensions than its result, whose gradient sums over the
+        rest. Ranks only (a rank of 0 or None counts as unknown): an operand broadcast at
+        the same rank (a bias shaped [1, C, 1, 1]) is not seen. O2's parameter plan does
+        not see this either: a parameter read only by such an op is still stored low, as
+        the policy plans it in every framework, and cast up for it."""
         if ir.op_type(op) not in self.slow_grads:
             return None
         result = max((ir.rank(v) or 0 for v in ir.float_outputs(op, ())), default=0)
-        ranks = [ir.rank(s.value) for s in slots if s.cast and ir.dtype(s.value) in FLOAT_DTYPES]
-        if not any(r is not None and r < result for r in ranks):
+        if not any(0 < (ir.rank(s.value) or 0) < result for s in _floating(ir, slots)):
             return None
         return (f"its {self.policy.dtype} gradient sums an operand of fewer dimensions than "
-                "its result over the others on a reference implementation here (oneDNN's "
-                "log of a probe), slower than float32")
+                "its result over the others on a reference implementation here, or fails "
+                "(oneDNN's log of a probe): slower than float32")
 
     def _is_param(self, ir: ProgramIR, value) -> bool:
         """A parameter, or a parameter's values moved by ops that only move values (a conv
@@ -119,7 +123,7 @@ class Rewriter:
                                       and ir.key(value) in self._moved_params)
 
     def _note_moved_params(self, ir: ProgramIR, op, slots: list[Slot]) -> None:
-        floats = [s.value for s in slots if s.cast and ir.dtype(s.value) in FLOAT_DTYPES]
+        floats = [s.value for s in _floating(ir, slots)]
         if floats and passes_through("paddle", ir.op_type(op), ir.attrs(op)) and \
                 all(self._is_param(ir, v) for v in floats):
             self._moved_params.update(ir.key(v) for v in ir.float_outputs(op, ()))
@@ -249,3 +253,8 @@ class Rewriter:
             if target is not None:
                 ir.rewire_within(op, slot.value, self._cast(ir, op, slot.value, target))
         return d
+
+
+def _floating(ir: ProgramIR, slots: list[Slot]) -> list[Slot]:
+    """The slots of floating tensors an op reads (not a PIR attribute turned operand)."""
+    return [s for s in slots if s.cast and ir.dtype(s.value) in FLOAT_DTYPES]

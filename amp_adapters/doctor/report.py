@@ -187,7 +187,8 @@ class DoctorReport:
         """The report as a terminal table: the run, the steps, the ops, the findings."""
         short = SHORT_NAMES[self.dtype]
         how = (f" (computed in fp32 on values rounded through {short} at op boundaries: no "
-               f"{short} kernel here)" if self.mode.endswith("EMULATED") else "")
+               f"{short} kernel here)" if self.emulated and any(r.lowered for r in self.ops)
+               else "")
         lines = [f"amp-adapters doctor: {self.framework}, {len(self.steps)} step(s), "
                  f"{self.mode}{how}",
                  f"overflow steps: {self.overflow_steps} of {len(self.steps)}"]

@@ -36,7 +36,7 @@ def test_fallback_warns_once_per_op_and_summarizes_the_model(caplog):
     summaries = [m for m in warnings if m.startswith("mxnet_amp: block ")]
     assert len(summaries) == 1, warnings  # one per traced model, not per call
     assert net.name in summaries[0]
-    assert "3 in float32 for lack of a usable float16 kernel on cpu(0) (FullyConnected x3)" in \
+    assert "3 in float32 for lack of a float16 kernel on cpu(0) (FullyConnected x3)" in \
         summaries[0]
     assert "pass emulate=True to emulate float16 on them" in summaries[0]
 

@@ -13,6 +13,7 @@ import paddle_amp
 from paddle_amp import ir, kernels
 from paddle_amp.bf16 import AutoMixedPrecisionListsBF16, decorate_bf16, rewrite_program_bf16
 from paddle_amp.config import native_policy
+from paddle_amp.env import from_low, to_low
 from paddle_amp.rewrite import Rewriter
 from paddle_helpers import Static, batch, is_pir, mlp
 
@@ -338,7 +339,7 @@ def test_the_casts_the_rewrite_inserts_go_to_onednn_and_the_users_own_do_not(sta
     bf16), every cast the rewrite inserts between float32 and bf16 carries the oneDNN
     attributes; a cast the user wrote keeps its own."""
     x = paddle.static.data("x", [None, 8], "float32")
-    mine = paddle.cast(paddle.nn.Linear(8, 8)(x), "float64")  # the user's: left alone
+    mine = paddle.cast(paddle.nn.Linear(8, 8)(x), BF16)  # the user's: left alone
     paddle.mean(paddle.nn.Linear(8, 1)(paddle.cast(mine, "float32")))
     users = {id(op) for op in static.main.global_block().ops if op.type == "cast"}
     bf16_rewriter(static.main, onednn=ONEDNN_HERE | {"cast"}).rewrite(static.main)
@@ -357,7 +358,7 @@ def test_without_onednn_casts_the_rewrite_inserts_plain_ones(static):
     assert casts and not any(op.attr("use_mkldnn") for op in casts)
 
 
-@pytest.mark.skipif(not kernels.casts_on_onednn(), reason=(
+@pytest.mark.skipif("cast" not in kernels.onednn_kernels("CPU", BF16), reason=(
     "oneDNN casts no bf16 here (it needs AVX-512; avx512_bf16 to be fast): the probe's answer"))
 @pytest.mark.legacy_ir
 def test_onednn_casts_round_to_nearest_even_in_a_training_step(static):
@@ -374,12 +375,12 @@ def test_onednn_casts_round_to_nearest_even_in_a_training_step(static):
     got, lossv = static.run(feed, [first.output("Out")[0], loss])
     assert np.isfinite(float(lossv))
     bits = np.asarray(got).view(np.uint16).astype(np.uint32) << 16
-    np.testing.assert_array_equal(bits.view(np.float32), kernels._round_to_bf16(feed["x"]))
+    np.testing.assert_array_equal(bits.view(np.float32), from_low(to_low(feed["x"], BF16), BF16))
 
 
 def test_the_reference_rounding_is_to_nearest_with_ties_to_even():
     x = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, 1 + 2 ** -8 + 2 ** -20, -1.0], np.float32)
-    np.testing.assert_array_equal(kernels._round_to_bf16(x),
+    np.testing.assert_array_equal(from_low(to_low(x, BF16), BF16),
                                   np.array([1.0, 1 + 2 ** -6, 1 + 2 ** -7, -1.0], np.float32))
 
 
@@ -388,8 +389,9 @@ def test_cast_counts_as_a_onednn_kernel_only_where_its_probe_says_so(pir):
     """Registered is not enough (Paddle 3.3.1 registers a oneDNN cast whose gradient cannot
     read a oneDNN conv2d_grad's filter layout); PIR has no per-op switch for it."""
     onednn = kernels.onednn_kernels("CPU", BF16, pir)
-    assert ("cast" in onednn) == (not pir and kernels.casts_on_onednn())
-    if kernels.casts_on_onednn():  # then every probed oneDNN op trains behind oneDNN casts
+    gate = bool(kernels.onednn_kernels("CPU", BF16))
+    assert ("cast" in onednn) == (not pir and gate and kernels.casts_on_onednn())
+    if "cast" in onednn:  # then every probed oneDNN op trains behind oneDNN casts
         for op in kernels._RECIPES:
             if kernels.runs_onednn_bf16(op, backward=True):
                 assert kernels._runs(op, kernels._RECIPES[op], True, False, cast_in=True), op

@@ -42,7 +42,7 @@ def test_fallback_warns_once_per_op_and_summarizes_the_program(static, caplog):
     assert "no float16 kernel for mul" in per_op[0] and "pass emulate=True" in per_op[0]
     summary = [m for m in warnings if m.startswith("paddle_amp: program")]
     assert len(summary) == 1, warnings
-    assert "2 in float32 for lack of a usable float16 kernel on this device (mul x2)" in summary[0]
+    assert "2 in float32 for lack of a float16 kernel on this device (mul x2)" in summary[0]
     assert "pass emulate=True to emulate float16 on them" in summary[0]
 
 
