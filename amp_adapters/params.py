@@ -34,7 +34,9 @@ class ParamUse:
     backend runs this op in float32 whatever its category (outside
     ``fp16_guard``, a control-flow block, a black-listed variable); ``then``:
     for an op that only moves values (``oplists.passes_through``), the ops
-    reading its result (None: not listed; the op is judged itself).
+    reading its result (None: not listed; the op is judged itself);
+    ``kernel_refused``: why the backend keeps this op off its low kernel
+    (``plan_op``), so a parameter only it reads is stored as it runs.
     """
 
     op: str
@@ -42,6 +44,7 @@ class ParamUse:
     slot: Optional[str] = None
     force_fp32: Optional[str] = None
     then: Optional[tuple["ParamUse", ...]] = None
+    kernel_refused: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -92,7 +95,8 @@ def _decide(policy: Policy, framework: str, consumers: tuple[ParamUse, ...],
     for use, via in _readers(framework, consumers, ()):
         d = plan_op(policy, framework, use.op, ("float32",), lowp_kernels=kernels,
                     attrs=use.attrs, force_fp32=use.force_fp32,
-                    input_names=None if use.slot is None else (use.slot,))
+                    input_names=None if use.slot is None else (use.slot,),
+                    kernel_refused=use.kernel_refused)
         through = f" through {', '.join(via)}" if via else ""
         if d.kept and d.kept[0]:
             return "float32", f"{use.op} keeps its {use.slot} input{through} in float32"

@@ -99,16 +99,18 @@ class Rewriter:
         self._notices.note(op_type, _DEVICE, decision)
         return decision
 
-    def _slow_grad(self, ir: ProgramIR, op, slots: list[Slot]) -> Optional[str]:
+    def _slow_grad(self, ir: ProgramIR, op, slots: Optional[list[Slot]] = None
+                   ) -> Optional[str]:
         """Why ``op`` keeps off its low kernel in training: an op of ``slow_grads`` with a
         floating operand of fewer dimensions than its result, whose gradient sums over the
         rest. Ranks only (a rank of 0 or None counts as unknown): an operand broadcast at
-        the same rank (a bias shaped [1, C, 1, 1]) is not seen. O2's parameter plan does
-        not see this either: a parameter read only by such an op is still stored low, as
-        the policy plans it in every framework, and cast up for it."""
+        the same rank (a bias shaped [1, C, 1, 1]) is not seen. O2's parameter plan asks
+        the same (``ParamUse.kernel_refused``): a parameter read only by such ops is stored
+        in float32, as they run."""
         if ir.op_type(op) not in self.slow_grads:
             return None
         result = max((ir.rank(v) or 0 for v in ir.float_outputs(op, ())), default=0)
+        slots = ir.slots(op) if slots is None else slots
         if not any(0 < (ir.rank(s.value) or 0) < result for s in _floating(ir, slots)):
             return None
         return (f"its {self.policy.dtype} gradient sums an operand of fewer dimensions than "
@@ -134,7 +136,8 @@ class Rewriter:
         """O2: the storage dtype of every parameter, decided by the core (``plan_params``) from
         its forward readers; an op in a control-flow block runs in float32."""
         ir = self._ir(program)
-        uses = ir.param_uses(lambda op: self._forced_fp32(ir, op))
+        uses = ir.param_uses(lambda op: self._forced_fp32(ir, op),
+                             lambda op: self._slow_grad(ir, op))
         return plan_params(self.policy, "paddle", uses, lowp_kernels=self.kernels)
 
     def low_params(self, program, optimizer_type: Optional[str] = None) -> frozenset[str]:

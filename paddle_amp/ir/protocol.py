@@ -105,8 +105,10 @@ class ProgramIR(Protocol):
     def is_control_flow(self, op: Any) -> bool: ...
     def control_flow_slots(self, op: Any) -> list[Slot]: ...  # its inputs, what its blocks read
     def is_cast(self, op: Any) -> bool: ...
-    def param_uses(self, forced: Callable[[Any], Optional[str]]) -> dict[str, list[ParamUse]]:
-        """O2: how the forward ops read each parameter (``forced``: why an op runs fp32)."""
+    def param_uses(self, forced: Callable[[Any], Optional[str]],
+                   refused: Callable[[Any], Optional[str]]) -> dict[str, list[ParamUse]]:
+        """O2: how the forward ops read each parameter (``forced``: why an op runs fp32;
+        ``refused``: why it keeps off its low kernel, ``ParamUse.kernel_refused``)."""
 
     def end_forward(self) -> None: ...  # the ops built so far are the forward pass
     def graph_casts(self) -> Optional[GraphCasts]: ...  # the forward pass's cast ops

@@ -132,3 +132,19 @@ def test_a_transformer_shaped_model_trains_and_says_which_gemms_stay_fp32(static
     slow = "matmul_v2" in kernels.slow_broadcast_grads("CPU", BF16, ir.of(static.main).pir)
     assert (first.execution, SLOW in first.reason) == (
         ("fell back", True) if slow else ("kernel", False))
+
+
+def test_o2_stores_a_parameter_read_only_by_a_refused_op_in_float32(static):
+    """One rule for the rewrite and O2's parameter plan: the weight of the Linear on 3-D input
+    (its GEMM refused) stays float32; the last Linear's weight (a 2-D GEMM) is stored low."""
+    block()
+    policy = native_policy(AutoMixedPrecisionListsBF16(), BF16, "O2")
+    slow = frozenset({"matmul_v2", "elementwise_add"})
+    plan = Rewriter(policy, kernels.plain_kernels("CPU", BF16) | ONEDNN_HERE,
+                    onednn=ONEDNN_HERE, slow_grads=slow).param_plan(static.main)
+    weights = sorted(n for n in plan.dtypes if n.endswith(".w_0"))
+    assert [plan.dtypes[w] for w in weights] == ["float32", BF16], plan.format()
+    assert SLOW in plan.reasons[weights[0]]
+    everything = Rewriter(policy, kernels.plain_kernels("CPU", BF16) | ONEDNN_HERE,
+                          onednn=ONEDNN_HERE).param_plan(static.main)
+    assert everything.dtypes[weights[0]] == BF16  # without the refusal it is stored low

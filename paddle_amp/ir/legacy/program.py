@@ -156,7 +156,7 @@ class LegacyProgram:
     def is_cast(self, op) -> bool:
         return op.type == "cast"
 
-    def param_uses(self, forced) -> dict[str, list[ParamUse]]:
+    def param_uses(self, forced, refused) -> dict[str, list[ParamUse]]:
         ops = [op for op in self.block.ops if is_forward(op) and op.type not in _IO_OPS]
         readers: dict[str, list[tuple[int, object, str]]] = {}
         for i, op in enumerate(ops):
@@ -171,7 +171,7 @@ class LegacyProgram:
             if reason is None and passes_through("paddle", op.type, attrs):
                 then = tuple(use(j, reader, s) for out in op.output_arg_names
                              for j, reader, s in readers.get(out, ()) if j > i)
-            return ParamUse(op.type, attrs, slot, reason, then)
+            return ParamUse(op.type, attrs, slot, reason, then, refused(op))
 
         return {p.name: [use(i, op, slot) for i, op, slot in readers.get(p.name, ())]
                 for p in self.block.all_parameters()}
