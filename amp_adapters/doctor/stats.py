@@ -99,12 +99,13 @@ def relative_error(x: np.ndarray, reference: np.ndarray) -> float:
 
 def flush_fraction(grad: np.ndarray, scale: float, dtype: object) -> float:
     """Of the non-zero values of the (unscaled) gradient ``grad``, the fraction that
-    ``dtype`` stores as zero once multiplied by the loss ``scale``."""
+    ``dtype`` stores as zero once multiplied by the loss ``scale`` (at most half its
+    smallest subnormal: exactly half is a tie, which rounds to the even neighbour, 0)."""
     g = np.abs(np.asarray(grad, dtype=np.float64)).ravel()
     g = g[np.isfinite(g) & (g > 0)]
     if g.size == 0:
         return 0.0
-    return float((g * scale < limits(dtype).subnormal / 2).sum() / g.size)
+    return float((g * scale <= limits(dtype).subnormal / 2).sum() / g.size)
 
 
 def significant(x: np.ndarray, dtype: object) -> np.ndarray:
