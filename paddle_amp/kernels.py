@@ -30,9 +30,9 @@ has fewer dimensions than its result (a Linear's weight on a batch of sequences,
 added to a batch), its gradient sums over the extra dimensions, and the oneDNN of Paddle
 2.6.2 and 3.3.1 does that sum for bf16 on a reference implementation
 (``reduction,ref:any``): a Transformer block's training step took 4-6x its fp32 time,
-6.1 s of 6.5 s in those sums on 2.6.2. ``slow_broadcast_grads`` finds such ops from oneDNN's own log
-of a probe (``onednn_log``), not from a table of versions; training keeps those
-instances in float32 (``rewrite.Rewriter``).
+6.1 s of 6.5 s in those sums on 2.6.2. ``slow_broadcast_grads`` finds such ops from
+oneDNN's own log of a probe (``onednn_log``), not from a table of versions; training
+keeps those instances in float32 (``rewrite.Rewriter``).
 """
 from __future__ import annotations
 
@@ -113,10 +113,8 @@ def casts_on_onednn() -> bool:
             v = {n: block.create_var(name=f"probe_{n}", dtype=d, shape=list(x.shape))
                  for n, d in (("x", "float32"), ("low", ONEDNN_DTYPE), ("back", "float32"))}
             v["x"].desc.set_need_check_feed(False)
-            for src, dst in (("x", "low"), ("low", "back")):
-                block.append_op(type="cast", inputs={"X": [v[src]]}, outputs={"Out": [v[dst]]},
-                                attrs={"in_dtype": v[src].dtype, "out_dtype": v[dst].dtype,
-                                       **onednn_attrs()})
+            _onednn_cast(block, v["x"], v["low"])
+            _onednn_cast(block, v["low"], v["back"])
             exe = paddle.static.Executor(paddle.CPUPlace())
             back, = exe.run(main, feed={"probe_x": x}, fetch_list=[v["back"]])
     except Exception:  # noqa: BLE001 - any failure to build or run is "no"
@@ -219,7 +217,7 @@ def _runs(op: str, recipe: _Recipe, backward: bool, pir: bool, cast_in: bool = F
                                cast_in)
             exe = paddle.static.Executor(paddle.CPUPlace())
             exe.run(startup)
-            feed = {f"probe_{name}": _bf16_bits(shape) if low and not cast_in
+            feed = {f"probe_{name}": to_low(np.ones(shape), ONEDNN_DTYPE) if low and not cast_in
                     else np.ones(shape, np.float32) for name, (shape, low) in inputs.items()}
             got = exe.run(main, feed=feed, fetch_list=fetch)
         return all(np.all(np.isfinite(np.asarray(g, np.float32))) for g in got)
@@ -292,9 +290,7 @@ def _build(block, op: str, inputs, outputs, attrs, backward: bool, cast_in: bool
         if low and cast_in:
             src, feeds[slot] = feeds[slot], var(f"{slot}_low", ONEDNN_DTYPE, list(shape),
                                                 stop_gradient=not backward)
-            block.append_op(type="cast", inputs={"X": [src]}, outputs={"Out": [feeds[slot]]},
-                            attrs={"in_dtype": src.dtype, "out_dtype": feeds[slot].dtype,
-                                   **onednn_attrs()})
+            _onednn_cast(block, src, feeds[slot])
     outs = {slot: var(f"{slot}_out", ONEDNN_DTYPE if i == 0 else "float32")
             for i, slot in enumerate(outputs)}
     block.append_op(type=op, inputs={k: [v] for k, v in feeds.items()},
@@ -338,9 +334,10 @@ def _known_attrs() -> frozenset[str]:
                                      "onednn_data_type") if op.has_attr(a))
 
 
-def _bf16_bits(shape) -> np.ndarray:
-    """ones in bfloat16, as the uint16 bit pattern Paddle feeds bf16 with."""
-    return (np.ones(shape, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+def _onednn_cast(block, src, dst) -> None:
+    """A legacy ``cast`` of ``src`` into ``dst`` with the oneDNN attributes."""
+    block.append_op(type="cast", inputs={"X": [src]}, outputs={"Out": [dst]},
+                    attrs={"in_dtype": src.dtype, "out_dtype": dst.dtype, **onednn_attrs()})
 
 
 @contextlib.contextmanager
