@@ -26,7 +26,7 @@ from .config import resolve_decorate
 from .env import current_device, expected_place, require_static
 from .fp16_utils import update_role_var_grad  # noqa: F401 (a native name)
 from .function_overload import FunctionType, overload  # noqa: F401 (native names)
-from .kernels import kernel_sets, slow_broadcast_grads
+from .kernels import kernel_sets, plain_cast_readers, slow_broadcast_grads
 from .lists import AutoMixedPrecisionLists, check_amp_dtype, check_lists  # noqa: F401
 from .masters import EMULATED_LABEL, NATIVE_LABEL, MasterWeights
 from .report import cast_report, record
@@ -78,7 +78,8 @@ class OptimizerWithMixedPrecision:
         device, dtype = current_device(), self.policy.dtype
         kernels, onednn = kernel_sets(device, dtype, ir.pir)
         return Rewriter(self.policy, kernels, self._use_guard, self._black_varnames, onednn,
-                        slow_broadcast_grads(device, dtype, ir.pir))
+                        slow_broadcast_grads(device, dtype, ir.pir),
+                        plain_cast_readers(device, dtype, ir.pir))
 
     def backward(self, loss, startup_program=None, parameter_list=None, no_grad_set=None,
                  callbacks=None):

@@ -14,7 +14,8 @@ Two kinds of kernel count (``plain_kernels`` | ``onednn_kernels``):
   reached by the attributes the native bf16 rewrite sets on the legacy IR, and picked
   by the executor itself under PIR (``ProgramIR.use_onednn``). ``cast`` counts only by
   its own probe (``casts_on_onednn``; legacy IR only), and then means: the casts the
-  rewrite inserts between float32 and bf16 go to oneDNN (``ProgramIR.use_onednn_casts``).
+  rewrite inserts between float32 and bf16 go to oneDNN (``ProgramIR.use_onednn_casts``),
+  but those in front of an op that trains only behind plain ones (``plain_cast_readers``).
   They need a CPU with AVX-512 (``core.supports_bfloat16``, a cheap gate) and a oneDNN
   that uses it (a bf16 add that runs, forward and backward, ``GATE``; it fails where
   ``ONEDNN_MAX_CPU_ISA=AVX2`` keeps oneDNN off AVX-512, and then no oneDNN bf16 op
@@ -39,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import paddle
@@ -93,16 +94,15 @@ def onednn_kernels(device: str, dtype: str, pir: bool = False) -> frozenset[str]
 
 @functools.lru_cache(maxsize=None)
 def casts_on_onednn() -> bool:
-    """Whether a legacy-IR ``cast`` between float32 and bfloat16 with the oneDNN attributes
-    runs on oneDNN here (a ``reorder`` in ``onednn_log``) and rounds to nearest even, both
-    ways, as a bf16 kernel's output does (a subnormal flushes to zero there, as
-    ``avx512_bf16``'s conversion instruction does), and where every probed op that runs
-    on oneDNN here also trains with oneDNN casts in front of its bf16 inputs: Paddle
-    3.3.1's oneDNN ``conv2d_grad`` leaves the filter gradient in a layout its oneDNN cast
-    cannot read ("could not construct a memory descriptor using strides"). Such a cast
-    is several times faster than Paddle's plain one (the MLP's bf16 training step: 1.56x
-    of float32 with plain casts, 0.71x with oneDNN's, Paddle 2.6.2), and Paddle 2.6.2's
-    plain cast truncates. PIR has no per-op switch for it
+    """Whether the casts between float32 and bfloat16 that a legacy-IR rewrite inserts go to
+    oneDNN here: such a cast with the oneDNN attributes runs on oneDNN (a ``reorder`` in
+    ``onednn_log``) and rounds to nearest even, both ways, as a bf16 kernel's output does (a
+    subnormal flushes to zero there, as ``avx512_bf16``'s conversion instruction does), and
+    every probed op that runs on oneDNN here trains between such casts, but for the ops of
+    ``refuse_onednn_casts``, which train with plain casts in front (and oneDNN's after). Such
+    a cast is several times faster than Paddle's plain one (the MLP's bf16 training step:
+    1.56x of float32 with plain casts, 0.71x with oneDNN's, Paddle 2.6.2), and Paddle
+    2.6.2's plain cast truncates. PIR has no per-op switch for it
     (``PirProgram.use_onednn_casts``)."""
     x = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8 + 2 ** -12), 3.0e38, -1e-30],
                  np.float32)  # ties to even (down, up), above a tie, large and small normals
@@ -113,16 +113,35 @@ def casts_on_onednn() -> bool:
             v = {n: block.create_var(name=f"probe_{n}", dtype=d, shape=list(x.shape))
                  for n, d in (("x", "float32"), ("low", ONEDNN_DTYPE), ("back", "float32"))}
             v["x"].desc.set_need_check_feed(False)
-            _onednn_cast(block, v["x"], v["low"])
-            _onednn_cast(block, v["low"], v["back"])
+            _cast(block, v["x"], v["low"])
+            _cast(block, v["low"], v["back"])
             exe = paddle.static.Executor(paddle.CPUPlace())
             back, = exe.run(main, feed={"probe_x": x}, fetch_list=[v["back"]])
     except Exception:  # noqa: BLE001 - any failure to build or run is "no"
         return False
     return "reorder" in {kind for kind, _ in executed(log)} and np.array_equal(
         np.asarray(back, np.float32), from_low(to_low(x, ONEDNN_DTYPE), ONEDNN_DTYPE)) and all(
-        _runs(op, _RECIPES[op], True, False, cast_in=True)
-        for op in _RECIPES if runs_onednn_bf16(op, backward=True))
+        _runs(op, _RECIPES[op], True, False, cast_in="plain") for op in refuse_onednn_casts())
+
+
+@functools.lru_cache(maxsize=None)
+def refuse_onednn_casts() -> frozenset[str]:
+    """The probed ops that run on oneDNN in bf16 here (legacy IR) but do not train behind
+    oneDNN casts of their inputs: Paddle 3.3.1's oneDNN ``conv2d_grad`` leaves the filter
+    gradient in a layout its oneDNN cast cannot read ("could not construct a memory
+    descriptor using strides"). The casts a rewrite puts in front of them stay plain
+    (``plain_cast_readers``)."""
+    return frozenset(op for op in _RECIPES if runs_onednn_bf16(op, backward=True)
+                     and not _runs(op, _RECIPES[op], True, False, cast_in="onednn"))
+
+
+@functools.lru_cache(maxsize=None)
+def plain_cast_readers(device: str, dtype: str, pir: bool = False) -> frozenset[str]:
+    """The ops in front of which a rewrite's casts stay plain where the others go to oneDNN
+    (``refuse_onednn_casts``); empty where no cast goes there (``cast`` not among
+    ``onednn_kernels``)."""
+    return refuse_onednn_casts() if "cast" in onednn_kernels(device, dtype, pir) \
+        else frozenset()
 
 
 def _usable(device: str, dtype: str, supported: set[str], among=None) -> frozenset[str]:
@@ -202,10 +221,10 @@ def slow_broadcast_grads(device: str, dtype: str, pir: bool = False) -> frozense
     return frozenset(slow)
 
 
-def _runs(op: str, recipe: _Recipe, backward: bool, pir: bool, cast_in: bool = False) -> bool:
-    """``runs_onednn_bf16`` for ``op`` built by ``recipe``; with ``cast_in``, its bf16 inputs
-    are float32 feeds cast on oneDNN (so a cast's gradient reads what the op's gradient
-    kernel leaves)."""
+def _runs(op: str, recipe: _Recipe, backward: bool, pir: bool,
+          cast_in: Optional[str] = None) -> bool:
+    """``runs_onednn_bf16`` for ``op`` built by ``recipe``; with ``cast_in`` ("onednn" or
+    "plain"), between the casts a rewrite puts around it (``_build``)."""
     if pir:
         return _runs_in_pir(op, recipe, backward)
     inputs, outputs, attrs = recipe
@@ -273,11 +292,13 @@ def _runs_in_pir(op: str, recipe: _Recipe, backward: bool) -> bool:
         return False
 
 
-def _build(block, op: str, inputs, outputs, attrs, backward: bool, cast_in: bool = False
-           ) -> list:
+def _build(block, op: str, inputs, outputs, attrs, backward: bool,
+           cast_in: Optional[str] = None) -> list:
     """The recipe's op and, for ``backward``, its gradients, as raw legacy ops (Paddle 3's
     functional API builds PIR values by default, even under the legacy-IR guard); with
-    ``cast_in``, its bf16 inputs cast from float32 feeds by oneDNN casts."""
+    ``cast_in`` ("onednn" or "plain"), its bf16 inputs cast from float32 feeds by such
+    casts, and its result cast to float32 by a oneDNN cast (so the casts' gradients read
+    what the op's gradient kernel leaves, and the other way round)."""
     def var(name, dtype, shape=None, **kw):
         return block.create_var(name=f"probe_{name}", dtype=dtype, shape=shape, **kw)
 
@@ -290,7 +311,7 @@ def _build(block, op: str, inputs, outputs, attrs, backward: bool, cast_in: bool
         if low and cast_in:
             src, feeds[slot] = feeds[slot], var(f"{slot}_low", ONEDNN_DTYPE, list(shape),
                                                 stop_gradient=not backward)
-            _onednn_cast(block, src, feeds[slot])
+            _cast(block, src, feeds[slot], onednn=cast_in == "onednn")
     outs = {slot: var(f"{slot}_out", ONEDNN_DTYPE if i == 0 else "float32")
             for i, slot in enumerate(outputs)}
     block.append_op(type=op, inputs={k: [v] for k, v in feeds.items()},
@@ -300,8 +321,7 @@ def _build(block, op: str, inputs, outputs, attrs, backward: bool, cast_in: bool
     if not backward:
         return [first]
     wide, loss = var("wide", "float32"), var("loss", "float32", [1])
-    block.append_op(type="cast", inputs={"X": [first]}, outputs={"Out": [wide]},
-                    attrs={"in_dtype": first.dtype, "out_dtype": wide.dtype})
+    _cast(block, first, wide, onednn=cast_in is not None)
     block.append_op(type="mean", inputs={"X": [wide]}, outputs={"Out": [loss]})
     grads = paddle.base.backward.append_backward(loss)
     return [first, *(g for _, g in grads)]
@@ -334,10 +354,11 @@ def _known_attrs() -> frozenset[str]:
                                      "onednn_data_type") if op.has_attr(a))
 
 
-def _onednn_cast(block, src, dst) -> None:
-    """A legacy ``cast`` of ``src`` into ``dst`` with the oneDNN attributes."""
+def _cast(block, src, dst, onednn: bool = True) -> None:
+    """A legacy ``cast`` of ``src`` into ``dst``, with the oneDNN attributes if ``onednn``."""
     block.append_op(type="cast", inputs={"X": [src]}, outputs={"Out": [dst]},
-                    attrs={"in_dtype": src.dtype, "out_dtype": dst.dtype, **onednn_attrs()})
+                    attrs={"in_dtype": src.dtype, "out_dtype": dst.dtype,
+                           **(onednn_attrs() if onednn else {})})
 
 
 @contextlib.contextmanager

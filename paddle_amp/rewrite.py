@@ -53,7 +53,8 @@ class Rewriter:
     ``black_varnames``: ops reading or writing these vars run in fp32.
     ``onednn``: the ops of ``kernels`` whose low kernel here is oneDNN's (``kernels.kernel_sets``
     for the program's IR); lowered, they get the oneDNN attributes; with ``cast`` among
-    them, so do the casts between float32 and bf16 this rewrite inserts.
+    them, so do the casts between float32 and bf16 this rewrite inserts, but for those in
+    front of an op of ``plain_casts_before`` (``kernels.plain_cast_readers``).
     ``slow_grads``: for a training program, the ops whose low gradient for an operand of
     fewer dimensions than the result runs a reference implementation here
     (``kernels.slow_broadcast_grads``); such an instance runs in float32.
@@ -65,6 +66,7 @@ class Rewriter:
     black_varnames: AbstractSet[str] = frozenset()
     onednn: AbstractSet[str] = frozenset()
     slow_grads: AbstractSet[str] = frozenset()
+    plain_casts_before: AbstractSet[str] = frozenset()
 
     def __post_init__(self) -> None:
         self._notices = FallbackNotices("paddle_amp")  # each op type warns once per decorate
@@ -196,13 +198,15 @@ class Rewriter:
             ir.set_input(slot, old, new)
 
     def _cast(self, ir: ProgramIR, before, value, target: str):
-        """``value`` in ``target``, inserted before the op ``before`` (cached)."""
+        """``value`` in ``target``, inserted before the op ``before`` (cached; a plain cast
+        for an op of ``plain_casts_before`` apart)."""
         src = self._origin.get(ir.key(value), value)
         if ir.dtype(src) == target:
             return src
-        key = (ir.key(src), target)
+        plain = bool(self.plain_casts_before) and ir.op_type(before) in self.plain_casts_before
+        key = (ir.key(src), target, plain)
         if key not in self._cast_of:
-            out = self._cast_of[key] = ir.cast(before, src, target)
+            out = self._cast_of[key] = ir.cast(before, src, target, plain)
             self._origin[ir.key(out)] = src
         return self._cast_of[key]
 

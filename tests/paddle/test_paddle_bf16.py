@@ -386,12 +386,81 @@ def test_the_reference_rounding_is_to_nearest_with_ties_to_even():
 
 @pytest.mark.parametrize("pir", [False, True], ids=["legacy", "pir"])
 def test_cast_counts_as_a_onednn_kernel_only_where_its_probe_says_so(pir):
-    """Registered is not enough (Paddle 3.3.1 registers a oneDNN cast whose gradient cannot
-    read a oneDNN conv2d_grad's filter layout); PIR has no per-op switch for it."""
+    """Registered is not enough; PIR has no per-op switch for it."""
     onednn = kernels.onednn_kernels("CPU", BF16, pir)
     gate = bool(kernels.onednn_kernels("CPU", BF16))
     assert ("cast" in onednn) == (not pir and gate and kernels.casts_on_onednn())
-    if "cast" in onednn:  # then every probed oneDNN op trains behind oneDNN casts
-        for op in kernels._RECIPES:
-            if kernels.runs_onednn_bf16(op, backward=True):
-                assert kernels._runs(op, kernels._RECIPES[op], True, False, cast_in=True), op
+    assert kernels.plain_cast_readers("CPU", BF16, pir) == (
+        kernels.refuse_onednn_casts() if "cast" in onednn else frozenset())
+
+
+def test_each_probed_op_trains_between_the_casts_the_rewrite_gives_it():
+    """Where casts go to oneDNN, every probed oneDNN op trains between oneDNN casts, but
+    those of ``plain_cast_readers`` (Paddle 3.3.1's conv2d: its oneDNN conv2d_grad leaves
+    the filter gradient in a layout the oneDNN cast cannot read), which fail there and
+    train with plain casts in front."""
+    readers = kernels.plain_cast_readers("CPU", BF16)
+    if "cast" not in kernels.onednn_kernels("CPU", BF16):
+        pytest.skip("no cast goes to oneDNN here (the casts' own probe, or no oneDNN bf16)")
+    for op in kernels._RECIPES:
+        if kernels.runs_onednn_bf16(op, backward=True):
+            onednn = kernels._runs(op, kernels._RECIPES[op], True, False, cast_in="onednn")
+            assert onednn == (op not in readers), op
+            assert onednn or kernels._runs(op, kernels._RECIPES[op], True, False,
+                                           cast_in="plain"), op
+
+
+@pytest.mark.legacy_ir
+def test_the_casts_in_front_of_a_plain_cast_reader_stay_plain(static):
+    """One value read by a conv2d that trains only behind plain casts and by another op:
+    each gets its own cast, the conv2d's plain, the other's on oneDNN; the casts after the
+    conv2d go to oneDNN too."""
+    x = paddle.static.data("x", [None, 2, 4, 4], "float32")
+    h = paddle.nn.Conv2D(2, 2, 1)(x)
+    paddle.mean(paddle.nn.functional.relu(x) + h)
+    onednn = frozenset({"conv2d", "relu", "elementwise_add", "cast"})
+    policy = native_policy(AutoMixedPrecisionListsBF16(custom_bf16_list={"conv2d", "relu"}),
+                           BF16, "O1")
+    Rewriter(policy, kernels.plain_kernels("CPU", BF16) | onednn, onednn=onednn,
+             plain_casts_before={"conv2d"}).rewrite(static.main)
+    block = static.main.global_block()
+    readers = {op.type: op for op in block.ops if op.type in ("conv2d", "relu")}
+    producer = {out: op for op in block.ops for out in op.output_arg_names}
+
+    def cast_in_front(op, slot):
+        cast = producer[op.input(slot)[0]]
+        assert cast.type == "cast", (op.type, slot)
+        return cast
+
+    conv_x, relu_x = cast_in_front(readers["conv2d"], "Input"), cast_in_front(readers["relu"], "X")
+    assert conv_x is not relu_x and conv_x.input("X") == relu_x.input("X") == [x.name]
+    assert not conv_x.attr("use_mkldnn") and relu_x.attr("use_mkldnn")
+    assert not cast_in_front(readers["conv2d"], "Filter").attr("use_mkldnn")
+    casts = [op for op in block.ops if op.type == "cast"]
+    assert sum(not op.attr("use_mkldnn") for op in casts) == 2  # the conv2d's two, no other
+
+
+@pytest.mark.skipif(not kernels.plain_cast_readers("CPU", BF16), reason=(
+    "every oneDNN op here trains behind oneDNN casts, or no cast goes to oneDNN (the probe's "
+    "answer; Paddle 3.3.1's legacy IR on an AVX-512 CPU has such an op, conv2d)"))
+@pytest.mark.legacy_ir
+def test_a_cnn_with_a_plain_cast_reader_trains_on_onednn_casts_elsewhere(static):
+    """The oneDNN conv2d behind plain casts, every other cast on oneDNN: it trains, the
+    losses finite, and the filter moves."""
+    loss = cnn()
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.05), dtype=BF16)
+    opt.minimize(loss)
+    block = static.main.global_block()
+    conv = next(op for op in block.ops if op.type == "conv2d")
+    assert conv.attr("mkldnn_data_type") == BF16
+    producer = {out: op for op in block.ops for out in op.output_arg_names}
+    fronts = [producer[conv.input(s)[0]] for s in ("Input", "Filter")]
+    assert all(op.type == "cast" and not op.attr("use_mkldnn") for op in fronts)
+    assert any(op.type == "cast" and op.attr("use_mkldnn") for op in block.ops)
+    static.exe.run(static.startup)
+    filt = conv.input("Filter")[0] if block.var(conv.input("Filter")[0]).persistable \
+        else fronts[1].input("X")[0]
+    before = np.array(static.scope.find_var(filt).get_tensor())
+    losses = [float(static.run(cnn_batch(i), [loss])[0]) for i in range(3)]
+    assert np.all(np.isfinite(losses))
+    assert not np.array_equal(before, np.array(static.scope.find_var(filt).get_tensor()))

@@ -189,17 +189,19 @@ class LegacyProgram:
 
     # -- the op walk: writing ------------------------------------------------------------------
 
-    def _insert_cast(self, i: int, src: str, target: str, stem: str) -> str:
+    def _insert_cast(self, i: int, src: str, target: str, stem: str, plain: bool = False
+                     ) -> str:
         var = self.block._var_recursive(src)
         out = self.block.create_var(name=unique_name.generate(stem), dtype=VARTYPE_OF[target],
                                     shape=var.shape, lod_level=var.lod_level, persistable=False,
                                     stop_gradient=var.stop_gradient)
         _insert_cast_op(self.block, i, var.name, out.name, var.dtype, out.dtype, self._role,
-                        self._cast_attrs(var.dtype, out.dtype))
+                        {} if plain else self._cast_attrs(var.dtype, out.dtype))
         return out.name
 
-    def cast(self, before, value: str, dtype: str) -> str:
-        out = self._insert_cast(self._at, value, dtype, f"{value}.cast_{SHORT_NAMES[dtype]}")
+    def cast(self, before, value: str, dtype: str, plain: bool = False) -> str:
+        out = self._insert_cast(self._at, value, dtype, f"{value}.cast_{SHORT_NAMES[dtype]}",
+                                plain)
         self._at += 1
         return out
 

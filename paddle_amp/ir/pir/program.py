@@ -252,7 +252,8 @@ class PirProgram:
 
     # -- the op walk: writing ------------------------------------------------------------------
 
-    def cast(self, before, value, dtype: str):
+    def cast(self, before, value, dtype: str, plain: bool = False):
+        """(``plain``: every cast is plain under PIR, ``use_onednn_casts``)"""
         paddle.pir.set_insertion_point(before)
         out = paddle.cast(value, dtype)
         self._inserted.add(out.get_defining_op().id())
