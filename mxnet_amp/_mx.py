@@ -110,8 +110,9 @@ def declared(sym: "sym.Symbol", dtypes: "dict[str, Optional[str]]") -> "sym.Symb
     return mx.sym.load_json(json.dumps(graph))
 
 
-def cast(x: Any, dtype: str) -> Any:
-    """``x`` cast to ``dtype``, differentiably (the gradient is cast back on the way down).
+def cast(x: Any, dtype: str, name: Optional[str] = None) -> Any:
+    """``x`` cast to ``dtype``, differentiably (the gradient is cast back on the way down);
+    a symbol's cast node is called ``name`` (default: MXNet's ``amp_castN``).
 
     Arrays and symbols get ``amp_cast`` (a no-op on integers and on values that
     already have ``dtype``; numpy-flavoured symbols go through a legacy view);
@@ -120,9 +121,12 @@ def cast(x: Any, dtype: str) -> Any:
     if isinstance(x, mx.numpy.ndarray):
         return x.astype(dtype)
     mx_dtype = _BF16 if dtype == "bfloat16" else dtype
+    named = {} if name is None else {"name": name}
     if isinstance(x, mx.symbol.numpy._Symbol):
-        return _SYM_AMP_CAST(x.as_nd_ndarray(), dtype=mx_dtype).as_np_ndarray()
-    return (_SYM_AMP_CAST if is_symbol(x) else _ND_AMP_CAST)(x, dtype=mx_dtype)
+        return _SYM_AMP_CAST(x.as_nd_ndarray(), dtype=mx_dtype, **named).as_np_ndarray()
+    if is_symbol(x):
+        return _SYM_AMP_CAST(x, dtype=mx_dtype, **named)
+    return _ND_AMP_CAST(x, dtype=mx_dtype)
 
 
 def multicast_widest(xs: list) -> list:

@@ -116,19 +116,27 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     A value is cast at most once per dtype (a weight shared by several ops gets
     one cast), and a cast back to a value's source dtype reuses the source
     (cast chains collapse). Emulated ops round inputs and outputs through the
-    low dtype.
+    low dtype. A cast of entry ``e`` is named ``e_amp_cast_<dtype>``, as natively
+    (``data_amp_cast_bfloat16``, ``fc1_output_amp_cast_float32``; the native names an
+    output of an op that gives its outputs no names by index, ``relu0_0_...``).
+
+    The graph's outputs keep the dtypes the unconverted graph gives them, as the
+    native pass keeps them: an op's output the unconverted graph has in float32 and the
+    plan in a low dtype is cast back to float32 (a bfloat16 ``Dense`` ending a network
+    still hands its caller float32).
     """
     if not keep_casts:
         sym = mx.sym.load_json(sym.tojson())  # drops amp_cast nodes a traced graph may have
     kernels = _kernels(ctx, policy) if kernels is None else kernels
+    heads = _float32_heads(sym, known)
     out, uses, took, plan = _rewrite(sym, known, policy, ctx, excluded, kernels, {}, params,
-                                     free_params)
+                                     free_params, heads)
     declared = {p: next(iter(u)) for p, u in uses.items()
                 if (p in optional_params or p in took) and len(u) == 1
                 and next(iter(u)) in LOW_DTYPES}
     if declared:  # again, with those parameters already in their low dtype
         out, _, _, plan = _rewrite(sym, {**known, **declared}, policy, ctx, excluded, kernels,
-                                   declared, params, free_params)
+                                   declared, params, free_params, heads)
     if ctx is not None:
         for d in plan:
             if d.emulated or d.fell_back:
@@ -136,16 +144,27 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     return out
 
 
-def _rewrite(sym, known, policy, ctx, excluded, kernels, low_params, params, free_params):
-    """``rewrite`` proper; also returns {parameter: the dtypes its consumers read it in}
-    ("raw" when one reads it uncast), the free parameters a follow op took, and the
-    decision for every op."""
+def _float32_heads(sym: mx.sym.Symbol, known: Mapping[str, str]) -> frozenset[str]:
+    """The outputs of ``sym`` made by ops that its type inference, from the ``known`` dtypes
+    of its inputs, gives float32 or no dtype at all."""
+    _, types, _ = declared(sym, dict(known)).infer_type_partial()
+    inputs = set(sym.list_inputs())
+    return frozenset(h for h, t in zip(sym.list_outputs(), types)
+                     if h not in inputs and (t is None or dtype_name(t) == "float32"))
+
+
+def _rewrite(sym, known, policy, ctx, excluded, kernels, low_params, params, free_params,
+             float32_heads=frozenset()):
+    """``rewrite`` proper (``float32_heads``: the outputs handed back in float32); also
+    returns {parameter: the dtypes its consumers read it in} ("raw" when one reads it
+    uncast), the free parameters a follow op took, and the decision for every op."""
     plan: list[OpDecision] = []
     uses: dict[str, set] = {}
     took: set[str] = set()
     value: dict[str, mx.sym.Symbol] = {}
     dtype: dict[str, Optional[str]] = dict(known)
     source: dict[str, str] = {}  # entry made by a cast -> the entry it was cast from
+    label: dict[str, str] = {}  # entry made by a cast -> the cast node's name
 
     def cast_entry(e: str, to: str) -> str:
         if dtype.get(e) == to:
@@ -156,7 +175,8 @@ def _rewrite(sym, known, policy, ctx, excluded, kernels, low_params, params, fre
             return src  # a widening cast undone: the source itself
         key = f"{e}->{to}"
         if key not in value:
-            value[key], dtype[key], source[key] = cast(value[e], to), to, e
+            label[key] = f"{label.get(e, e)}_amp_cast_{to}"
+            value[key], dtype[key], source[key] = cast(value[e], to, label[key]), to, e
         return key
 
     with unpatched():
@@ -196,7 +216,8 @@ def _rewrite(sym, known, policy, ctx, excluded, kernels, low_params, params, fre
                 if d.round_outputs and dtype[o] in AMP_DTYPES:
                     o_round = cast_entry(cast_entry(o, d.low_dtype), "float32")
                     value[o], dtype[o] = value[o_round], "float32"
-    heads = sym.list_outputs()
+        heads = [cast_entry(h, "float32") if h in float32_heads and dtype.get(h) in LOW_DTYPES
+                 else h for h in sym.list_outputs()]
     out = value[heads[0]] if len(heads) == 1 else mx.sym.Group([value[h] for h in heads])
     return out, uses, took, plan
 

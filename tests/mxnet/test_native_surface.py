@@ -260,14 +260,16 @@ def test_excluded_sym_names_and_conditional_ops_in_converted_symbols():
     # the square runs fp16; softrelu is a native conditional fp32 op: cast back to fp32
     assert sorted(d for _, d in _casts(sym)) == ["float16", "float32"]
     relu = mx.sym.Activation(mx.sym.broadcast_mul(x, x, name="sq"), act_type="relu")
+    # relu follows its (fp16) input; the graph's output is handed back in float32
     assert [d for _, d in _casts(amp.convert_symbol(relu, policy=mul_low))] \
-        == ["float16"]  # relu follows its (fp16) input
+        == ["float16", "float32"]
 
 
 def test_convert_model_planned_for_a_gpu_casts_the_optional_params():
     """Upstream's GPU case, planned for gpu(0) on this CPU build (structure only, nothing
     runs): FullyConnected is in the native FP16 list, so with cast_optional_params its
-    weight and bias are stored in float16 and only the data gets a cast."""
+    weight and bias are stored in float16 and only the data gets a cast (and the output,
+    back to float32)."""
     x = mx.sym.var("data")
     fc = mx.sym.FullyConnected(x, num_hidden=2, name="fc")
     args = {"fc_weight": mx.nd.ones((2, 4)), "fc_bias": mx.nd.zeros((2,))}
@@ -275,7 +277,7 @@ def test_convert_model_planned_for_a_gpu_casts_the_optional_params():
         sym, arg_params, _ = amp.convert_model(fc, dict(args), {}, ctx=mx.gpu(0),
                                                cast_optional_params=optional)
         assert {a.dtype for a in arg_params.values()} == {dtype}
-        assert [d for _, d in _casts(sym)] == ["float16"] * casts
+        assert [d for _, d in _casts(sym)] == ["float16"] * casts + ["float32"]
 
 
 def _backward_compatibility_module():
