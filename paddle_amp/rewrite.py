@@ -75,7 +75,7 @@ class Rewriter:
         ir = program_ir.of(program)
         ir.prepare(self.use_guard, self.black_varnames)
         if "cast" in self.onednn:  # faster, and rounds to nearest even where 2.6.2's does not
-            ir.use_onednn_casts()
+            ir.use_onednn_casts(self.plain_casts_before)
         return ir
 
     # -- decisions ---------------------------------------------------------------------------

@@ -128,7 +128,10 @@ class ProgramIR(Protocol):
     def set_param_dtype(self, names: AbstractSet[str], dtype: str) -> None: ...
     pir: bool  # a PIR program: oneDNN kernels are probed in one (``kernels.kernel_sets``)
     def use_onednn(self, op: Any) -> None: ...  # send a lowered op there
-    def use_onednn_casts(self) -> None: ...  # from now on, casts float32<->bf16 built go there
+    # from now on, casts float32<->bf16 built go there, but those reading the gradient of an
+    # op of ``plain_readers`` (O2's master gradients; the rewrite passes ``cast(plain=True)``
+    # in front of such an op)
+    def use_onednn_casts(self, plain_readers: AbstractSet[str] = frozenset()) -> None: ...
     def require_grad(self, value: Any) -> None: ...  # a cast's output: its gradient computed
 
     # -- O2's emulated float32 masters (``masters.MasterWeights``)

@@ -7,7 +7,7 @@ Python stack capture: what made a rewrite quadratic).
 """
 from __future__ import annotations
 
-from typing import Iterator, Optional
+from typing import AbstractSet, Iterator, Optional
 
 import paddle
 from paddle.base import core, framework, unique_name
@@ -76,6 +76,7 @@ class LegacyProgram:
         self.program = program
         self.block = program.global_block()
         self._onednn_casts = False
+        self._plain_readers: AbstractSet[str] = frozenset()  # (``use_onednn_casts``)
         self._at = 0          # the walk's op, by position (casts shift it)
         self._role = 0        # its op role, given to the casts inserted for it
         self._startup_block = None  # where the update's constants are filled
@@ -253,8 +254,9 @@ class LegacyProgram:
         for name, value in onednn_attrs(op).items():
             op._set_attr(name, value)
 
-    def use_onednn_casts(self) -> None:
+    def use_onednn_casts(self, plain_readers: AbstractSet[str] = frozenset()) -> None:
         self._onednn_casts = True
+        self._plain_readers = frozenset(plain_readers)
 
     def _cast_attrs(self, in_dtype, out_dtype) -> dict:
         """oneDNN's attributes for a cast between float32 and bfloat16, once the walk asked
@@ -279,12 +281,18 @@ class LegacyProgram:
             need_clip=getattr(param, "need_clip", True))
 
     def master_grad(self, grad):
+        """A plain cast where ``grad`` comes from the gradient op of a plain reader (its layout
+        is one oneDNN's cast cannot read: ``use_onednn_casts``)."""
         g32 = self.block.create_var(name=unique_name.generate(f"{grad.name}.fp32"),
                                     dtype="float32", shape=grad.shape, persistable=False)
+        writer = next((op for op in reversed(self.block.ops)
+                       if grad.name in op.output_arg_names), None)
+        plain = writer is not None and writer.type.removesuffix("_grad") in self._plain_readers
         self.block.append_op(type="cast", inputs={"X": [grad]}, outputs={"Out": [g32]},
                              attrs={"in_dtype": grad.dtype, "out_dtype": g32.dtype,
                                     _ROLE: int(core.op_proto_and_checker_maker.OpRole.Backward),
-                                    **self._cast_attrs(grad.dtype, g32.dtype)})
+                                    **({} if plain else
+                                       self._cast_attrs(grad.dtype, g32.dtype))})
         return g32
 
     def write_cast(self, src, dst) -> None:

@@ -310,7 +310,7 @@ class PirProgram:
     def use_onednn(self, op) -> None:
         """Nothing to set: the executor picks a bf16 op's oneDNN kernel itself (3.3.1)."""
 
-    def use_onednn_casts(self) -> None:
+    def use_onednn_casts(self, plain_readers=frozenset()) -> None:
         """Nothing that can be set: 3.3.1's PIR picks a cast's plain kernel (it has one for
         bf16) whatever attribute the op carries; only the process-wide FLAGS_use_mkldnn,
         which moves every op, sends casts to oneDNN (``kernels.onednn_kernels`` has no
