@@ -212,7 +212,8 @@ class OptimizerWithMixedPrecision:
         derived = test_program is not None and self._is_clone(test_program)
         if test_program is not None and not derived and (
                 self.policy.level == "O2" or use_fp16_test):
-            rewriter = dataclasses.replace(self._rewriter)  # the same kernels, fresh notices
+            # the same kernels, fresh notices; no gradient here, so no slow one to keep off
+            rewriter = dataclasses.replace(self._rewriter, slow_grads=frozenset())
             with paddle.static.program_guard(test_program):
                 rewriter.set_low_params(test_program, self._low_params)
                 record(test_program, rewriter.rewrite(test_program))

@@ -148,3 +148,25 @@ def test_o2_stores_a_parameter_read_only_by_a_refused_op_in_float32(static):
     everything = Rewriter(policy, kernels.plain_kernels("CPU", BF16) | ONEDNN_HERE,
                           onednn=ONEDNN_HERE).param_plan(static.main)
     assert everything.dtypes[weights[0]] == BF16  # without the refusal it is stored low
+
+
+@pytest.mark.legacy_ir
+def test_a_test_program_rewritten_by_amp_init_keeps_every_kernel(static, monkeypatch):
+    """amp_init(test_program=..., use_bf16_test=True) rewrites an eval program, which has no
+    gradient: the instances training keeps off a slow gradient run bf16 there, as the native
+    runs them (and as rewrite_program_bf16 does)."""
+    monkeypatch.setattr("paddle_amp.decorator.kernel_sets", lambda device, dtype, pir=False: (
+        kernels.plain_kernels(device, dtype) | ONEDNN_HERE, ONEDNN_HERE))
+    monkeypatch.setattr("paddle_amp.decorator.slow_broadcast_grads",
+                        lambda device, dtype, pir=False: frozenset({"elementwise_add"}))
+    _, loss = block()
+    test = static.main.clone(for_test=True)
+    opt = paddle_amp.bf16.decorate_bf16(paddle.optimizer.SGD(0.01), use_bf16_guard=False)
+    opt.minimize(loss)
+    static.exe.run(static.startup)
+    opt.amp_init(paddle.CPUPlace(), test_program=test, use_bf16_test=True)
+    trained = decisions(opt.cast_report(), "elementwise_add")
+    evaluated = decisions(paddle_amp.cast_report(test), "elementwise_add")
+    assert any(SLOW in d.reason for d in trained)
+    assert not any(SLOW in d.reason for d in evaluated)
+    assert BF16 in {d.run_dtype for d in evaluated}
