@@ -18,8 +18,9 @@ ops is declared (``__dtype__``) and returned in that dtype, as natively.
 """
 from __future__ import annotations
 
+import functools
 import warnings
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import mxnet as mx
 from mxnet.gluon import HybridBlock, SymbolBlock
@@ -54,9 +55,47 @@ class ConvertListError(AmpConfigError, AssertionError):
     catches it."""
 
 
+_ALSO_ASSERTIONS: dict[type, type] = {}
+
+
+def _native_asserts(convert: Callable) -> Callable:
+    """``convert`` whose refusals of its arguments (an ``AmpConfigError`` or a ``TypeError``,
+    with their own class and message) are also ``AssertionError``s: the native checks
+    ``convert_*``'s arguments with ``assert``, so code written for it catches that."""
+    @functools.wraps(convert)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return convert(*args, **kwargs)
+        except (AmpConfigError, TypeError) as e:
+            if isinstance(e, AssertionError):
+                raise
+            cls = type(e)
+            twin = _ALSO_ASSERTIONS.setdefault(cls, type(
+                cls.__name__, (cls, AssertionError),
+                {"__module__": cls.__module__, "__doc__": cls.__doc__}))
+            again = BaseException.__new__(twin)  # the same error: its args and fields
+            again.args, again.__dict__ = e.args, dict(vars(e))
+            raise again.with_traceback(e.__traceback__) from e.__cause__
+    return checked
+
+
+def _names(value: Optional[Sequence[str]], what: str) -> Optional[list[str]]:
+    """A list argument of names; a bare string is refused, as natively (it would read as its
+    characters: ``excluded_sym_names="fc1"`` would exclude nothing)."""
+    if value is None:
+        return None
+    if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+        raise ConvertListError(f"{what} must be a list of names, got {value!r}"
+                               + (f"; for one name pass [{value!r}]"
+                                  if isinstance(value, str) else ""))
+    return list(value)
+
+
 def _convert_policy(target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops, policy,
                     emulate):
     """``init_policy`` with the native ``convert_symbol``'s list checks."""
+    target_dtype_ops = _names(target_dtype_ops, "target_dtype_ops")
+    fp32_ops = _names(fp32_ops, "fp32_ops")
     if policy is None:
         dtype = low_dtype(target_dtype, "target_dtype")
         native = native_lists("mxnet", dtype)
@@ -90,6 +129,7 @@ def _cast_params(params: dict, dtypes: dict[str, str]) -> dict:
     return out
 
 
+@_native_asserts
 def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
                    target_dtype_ops: Optional[Sequence[str]] = None,
                    fp32_ops: Optional[Sequence[str]] = None,
@@ -111,9 +151,11 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
     """
     if not isinstance(sym, mx.sym.Symbol):
         raise TypeError(f"convert_symbol expects a Symbol, got {type(sym).__name__}")
-    if not isinstance(cast_optional_params, bool):
+    if not (isinstance(cast_optional_params, int) and cast_optional_params in (0, 1)):
         raise TypeError(f"cast_optional_params must be True or False, "
                         f"got {cast_optional_params!r}")
+    excluded_sym_names = _names(excluded_sym_names, "excluded_sym_names")
+    data_names = _names(data_names, "data_names")
     pol = _convert_policy(target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
                           policy, emulate)
     inputs = sym.list_inputs()
@@ -132,6 +174,7 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
     return with_dtypes(out, {p: known[p] for p in params if p not in now})
 
 
+@_native_asserts
 def convert_model(sym: mx.sym.Symbol, arg_params: dict, aux_params: dict,
                   target_dtype: str = "float16", target_dtype_ops: Optional[Sequence[str]] = None,
                   fp32_ops: Optional[Sequence[str]] = None,
@@ -150,6 +193,7 @@ def convert_model(sym: mx.sym.Symbol, arg_params: dict, aux_params: dict,
     return out, _cast_params(arg_params, dtypes), _cast_params(aux_params, dtypes)
 
 
+@_native_asserts
 def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
                          target_dtype_ops: Optional[Sequence[str]] = None,
                          fp32_ops: Optional[Sequence[str]] = None,
@@ -184,6 +228,7 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
     return ret
 
 
+@_native_asserts
 def convert_bucketing_module(bucketing_mod, target_dtype: str = "float16",
                              target_dtype_ops: Optional[Sequence[str]] = None,
                              fp32_ops: Optional[Sequence[str]] = None,

@@ -116,9 +116,11 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     A value is cast at most once per dtype (a weight shared by several ops gets
     one cast), and a cast back to a value's source dtype reuses the source
     (cast chains collapse). Emulated ops round inputs and outputs through the
-    low dtype. A cast of entry ``e`` is named ``e_amp_cast_<dtype>``, as natively
-    (``data_amp_cast_bfloat16``, ``fc1_output_amp_cast_float32``; the native names an
-    output of an op that gives its outputs no names by index, ``relu0_0_...``).
+    low dtype. A cast of entry ``e`` is named ``e_amp_cast_<dtype>``: the native's name
+    for a variable and for an output the op names (``data_amp_cast_bfloat16``,
+    ``fc1_output_amp_cast_float32``); for an op that names no outputs (relu, Cast) the
+    native uses the index (``relu0_0_amp_cast_float32``, here ``relu0_output_...``), which
+    MXNet's Python API does not show.
 
     The graph's outputs keep the dtypes the unconverted graph gives them, as the
     native pass keeps them: an op's output the unconverted graph has in float32 and the
@@ -128,7 +130,7 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     if not keep_casts:
         sym = mx.sym.load_json(sym.tojson())  # drops amp_cast nodes a traced graph may have
     kernels = _kernels(ctx, policy) if kernels is None else kernels
-    heads = _float32_heads(sym, known)
+    heads = _float32_heads(sym, {k: v for k, v in known.items() if k not in free_params})
     out, uses, took, plan = _rewrite(sym, known, policy, ctx, excluded, kernels, {}, params,
                                      free_params, heads)
     declared = {p: next(iter(u)) for p, u in uses.items()
@@ -146,8 +148,13 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
 
 def _float32_heads(sym: mx.sym.Symbol, known: Mapping[str, str]) -> frozenset[str]:
     """The outputs of ``sym`` made by ops that its type inference, from the ``known`` dtypes
-    of its inputs, gives float32 or no dtype at all."""
-    _, types, _ = declared(sym, dict(known)).infer_type_partial()
+    of its inputs (the others free, as a parameter a user's cast feeds is), gives float32 or
+    no dtype at all; every op's output where it cannot infer (the native's rule: it casts
+    back any output it made low)."""
+    try:
+        _, types, _ = declared(sym, dict(known)).infer_type_partial()
+    except mx.base.MXNetError:
+        types = [None] * len(sym.list_outputs())
     inputs = set(sym.list_inputs())
     return frozenset(h for h, t in zip(sym.list_outputs(), types)
                      if h not in inputs and (t is None or dtype_name(t) == "float32"))

@@ -6,7 +6,8 @@ import pytest
 import mxnet as mx
 
 import mxnet_amp as amp
-from amp_adapters import UnknownOpError
+from amp_adapters import UnknownChoiceError, UnknownOpError
+from mxnet_amp.convert import ConvertListError
 
 
 def _ops(sym):
@@ -66,3 +67,46 @@ def test_convert_model_validates_names_and_keeps_params():
     assert arg_params["w"].dtype == np.float16 and args["w"].dtype == np.float32
     assert sym.attr_dict()["w"]["__dtype__"] == "2"
     assert "amp_cast" in _ops(sym)
+
+
+# -- arguments refused as natively ---------------------------------------------------------------
+
+@pytest.mark.parametrize("call, kind, match", [
+    (lambda: amp.convert_symbol("x"), TypeError, "expects a Symbol"),
+    (lambda: amp.convert_symbol(_net(), target_dtype="float32"), UnknownChoiceError,
+     "target_dtype"),
+    (lambda: amp.convert_symbol(_net(), target_dtype_ops=["relux"]), UnknownOpError, "relux"),
+    (lambda: amp.convert_model(_net(), [("w", mx.nd.ones((3, 4)))], {}), TypeError, "dicts"),
+    (lambda: amp.convert_hybrid_block(_net()), TypeError, "HybridBlock"),
+    (lambda: amp.convert_symbol(_net(), excluded_sym_names="fc1"), ConvertListError,
+     r"for one name pass \['fc1'\]"),
+    (lambda: amp.convert_symbol(_net(), data_names="data"), ConvertListError, "data_names"),
+    (lambda: amp.convert_symbol(_net(), fp32_ops="softmax"), ConvertListError, "fp32_ops"),
+], ids=["not a symbol", "target_dtype", "unknown op", "arg_params", "not a block",
+        "excluded_sym_names str", "data_names str", "fp32_ops str"])
+def test_a_refused_argument_is_our_error_and_the_natives_assertion(call, kind, match):
+    """The native checks convert_*'s arguments with assert: code written for it catches
+    AssertionError. Ours raises its own clear error, which is an AssertionError too. A bare
+    string where a list of names goes would read as its characters (excluding nothing)."""
+    with pytest.raises(kind, match=match) as info:
+        call()
+    assert isinstance(info.value, AssertionError)
+
+
+def test_cast_optional_params_takes_what_the_native_takes():
+    sym = amp.convert_symbol(_net(), cast_optional_params=1)
+    assert sym.list_outputs() == amp.convert_symbol(_net(), cast_optional_params=True) \
+        .list_outputs()
+    with pytest.raises(TypeError, match="cast_optional_params"):
+        amp.convert_symbol(_net(), cast_optional_params="false")
+
+
+def test_a_users_cast_before_a_gemm_converts_as_natively():
+    """The user's Cast to float16 feeds a FullyConnected whose weights MXNet infers float16;
+    the conversion runs the FC in the target dtype and hands its output back in float32."""
+    from mxnet.contrib import amp as native
+    data = mx.sym.var("data")
+    sym = mx.sym.FullyConnected(mx.sym.Cast(data, dtype="float16"), num_hidden=4, name="fc")
+    ours, theirs = (m.convert_symbol(sym, target_dtype="bfloat16") for m in (amp, native))
+    assert ours.list_outputs() == theirs.list_outputs() == ["fc_output_amp_cast_float32_output"]
+    assert _ops(ours).count("amp_cast") == _ops(theirs).count("amp_cast")
