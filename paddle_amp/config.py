@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from paddle.base import core
 
 from amp_adapters import (LEVELS, AmpConfigError, DynamicLossScale, LossScale, OpLists, Policy,
                           StaticLossScale, UnknownChoiceError)
@@ -22,7 +21,7 @@ from amp_adapters.dtypes import LOW_DTYPES, low_dtype
 from amp_adapters.errors import check_flag
 from amp_adapters.policy import PolicyLike, default_loss_scale, resolve_policy
 
-from .lists import check_lists
+from .lists import check_lists, known_ops
 
 logger = logging.getLogger("paddle_amp")
 
@@ -95,7 +94,7 @@ def explicit_policy(policy: PolicyLike, lists, emulate: bool, use_promote: bool)
     if use_promote and policy.unlisted is None:
         policy = policy.replace(unlisted="promote")
     if policy.paddle_ops != OpLists():  # list objects checked their names already
-        policy.validate_for("paddle", core.get_all_op_names())
+        policy.validate_for("paddle", known_ops())
     return policy
 
 

@@ -45,13 +45,20 @@ def _names(value: Optional[Iterable[str]], arg: str) -> frozenset[str]:
     return frozenset(value)
 
 
+def known_ops() -> frozenset[str]:
+    """The op names a list or a policy may name: the ops this Paddle registers (custom ops
+    loaded by then included), the ops of its operator API (GPU-only ones too:
+    ``sync_batch_norm`` is in ``paddle._C_ops`` of a CPU build, not in its registry), and
+    the names the op tables and native lists use. Anything else is a typo."""
+    api = {name.rstrip("_") for name in dir(paddle._C_ops) if not name.startswith("_")}
+    return frozenset(core.get_all_op_names()) | api | load_table("paddle").names | \
+        native_lists("paddle", "float16").names | native_lists("paddle", "bfloat16").names
+
+
 def _check_registered(dtype: str, **lists: frozenset[str]) -> None:
-    """Custom names must be registered ops, or names the native lists use (GPU-only fused
-    ops such as fused_attention are in the native lists of a CPU build too)."""
+    """Custom names must be ops ``known_ops`` knows."""
     ops = OpLists(**lists)  # ConflictingOpError for a name in two lists
-    known = set(core.get_all_op_names()) | load_table("paddle").names | \
-        native_lists("paddle", dtype).names
-    Policy(dtype=dtype, paddle_ops=ops).validate_for("paddle", known)
+    Policy(dtype=dtype, paddle_ops=ops).validate_for("paddle", known_ops())
 
 
 def _unsupported(dtype: str) -> set[str]:

@@ -99,6 +99,22 @@ def test_unknown_op_names_are_named_with_close_matches(static):
         paddle_amp.decorate(paddle.optimizer.SGD(0.1), policy=policy)
 
 
+def test_a_gpu_only_op_is_a_known_name_on_a_cpu_build(static):
+    """A GPU config run on a CPU machine: sync_batch_norm is no op of a CPU build's registry,
+    but it is a Paddle op (its API has it); lists and policies take it, as natively."""
+    from paddle.base import core
+    assert "sync_batch_norm" in paddle_amp.lists.known_ops()
+    lists = paddle_amp.AutoMixedPrecisionLists(custom_black_list=["sync_batch_norm"])
+    assert "sync_batch_norm" in lists.black_list
+    x = paddle.static.data("x", [None, 4], "float32")
+    loss = paddle.mean(paddle.nn.Linear(4, 1)(x))
+    policy = Policy(paddle_ops=OpLists(fp32=["sync_batch_norm"]))
+    paddle_amp.decorate(paddle.optimizer.SGD(0.1), policy=policy).minimize(loss)
+    if core.is_compiled_with_cuda():
+        return
+    assert "sync_batch_norm" not in core.get_all_op_names()  # what the check read before
+
+
 def test_op_in_two_lists_is_an_error(static):
     with pytest.raises(ConflictingOpError, match="'scale'"):
         paddle_amp.AutoMixedPrecisionLists(custom_white_list=["scale"],
