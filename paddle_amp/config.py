@@ -14,7 +14,6 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-
 from amp_adapters import (LEVELS, AmpConfigError, DynamicLossScale, LossScale, OpLists, Policy,
                           StaticLossScale, UnknownChoiceError)
 from amp_adapters.dtypes import LOW_DTYPES, low_dtype

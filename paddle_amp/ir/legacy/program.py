@@ -286,7 +286,8 @@ class LegacyProgram:
         g32 = self.block.create_var(name=unique_name.generate(f"{grad.name}.fp32"),
                                     dtype="float32", shape=grad.shape, persistable=False)
         writer = next((op for op in reversed(self.block.ops)
-                       if grad.name in op.output_arg_names), None)
+                       if grad.name in op.output_arg_names), None) if self._plain_readers \
+            else None
         plain = writer is not None and writer.type.removesuffix("_grad") in self._plain_readers
         self.block.append_op(type="cast", inputs={"X": [grad]}, outputs={"Out": [g32]},
                              attrs={"in_dtype": grad.dtype, "out_dtype": g32.dtype,
