@@ -18,6 +18,7 @@ import paddle
 from paddle.base import core, framework
 
 from amp_adapters import CastReport, LossScale, ParamPlan, Policy
+from amp_adapters.errors import check_flag
 
 from .amp_nn import check_finite_and_unscale, update_loss_scaling  # noqa: F401 (native names)
 from .casting import cast_model_to_fp16, cast_parameters_to_fp16  # noqa: F401 (native names)
@@ -191,14 +192,18 @@ class OptimizerWithMixedPrecision:
     # -- running ----------------------------------------------------------------------------
 
     def amp_init(self, place, scope=None, test_program=None, use_fp16_test=False,
-                 use_bf16_test=False):
+                 rewrite_master_weight=False, use_bf16_test=False):
         """After the startup program: convert O2's low-precision parameters in ``scope``.
 
         ``test_program`` (a separate eval program, built without this optimizer) is
         rewritten under the same policy for O2 (its parameters are now low precision)
-        or when ``use_fp16_test`` (``use_bf16_test``: the bf16 decorator's name for it);
-        a ``clone(for_test=True)`` of the decorated program needs nothing."""
-        use_fp16_test = use_fp16_test or use_bf16_test
+        or when ``use_fp16_test`` (``use_bf16_test``: the bf16 decorator's name for it, its
+        fourth parameter there); a ``clone(for_test=True)`` of the decorated program needs
+        nothing. ``rewrite_master_weight``: each float32 master starts from its parameter's
+        low-precision value, as natively, instead of the float32 one."""
+        use_fp16_test = check_flag("use_fp16_test", use_fp16_test) or \
+            check_flag("use_bf16_test", use_bf16_test)
+        check_flag("rewrite_master_weight", rewrite_master_weight)
         if self._train_program is None:
             raise RuntimeError("call minimize() before amp_init()")
         self._place = place
@@ -208,7 +213,7 @@ class OptimizerWithMixedPrecision:
             raise RuntimeError(f"parameters {missing} are not in the scope: run the startup "
                                f"program before amp_init()")
         (self._masters or MasterWeights(self.policy.dtype, self._low_params)).init_scope(
-            scope, place)  # converts each parameter once: not twice, bf16 bits
+            scope, place, rewrite_master_weight)  # converts each parameter once, not twice
         derived = test_program is not None and self._is_clone(test_program)
         if test_program is not None and not derived and (
                 self.policy.level == "O2" or use_fp16_test):
@@ -220,13 +225,8 @@ class OptimizerWithMixedPrecision:
 
     def _is_clone(self, test_program) -> bool:
         """Whether ``test_program`` is a clone of the decorated program (rewritten already):
-        it holds the loss-scale var or, with no loss scaling (bf16), the rewrite's casts."""
-        found = program_ir.of(test_program)
-        scale = self._scaling.vars.get("scale")
-        if scale is not None:
-            return found.holds_var(scale.name)
-        casts = found.graph_casts()
-        return bool(casts and casts.total)
+        it holds the loss-scale var (every decorated program has one, bf16's too)."""
+        return program_ir.of(test_program).holds_var(self._scaling.vars["scale"].name)
 
     def _built(self, what: str) -> LossScaling:
         if self._scaling is None or not self._scaling.vars:

@@ -64,8 +64,10 @@ class MasterWeights:
         for p, master in self._params.values():
             ir.write_cast(master, p)
 
-    def init_scope(self, scope, place) -> None:
-        """Masters from the parameters' values, then the parameters converted to the low dtype.
+    def init_scope(self, scope, place, rounded_masters: bool = False) -> None:
+        """Masters from the parameters' values, then the parameters converted to the low dtype
+        (with ``rounded_masters``, the native ``rewrite_master_weight``: each master is its
+        parameter's low value, not the float32 one).
 
         A parameter already low (a second ``amp_init``, or a loaded O2 checkpoint) is not
         converted again; its master is kept when present, else made from it."""
@@ -77,6 +79,8 @@ class MasterWeights:
                 var = scope.find_var(master)
                 if not low or var is None or not var.get_tensor()._is_initialized():
                     values = from_low(tensor, self.dtype) if low else np.array(tensor)
+                    if rounded_masters and not low:
+                        values = from_low(to_low(values, self.dtype), self.dtype)
                     scope.var(master).get_tensor().set(values.astype(np.float32), place)
             if not low:
                 tensor.set(to_low(tensor, self.dtype), place)

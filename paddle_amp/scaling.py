@@ -99,12 +99,16 @@ class LossScaling:
     # -- building -----------------------------------------------------------------------------
 
     def create_vars(self) -> None:
-        """The persistable state vars (under the caller's program_guard), at ``initial``."""
+        """The persistable state vars (under the caller's program_guard), at ``initial``; where
+        nothing is scaled (bf16), a ``scale`` var too, at 1.0 and never written: the native
+        API hands out the loss-scale var (``get_loss_scaling``) whatever the dtype."""
         state = self.initial.state
         for name in self.fields:
             self.vars[name] = self.ir.state_var(
                 scope_state.DTYPE[name], [1], getattr(state, name),
                 "loss_scaling" if name == "scale" else f"amp_{name}")
+        if "scale" not in self.vars:
+            self.vars["scale"] = self.ir.state_var("float32", [1], 1.0, "loss_scaling")
 
     def scale_loss(self, loss):
         """``loss * scale`` (loss itself when nothing is scaled)."""

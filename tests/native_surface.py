@@ -68,6 +68,23 @@ def signature_gaps(native_module: str, native_package: str, ours_module: str) ->
     return gaps
 
 
+def method_gaps(native_cls: type, ours_cls: type) -> list[str]:
+    """``signature_gaps`` for the public methods of a native class and ours (the decorated
+    optimizer users call ``amp_init``/``minimize`` on)."""
+    gaps = []
+    for name in sorted(n for n in vars(native_cls) if not n.startswith("_")):
+        theirs, mine = getattr(native_cls, name), getattr(ours_cls, name, None)
+        if not inspect.isfunction(theirs):
+            continue
+        if mine is None:
+            gaps.append(f"{ours_cls.__name__}.{name}: missing")
+            continue
+        want, got = _params(theirs), _params(mine)
+        if "*" not in got and got[:len(want)] != want:
+            gaps.append(f"{ours_cls.__name__}.{name}{tuple(got)}: natively {tuple(want)}")
+    return gaps
+
+
 def _params(fn) -> list[str]:
     kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     params = inspect.signature(fn).parameters.values()

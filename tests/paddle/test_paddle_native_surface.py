@@ -3,6 +3,7 @@ tests its AMP (test_amp_list.py, test_fp16_utils.py, test_bf16_utils.py, the dec
 helpers that always pass master_grad/use_promote), against our modules, on CPU.
 """
 import importlib.util
+import inspect
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,8 @@ _spec = importlib.util.spec_from_file_location(
     "native_surface", Path(__file__).resolve().parents[1] / "native_surface.py")
 _surface = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_surface)
-missing, signature_gaps = _surface.missing, _surface.signature_gaps
+missing, signature_gaps, method_gaps = (_surface.missing, _surface.signature_gaps,
+                                       _surface.method_gaps)
 
 FP16, BF16, FP32 = (core.VarDesc.VarType.FP16, core.VarDesc.VarType.BF16,
                     core.VarDesc.VarType.FP32)
@@ -47,6 +49,18 @@ def test_every_native_function_takes_its_parameters_in_the_native_order(sub):
     ``optimizer_or_trainer``, cast_model_to_bf16's ``startup_prog``)."""
     gaps = signature_gaps("paddle.static.amp" + sub, "paddle.static.amp", "paddle_amp" + sub)
     assert not gaps, gaps
+
+
+def test_the_decorated_optimizer_takes_the_natives_method_parameters():
+    """``amp_init(place, scope, test_program, use_fp16_test, rewrite_master_weight)`` and the
+    rest bind by position and keyword as natively; the bf16 decorator's fourth parameter,
+    ``use_bf16_test``, is the same flag, and its keyword is taken too."""
+    from paddle.static.amp import decorator as native
+    gaps = method_gaps(native.OptimizerWithMixedPrecision,
+                       paddle_amp.decorator.OptimizerWithMixedPrecision)
+    assert not gaps, gaps
+    assert "use_bf16_test" in inspect.signature(
+        paddle_amp.decorator.OptimizerWithMixedPrecision.amp_init).parameters
 
 
 def test_unsupported_internals_say_why_and_what_instead():

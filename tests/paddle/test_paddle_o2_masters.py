@@ -164,3 +164,24 @@ def test_guard_names_the_parameters_not_their_masters(static):
     with pytest.raises(OverflowGuardError) as e:
         opt.check_guard()
     assert e.value.param_names and set(e.value.param_names) <= opt._low_params
+
+
+@pytest.mark.parametrize("rewrite", [False, True])
+def test_rewrite_master_weight_starts_each_master_from_its_low_parameter(static, rewrite):
+    """amp_init(..., rewrite_master_weight=True), the native's fifth parameter: a master holds
+    its parameter's float16 value; without it, the float32 value the startup program made."""
+    opt, _ = _build(Policy.preset("O2", emulate=True), OPTIMIZERS["momentum"]())
+    static.exe.run(static.startup)
+    start = {p: np.array(static.scope.find_var(p).get_tensor()) for p in opt._masters.master_of}
+    opt.amp_init(paddle.CPUPlace(), None, None, False, rewrite)
+    rounded = []
+    for p, m in opt._masters.master_of.items():
+        master = np.array(static.scope.find_var(m).get_tensor())
+        low = np.array(static.scope.find_var(p).get_tensor())
+        assert low.dtype == np.float16
+        want = low.astype(np.float32) if rewrite else start[p]
+        np.testing.assert_array_equal(master, want)
+        rounded.append(np.array_equal(master, low.astype(np.float32)))
+    assert all(rounded) == rewrite  # the weights' float32 values are not float16 values
+    with pytest.raises(TypeError, match="rewrite_master_weight"):
+        opt.amp_init(paddle.CPUPlace(), rewrite_master_weight="yes")

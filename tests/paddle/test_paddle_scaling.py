@@ -309,3 +309,23 @@ def test_block_ops_provide_the_whole_vocabulary(static):
     from amp_adapters.loss_scale import ArrayOps
     from paddle_amp.ir.legacy.ops import BlockOps
     assert isinstance(BlockOps(static.main.global_block()), ArrayOps)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: paddle_amp.decorate(paddle.optimizer.SGD(0.05), dtype="bfloat16"),
+    lambda: paddle_amp.decorate(paddle.optimizer.SGD(0.05), dtype="bfloat16", level="O2"),
+    lambda: paddle_amp.bf16.decorate_bf16(paddle.optimizer.SGD(0.05)),
+], ids=["O1", "O2", "decorate_bf16"])
+def test_a_program_that_scales_nothing_still_hands_out_its_loss_scale(static, make):
+    """bf16 scales nothing, but the native API hands out the loss-scale var whatever the
+    dtype (scripts fetch it each step): ours is a var at 1.0, never written (it raised
+    KeyError: 'scale')."""
+    _, _, loss = mlp()
+    opt = make()
+    opt.minimize(loss)
+    static.exe.run(static.startup)
+    opt.amp_init(paddle.CPUPlace())
+    for step in range(2):
+        _, scale = static.run(batch(step), [loss, opt.get_loss_scaling()])
+        assert float(np.asarray(scale).reshape(-1)[0]) == 1.0
+    assert opt.loss_scale().kind == "none"
