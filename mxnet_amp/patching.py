@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import sys
 import threading
 from typing import Any, Callable, Optional
@@ -33,16 +34,19 @@ from mxnet import base
 
 from amp_adapters import (UNKNOWN, AmpConfigError, OpDecision, Policy, attrs_read,
                           effective_lists, plan_op)
-from amp_adapters.oplists import load_table
+from amp_adapters.oplists import load_table, native_lists
 from amp_adapters.dtypes import AMP_DTYPES
 
-from ._mx import (_local, call_unpatched, cast, fc_needs_split, fc_split_bias, frozen_params,
-                  is_symbol, is_tensor, multicast_widest, tensor_dtype, unpatched)
+from ._mx import (_local, bypassed, call_unpatched, cast, fc_needs_split, fc_split_bias,
+                  frozen_params, is_symbol, is_tensor, multicast_widest, tensor_dtype,
+                  unpatched)
 from .active import active_policy, set_policy
 from .config import init_policy
 from . import traced
 from .kernels import KernelSet, forget_fallback_logs, log_fallback
+from .scaling import forget_loss_output_trainer, loss_output_scale
 
+logger = logging.getLogger("mxnet_amp")
 _MODULES = ("mxnet.ndarray", "mxnet.symbol", "mxnet.numpy", "mxnet.numpy_extension")
 _NP_ALIASES = {"_npi_true_divide": ("true_divide", "divide")}
 
@@ -83,6 +87,7 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
         for module, attr, _op in places:
             _patches.append((module, attr, fn))
             setattr(module, attr, wrapper)
+    _wrap_loss_outputs(resolved)
     hybrid = mx.gluon.HybridBlock
     _patches.append((hybrid, "_get_graph", hybrid._get_graph))
     hybrid._get_graph = _traced_graph(hybrid._get_graph)
@@ -102,6 +107,49 @@ def reset() -> None:
     set_policy(None)
     _param_casts.clear()
     forget_fallback_logs()
+    forget_loss_output_trainer()
+    _warned_loss_outputs.clear()
+
+
+def _wrap_loss_outputs(policy: Policy) -> None:
+    """The native's loss-output functions (``SoftmaxOutput``, ``*RegressionOutput``) make their
+    gradient themselves, ignoring the head gradient ``scale_loss`` scales. Called on arrays,
+    their ``grad_scale`` is multiplied by the loss scale (``scaling.loss_output_scale``; the
+    trainer divides it out again), as natively; in a symbol (a symbolic or hybridized
+    model) it cannot be, and a warning says so once per function, as natively (each call)."""
+    if not policy.enabled:  # O0: float32, nothing scaled
+        return
+    for name in native_lists("mxnet", policy.dtype).loss_output:
+        for module, arrays in ((mx.nd, True), (mx.nd.op, True), (mx.sym, False),
+                               (mx.sym.op, False)):
+            fn = getattr(module, name, None)
+            if fn is not None:
+                _patches.append((module, name, fn))
+                setattr(module, name, (_scaled_loss_output if arrays else _warned)(fn))
+
+
+def _scaled_loss_output(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def scaled(*args: Any, **kwargs: Any) -> Any:
+        if not bypassed():
+            kwargs["grad_scale"] = kwargs.get("grad_scale", 1.0) * loss_output_scale()
+        return fn(*args, **kwargs)
+    return scaled
+
+
+_warned_loss_outputs: set[str] = set()
+
+
+def _warned(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def warned(*args: Any, **kwargs: Any) -> Any:
+        if fn.__name__ not in _warned_loss_outputs and not bypassed():
+            _warned_loss_outputs.add(fn.__name__)
+            logger.warning("%s does not support dynamic loss scaling in symbolic and "
+                           "hybridized execution (its grad_scale is not multiplied by the "
+                           "loss scale)", fn.__name__)
+        return fn(*args, **kwargs)
+    return warned
 
 
 def _ops_to_wrap(policy: Policy) -> set[str]:

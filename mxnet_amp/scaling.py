@@ -43,6 +43,22 @@ from .active import active_policy
 from .overflow import FiniteCheck
 
 
+# The trainer whose scale the loss-output functions (SoftmaxOutput...) apply: the first one
+# ``init_trainer`` got after ``init``, as natively (its global loss scaler); ``reset`` forgets it.
+_loss_output_trainer: Optional["AmpTrainerState"] = None
+
+
+def loss_output_scale() -> float:
+    """The loss scale a loss-output function called now multiplies its ``grad_scale`` by: the
+    current scale of that first trainer, 1.0 before there is one."""
+    return 1.0 if _loss_output_trainer is None else _loss_output_trainer.loss_scale
+
+
+def forget_loss_output_trainer() -> None:
+    global _loss_output_trainer
+    _loss_output_trainer = None
+
+
 class Stage(enum.Enum):
     """Where a trainer is in its step (the errors of misplaced calls name it)."""
 
@@ -205,6 +221,9 @@ def init_trainer(optimizer_or_trainer: Trainer,
         existing.reset(loss_scale)
     else:
         trainer._amp_loss_scaler = AmpTrainerState(trainer, loss_scale)
+    global _loss_output_trainer
+    if _loss_output_trainer is None and policy is not None:
+        _loss_output_trainer = trainer._amp_loss_scaler
 
 
 @contextlib.contextmanager

@@ -162,3 +162,44 @@ def test_numpy_ops_are_patched_imperative_and_hybridized():
     report = amp.cast_report(net)
     assert [d.op for d in report.decisions] == ["FullyConnected"]
     assert report.decisions[0].run_dtype == "float32"
+
+
+def _softmax_output_update(use_amp: bool, hybrid_warning: bool = False) -> float:
+    """One SGD step through an imperative SoftmaxOutput (a loss-output op: it makes its own
+    gradient, scaled by grad_scale, and ignores the head gradient), as MXNet's AMP
+    tutorial's users write it: the norm of the update."""
+    from mxnet import autograd, nd
+    w = gluon.Parameter("w", shape=(8, 3))
+    w.initialize(mx.init.Constant(0.1))
+    trainer = gluon.Trainer([w], "sgd", {"learning_rate": 1.0})
+    if use_amp:
+        amp.init_trainer(trainer, amp.DynamicLossScale(scale=2.0 ** 16))
+    x = nd.array(np.random.RandomState(0).randn(4, 8))
+    y = nd.array([0, 1, 2, 0])
+    start = w.data().copy()
+    with autograd.record():
+        out = nd.SoftmaxOutput(nd.dot(x, w.data()), y)
+        if use_amp:
+            with amp.scale_loss(out, trainer) as scaled:
+                autograd.backward(scaled)
+        else:
+            out.backward()
+    trainer.step(4)
+    return float(nd.norm(w.data() - start).asscalar())
+
+
+def test_a_loss_output_op_gets_the_loss_scale_in_its_grad_scale(caplog):
+    """Natively init multiplies the grad_scale of SoftmaxOutput & co by the (first) trainer's
+    loss scale, which the trainer divides out again; without it, updates came out 65536
+    times too small, silently. In a symbol it cannot, and says so once, as natively."""
+    fp32 = _softmax_output_update(use_amp=False)
+    amp.init(target_dtype="float16", fp32_ops=["dot"])  # dot: no float16 kernel on a CPU
+    assert _softmax_output_update(use_amp=True) == pytest.approx(fp32, rel=1e-6)
+    with caplog.at_level("WARNING", logger="mxnet_amp"):
+        mx.sym.SoftmaxOutput(mx.sym.var("x"), mx.sym.var("y"))
+        mx.sym.SoftmaxOutput(mx.sym.var("x"), mx.sym.var("y"))
+    assert sum("SoftmaxOutput does not support dynamic loss scaling" in r.getMessage()
+               for r in caplog.records) == 1
+    amp.reset()
+    assert mx.nd.SoftmaxOutput.__name__ == "SoftmaxOutput"
+    assert _softmax_output_update(use_amp=False) == fp32
