@@ -10,6 +10,9 @@ Files:
     dtypes.py     the dtype vocabulary: names, low dtypes, aliases, widest-wins order
     oplists/      op lists as data (canonical vocabulary -> each framework's op names)
     planner.py    categorize / plan_op: the cast decision for one op
+    device.py     DeviceProfile: what a device runs low, on which route, and how fast
+    speedbook.py  measured speed kept: saved profiles, the per-machine cache, measuring
+    timing.py     side-by-side timing: interleaved pairs, median ratio and spread
     params.py     plan_params: which parameters O2 stores in the low dtype
     loss_scale/   the loss-scale rule, once: LossScaleConfig, LossScaleState, update over
                   the ArrayOps vocabulary (NumpyOps here), check_guard, strict state dicts

@@ -31,6 +31,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
+from .device import DeviceProfile
 from .dtypes import LOW_DTYPES
 from .planner import OpDecision, effective_lists, plan_op
 from .policy import Policy
@@ -153,7 +154,8 @@ def table(framework: str, device: str, dtype: str, kernels: frozenset,
     policy = Policy.preset(f"{framework}-native", dtype=dtype, emulate=emulate)
     rows = []
     for op in effective_lists(policy, framework)["lower"]:
-        d = plan_op(policy, framework, op, ("float32",), lowp_kernels=kernels)
+        d = plan_op(policy, framework, op, ("float32",),
+                    device=DeviceProfile(kernels, training=True))
         rows.append(OpRow(op, op in kernels, d.execution or "float32"))
     return Table(framework, device, dtype, tuple(rows))
 

@@ -16,8 +16,9 @@ Paddle store the same kinds of parameters low. Pure functions, no host sync.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import AbstractSet, Iterable, Mapping, Optional
+from typing import Iterable, Mapping, Optional
 
+from .device import DeviceProfile, ShapeClass
 from .oplists import passes_through
 from .planner import plan_op
 from .policy import Policy
@@ -35,8 +36,8 @@ class ParamUse:
     ``fp16_guard``, a control-flow block, a black-listed variable); ``then``:
     for an op that only moves values (``oplists.passes_through``), the ops
     reading its result (None: not listed; the op is judged itself);
-    ``kernel_refused``: why the backend keeps this op off its low kernel
-    (``plan_op``), so a parameter only it reads is stored as it runs.
+    ``shape``: the shape class of the op's operands (``DeviceProfile`` rules and measured
+    speed read it), so a parameter only a refused op reads is stored as that op runs.
     """
 
     op: str
@@ -44,7 +45,7 @@ class ParamUse:
     slot: Optional[str] = None
     force_fp32: Optional[str] = None
     then: Optional[tuple["ParamUse", ...]] = None
-    kernel_refused: Optional[str] = None
+    shape: Optional[ShapeClass] = None
 
 
 @dataclass(frozen=True)
@@ -72,31 +73,30 @@ class ParamPlan:
 
 
 def plan_params(policy: Policy, framework: str, uses: Mapping[str, Iterable[ParamUse]], *,
-                lowp_kernels: Optional[AbstractSet[str]] = None) -> ParamPlan:
+                device: Optional[DeviceProfile] = None) -> ParamPlan:
     """Decide the storage dtype of each parameter in ``uses`` ({name: its forward consumers}).
 
-    Only level O2 stores parameters low; ``lowp_kernels`` as for ``plan_op``
-    (None: every op has a low kernel, as on a GPU).
+    Only level O2 stores parameters low; ``device`` as for ``plan_op`` (None: every op
+    has a low kernel, as in a device-free transform).
     """
     dtypes: dict[str, str] = {}
     reasons: dict[str, str] = {}
     for name, consumers in uses.items():
-        dtypes[name], reasons[name] = _decide(policy, framework, tuple(consumers), lowp_kernels)
+        dtypes[name], reasons[name] = _decide(policy, framework, tuple(consumers), device)
     return ParamPlan(dtypes, reasons)
 
 
 def _decide(policy: Policy, framework: str, consumers: tuple[ParamUse, ...],
-            kernels: Optional[AbstractSet[str]]) -> tuple[str, str]:
+            device: Optional[DeviceProfile]) -> tuple[str, str]:
     if policy.level != "O2":
         return "float32", f"level {policy.level}: parameters are stored in float32"
     if not consumers:
         return "float32", "no forward op reads it"
     emulated = False
     for use, via in _readers(framework, consumers, ()):
-        d = plan_op(policy, framework, use.op, ("float32",), lowp_kernels=kernels,
+        d = plan_op(policy, framework, use.op, ("float32",), device=device, shape=use.shape,
                     attrs=use.attrs, force_fp32=use.force_fp32,
-                    input_names=None if use.slot is None else (use.slot,),
-                    kernel_refused=use.kernel_refused)
+                    input_names=None if use.slot is None else (use.slot,))
         through = f" through {', '.join(via)}" if via else ""
         if d.kept and d.kept[0]:
             return "float32", f"{use.op} keeps its {use.slot} input{through} in float32"

@@ -1,4 +1,4 @@
-"""Cast decisions: (op, input dtypes, device kernels, policy) -> run dtype and casts.
+"""Cast decisions: (op, input dtypes, device profile, policy) -> run dtype and casts.
 
 Pure functions, the single place where precision is decided (DESIGN.md, "Cast
 decisions"). A backend walks its graph, asks ``plan_op`` for each op and
@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import AbstractSet, Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
+from .device import DeviceProfile, ShapeClass, speed_refusal
 from .dtypes import AMP_DTYPES, widest
 from .oplists import CATEGORIES, canonical_defaults, load_table, native_lists, pass_through_ops
 from .policy import Policy
@@ -56,8 +57,10 @@ class OpDecision:
     slots the table keeps fp32 (never declared low, never rounded).
     ``fell_back``: the op would run in ``low_dtype`` but has no kernel here,
     so it runs in float32 (a backend logs that once). ``kernel_refused``: it has one,
-    which the backend refused (slower than float32 here; the reason says why): a
-    choice made for speed, not a missing kernel, so it is logged as INFO.
+    which the device profile refuses (slower than float32 here, by rule or measured; the
+    reason says why): a choice made for speed, not a missing kernel, so it is logged as
+    INFO. ``speed``: the measured ratio of its low kernel's time to float32's (casts
+    included) where measured speed decided (``Policy.speed == "measured"``), else None.
     """
 
     op: str
@@ -77,6 +80,7 @@ class OpDecision:
     kept_outputs: tuple[str, ...] = ()
     kernel_checked: bool = False  # the device's kernels were asked (else: no device given)
     kernel_refused: bool = False
+    speed: Optional[float] = None
 
     @property
     def lacks_kernel(self) -> bool:
@@ -230,20 +234,23 @@ def _attrs_read(policy: Policy, framework: str, op: str) -> tuple[str, ...]:
 
 def plan_op(policy: Policy, framework: str, op: str,
             input_dtypes: Sequence[Optional[str]], *,
-            lowp_kernels: Optional[AbstractSet[str]] = None,
+            device: Optional[DeviceProfile] = None,
+            shape: Optional[ShapeClass] = None,
             attrs: Optional[Mapping[str, object]] = None,
             force_fp32: Optional[str] = None,
             input_names: Optional[Sequence[str]] = None,
             param_inputs: Optional[Sequence[bool]] = None,
-            free: Optional[Sequence[bool]] = None,
-            kernel_refused: Optional[str] = None) -> OpDecision:
+            free: Optional[Sequence[bool]] = None) -> OpDecision:
     """Decide how ``op`` runs given its ``input_dtypes``.
 
-    ``lowp_kernels``: the framework op names that have a ``policy.dtype``
-    kernel on the current device; None means every op has one (a GPU, or a
-    device-free graph transform). An op that would run in low precision without
+    ``device``: what the device the op runs on has (``DeviceProfile``: its kernels,
+    the rules that refuse some, their measured cost); None means every op has a kernel
+    (a device-free graph transform). An op that would run in low precision without
     a kernel runs in float32 (or is emulated when ``policy.emulate``), instead of
-    crashing. ``attrs``: the op's attributes (any mapping; only the ones
+    crashing; so does one whose kernel the profile refuses at ``shape`` (its operands'
+    shape class: ``DeviceProfile.refusal``) and, under ``policy.speed == "measured"``, one
+    whose kernel was not measured faster than float32 (``device.speed_refusal``).
+    ``attrs``: the op's attributes (any mapping; only the ones
     ``attrs_read`` names are looked at). ``force_fp32``: a reason to run this one
     op in fp32 whatever its category (outside ``fp16_guard``, a black-listed
     variable). ``input_names``: the slot name of each input; slots the op table
@@ -253,10 +260,8 @@ def plan_op(policy: Policy, framework: str, op: str,
     treats every input as an activation. ``free``: which inputs have no dtype
     of their own yet (a parameter of a graph being converted, whose dtype the
     framework infers from the op reading it, as MXNet's native conversion
-    leaves it), for ``_free_inputs``. ``kernel_refused``: why this one op does
-    not use the low kernel its type has here (its gradient runs on a reference
-    implementation, slower than float32): it runs as where there is no kernel,
-    with that reason (emulated under ``emulate=True``: the policy asked for
+    leaves it), for ``_free_inputs``. A refused op runs as where there is no kernel,
+    with the refusal as its reason (emulated under ``emulate=True``: the policy asked for
     low-precision numerics, and rounding costs less than the slow kernel). An
     ``UNKNOWN`` input counts as float32 for the decision. An op with a float64 input
     is left alone: AMP does not touch float64 computations.
@@ -272,7 +277,7 @@ def plan_op(policy: Policy, framework: str, op: str,
     cat = _category(policy, framework, op, attrs, force_fp32)
     typed = _free_inputs(cat, given, tuple(free or ()))
     target = _target(policy, cat, typed, params[:len(given)])
-    run = _on_device(policy, op, target, lowp_kernels, kernel_refused)
+    run = _on_device(policy, op, target, device, shape)
     round_inputs, multicast, casts = _input_actions(policy, cat, typed, target, run)
     return OpDecision(op=op, canonical=cat.canonical, category=cat.category, input_dtypes=given,
                       run_dtype=run.dtype, casts=casts, emulated=run.emulated,
@@ -280,8 +285,8 @@ def plan_op(policy: Policy, framework: str, op: str,
                       reason=run.reason, kept=kept, multicast=multicast,
                       round_inputs=round_inputs, round_outputs=run.emulated,
                       kept_outputs=load_table(framework).keep_fp32_outputs.get(op, ()),
-                      kernel_checked=lowp_kernels is not None,
-                      kernel_refused=run.refused)
+                      kernel_checked=device is not None and device.kernels is not None,
+                      kernel_refused=run.refused, speed=run.speed)
 
 
 @dataclass(frozen=True)
@@ -302,7 +307,8 @@ class _Run:
     reason: str
     emulated: bool = False
     fell_back: bool = False
-    refused: bool = False  # the backend refused the kernel this op has here
+    refused: bool = False  # the device profile refused the kernel this op has here
+    speed: Optional[float] = None  # measured low/float32 ratio, where speed decided
 
 
 def _category(policy: Policy, framework: str, op: str, attrs: Optional[Mapping[str, object]],
@@ -379,20 +385,37 @@ def _params_down(low: str, given: tuple[Optional[str], ...], params: tuple[bool,
         d in (low, "float32", None) for d, p in zip(given, params) if p)
 
 
-def _on_device(policy: Policy, op: str, t: _Target, lowp_kernels: Optional[AbstractSet[str]],
-               refused: Optional[str] = None) -> _Run:
-    """Rule: an op that would run low without a kernel here (or whose kernel the backend
-    ``refused``, saying why) runs in float32 (or is emulated when the policy asks for it)."""
+def _on_device(policy: Policy, op: str, t: _Target, device: Optional[DeviceProfile],
+               shape: Optional[ShapeClass]) -> _Run:
+    """Rule: an op that would run low without a kernel here, or whose kernel the device
+    profile refuses (by rule at this shape, or under measured speed as not faster than
+    float32), runs in float32 (or is emulated when the policy asks for it)."""
     low = policy.dtype
-    if not (policy.enabled and t.dtype == low and (refused or (
-            lowp_kernels is not None and op not in lowp_kernels))):
+    if not (policy.enabled and t.dtype == low and device is not None):
         return _Run(t.dtype, t.reason)
-    why = refused or f"no {low} kernel for {op} on this device"
+    cost = device.cost(op, shape) if policy.speed == "measured" and device.has_kernel(op) \
+        else None
+    refused = device.refusal(op, shape, low) if device.has_kernel(op) and not (
+        cost is not None and cost.error) else None
+    speed = None
+    if refused is None and cost is not None and not cost.error:
+        refused = speed_refusal(cost, device.training, low)
+        speed = cost.ratio(device.training)[0]
+        if refused is None:
+            return _Run(t.dtype, t.reason + f"; measured faster here ({speed:.2f}x float32, "
+                        f"casts included)", speed=speed)
+    if refused is None and device.has_kernel(op) and not (cost is not None and cost.error):
+        return _Run(t.dtype, t.reason)
+    why = refused or (f"no {low} kernel for {op} on {device.name}" if cost is None or not
+                      cost.error else f"its {low} kernel failed while being timed here "
+                      f"({cost.error})")
     if policy.emulate:
         return _Run("float32", t.reason + f"; EMULATED {low}: {why}, so it computes in float32 "
-                    f"on values rounded through {low}", emulated=True, refused=bool(refused))
-    return _Run("float32", t.reason + f"; {why}: runs in float32", fell_back=True,
-                refused=bool(refused))
+                    f"on values rounded through {low}", emulated=True, refused=bool(refused),
+                    speed=speed)
+    return _Run("float32", t.reason + f"; {why}" + ("" if why.startswith("float32:") else
+                                                   ": runs in float32"),
+                fell_back=True, refused=bool(refused), speed=speed)
 
 
 def _input_actions(policy: Policy, cat: Category, given: tuple[Optional[str], ...],

@@ -26,6 +26,7 @@ from .scaler import (LOSS_SCALE_KINDS, DynamicLossScale, LossScale, NoOpLossScal
 from .loss_scale import FIELDS, LossScaleConfig, LossScaleState
 
 LEVELS = ("O0", "O1", "O2", "OD")
+SPEEDS = ("fixed", "measured")  # the lists decide alone, or a low kernel must be faster here
 DEFAULTS = ("shared", "native")  # the shared canonical lists, or each native's own defaults
 
 # A conditional-fp32 rule, as in mxnet.contrib.amp: (op, attribute, values that force fp32).
@@ -162,6 +163,13 @@ class Policy:
     is ``"promote"``). ``native_version`` pins the native version whose lists
     ``defaults="native"`` reads (default: the installed one). Level ``OD``: only
     ``lower`` ops run low precision, every other op runs in fp32 (Paddle's "OD").
+
+    ``speed``: ``"fixed"`` (the lists decide, the same on every machine) or
+    ``"measured"`` (an op the lists lower runs low only where its low kernel, casts
+    included, was measured faster than float32 on this machine, beyond noise:
+    ``device.speed_refusal``; the preset ``"auto"``). ``profile``: a saved profile file
+    (``amp-adapters profile --save``) whose measurements decide instead of this
+    machine's, so the plan is the same on every rerun and every machine.
     """
 
     dtype: str = "float16"
@@ -174,6 +182,8 @@ class Policy:
     defaults: str = "shared"
     unlisted: Optional[str] = None
     native_version: Optional[str] = None
+    speed: str = "fixed"
+    profile: Optional[str] = None
 
     def __post_init__(self) -> None:
         try:  # any spelling ('fp16', np.float16) becomes the one name
@@ -201,6 +211,19 @@ class Policy:
         if self.unlisted is not None and self.unlisted not in CATEGORIES:
             raise UnknownChoiceError("Policy.unlisted", self.unlisted, CATEGORIES)
         check_flag("Policy.emulate", self.emulate)
+        if self.speed not in SPEEDS:
+            raise UnknownChoiceError("Policy.speed", self.speed, SPEEDS)
+        if self.profile is not None:
+            if not isinstance(self.profile, (str, os.PathLike)) or not os.fspath(self.profile):
+                raise AmpConfigError(f"Policy.profile must be the path of a profile file "
+                                     f"(amp-adapters profile --save PATH), got "
+                                     f"{self.profile!r}")
+            if self.speed != "measured":
+                raise AmpConfigError(f"Policy.profile = {os.fspath(self.profile)!r} with "
+                                     f"speed = {self.speed!r}: a profile holds measured speed; "
+                                     f"set speed = \"measured\" (or preset = \"auto\") to "
+                                     f"use it")
+            object.__setattr__(self, "profile", os.fspath(self.profile))
         object.__setattr__(self, "loss_scale", _at_start(self.loss_scale, self.dtype))
 
     @property
@@ -244,18 +267,20 @@ class Policy:
 
     @classmethod
     def preset(cls, name: str, **changes: Any) -> "Policy":
-        """A named policy: O0, O1, O1-bf16, O2, O2-bf16, mxnet-native, paddle-native
+        """A named policy: O0, O1, O1-bf16, O2, O2-bf16, mxnet-native, paddle-native, auto
         (``changes`` override its fields)."""
         check_choice("preset", name, PRESETS)
         return cls(**{**PRESETS[name], **changes})
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any], where: str = "policy") -> "Policy":
+    def from_dict(cls, d: Mapping[str, Any], where: str = "policy",
+                  base: "Optional[str | Path]" = None) -> "Policy":
         """A policy from the structure of a policy file (see ``from_file``).
 
         The whole structure is checked first (``policyfile.check_policy_dict``): a
         wrong type, an unknown key or value is an ``AmpConfigError`` naming
-        ``where``, the key path and the value, and nothing is built."""
+        ``where``, the key path and the value, and nothing is built. A relative
+        ``profile`` path is read from the folder of ``base`` (the policy file)."""
         checked = check_policy_dict(d, where, PRESETS, DTYPES, LEVELS, _LOSS_SCALE_FIELDS)
         kw: dict[str, Any] = dict(PRESETS[checked.pop("preset")]) if "preset" in checked else {}
         ops = checked.pop("ops", {})
@@ -270,6 +295,8 @@ class Policy:
                 kw["loss_scale"] = loss_scale_from_config(table)
             except AmpConfigError as e:
                 raise AmpConfigError(f"{where}: [loss_scale]: {e}") from None
+        if "profile" in checked and base is not None:  # relative to the policy file
+            checked["profile"] = str(Path(base).parent / checked["profile"])
         kw.update(checked)
         try:
             return cls(**kw)
@@ -285,6 +312,8 @@ class Policy:
         dtype = "float16"        # float16 | bfloat16 | float32
         level = "O1"             # O0 | O1 | O2
         emulate = false
+        speed = "fixed"          # fixed | measured (a low kernel must be faster here)
+        profile = "cpu.json"     # measured speed replayed from a saved profile
         [ops]                    # canonical names: lower, fp32, promote, follow, replace
         fp32 = ["matmul"]
         [ops.mxnet]              # MXNet op names (same keys, plus conditional_fp32)
@@ -297,7 +326,7 @@ class Policy:
         type or name) is an ``AmpConfigError`` naming the file and the key.
         """
         data, where = read_toml(path)
-        return cls.from_dict(data, where=where)
+        return cls.from_dict(data, where=where, base=path)
 
 
 _LOSS_SCALE_FIELDS = {kind: dataclass_fields(c) for kind, c in LOSS_SCALE_KINDS.items()}
@@ -312,6 +341,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # what a drop-in uses without policy= (the two names are one policy value)
     "mxnet-native": {"dtype": "float16", "level": "O1", "defaults": "native"},
     "paddle-native": {"dtype": "float16", "level": "O1", "defaults": "native"},
+    # the low dtype a CPU runs (bf16), O1 lists, and only where it was measured faster here
+    "auto": {"dtype": "bfloat16", "level": "O1", "speed": "measured"},
 }
 
 PolicyLike = Union[Policy, str, "os.PathLike[str]"]

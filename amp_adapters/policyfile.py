@@ -24,7 +24,7 @@ from .loss_scale.config import KINDS
 from .loss_scale.state import FIELDS
 from .oplists import CATEGORIES, FRAMEWORKS, canonical_ops, load_table
 
-TOP_KEYS = ("preset", "dtype", "level", "emulate", "ops", "loss_scale")
+TOP_KEYS = ("preset", "dtype", "level", "emulate", "speed", "profile", "ops", "loss_scale")
 OPS_KEYS = (*CATEGORIES, "conditional_fp32", "replace")
 RULE_KEYS = ("op", "attr", "values")
 LOSS_SCALE_KINDS = KINDS
@@ -222,6 +222,10 @@ def check_policy_dict(d: Any, where: str, presets: Mapping[str, Any], dtypes: tu
         out["level"] = _string(d["level"], where, "level", tuple(levels))
     if "emulate" in d:
         out["emulate"] = _bool(d["emulate"], where, "emulate")
+    if "speed" in d:
+        out["speed"] = _string(d["speed"], where, "speed", ("fixed", "measured"))
+    if "profile" in d:
+        out["profile"] = _string(d["profile"], where, "profile")
     if "ops" in d:
         ops = _table(d["ops"], where, "ops", "[ops] with lower = [...], fp32 = [...]")
         out["ops"] = {fw: check_op_lists(ops.pop(fw), where, f"ops.{fw}", canonical=False)

@@ -85,14 +85,16 @@ def paddle_rows() -> list[str]:
     from paddle.static.amp import fp16_lists
 
     import paddle_amp
+    from amp_adapters.device import DeviceProfile
     from consistency_models import MODELS, paddle_forward
 
     every_op = frozenset(core.get_all_op_names())
     native_believes = mock.patch.object(
         fp16_lists, "_get_sys_unsupported_list",
         lambda dtype: ("GPU", set(), every_op))
-    ours_believes = mock.patch("paddle_amp.decorator.kernel_sets",
-                               lambda device, dtype, pir=False: (every_op, frozenset()))
+    ours_believes = mock.patch("paddle_amp.decorator.device_profile",
+                               lambda device, dtype, pir=False, training=True, costs=None:
+                               DeviceProfile(every_op))
 
     def build(name, decorate):
         main, startup = paddle.static.Program(), paddle.static.Program()

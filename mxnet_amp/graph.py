@@ -16,11 +16,12 @@ from typing import AbstractSet, Iterator, Mapping, Optional
 import mxnet as mx
 
 from amp_adapters import OpDecision, Policy, plan_op
+from amp_adapters.device import DeviceProfile
 from amp_adapters.dtypes import AMP_DTYPES, FLOAT_RANK, LOW_DTYPES, widest
 from amp_adapters.dtypes import FLOAT_DTYPES as FLOATS
 
 from ._mx import cast, declared, dtype_name, input_names, mx_dtype, unpatched
-from .kernels import KernelSet, log_fallback
+from .kernels import device_profile, log_fallback
 
 @dataclass(frozen=True)
 class Node:
@@ -54,22 +55,22 @@ def nodes(sym: mx.sym.Symbol) -> Iterator[Node]:
 
 
 def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy,
-          kernels: Optional[AbstractSet[str]],
+          device: Optional[DeviceProfile],
           force_fp32: Optional[str] = None, params: AbstractSet[str] = frozenset(),
           free: Optional[list[bool]] = None) -> OpDecision:
     """The core's decision for node ``n`` given its input dtypes (non-floats count as None);
     ``params``: the graph inputs that are parameters (the planner's promote rule reads it);
     ``free``: which inputs have no dtype of their own yet (the planner's free rule)."""
     return plan_op(policy, "mxnet", n.op, [d if d in FLOATS else None for d in dtypes],
-                   lowp_kernels=kernels, attrs=n.attrs, force_fp32=force_fp32,
+                   device=device, attrs=n.attrs, force_fp32=force_fp32,
                    input_names=input_names(n.op),
                    param_inputs=[e in params for e in n.inputs] if params else None,
                    free=free)
 
 
-def _kernels(ctx: Optional[mx.Context], policy: Policy) -> Optional[AbstractSet[str]]:
-    """The ops with a ``policy.dtype`` kernel on ``ctx``; None (every op) without a device."""
-    return None if ctx is None else KernelSet(ctx, policy.dtype)
+def _device(ctx: Optional[mx.Context], policy: Policy) -> Optional[DeviceProfile]:
+    """What ``ctx`` runs in ``policy.dtype`` (inference); None (every op) without a device."""
+    return None if ctx is None else device_profile(ctx, policy, training=False)
 
 
 def plan_graph(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
@@ -83,14 +84,14 @@ def plan_graph(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     in bf16, as it runs (type inference on the uncast graph would say float32).
     """
     bare = mx.sym.load_json(sym.tojson())  # tojson() drops amp_cast/amp_multicast nodes
-    return _rewrite(bare, known, policy, ctx, frozenset(), _kernels(ctx, policy), {},
+    return _rewrite(bare, known, policy, ctx, frozenset(), _device(ctx, policy), {},
                     frozenset(), frozenset())[3]
 
 
 def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
             ctx: Optional[mx.Context],
             excluded: frozenset[str] = frozenset(),
-            kernels: Optional[AbstractSet[str]] = None,
+            device: Optional[DeviceProfile] = None,
             optional_params: AbstractSet[str] = frozenset(),
             keep_casts: bool = False,
             params: AbstractSet[str] = frozenset(),
@@ -100,8 +101,8 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     ``keep_casts``: the ``amp_cast``/``amp_multicast`` nodes already in ``sym`` are the
     user's and stay (a symbol given to ``convert_symbol``); else they are dropped (the
     casts ``init`` put in a traced graph, planned again here).
-    ``kernels``: the ops with a ``policy.dtype`` kernel; by default probed on ``ctx``, and
-    with ``ctx`` None every op has one: a device-free graph transform (what the user asked
+    ``device``: what the device runs in ``policy.dtype``; by default probed on ``ctx``, and
+    with ``ctx`` None every op has a kernel: a device-free graph transform (what the user asked
     for, as the native ``convert_symbol`` gives, whatever this machine runs).
     ``params``: the inputs that are parameters (weights), so that a promote op casts a
     float32 parameter down beside a low activation rather than the activation up.
@@ -129,15 +130,15 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     """
     if not keep_casts:
         sym = mx.sym.load_json(sym.tojson())  # drops amp_cast nodes a traced graph may have
-    kernels = _kernels(ctx, policy) if kernels is None else kernels
+    device = _device(ctx, policy) if device is None else device
     heads = _float32_heads(sym, {k: v for k, v in known.items() if k not in free_params})
-    out, uses, took, plan = _rewrite(sym, known, policy, ctx, excluded, kernels, {}, params,
+    out, uses, took, plan = _rewrite(sym, known, policy, ctx, excluded, device, {}, params,
                                      free_params, heads)
     declared = {p: next(iter(u)) for p, u in uses.items()
                 if (p in optional_params or p in took) and len(u) == 1
                 and next(iter(u)) in LOW_DTYPES}
     if declared:  # again, with those parameters already in their low dtype
-        out, _, _, plan = _rewrite(sym, {**known, **declared}, policy, ctx, excluded, kernels,
+        out, _, _, plan = _rewrite(sym, {**known, **declared}, policy, ctx, excluded, device,
                                    declared, params, free_params, heads)
     if ctx is not None:
         for d in plan:
@@ -160,7 +161,7 @@ def _float32_heads(sym: mx.sym.Symbol, known: Mapping[str, str]) -> frozenset[st
                      if h not in inputs and (t is None or dtype_name(t) == "float32"))
 
 
-def _rewrite(sym, known, policy, ctx, excluded, kernels, low_params, params, free_params,
+def _rewrite(sym, known, policy, ctx, excluded, device, low_params, params, free_params,
              float32_heads=frozenset()):
     """``rewrite`` proper (``float32_heads``: the outputs handed back in float32); also
     returns {parameter: the dtypes its consumers read it in} ("raw" when one reads it
@@ -197,7 +198,7 @@ def _rewrite(sym, known, policy, ctx, excluded, kernels, low_params, params, fre
                 continue
             ins = list(n.inputs)
             free = [e in free_params for e in ins]
-            d = _plan(n, [dtype.get(e) for e in ins], policy, kernels,
+            d = _plan(n, [dtype.get(e) for e in ins], policy, device,
                       force_fp32="excluded by the caller" if n.name in excluded else None,
                       params=params, free=free)
             takes = [f and d.category == "follow" and c is None and not r and not k

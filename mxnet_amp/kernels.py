@@ -22,7 +22,8 @@ import mxnet as mx
 from mxnet import autograd
 from mxnet import ndarray as nd
 
-from amp_adapters import OpDecision
+from amp_adapters import OpDecision, Policy
+from amp_adapters.device import DeviceProfile
 from amp_adapters.fallback import FallbackNotices
 from amp_adapters.quiet import stderr_silenced
 
@@ -163,6 +164,14 @@ class KernelSet(collections.abc.Set):
         return sum(1 for _ in self)
 
 
+def device_profile(ctx: mx.Context, policy: Policy, training: bool) -> DeviceProfile:
+    """What ``ctx``'s device runs in ``policy.dtype`` (``amp_adapters.device``): the ops
+    whose kernel runs there, forward and, for ``training``, backward (probed lazily,
+    ``KernelSet``). MXNet picks oneDNN by itself, so no op needs a route asked for."""
+    return DeviceProfile(KernelSet(ctx, policy.dtype, backward=training),
+                         training=training)
+
+
 _notices = FallbackNotices("mxnet_amp")
 
 
@@ -187,7 +196,7 @@ def lowp_kernels(device: str, dtype: str) -> frozenset[str]:
     """Op names with a ``dtype`` kernel on ``device`` ('CPU' or 'GPU'), forward and backward:
     the GEMM/conv recipes and the ops the native default lists lower (``amp-adapters info``).
     No GPU: empty."""
-    from amp_adapters import Policy, effective_lists
+    from amp_adapters import effective_lists
     if device.upper() == "GPU":
         if mx.context.num_gpus() == 0:
             return frozenset()

@@ -42,7 +42,7 @@ from ._mx import _BF16, _ND_AMP_CAST, cast, dtype_name, input_names, unpatched
 from amp_adapters.policy import PolicyLike, resolve_policy
 from .graph import nodes
 from .active import active_policy
-from .kernels import KernelSet, has_mp_update
+from .kernels import device_profile, has_mp_update
 from .report import block_context
 
 def master_update(dtype: str, ctx: mx.Context) -> str:
@@ -98,8 +98,8 @@ def cast_params(block: HybridBlock, num_inputs: int = 1, *,
         raise AmpConfigError(f"cast_params stores parameters low for level O2; the policy is "
                              f"level {chosen.level} (use policy='O2' or 'O2-bf16')")
     uses = param_uses(block, num_inputs)
-    kernels = KernelSet(ctx or block_context(block), chosen.dtype, backward=True)
-    plan = plan_params(chosen, "mxnet", uses, lowp_kernels=kernels)
+    device = device_profile(ctx or block_context(block), chosen, training=True)
+    plan = plan_params(chosen, "mxnet", uses, device=device)
     params = block.collect_params()
     for name in sorted(plan.low):
         p = params[name]

@@ -43,7 +43,7 @@ from ._mx import (_local, bypassed, call_unpatched, cast, fc_needs_split, fc_spl
 from .active import active_policy, set_policy
 from .config import init_policy
 from . import traced
-from .kernels import KernelSet, forget_fallback_logs, log_fallback
+from .kernels import device_profile, forget_fallback_logs, log_fallback
 from .scaling import forget_loss_output_trainer, loss_output_scale
 
 logger = logging.getLogger("mxnet_amp")
@@ -279,7 +279,7 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
         attrs = {k: v for k, v in kwargs.items() if not isinstance(v, _TENSORS)}
         attrs.update((name, a) for name, a in zip(arg_names, args)  # attributes by position
                      if not isinstance(a, (_TENSORS, list, tuple)))
-        d = plan_op(policy, "mxnet", op, dtypes, lowp_kernels=KernelSet(ctx, policy.dtype, backward=True),
+        d = plan_op(policy, "mxnet", op, dtypes, device=device_profile(ctx, policy, training=True),
                     attrs=attrs, input_names=names)
         if d.emulated or d.fell_back:
             log_fallback(op, ctx, d)

@@ -17,7 +17,7 @@ from amp_adapters.dtypes import dtype_name
 from . import ir as program_ir
 from .config import native_policy
 from .env import DTYPE_OF, current_device, from_low, to_low
-from .kernels import kernel_sets, plain_cast_readers
+from .kernels import device_profile
 from .lists import check_amp_dtype, check_lists
 from .report import record
 from .rewrite import Rewriter
@@ -36,10 +36,9 @@ def cast_model(program, amp_lists=None, use_guard: bool = True, dtype: str = "fl
     the parameters declared ``dtype`` (convert them with ``cast_parameters``)."""
     lists = check_lists(amp_lists, dtype)
     policy = native_policy(lists, dtype, level.upper(), use_promote)
-    device, pir = current_device(), program_ir.of(program).pir
-    kernels, onednn = kernel_sets(device, dtype, pir)
-    rewriter = Rewriter(policy, kernels, use_guard, frozenset(lists.black_varnames or ()),
-                        onednn, plain_casts_before=plain_cast_readers(device, dtype, pir))
+    profile = device_profile(current_device(), dtype, program_ir.of(program).pir,
+                             training=False)
+    rewriter = Rewriter(policy, profile, use_guard, frozenset(lists.black_varnames or ()))
     low = rewriter.low_params(program)
     rewriter.set_low_params(program, low)
     record(program, rewriter.rewrite(program))

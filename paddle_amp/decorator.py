@@ -18,6 +18,7 @@ import paddle
 from paddle.base import core, framework
 
 from amp_adapters import CastReport, LossScale, ParamPlan, Policy
+from amp_adapters.device import DeviceProfile
 from amp_adapters.errors import check_flag
 
 from .amp_nn import check_finite_and_unscale, update_loss_scaling  # noqa: F401 (native names)
@@ -27,7 +28,7 @@ from .config import resolve_decorate
 from .env import current_device, expected_place, require_static
 from .fp16_utils import update_role_var_grad  # noqa: F401 (a native name)
 from .function_overload import FunctionType, overload  # noqa: F401 (native names)
-from .kernels import kernel_sets, plain_cast_readers, slow_broadcast_grads
+from .kernels import device_profile
 from .lists import AutoMixedPrecisionLists, check_amp_dtype, check_lists  # noqa: F401
 from .masters import EMULATED_LABEL, NATIVE_LABEL, MasterWeights
 from .report import cast_report, record
@@ -75,12 +76,11 @@ class OptimizerWithMixedPrecision:
     def _new_rewriter(self, ir) -> Rewriter:
         """A rewriter on the kernels of this device for a program in ``ir``, for training."""
         if not self.policy.enabled:
-            return Rewriter(self.policy, frozenset(), self._use_guard, self._black_varnames)
-        device, dtype = current_device(), self.policy.dtype
-        kernels, onednn = kernel_sets(device, dtype, ir.pir)
-        return Rewriter(self.policy, kernels, self._use_guard, self._black_varnames, onednn,
-                        slow_broadcast_grads(device, dtype, ir.pir),
-                        plain_cast_readers(device, dtype, ir.pir))
+            return Rewriter(self.policy, DeviceProfile(frozenset()),
+                            self._use_guard, self._black_varnames)
+        return Rewriter(self.policy, device_profile(current_device(), self.policy.dtype,
+                                                    ir.pir, training=True),
+                        self._use_guard, self._black_varnames)
 
     def backward(self, loss, startup_program=None, parameter_list=None, no_grad_set=None,
                  callbacks=None):
@@ -218,7 +218,8 @@ class OptimizerWithMixedPrecision:
         if test_program is not None and not derived and (
                 self.policy.level == "O2" or use_fp16_test):
             # the same kernels, fresh notices; no gradient here, so no slow one to keep off
-            rewriter = dataclasses.replace(self._rewriter, slow_grads=frozenset())
+            rewriter = dataclasses.replace(self._rewriter,
+                                           device=self._rewriter.device.for_inference())
             with paddle.static.program_guard(test_program):
                 rewriter.set_low_params(test_program, self._low_params)
                 record(test_program, rewriter.rewrite(test_program))

@@ -46,6 +46,7 @@ import numpy as np
 import paddle
 from paddle.base import core
 
+from amp_adapters.device import DeviceProfile
 from amp_adapters.quiet import stderr_silenced
 
 from .env import VARTYPE_OF, from_low, to_low
@@ -62,12 +63,17 @@ def lowp_kernels(device: str, dtype: str, pir: bool = False) -> frozenset[str]:
     return plain_kernels(device, dtype) | onednn_kernels(device, dtype, pir)
 
 
-def kernel_sets(device: str, dtype: str, pir: bool = False) -> tuple[frozenset[str],
-                                                                     frozenset[str]]:
-    """(ops with a ``dtype`` kernel on ``device``, those of them to send to oneDNN, which
-    programs in both IRs reach: ``ProgramIR.use_onednn``) for a program in the legacy IR
-    or, with ``pir``, in PIR."""
-    return lowp_kernels(device, dtype, pir), onednn_kernels(device, dtype, pir)
+def device_profile(device: str, dtype: str, pir: bool = False, training: bool = True,
+                   costs=None) -> DeviceProfile:
+    """What ``device`` runs in ``dtype`` for a program in the legacy IR or, with ``pir``, in
+    PIR (``amp_adapters.device``): the kernels (``lowp_kernels``), the oneDNN route
+    (``onednn_kernels``), the casts kept plain (``plain_cast_readers``) and, for
+    ``training``, the slow broadcast gradients (``slow_broadcast_grads``); ``costs``: the
+    measured-speed lookup (``Policy.speed == "measured"``)."""
+    return DeviceProfile(
+        lowp_kernels(device, dtype, pir), onednn_kernels(device, dtype, pir),
+        slow_broadcast_grads(device, dtype, pir) if training else frozenset(),
+        plain_cast_readers(device, dtype, pir), training=training, costs=costs)
 
 
 @functools.lru_cache(maxsize=None)

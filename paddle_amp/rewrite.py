@@ -16,14 +16,14 @@ emulation, what to round. This module carries that out, in one pass:
   rounds its outputs through the low dtype (two casts each, once per value),
   so values and, through the casts' gradients, gradients carry fp16 rounding,
   overflow and underflow;
-- an op lowered to a dtype whose kernel here is oneDNN's (bf16 on a CPU; ``onednn``)
-  gets the attributes that send it there (``ProgramIR.use_onednn``), as natively; so do
+- an op lowered to a dtype whose kernel here is oneDNN's (bf16 on a CPU;
+  ``DeviceProfile.route``) gets the attributes that send it there (``ProgramIR.use_onednn``), as natively; so do
   the casts between float32 and bf16 the program gets, where oneDNN casts here (its
   reorder is several times faster than Paddle's plain cast, which on 2.6.2 also
   truncates instead of rounding to nearest even);
-- in training, an op of ``slow_grads`` with an operand of fewer dimensions than its
-  result (a Linear's weight on a batch of sequences, a bias) stays float32: its low
-  gradient would sum over the extra dimensions on a reference implementation here;
+- each op's operand shapes go to the planner (``ShapeClass``): the device profile's
+  rules (a slow gradient of a broadcast operand, in training) and measured speed read
+  them;
 - a control-flow op's blocks are left in fp32: low-precision values it reads
   are cast back to fp32 (inside its blocks too).
 """
@@ -34,6 +34,7 @@ import dataclasses
 from typing import AbstractSet, Any, Optional
 
 from amp_adapters import CastReport, OpDecision, ParamPlan, Policy, plan_op, plan_params
+from amp_adapters.device import DeviceProfile, ShapeClass
 from amp_adapters.dtypes import FLOAT_DTYPES, LOW_DTYPES
 from amp_adapters.fallback import FallbackNotices
 from amp_adapters.oplists import passes_through
@@ -46,27 +47,26 @@ _DEVICE = "this device"  # the kernels set was probed on the place the program w
 
 @dataclasses.dataclass
 class Rewriter:
-    """Rewrites the global block of programs (either IR) under one policy on one device's
-    kernels.
+    """Rewrites the global block of programs (either IR) under one policy on one device.
 
+    ``device``: what the device runs in the low dtype (``kernels.device_profile``, for the
+    program's IR; None: every op has a kernel). An op lowered on the oneDNN route gets
+    the oneDNN attributes; with ``cast`` on that route, so do the casts between float32
+    and bf16 this rewrite inserts, but for those in front of an op of
+    ``device.plain_casts_before``.
     ``use_guard``: only ops built inside ``fp16_guard()`` may leave fp32.
     ``black_varnames``: ops reading or writing these vars run in fp32.
-    ``onednn``: the ops of ``kernels`` whose low kernel here is oneDNN's (``kernels.kernel_sets``
-    for the program's IR); lowered, they get the oneDNN attributes; with ``cast`` among
-    them, so do the casts between float32 and bf16 this rewrite inserts, but for those in
-    front of an op of ``plain_casts_before`` (``kernels.plain_cast_readers``).
-    ``slow_grads``: for a training program, the ops whose low gradient for an operand of
-    fewer dimensions than the result runs a reference implementation here
-    (``kernels.slow_broadcast_grads``); such an instance runs in float32.
     """
 
     policy: Policy
-    kernels: Optional[AbstractSet[str]]  # ops with a low kernel on the device; None: all (GPU)
+    device: Optional[DeviceProfile]
     use_guard: bool = False
     black_varnames: AbstractSet[str] = frozenset()
-    onednn: AbstractSet[str] = frozenset()
-    slow_grads: AbstractSet[str] = frozenset()
-    plain_casts_before: AbstractSet[str] = frozenset()
+
+    @property
+    def kernels(self) -> Optional[AbstractSet[str]]:
+        """The ops with a low kernel here (None: every op)."""
+        return None if self.device is None else self.device.kernels
 
     def __post_init__(self) -> None:
         self._notices = FallbackNotices("paddle_amp")  # each op type warns once per decorate
@@ -74,8 +74,9 @@ class Rewriter:
     def _ir(self, program) -> ProgramIR:
         ir = program_ir.of(program)
         ir.prepare(self.use_guard, self.black_varnames)
-        if "cast" in self.onednn:  # faster, and rounds to nearest even where 2.6.2's does not
-            ir.use_onednn_casts(self.plain_casts_before)
+        if self.device is not None and self.device.route("cast") == "onednn":
+            # faster, and rounds to nearest even where 2.6.2's does not
+            ir.use_onednn_casts(self.device.plain_casts_before)
         return ir
 
     # -- decisions ---------------------------------------------------------------------------
@@ -93,31 +94,25 @@ class Rewriter:
         """The core's decision for ``op`` given the current dtypes of its input ``slots``."""
         op_type = ir.op_type(op)
         dtypes = [ir.dtype(s.value) if s.cast else None for s in slots]
-        decision = plan_op(self.policy, "paddle", op_type, dtypes, lowp_kernels=self.kernels,
+        decision = plan_op(self.policy, "paddle", op_type, dtypes, device=self.device,
+                           shape=self._shape(ir, op, slots),
                            attrs=ir.attrs(op), force_fp32=force_fp32 or self._forced_fp32(ir, op),
                            input_names=[s.name for s in slots],
-                           param_inputs=[self._is_param(ir, s.value) for s in slots],
-                           kernel_refused=self._slow_grad(ir, op, slots))
+                           param_inputs=[self._is_param(ir, s.value) for s in slots])
         self._notices.note(op_type, _DEVICE, decision)
         return decision
 
-    def _slow_grad(self, ir: ProgramIR, op, slots: Optional[list[Slot]] = None
-                   ) -> Optional[str]:
-        """Why ``op`` keeps off its low kernel in training: an op of ``slow_grads`` with a
-        floating operand of fewer dimensions than its result, whose gradient sums over the
-        rest. Ranks only (a rank of 0 or None counts as unknown): an operand broadcast at
-        the same rank (a bias shaped [1, C, 1, 1]) is not seen. O2's parameter plan asks
-        the same (``ParamUse.kernel_refused``): a parameter read only by such ops is stored
-        in float32, as they run."""
-        if ir.op_type(op) not in self.slow_grads:
+    def _shape(self, ir: ProgramIR, op, slots: Optional[list[Slot]] = None
+               ) -> Optional[ShapeClass]:
+        """The shape class of ``op``'s floating operands and the rank of its result, for the
+        device profile (its broadcast-gradient rule, measured speed); None without a device
+        that reads it. O2's parameter plan asks the same (``ParamUse.shape``)."""
+        if self.device is None or (not self.device.slow_broadcast_grads
+                                   and self.policy.speed != "measured"):
             return None
         result = max((ir.rank(v) or 0 for v in ir.float_outputs(op, ())), default=0)
         slots = ir.slots(op) if slots is None else slots
-        if not any(0 < (ir.rank(s.value) or 0) < result for s in _floating(ir, slots)):
-            return None
-        return (f"its {self.policy.dtype} gradient sums an operand of fewer dimensions than "
-                "its result over the others on a reference implementation here, or fails "
-                "(oneDNN's log of a probe): slower than float32")
+        return ShapeClass.of([ir.shape(s.value) for s in _floating(ir, slots)], result or None)
 
     def _is_param(self, ir: ProgramIR, value) -> bool:
         """A parameter, or a parameter's values moved by ops that only move values (a conv
@@ -139,8 +134,8 @@ class Rewriter:
         its forward readers; an op in a control-flow block runs in float32."""
         ir = self._ir(program)
         uses = ir.param_uses(lambda op: self._forced_fp32(ir, op),
-                             lambda op: self._slow_grad(ir, op))
-        return plan_params(self.policy, "paddle", uses, lowp_kernels=self.kernels)
+                             lambda op: self._shape(ir, op))
+        return plan_params(self.policy, "paddle", uses, device=self.device)
 
     def low_params(self, program, optimizer_type: Optional[str] = None) -> frozenset[str]:
         """O2: the parameters stored in the low dtype (see ``param_plan``); none when
@@ -203,7 +198,7 @@ class Rewriter:
         src = self._origin.get(ir.key(value), value)
         if ir.dtype(src) == target:
             return src
-        plain = bool(self.plain_casts_before) and ir.op_type(before) in self.plain_casts_before
+        plain = self.device is not None and ir.op_type(before) in self.device.plain_casts_before
         key = (ir.key(src), target, plain)
         if key not in self._cast_of:
             out = self._cast_of[key] = ir.cast(before, src, target, plain)
@@ -235,7 +230,8 @@ class Rewriter:
         kernel here is oneDNN's there."""
         if d.run_dtype is None:
             return
-        if d.run_dtype in LOW_DTYPES and ir.op_type(op) in self.onednn:
+        if d.run_dtype in LOW_DTYPES and self.device is not None and \
+                self.device.route(ir.op_type(op)) == "onednn":
             ir.use_onednn(op)
             # oneDNN's bf16 matmul_grad (Paddle 2.6.2 and 3.3.1) dies (SIGSEGV) when an input
             # needs no gradient (a data input, a frozen weight): the casts this rewrite put

@@ -27,6 +27,7 @@ from typing import (AbstractSet, Any, Callable, ContextManager, Hashable, Iterab
                     Mapping, Optional, Protocol, runtime_checkable)
 
 from amp_adapters import ParamUse
+from amp_adapters.device import ShapeClass
 from amp_adapters.loss_scale import ArrayOps, LossScaleConfig
 from amp_adapters.report import GraphCasts
 
@@ -85,6 +86,7 @@ class ProgramIR(Protocol):
     # -- values
     def dtype(self, value: Any) -> Optional[str]: ...
     def rank(self, value: Any) -> Optional[int]: ...  # its number of dimensions, if known
+    def shape(self, value: Any) -> Optional[tuple[Optional[int], ...]]: ...  # -1: None
     def key(self, value: Any) -> Hashable: ...
     def holds_var(self, name: str) -> bool: ...  # a persistable ``name`` (a clone's state)
     def is_param(self, value: Any) -> bool: ...  # a parameter (weights, biases)
@@ -106,9 +108,10 @@ class ProgramIR(Protocol):
     def control_flow_slots(self, op: Any) -> list[Slot]: ...  # its inputs, what its blocks read
     def is_cast(self, op: Any) -> bool: ...
     def param_uses(self, forced: Callable[[Any], Optional[str]],
-                   refused: Callable[[Any], Optional[str]]) -> dict[str, list[ParamUse]]:
+                   shape_of: Callable[[Any], Optional[ShapeClass]]
+                   ) -> dict[str, list[ParamUse]]:
         """O2: how the forward ops read each parameter (``forced``: why an op runs fp32;
-        ``refused``: why it keeps off its low kernel, ``ParamUse.kernel_refused``)."""
+        ``shape_of``: the shape class of its operands, ``ParamUse.shape``)."""
 
     def end_forward(self) -> None: ...  # the ops built so far are the forward pass
     def graph_casts(self) -> Optional[GraphCasts]: ...  # the forward pass's cast ops
@@ -126,7 +129,7 @@ class ProgramIR(Protocol):
     def retype(self, op: Any, value: Any, dtype: str) -> None: ...
     def round_output(self, op: Any, value: Any, low: str) -> Any: ...  # what readers now read
     def set_param_dtype(self, names: AbstractSet[str], dtype: str) -> None: ...
-    pir: bool  # a PIR program: oneDNN kernels are probed in one (``kernels.kernel_sets``)
+    pir: bool  # a PIR program: oneDNN kernels are probed in one (``kernels.device_profile``)
     def use_onednn(self, op: Any) -> None: ...  # send a lowered op there
     # from now on, casts float32<->bf16 built go there, but those reading the gradient of an
     # op of ``plain_readers`` (O2's master gradients; the rewrite passes ``cast(plain=True)``

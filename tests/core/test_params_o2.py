@@ -3,6 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from amp_adapters.device import DeviceProfile
 from amp_adapters import ParamUse, Policy, plan_params
 
 O2 = Policy.preset("O2")
@@ -43,8 +44,8 @@ def test_one_fp32_reader_keeps_a_shared_parameter_fp32():
 
 def test_no_kernel_keeps_fp32_unless_emulated():
     uses = {"w": [ParamUse("FullyConnected")]}
-    assert plan_params(O2, "mxnet", uses, lowp_kernels=CPU_MX).fp32 == {"w"}
-    plan = plan_params(O2_EMU, "mxnet", uses, lowp_kernels=CPU_MX)
+    assert plan_params(O2, "mxnet", uses, device=DeviceProfile(CPU_MX)).fp32 == {"w"}
+    plan = plan_params(O2_EMU, "mxnet", uses, device=DeviceProfile(CPU_MX))
     assert plan.low == {"w"} and "EMULATED" in plan.reasons["w"]
 
 
@@ -87,11 +88,11 @@ def test_bias_reshaped_for_an_fp32_add_stays_fp32(fw, reshape, add):
     float32 when the add has no low kernel here (it used to be stored low, since the
     reshape itself has one, and cast back before each add)."""
     uses = {"b": [ParamUse(reshape, then=(ParamUse(add, slot="Y"),))]}
-    cpu = plan_params(O2, fw, uses, lowp_kernels=frozenset({reshape}))
+    cpu = plan_params(O2, fw, uses, device=DeviceProfile(frozenset({reshape})))
     assert cpu.fp32 == {"b"}
     assert f"through {reshape} by {add}, which runs in float32" in cpu.reasons["b"]
-    assert plan_params(O2, fw, uses, lowp_kernels=None).low == {"b"}
-    assert plan_params(O2, fw, uses, lowp_kernels=frozenset({reshape, add})).low == {"b"}
+    assert plan_params(O2, fw, uses, device=DeviceProfile(None)).low == {"b"}
+    assert plan_params(O2, fw, uses, device=DeviceProfile(frozenset({reshape, add}))).low == {"b"}
 
 
 def test_pass_through_chains_and_their_own_kernel_count():
@@ -100,7 +101,7 @@ def test_pass_through_chains_and_their_own_kernel_count():
     assert plan.fp32 == {"w"} and "through transpose2, reshape2 by softmax" in plan.reasons["w"]
     # the pass-through op runs in the parameter's dtype too: it needs its own low kernel
     moved = {"w": [ParamUse("reshape2", then=(ParamUse("matmul_v2"),))]}
-    assert plan_params(O2, "paddle", moved, lowp_kernels=frozenset({"matmul_v2"})).fp32 == {"w"}
+    assert plan_params(O2, "paddle", moved, device=DeviceProfile(frozenset({"matmul_v2"}))).fp32 == {"w"}
 
 
 def test_readers_of_a_computing_op_are_not_looked_through():

@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from amp_adapters.device import DeviceProfile
 from amp_adapters import AmpConfigError, OpLists, Policy, categorize, effective_lists, plan_op, widest
 from amp_adapters.oplists import load_table
 
@@ -55,9 +56,9 @@ some_ops = st.sampled_from(["elementwise_add", "concat", "matmul_v2", "softmax",
 def test_order_of_inputs_never_changes_the_decision(op, dtypes, emulate, preset):
     policy = Policy.preset(preset, emulate=emulate)
     kernels = frozenset({"elementwise_add", "concat", "relu"})
-    first = plan_op(policy, "paddle", op, dtypes, lowp_kernels=kernels)
+    first = plan_op(policy, "paddle", op, dtypes, device=DeviceProfile(kernels))
     for perm in itertools.permutations(range(len(dtypes))):
-        d = plan_op(policy, "paddle", op, [dtypes[i] for i in perm], lowp_kernels=kernels)
+        d = plan_op(policy, "paddle", op, [dtypes[i] for i in perm], device=DeviceProfile(kernels))
         assert (d.run_dtype, d.emulated, d.category) == (first.run_dtype, first.emulated,
                                                          first.category)
         assert d.casts == tuple(first.casts[i] for i in perm)
@@ -73,20 +74,20 @@ def test_widest_is_symmetric_and_the_maximum(dtypes):
 
 
 def test_no_kernel_on_this_device_stays_fp32_and_says_why():
-    d = plan_op(O1, "mxnet", "FullyConnected", (F32, F32, F32), lowp_kernels=frozenset())
+    d = plan_op(O1, "mxnet", "FullyConnected", (F32, F32, F32), device=DeviceProfile(frozenset()))
     assert (d.category, d.run_dtype, d.casts, d.emulated) == ("lower", F32, (None,) * 3, False)
     assert d.fell_back and not plan_op(O1, "mxnet", "FullyConnected", (F32, F32)).fell_back
     assert "no float16 kernel for FullyConnected on this device" in d.reason
 
 
 def test_follow_op_without_kernel_casts_low_input_up():
-    d = plan_op(O1, "paddle", "relu", (F16,), lowp_kernels=frozenset({"scale"}))
+    d = plan_op(O1, "paddle", "relu", (F16,), device=DeviceProfile(frozenset({"scale"})))
     assert (d.run_dtype, d.casts) == (F32, (F32,))
 
 
 def test_emulation_is_a_decision():
     policy = Policy.preset("O1", emulate=True)
-    d = plan_op(policy, "mxnet", "FullyConnected", (F32, F32), lowp_kernels=frozenset())
+    d = plan_op(policy, "mxnet", "FullyConnected", (F32, F32), device=DeviceProfile(frozenset()))
     assert (d.run_dtype, d.emulated, d.low_dtype) == (F32, True, F16)
     assert "EMULATED float16" in d.reason
     # with a kernel, the real thing runs: no emulation
@@ -192,7 +193,7 @@ def test_a_free_input_takes_a_follow_ops_dtype_and_is_never_cast():
     assert (fixed.run_dtype, fixed.casts) == (F32, (F32, None, None))  # fixed fp32 weight
     # no low kernel here: float32, and still no cast of the free weight
     d = plan_op(p, "mxnet", "FullyConnected", (F16, F32, F32), free=(False, True, True),
-                lowp_kernels=frozenset())
+                device=DeviceProfile(frozenset()))
     assert (d.run_dtype, d.fell_back, d.casts) == (F32, True, (F32, None, None))
     # other categories cast every input as before
     d = plan_op(native, "mxnet", "FullyConnected", (F32, F32, F32), free=(False, True, True))

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from amp_adapters.device import DeviceProfile
 from amp_adapters import UNKNOWN, Policy, attrs_read, plan_op
 
 O1, O2 = Policy.preset("O1"), Policy.preset("O2")
@@ -50,7 +51,7 @@ ROWS = [
 @pytest.mark.parametrize("policy,op,dtypes,names,kernels,casts,multicast,rin,rout,run", ROWS)
 def test_complete_answer(policy, op, dtypes, names, kernels, casts, multicast, rin, rout, run):
     fw = "paddle" if op == "layer_norm" else "mxnet"
-    d = plan_op(policy, fw, op, dtypes, lowp_kernels=kernels, input_names=names)
+    d = plan_op(policy, fw, op, dtypes, device=DeviceProfile(kernels), input_names=names)
     assert (d.casts, d.multicast, d.round_inputs, d.round_outputs, d.run_dtype) == (
         casts, multicast, rin, rout, run)
     assert d.needs_action == (any(c is not None for c in casts) or multicast or any(rin)
@@ -68,9 +69,9 @@ def test_kept_slots_are_reported_as_never_cast():
 
 
 def test_device_dependent_only_when_kernels_took_part():
-    assert plan_op(O1, "mxnet", "FullyConnected", (F32,), lowp_kernels=NONE).device_dependent
+    assert plan_op(O1, "mxnet", "FullyConnected", (F32,), device=DeviceProfile(NONE)).device_dependent
     assert plan_op(O1, "mxnet", "FullyConnected", (F32,)).device_dependent
-    assert not plan_op(O1, "mxnet", "softmax", (F16,), lowp_kernels=NONE).device_dependent
+    assert not plan_op(O1, "mxnet", "softmax", (F16,), device=DeviceProfile(NONE)).device_dependent
     assert not plan_op(Policy.preset("O0"), "mxnet", "FullyConnected", (F32,)).device_dependent
 
 
@@ -90,7 +91,7 @@ dtype = st.sampled_from([F16, BF16, F32, "float64", None, U])
        st.lists(dtype, min_size=1, max_size=4), st.sampled_from([O1, O2, EMU]),
        st.sampled_from([None, NONE]))
 def test_a_kept_or_non_floating_input_is_never_touched(op, dtypes, policy, kernels):
-    d = plan_op(policy, "mxnet", op, dtypes, lowp_kernels=kernels)
+    d = plan_op(policy, "mxnet", op, dtypes, device=DeviceProfile(kernels))
     for dt, c, r in zip(d.input_dtypes, d.casts, d.round_inputs):
         if dt not in (F16, BF16, F32, U):
             assert c is None and not r

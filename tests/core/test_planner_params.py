@@ -4,6 +4,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from amp_adapters.device import DeviceProfile, ShapeClass
 from amp_adapters import UNKNOWN, Policy, plan_op
 
 F32, F16, BF16 = "float32", "float16", "bfloat16"
@@ -62,30 +63,37 @@ def test_order_of_inputs_never_changes_the_decision_with_parameters(inputs, pres
 
 def test_execution_says_kernel_emulated_fell_back_or_planned():
     fc = ("FullyConnected", (F32, F32, F32))
-    assert plan_op(BF, "mxnet", *fc, lowp_kernels={"FullyConnected"}).execution == "kernel"
-    assert plan_op(BF, "mxnet", *fc, lowp_kernels=set()).execution == "fell back"
+    assert plan_op(BF, "mxnet", *fc, device=DeviceProfile({"FullyConnected"})).execution == "kernel"
+    assert plan_op(BF, "mxnet", *fc, device=DeviceProfile(set())).execution == "fell back"
     assert plan_op(BF.with_emulation(True), "mxnet", *fc,
-                   lowp_kernels=set()).execution == "emulated"
+                   device=DeviceProfile(set())).execution == "emulated"
     assert plan_op(BF, "mxnet", *fc).execution == "planned"  # no device was asked
     assert plan_op(BF, "mxnet", "softmax", (F32,)).execution is None  # not planned low
 
 
 def test_a_refused_kernel_runs_as_a_missing_one_with_the_reason_given():
-    """``kernel_refused``: the backend found this op's low kernel slow here (Paddle: its
-    gradient on a reference implementation); it falls back, or is emulated, saying why."""
+    """``DeviceProfile.refusal``: in training, an op whose low gradient of a broadcast operand
+    runs on a reference implementation here keeps off its kernel at such a shape; it falls
+    back, or is emulated, saying why; at a shape without broadcast it runs low."""
     fc = ("FullyConnected", (F32, F32, F32))
-    why = "its gradient runs on a reference implementation here"
-    d = plan_op(BF, "mxnet", *fc, lowp_kernels={"FullyConnected"}, kernel_refused=why)
+    slow = DeviceProfile({"FullyConnected"}, slow_broadcast_grads={"FullyConnected"},
+                         training=True)
+    seq = ShapeClass.of([(8, 16, 32), (64, 32), (64,)], result_rank=3)  # a batch of sequences
+    why = "gradient sums an operand of fewer dimensions than its result"
+    d = plan_op(BF, "mxnet", *fc, device=slow, shape=seq)
     assert (d.run_dtype, d.execution, d.casts) == ("float32", "fell back", (None,) * 3)
-    assert d.reason.endswith(f"; {why}: runs in float32") and d.kernel_refused
+    assert why in d.reason and d.reason.endswith(": runs in float32") and d.kernel_refused
     assert not d.lacks_kernel  # what the warnings and the demo's "(fp32 fallback)" read
-    missing = plan_op(BF, "mxnet", *fc, lowp_kernels=set())
+    assert plan_op(BF, "mxnet", *fc, device=slow.for_inference(), shape=seq).execution == \
+        "kernel"  # no gradient, nothing slow
+    flat = ShapeClass.of([(8, 32), (64, 32), (64, 32)], result_rank=2)
+    assert plan_op(BF, "mxnet", *fc, device=slow, shape=flat).execution == "kernel"
+    missing = plan_op(BF, "mxnet", *fc, device=DeviceProfile(set()))
     assert missing.lacks_kernel and not missing.kernel_refused
-    e = plan_op(BF.with_emulation(True), "mxnet", *fc, lowp_kernels={"FullyConnected"},
-                kernel_refused=why)
+    e = plan_op(BF.with_emulation(True), "mxnet", *fc, device=slow, shape=seq)
     assert e.execution == "emulated" and why in e.reason
     # an op the policy keeps in float32 anyway has nothing to refuse
-    s = plan_op(BF, "mxnet", "softmax", (F32,), lowp_kernels=set(), kernel_refused=why)
+    s = plan_op(BF, "mxnet", "softmax", (F32,), device=slow, shape=seq)
     assert s.execution is None and why not in s.reason
 
 
@@ -93,9 +101,9 @@ def test_the_report_says_per_op_how_it_ran():
     from amp_adapters import CastReport
     fc = ("FullyConnected", (F32, F32, F32))
     rows = {
-        "real kernel": plan_op(BF, "mxnet", *fc, lowp_kernels={"FullyConnected"}),
-        "no usable bfloat16 kernel": plan_op(BF, "mxnet", *fc, lowp_kernels=set()),
-        "emulated bfloat16": plan_op(BF.with_emulation(True), "mxnet", *fc, lowp_kernels=set()),
+        "real kernel": plan_op(BF, "mxnet", *fc, device=DeviceProfile({"FullyConnected"})),
+        "no usable bfloat16 kernel": plan_op(BF, "mxnet", *fc, device=DeviceProfile(set())),
+        "emulated bfloat16": plan_op(BF.with_emulation(True), "mxnet", *fc, device=DeviceProfile(set())),
     }
     for label, d in rows.items():
         line = CastReport("mxnet", (d,)).format().splitlines()[-1]

@@ -2,6 +2,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from amp_adapters.device import DeviceProfile, ShapeClass
 from amp_adapters import CastReport, Policy, compare, kernel_differences, plan_op
 from amp_adapters.report import GraphCasts
 
@@ -40,7 +41,7 @@ def text_columns(text):
 
 def test_graph_casts_are_the_count_and_round_trips_are_labelled():
     emulate = Policy.preset("O1", emulate=True)
-    d = plan_op(emulate, "paddle", "mul", ("float32", "float32"), lowp_kernels=frozenset())
+    d = plan_op(emulate, "paddle", "mul", ("float32", "float32"), device=DeviceProfile(frozenset()))
     # x -> fp16 -> fp32 (a round trip), w -> fp16 -> fp32, out -> fp16 -> fp32, and one real cast
     casts = [("x", "x.h", "float16"), ("x.h", "x.r", "float32"), ("w", "w.h", "float16"),
              ("w.h", "w.r", "float32"), ("o", "o.h", "float16"), ("o.h", "o.r", "float32"),
@@ -83,17 +84,17 @@ def test_compare_agrees_and_disagrees():
 
 def test_emulated_rows_are_labelled():
     d = plan_op(Policy.preset("O1", emulate=True), "mxnet", "FullyConnected",
-                ("float32", "float32"), lowp_kernels=frozenset())
+                ("float32", "float32"), device=DeviceProfile(frozenset()))
     assert "float32 (emulated float16)" in CastReport("mxnet", (d,)).format()
 
 
 def test_emulated_and_real_low_precision_agree_but_fallback_does_not():
     emulate = Policy.preset("O1", emulate=True)
     emulated = CastReport("mxnet", (plan_op(emulate, "mxnet", "FullyConnected",
-                                            ("float32", "float32"), lowp_kernels=frozenset()),))
+                                            ("float32", "float32"), device=DeviceProfile(frozenset())),))
     real = CastReport("paddle", (plan_op(emulate, "paddle", "fc", ("float32", "float32")),))
     fallback = CastReport("paddle", (plan_op(O1, "paddle", "fc", ("float32", "float32"),
-                                             lowp_kernels=frozenset()),))
+                                             device=DeviceProfile(frozenset())),))
     assert emulated.decisions[0].precision == "float16" == real.decisions[0].precision
     assert compare(emulated, real) == []
     assert compare(emulated, fallback) == [
@@ -106,20 +107,20 @@ def test_kernel_differences_name_ops_real_in_one_report_only():
     bf16 = Policy.preset("O1-bf16", emulate=True)
     here = frozenset({"FullyConnected", "Activation"})
     real = CastReport("mxnet", (plan_op(bf16, "mxnet", "FullyConnected", ("float32",) * 2,
-                                        lowp_kernels=here),
+                                        device=DeviceProfile(here)),
                                 plan_op(bf16, "mxnet", "Activation", ("bfloat16",),
-                                        lowp_kernels=here, attrs={"act_type": "relu"})))
+                                        device=DeviceProfile(here), attrs={"act_type": "relu"})))
     emulated = CastReport("paddle", (plan_op(bf16, "paddle", "mul", ("float32",) * 2,
-                                             lowp_kernels=frozenset()),
+                                             device=DeviceProfile(frozenset())),
                                      plan_op(bf16, "paddle", "relu", ("float32",),
-                                             lowp_kernels=frozenset())))
+                                             device=DeviceProfile(frozenset()))))
     assert real.executions() == {"linear": {"kernel"}, "relu": {"kernel"}}
     assert emulated.executions() == {"matmul": {"emulated"}}
     # linear vs matmul: not the same op, but one model runs real kernels, the other's GEMM none
     assert kernel_differences(real, emulated) == [
         "matmul: paddle runs it emulated; mxnet's model has no such op"]
     paddle_real = CastReport("paddle", (plan_op(bf16, "paddle", "mul", ("float32",) * 2,
-                                                lowp_kernels=frozenset({"mul"})),))
+                                                device=DeviceProfile(frozenset({"mul"}))),))
     assert kernel_differences(paddle_real, emulated) == [
         "matmul: paddle runs it kernel, paddle emulated"]
     assert kernel_differences(paddle_real, paddle_real) == []
@@ -133,21 +134,23 @@ def test_an_op_without_a_kernel_that_the_other_model_lacks_is_a_kernel_differenc
     them), that is no difference: the models are then compared op by op."""
     bf16 = Policy.preset("O1-bf16")
     mx = CastReport("mxnet", (plan_op(bf16, "mxnet", "FullyConnected", ("float32",) * 3,
-                                      lowp_kernels=frozenset({"FullyConnected"})),))
+                                      device=DeviceProfile(frozenset({"FullyConnected"}))),))
     pd = CastReport("paddle", (
         plan_op(bf16, "paddle", "matmul_v2", ("float32",) * 2,
-                lowp_kernels=frozenset({"matmul_v2", "elementwise_add"})),
+                device=DeviceProfile(frozenset({"matmul_v2", "elementwise_add"}))),
         plan_op(bf16, "paddle", "elementwise_add", ("bfloat16", "float32"),
-                lowp_kernels=frozenset({"matmul_v2", "elementwise_add"}),
-                param_inputs=(False, True), kernel_refused="slow here")))
+                device=DeviceProfile(frozenset({"matmul_v2", "elementwise_add"}),
+                                     slow_broadcast_grads={"elementwise_add"}, training=True),
+                shape=ShapeClass.of([(4, 8, 16), (16,)], result_rank=3),
+                param_inputs=(False, True))))
     assert kernel_differences(mx, pd) == [
         "add: paddle runs it fell back; mxnet's model has no such op"]
     assert kernel_differences(pd, mx) == [
         "add: paddle runs it fell back; mxnet's model has no such op"]
     none = frozenset()
     mx_none = CastReport("mxnet", (plan_op(bf16, "mxnet", "FullyConnected", ("float32",) * 3,
-                                           lowp_kernels=none),))
+                                           device=DeviceProfile(none)),))
     pd_none = CastReport("paddle", (
-        plan_op(bf16, "paddle", "matmul_v2", ("float32",) * 2, lowp_kernels=none),
-        plan_op(bf16, "paddle", "elementwise_add", ("float32",) * 2, lowp_kernels=none)))
+        plan_op(bf16, "paddle", "matmul_v2", ("float32",) * 2, device=DeviceProfile(none)),
+        plan_op(bf16, "paddle", "elementwise_add", ("float32",) * 2, device=DeviceProfile(none))))
     assert kernel_differences(mx_none, pd_none) == []

@@ -16,6 +16,7 @@ import paddle  # noqa: E402
 
 from amp_adapters import Policy  # noqa: E402
 import paddle_amp  # noqa: E402
+from amp_adapters.device import DeviceProfile
 from paddle_amp.rewrite import Rewriter  # noqa: E402
 
 # one golden file per Paddle major version (3.x's legacy IR builds some ops differently)
@@ -104,7 +105,7 @@ def rewritten(case: str):
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(main, startup), paddle.base.unique_name.guard():
         MODELS[model]()
-        rewriter = Rewriter(policy, kernels, use_guard=guard)
+        rewriter = Rewriter(policy, DeviceProfile(kernels), use_guard=guard)
         report = rewriter.rewrite(main)
     return main, report
 

@@ -10,6 +10,7 @@ import pytest
 from paddle.base import core
 
 import paddle_amp
+from amp_adapters.device import DeviceProfile
 from paddle_amp import ir, kernels
 from paddle_amp.bf16 import AutoMixedPrecisionListsBF16, decorate_bf16, rewrite_program_bf16
 from paddle_amp.config import native_policy
@@ -30,8 +31,7 @@ def bf16_rewriter(program, onednn=ONEDNN_HERE, level="O1"):
     """The rewrite on a CPU whose oneDNN runs ``onednn`` in bf16 (sent there where the
     program's IR can: not under PIR)."""
     policy = native_policy(AutoMixedPrecisionListsBF16(), BF16, level)
-    return Rewriter(policy, kernels.plain_kernels("CPU", BF16) | onednn,
-                    onednn=onednn)
+    return Rewriter(policy, DeviceProfile(kernels.plain_kernels("CPU", BF16) | onednn, onednn))
 
 
 GEMMS = ("mul", "matmul_v2")  # what paddle.static.nn.fc builds: 2.6 mul, 3.x matmul_v2
@@ -71,7 +71,8 @@ def test_onednn_kernels_are_what_the_probe_ran_forward_and_backward():
 
 @pytest.mark.parametrize("pir", [False, True])
 def test_the_kernels_are_plain_ones_and_onednn_ones(pir):
-    assert kernels.kernel_sets("CPU", BF16, pir) == (
+    profile = kernels.device_profile("CPU", BF16, pir)
+    assert (profile.kernels, profile.onednn) == (
         kernels.lowp_kernels("CPU", BF16, pir), kernels.onednn_kernels("CPU", BF16, pir))
     assert kernels.lowp_kernels("CPU", BF16, pir) == (
         kernels.plain_kernels("CPU", BF16) | kernels.onednn_kernels("CPU", BF16, pir))
@@ -189,7 +190,7 @@ def test_a_cnn_trains_in_bf16_where_a_kernel_runs_else_fp32(static, make):
     opt.amp_init(paddle.CPUPlace())
     losses = [float(static.run(cnn_batch(i), [loss])[0]) for i in range(3)]
     assert np.all(np.isfinite(losses))
-    kinds, _ = kernels.kernel_sets("CPU", BF16, ir.of(static.main).pir)
+    kinds = kernels.lowp_kernels("CPU", BF16, ir.of(static.main).pir)
     for d in opt.cast_report().decisions:
         if d.op in ("conv2d", "layer_norm") and d.run_dtype == BF16:
             assert d.op in kinds  # bf16 only where this CPU ran the op's kernel
@@ -199,9 +200,9 @@ def test_a_cnn_trains_in_bf16_where_a_kernel_runs_else_fp32(static, make):
 def test_rewrite_program_bf16_marks_what_the_kernels_send_to_onednn(static, monkeypatch):
     mlp()
     monkeypatch.setattr(
-        "paddle_amp.casting.kernel_sets",
-        lambda device, dtype, pir=False: (kernels.plain_kernels(device, dtype) | ONEDNN_HERE,
-                                       ONEDNN_HERE))
+        "paddle_amp.casting.device_profile",
+        lambda device, dtype, pir=False, training=True, costs=None: DeviceProfile(
+            kernels.plain_kernels(device, dtype) | ONEDNN_HERE, ONEDNN_HERE))
     rewrite_program_bf16(static.main)
     matmuls = gemms(static.main)
     assert matmuls and all(op.attr("use_mkldnn") for op in matmuls)
@@ -421,8 +422,8 @@ def test_the_casts_in_front_of_a_plain_cast_reader_stay_plain(static):
     onednn = frozenset({"conv2d", "relu", "elementwise_add", "cast"})
     policy = native_policy(AutoMixedPrecisionListsBF16(custom_bf16_list={"conv2d", "relu"}),
                            BF16, "O1")
-    Rewriter(policy, kernels.plain_kernels("CPU", BF16) | onednn, onednn=onednn,
-             plain_casts_before={"conv2d"}).rewrite(static.main)
+    Rewriter(policy, DeviceProfile(kernels.plain_kernels("CPU", BF16) | onednn, onednn,
+                                   plain_casts_before={"conv2d"})).rewrite(static.main)
     block = static.main.global_block()
     readers = {op.type: op for op in block.ops if op.type in ("conv2d", "relu")}
     producer = {out: op for op in block.ops for out in op.output_arg_names}

@@ -11,6 +11,7 @@ import paddle
 import pytest
 
 import paddle_amp
+from amp_adapters.device import DeviceProfile
 from paddle_amp import ir, kernels
 from paddle_amp.onednn_log import executed, onednn_log
 from paddle_amp.bf16 import AutoMixedPrecisionListsBF16
@@ -44,9 +45,9 @@ def decisions(report, op):
 def test_training_keeps_only_the_instances_that_sum_a_broadcast_operand_fp32(static, caplog):
     block()
     policy = native_policy(AutoMixedPrecisionListsBF16(), BF16, "O1")
-    rewriter = Rewriter(policy, kernels.plain_kernels("CPU", BF16) | ONEDNN_HERE,
-                        onednn=ONEDNN_HERE, slow_grads=frozenset({"matmul_v2",
-                                                                  "elementwise_add"}))
+    rewriter = Rewriter(policy, DeviceProfile(
+        kernels.plain_kernels("CPU", BF16) | ONEDNN_HERE, ONEDNN_HERE, training=True,
+        slow_broadcast_grads=frozenset({"matmul_v2", "elementwise_add"})))
     with caplog.at_level("INFO", logger="paddle_amp"):
         report = rewriter.rewrite(static.main)
     matmuls, adds = decisions(report, "matmul_v2"), decisions(report, "elementwise_add")
@@ -72,9 +73,9 @@ def test_inference_rewrites_keep_every_kernel(static, monkeypatch):
     lowers the Linear on 3-D input as the native does."""
     block()
     monkeypatch.setattr(
-        "paddle_amp.casting.kernel_sets",
-        lambda device, dtype, pir=False: (kernels.plain_kernels(device, dtype) | ONEDNN_HERE,
-                                       ONEDNN_HERE))
+        "paddle_amp.casting.device_profile",
+        lambda device, dtype, pir=False, training=True, costs=None: DeviceProfile(
+            kernels.plain_kernels(device, dtype) | ONEDNN_HERE, ONEDNN_HERE))
     paddle_amp.bf16.rewrite_program_bf16(static.main)
     report = paddle_amp.cast_report(static.main)
     assert {d.run_dtype for d in decisions(report, "matmul_v2")} == {BF16}
@@ -140,13 +141,14 @@ def test_o2_stores_a_parameter_read_only_by_a_refused_op_in_float32(static):
     block()
     policy = native_policy(AutoMixedPrecisionListsBF16(), BF16, "O2")
     slow = frozenset({"matmul_v2", "elementwise_add"})
-    plan = Rewriter(policy, kernels.plain_kernels("CPU", BF16) | ONEDNN_HERE,
-                    onednn=ONEDNN_HERE, slow_grads=slow).param_plan(static.main)
+    plan = Rewriter(policy, DeviceProfile(
+        kernels.plain_kernels("CPU", BF16) | ONEDNN_HERE, ONEDNN_HERE, slow_broadcast_grads=slow,
+        training=True)).param_plan(static.main)
     weights = sorted(n for n in plan.dtypes if n.endswith(".w_0"))
     assert [plan.dtypes[w] for w in weights] == ["float32", BF16], plan.format()
     assert SLOW in plan.reasons[weights[0]]
-    everything = Rewriter(policy, kernels.plain_kernels("CPU", BF16) | ONEDNN_HERE,
-                          onednn=ONEDNN_HERE).param_plan(static.main)
+    everything = Rewriter(policy, DeviceProfile(
+        kernels.plain_kernels("CPU", BF16) | ONEDNN_HERE, ONEDNN_HERE)).param_plan(static.main)
     assert everything.dtypes[weights[0]] == BF16  # without the refusal it is stored low
 
 
@@ -155,10 +157,11 @@ def test_a_test_program_rewritten_by_amp_init_keeps_every_kernel(static, monkeyp
     """amp_init(test_program=..., use_bf16_test=True) rewrites an eval program, which has no
     gradient: the instances training keeps off a slow gradient run bf16 there, as the native
     runs them (and as rewrite_program_bf16 does)."""
-    monkeypatch.setattr("paddle_amp.decorator.kernel_sets", lambda device, dtype, pir=False: (
-        kernels.plain_kernels(device, dtype) | ONEDNN_HERE, ONEDNN_HERE))
-    monkeypatch.setattr("paddle_amp.decorator.slow_broadcast_grads",
-                        lambda device, dtype, pir=False: frozenset({"elementwise_add"}))
+    monkeypatch.setattr(
+        "paddle_amp.decorator.device_profile",
+        lambda device, dtype, pir=False, training=True, costs=None: DeviceProfile(
+            kernels.plain_kernels(device, dtype) | ONEDNN_HERE, ONEDNN_HERE,
+            frozenset({"elementwise_add"}) if training else frozenset(), training=training))
     _, loss = block()
     test = static.main.clone(for_test=True)
     opt = paddle_amp.bf16.decorate_bf16(paddle.optimizer.SGD(0.01), use_bf16_guard=False)

@@ -13,6 +13,7 @@ import pytest
 from paddle.base import unique_name
 
 import paddle_amp
+from amp_adapters.device import DeviceProfile
 from paddle_amp.config import native_policy
 from paddle_amp.rewrite import Rewriter
 from paddle_helpers import is_pir, op_names, pir_mode
@@ -76,7 +77,7 @@ def gpu_like_cast(program) -> set[str]:
     """Our ``cast_model_to_fp16`` as on a device with every fp16 kernel (the native's own
     assumption: it never asks the device): the same policy, no kernel set."""
     lists = paddle_amp.AutoMixedPrecisionLists()
-    rewriter = Rewriter(native_policy(lists, "float16", "O2", False), None)
+    rewriter = Rewriter(native_policy(lists, "float16", "O2", False), DeviceProfile(None))
     low = rewriter.low_params(program)
     rewriter.set_low_params(program, low)
     rewriter.rewrite(program)

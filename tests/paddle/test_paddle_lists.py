@@ -11,6 +11,7 @@ import pytest
 import paddle_amp
 from amp_adapters import (ConflictingOpError, DynamicLossScale, NoOpLossScale, OpLists, Policy,
                           UnknownOpError)
+from amp_adapters.device import DeviceProfile
 from paddle_amp.env import current_device
 from paddle_amp.kernels import lowp_kernels, runs_onednn_bf16
 from paddle_amp.rewrite import Rewriter
@@ -68,7 +69,7 @@ def test_promote_does_not_depend_on_input_order(static, softmax_first):
     w = paddle.static.create_parameter([8, 8], "float32")
     mm, sm = x @ w, paddle.nn.functional.softmax(x)
     paddle.mean(sm + mm if softmax_first else mm + sm)
-    report = Rewriter(Policy(), kernels=None).rewrite(static.main)
+    report = Rewriter(Policy(), DeviceProfile(None)).rewrite(static.main)
     d = {d.op: d for d in report.decisions}
     assert d["matmul_v2"].run_dtype == "float16" and d["softmax"].run_dtype == "float32"
     assert d["elementwise_add"].run_dtype == "float32"

@@ -7,6 +7,7 @@ import inspect
 from pathlib import Path
 
 import numpy as np
+from amp_adapters.device import DeviceProfile
 import paddle
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -232,8 +233,8 @@ def test_master_grad_gives_the_optimizer_fp32_grads_of_low_params(static, monkey
     O2 declares the fc weights fp16; with master_grad=True the optimizer reads fp32 gradients
     for them, without it fp16 ones. (On a CPU the emulated masters always take fp32 gradients:
     tests/paddle/test_paddle_o2_masters.py.)"""
-    monkeypatch.setattr("paddle_amp.decorator.kernel_sets",
-                        lambda device, dtype, pir=False: (None, frozenset()))
+    monkeypatch.setattr("paddle_amp.decorator.device_profile",
+                        lambda device, dtype, pir=False, training=True, costs=None: DeviceProfile(None))
     monkeypatch.setattr("paddle_amp.decorator.current_device", lambda: "GPU")
     dtypes = {}
     for master_grad in (False, True):

@@ -1,5 +1,6 @@
 """O2 (pure low precision, fp32 masters) on a LayerNorm model, and evaluation clones."""
 import numpy as np
+from amp_adapters.device import DeviceProfile
 import paddle
 import pytest
 
@@ -100,8 +101,8 @@ def test_amp_init_converts_each_low_param_once(static, monkeypatch):
     """Planned as on a GPU (our kernel query says every kernel exists), O2 declares the fc
     weights bf16 and amp_init converts them in the scope; a second amp_init (or one after
     loading an O2 checkpoint) must not convert bf16 bits again."""
-    monkeypatch.setattr("paddle_amp.decorator.kernel_sets",
-                        lambda device, dtype, pir=False: (None, frozenset()))
+    monkeypatch.setattr("paddle_amp.decorator.device_profile",
+                        lambda device, dtype, pir=False, training=True, costs=None: DeviceProfile(None))
     _, loss = _layernorm_model()
     opt = paddle_amp.decorate(paddle.optimizer.Momentum(0.05, multi_precision=True),
                               level="O2", dtype="bfloat16")

@@ -7,6 +7,7 @@ import pytest
 
 import paddle_amp
 from amp_adapters import AmpConfigError, OpLists, Policy
+from amp_adapters.device import DeviceProfile
 from paddle_amp import kernels
 from paddle_amp.rewrite import Rewriter
 from paddle_helpers import batch, mlp, pir_mode
@@ -44,7 +45,7 @@ def test_attribute_operands_are_never_cast(static):
     x = paddle.static.data("x", [4, 8], "float32")
     h = paddle.reshape(paddle.scale(x, paddle.full([1], 2.0)), [8, 4])
     paddle.mean(h, axis=0)
-    report = Rewriter(Policy.preset("O2"), kernels=None).rewrite(static.main)
+    report = Rewriter(Policy.preset("O2"), DeviceProfile(None)).rewrite(static.main)
     scale = [d for d in report.decisions if d.op == "scale"][0]
     assert scale.run_dtype == "float16" and scale.input_dtypes == ("float32", None)
     for op in casts(static.main):
@@ -61,7 +62,7 @@ def test_rewrite_adds_nothing_butcasts(static, emulate):
     paddle.mean(paddle.concat([h, paddle.nn.functional.relu(h)], axis=1))
     before = [op.name() for op in static.main.global_block().ops]
     policy = Policy.preset("O1", emulate=emulate, paddle_ops=OpLists(lower={"scale", "concat"}))
-    report = Rewriter(policy, kernels=kernels.lowp_kernels("CPU", "float16")) \
+    report = Rewriter(policy, DeviceProfile(kernels.lowp_kernels("CPU", "float16"))) \
         .rewrite(static.main)
     after = [op.name() for op in static.main.global_block().ops]
     added = list(after)
@@ -221,12 +222,12 @@ def test_o2_declares_low_params_low_and_reads_them_uncast(static):
     CPU build registers none in bf16; amp_init's conversion is IR-neutral and tested on the
     legacy IR.)"""
     layernorm_model()
-    rewriter = Rewriter(Policy.preset("O2", dtype="bfloat16"), kernels=None)
+    rewriter = Rewriter(Policy.preset("O2", dtype="bfloat16"), DeviceProfile(None))
     low = rewriter.low_params(static.main, "momentum")
     assert low and all(n.startswith("fc_") for n in low)  # layer_norm's scale/bias stay fp32
     plan = rewriter.param_plan(static.main)  # the core's answer (plan_params), with reasons
     assert plan.low == low and "layer_norm keeps its Scale input in float32" in plan.format()
-    assert not Rewriter(rewriter.policy, kernels=set()).low_params(static.main, "momentum")
+    assert not Rewriter(rewriter.policy, DeviceProfile(set())).low_params(static.main, "momentum")
     rewriter.set_low_params(static.main, low)
     params = {op.result(0).name: op.result(0) for op in static.main.global_block().ops
               if op.name() == "builtin.parameter"}
@@ -247,7 +248,7 @@ def test_param_plan_equals_the_legacy_irs_and_a_cond_block_keeps_params_fp32():
         with built(ir) as env:
             layernorm_model()
             plans[ir] = Rewriter(Policy.preset("O2", dtype="bfloat16"),
-                                 kernels=None).param_plan(env.main)
+                                 DeviceProfile(None)).param_plan(env.main)
     assert plans["pir"].low and by_position(plans["pir"].dtypes) == \
         by_position(plans["legacy"].dtypes)  # fc counters differ between the IRs' builders
     ln = [n for n in plans["pir"].dtypes if n.startswith("layer_norm")]  # (legacy fc is mul)
@@ -258,7 +259,7 @@ def test_param_plan_equals_the_legacy_irs_and_a_cond_block_keeps_params_fp32():
         flag = paddle.static.data("flag", [1], "bool")
         paddle.static.nn.cond(paddle.reshape(flag, []), lambda: out * w, lambda: out)
         plan = Rewriter(Policy.preset("O2", dtype="bfloat16"),
-                           kernels=None).param_plan(env.main)
+                           DeviceProfile(None)).param_plan(env.main)
     assert plan.dtypes["in_cond_w"] == "float32" and "control flow" in plan.reasons["in_cond_w"]
     assert len(plan.low) == len(plans["pir"].low)  # the other weights: as without the cond
 
@@ -272,7 +273,7 @@ def test_an_emulated_op_rounds_only_what_the_core_says(static, caplog):
     paddle.matmul(paddle.scale(x, 2.0), y)
     policy = Policy.preset("O1", emulate=True, paddle_ops=OpLists(lower={"scale"}))
     with caplog.at_level("INFO", logger="paddle_amp"):
-        report = Rewriter(policy, kernels=kernels.lowp_kernels("CPU", "float16")) \
+        report = Rewriter(policy, DeviceProfile(kernels.lowp_kernels("CPU", "float16"))) \
             .rewrite(static.main)
     mm = {d.op: d for d in report.decisions}["matmul_v2"]
     assert mm.emulated and mm.round_inputs == (False, True)
@@ -295,7 +296,7 @@ def test_conditional_fp32_rules_read_pir_attributes(static):
     # not hold an op both in a list and in conditional_fp32)
     rule = OpLists(lower={"scale"}, conditional_fp32=[("softmax", "axis", ["-1"])])
     policy = Policy.preset("O1", ops=OpLists(lower={"softmax"}), paddle_ops=rule)
-    report = Rewriter(policy, kernels=None).rewrite(static.main)
+    report = Rewriter(policy, DeviceProfile(None)).rewrite(static.main)
     softmax = [d for d in report.decisions if d.op == "softmax"]
     assert [d.run_dtype for d in softmax] == ["float32", "float16"]
     assert "conditional_fp32: axis=-1" in softmax[0].reason
@@ -315,7 +316,7 @@ def test_results_with_a_dtype_attribute_keep_it(static):
     x = paddle.static.data("x", [2, 8], "float32")
     follows, fixed = paddle.sum(x), paddle.sum(x, dtype="float32")
     policy = Policy.preset("O1", paddle_ops=OpLists(lower={"reduce_sum"}))
-    report = Rewriter(policy, kernels=None).rewrite(static.main)
+    report = Rewriter(policy, DeviceProfile(None)).rewrite(static.main)
     assert [d.run_dtype for d in report.decisions if d.op == "reduce_sum"] == ["float16"] * 2
     assert str(follows.dtype) == "paddle.float16" and str(fixed.dtype) == "paddle.float32"
 

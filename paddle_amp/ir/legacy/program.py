@@ -92,6 +92,10 @@ class LegacyProgram:
         var = self.block._find_var_recursive(value)
         return None if var is None else len(var.shape)
 
+    def shape(self, value) -> Optional[tuple[Optional[int], ...]]:
+        var = self.block._find_var_recursive(value)
+        return None if var is None else tuple(d if d >= 0 else None for d in var.shape)
+
     def key(self, value):
         return value
 
@@ -157,7 +161,7 @@ class LegacyProgram:
     def is_cast(self, op) -> bool:
         return op.type == "cast"
 
-    def param_uses(self, forced, refused) -> dict[str, list[ParamUse]]:
+    def param_uses(self, forced, shape_of) -> dict[str, list[ParamUse]]:
         ops = [op for op in self.block.ops if is_forward(op) and op.type not in _IO_OPS]
         readers: dict[str, list[tuple[int, object, str]]] = {}
         for i, op in enumerate(ops):
@@ -172,7 +176,7 @@ class LegacyProgram:
             if reason is None and passes_through("paddle", op.type, attrs):
                 then = tuple(use(j, reader, s) for out in op.output_arg_names
                              for j, reader, s in readers.get(out, ()) if j > i)
-            return ParamUse(op.type, attrs, slot, reason, then, refused(op))
+            return ParamUse(op.type, attrs, slot, reason, then, shape_of(op))
 
         return {p.name: [use(i, op, slot) for i, op, slot in readers.get(p.name, ())]
                 for p in self.block.all_parameters()}

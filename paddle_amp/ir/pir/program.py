@@ -96,6 +96,11 @@ class PirProgram:
     def rank(self, value) -> Optional[int]:
         return len(value.shape) if value.is_dense_tensor_type() else None
 
+    def shape(self, value) -> Optional[tuple[Optional[int], ...]]:
+        if not value.is_dense_tensor_type():
+            return None
+        return tuple(d if d >= 0 else None for d in value.shape)
+
     def key(self, value):
         return value.id
 
@@ -210,13 +215,13 @@ class PirProgram:
     def is_cast(self, op) -> bool:
         return op.name() == "pd_op.cast"
 
-    def param_uses(self, forced, refused) -> dict[str, list[ParamUse]]:
+    def param_uses(self, forced, shape_of) -> dict[str, list[ParamUse]]:
         top = {op.id() for op in self.block.ops}
         return {param.name: [use for user in param.all_used_ops()
-                             for use in self._param_uses(user, param, top, forced, refused)]
+                             for use in self._param_uses(user, param, top, forced, shape_of)]
                 for param in _parameters(self.program)}
 
-    def _param_uses(self, user, param, top: frozenset, forced, refused) -> list[ParamUse]:
+    def _param_uses(self, user, param, top: frozenset, forced, shape_of) -> list[ParamUse]:
         """How ``user`` (an op of the global block when its id is in ``top``, else of a
         control-flow block) reads ``param``: one ``ParamUse`` per operand slot it feeds; an
         op that only moves values lists the readers of its results (``ParamUse.then``)."""
@@ -232,8 +237,8 @@ class PirProgram:
         if why is None and passes_through("paddle", legacy, attrs):  # judged by its readers
             then = tuple(use for result in user.results() for reader in result.all_used_ops()
                          if self._forward is None or reader.id() in self._forward
-                         for use in self._param_uses(reader, result, top, forced, refused))
-        return [ParamUse(legacy, attrs, slot, why, then, refused(user))
+                         for use in self._param_uses(reader, result, top, forced, shape_of))
+        return [ParamUse(legacy, attrs, slot, why, then, shape_of(user))
                 for slot in slots or [None]]
 
     def end_forward(self) -> None:
