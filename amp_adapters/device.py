@@ -27,6 +27,7 @@ from typing import AbstractSet, Callable, Optional, Sequence
 
 ROUTES = ("onednn", "plain", "none")
 MARGIN = 0.05  # a low kernel must beat float32 by 5%, beyond its measured spread
+UNKNOWN_DIM = 64  # an unknown dimension (a static graph's batch) is measured at this size
 
 Shape = Optional[tuple[Optional[int], ...]]  # None: unknown rank; a None dim: unknown size
 
@@ -69,6 +70,15 @@ class ShapeClass:
         if self.result_rank is None:
             return False
         return any(s is not None and 0 < len(s) < self.result_rank for s in self.operands)
+
+    def concrete(self, fill: int = UNKNOWN_DIM) -> tuple[tuple[int, ...], ...]:
+        """The operand shapes to measure at: each unknown dimension (a batch size a static
+        graph leaves open) taken as ``fill``; an operand of unknown rank cannot be."""
+        if any(s is None for s in self.operands):
+            raise ValueError(f"shape class {self.key}: an operand of unknown rank cannot be "
+                             f"measured")
+        return tuple(tuple(fill if d is None else d for d in s) for s in self.operands
+                     if s is not None)
 
     @property
     def known(self) -> bool:
