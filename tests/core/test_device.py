@@ -1,0 +1,143 @@
+"""The device profile's rules, with profiles as data: measured speed decides only beyond noise,
+the broadcast-gradient rule reads the shape class, and a timing failure is no kernel."""
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from amp_adapters import AmpConfigError, Policy, UnknownChoiceError, plan_op
+from amp_adapters.device import MARGIN, Cost, DeviceProfile, ShapeClass, speed_refusal
+
+F32, BF16 = "float32", "bfloat16"
+AUTO = Policy.preset("auto")
+FC = ("FullyConnected", (F32, F32, F32))
+MLP = ShapeClass.of([(64, 2048), (2048, 2048), (2048,)], result_rank=2)
+
+
+def measured(cost, training=True, kernels=frozenset({"FullyConnected"})):
+    return DeviceProfile(kernels, training=training, costs=lambda op, shape: cost)
+
+
+def test_auto_is_bf16_o1_with_measured_speed():
+    assert (AUTO.dtype, AUTO.level, AUTO.speed, AUTO.defaults) == (BF16, "O1", "measured",
+                                                                   "shared")
+    assert Policy.preset("O1-bf16").speed == "fixed"  # the presets keep fixed decisions
+
+
+def test_a_measured_win_runs_low_and_says_so():
+    d = plan_op(AUTO, "mxnet", *FC, device=measured(Cost(0.5, 0.01, 0.6, 0.02)), shape=MLP)
+    assert (d.run_dtype, d.execution, d.speed) == (BF16, "kernel", 0.6)
+    assert "measured faster here (0.60x float32" in d.reason
+
+
+def test_a_measured_loss_stays_float32_with_slower_here_as_its_reason():
+    d = plan_op(AUTO, "mxnet", *FC, device=measured(Cost(2.5, 0.05, 2.4, 0.05)), shape=MLP)
+    assert (d.run_dtype, d.execution, d.casts) == (F32, "fell back", (None,) * 3)
+    assert d.kernel_refused and not d.lacks_kernel and d.speed == 2.4
+    assert "float32: slower here (2.40x float32 for its bfloat16 training step" in d.reason
+    assert not d.reason.endswith("runs in float32")  # said once, not twice
+
+
+def test_inference_reads_the_forward_ratio():
+    cost = Cost(0.5, 0.01, 1.5, 0.01)  # fast forward, slow backward
+    assert plan_op(AUTO, "mxnet", *FC, device=measured(cost, training=False),
+                   shape=MLP).run_dtype == BF16
+    assert plan_op(AUTO, "mxnet", *FC, device=measured(cost, training=True),
+                   shape=MLP).run_dtype == F32
+
+
+def test_fixed_speed_never_asks_for_a_cost():
+    def boom(op, shape):
+        raise AssertionError("a fixed policy measured")
+    d = plan_op(Policy.preset("O1-bf16"), "mxnet", *FC,
+                device=DeviceProfile({"FullyConnected"}, costs=boom), shape=MLP)
+    assert d.run_dtype == BF16 and d.speed is None
+
+
+def test_a_failure_while_timed_is_no_kernel_and_never_raises():
+    d = plan_op(AUTO, "mxnet", *FC, device=measured(Cost(error="MXNetError: no primitive")),
+                shape=MLP)
+    assert d.lacks_kernel and "failed while being timed" in d.reason and "no primitive" in \
+        d.reason
+
+
+def test_no_cost_leaves_the_kernel_decision():
+    d = plan_op(AUTO, "mxnet", *FC, device=measured(None), shape=MLP)
+    assert d.run_dtype == BF16 and d.speed is None
+
+
+def test_an_op_without_a_kernel_is_not_measured():
+    def boom(op, shape):
+        raise AssertionError("measured an op with no kernel")
+    d = plan_op(AUTO, "mxnet", *FC, device=DeviceProfile(frozenset(), costs=boom), shape=MLP)
+    assert d.lacks_kernel
+
+
+@given(ratio=st.floats(0.01, 10), spread=st.floats(0, 2), training=st.booleans())
+def test_low_only_beyond_the_margin_and_the_noise(ratio, spread, training):
+    """The rule: low iff ratio + spread < 1 - MARGIN. A tie or a win within noise keeps
+    float32, which is never slower than itself."""
+    cost = Cost(ratio, spread, ratio, spread)
+    why = speed_refusal(cost, training, BF16)
+    assert (why is None) == (ratio + spread < 1 - MARGIN)
+    if why is not None:
+        assert why.startswith("float32: ")
+        assert ("slower here" in why) == (ratio >= 1.0)
+
+
+def test_a_profile_refuses_a_broadcast_gradient_only_in_training():
+    slow = DeviceProfile({"matmul_v2"}, slow_broadcast_grads={"matmul_v2"}, training=True)
+    seq = ShapeClass.of([(8, 16, 32), (32, 64)], result_rank=3)
+    assert "reference implementation" in slow.refusal("matmul_v2", seq, BF16)
+    assert slow.refusal("matmul_v2", ShapeClass.of([(8, 32), (32, 64)], 2), BF16) is None
+    assert slow.for_inference().refusal("matmul_v2", seq, BF16) is None
+    assert slow.refusal("matmul_v2", None, BF16) is None  # no shape: nothing to see
+
+
+@given(st.lists(st.one_of(st.none(), st.lists(st.one_of(st.none(), st.integers(-1, 5000)),
+                                              max_size=4)), max_size=4))
+def test_shape_classes_round_up_to_powers_of_two(shapes):
+    sc = ShapeClass.of(shapes, result_rank=3)
+    for raw, got in zip(shapes, sc.operands):
+        if raw is None:
+            assert got is None
+            continue
+        for d, r in zip(raw, got):
+            if d is None or d < 1:
+                assert r is None
+            else:
+                assert r >= d and r & (r - 1) == 0 and r < 2 * d
+    assert ShapeClass.of(shapes, 3).key == sc.key  # a pure function of the shapes
+
+
+def test_nearby_sizes_share_a_class_and_unknown_dims_are_filled():
+    assert ShapeClass.of([(33, 1000)]).key == ShapeClass.of([(64, 1024)]).key == "64x1024"
+    assert ShapeClass.of([(-1, 300)]).concrete() == ((64, 512),)
+    with pytest.raises(ValueError, match="unknown rank"):
+        ShapeClass.of([None]).concrete()
+
+
+def test_cost_ratio_falls_back_to_forward_when_backward_was_not_measured():
+    assert Cost(0.7, 0.1).ratio(training=True) == (0.7, 0.1)
+    assert math.isnan(Cost().forward)
+
+
+def test_speed_and_profile_are_checked():
+    with pytest.raises(UnknownChoiceError, match="Policy.speed"):
+        Policy(speed="fast")
+    with pytest.raises(AmpConfigError, match="speed = 'fixed'"):
+        Policy.preset("O1-bf16", profile="cpu.json")
+    with pytest.raises(AmpConfigError, match="path of a profile file"):
+        Policy.preset("auto", profile=3)
+    assert Policy.preset("auto", profile="cpu.json").profile == "cpu.json"
+
+
+def test_a_policy_file_names_speed_and_a_profile_relative_to_itself(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text('preset = "auto"\nprofile = "cpu.json"\n')
+    p = Policy.from_file(path)
+    assert (p.speed, p.profile) == ("measured", str(tmp_path / "cpu.json"))
+    path.write_text('preset = "O1-bf16"\nspeed = "quick"\n')
+    with pytest.raises(AmpConfigError, match=r"p.toml.*speed.*'fixed', 'measured'"):
+        Policy.from_file(path)
