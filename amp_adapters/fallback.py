@@ -14,25 +14,26 @@ Pure bookkeeping and formatting: no framework, no host sync.
 ``amp-adapters info`` asks the same question for a whole machine: per installed
 framework, device and low dtype, which of the ops the native default lists lower
 have a real kernel here (forward and backward), and what the planner makes of
-the others (``OpDecision.execution``). Each backend answers one question,
+the others (``OpDecision.execution``), under a CPU line that says what oneDNN uses for
+bf16 here (``isa.describe_bf16``: the flags, capped by an ISA limit in the environment).
+Each backend answers one question,
 ``lowp_kernels(device, dtype) -> frozenset`` of op names
 (``mxnet_amp.kernels.lowp_kernels``, ``paddle_amp.kernels.lowp_kernels``), found
 through the entry-point group ``KERNELS_GROUP``: the core imports no backend,
-and a machine with one framework works. The CPU's AVX-512 flags are shown too
-(oneDNN runs bfloat16 with AVX-512, natively with ``avx512_bf16``).
+and a machine with one framework works.
 """
 from __future__ import annotations
 
 import logging
-import re
 from collections import Counter
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from .device import DeviceProfile
 from .dtypes import LOW_DTYPES
+from .isa import describe_bf16
+from .speedbook import machine
 from .planner import OpDecision, effective_lists, plan_op
 from .policy import Policy
 
@@ -139,15 +140,6 @@ class Table:
         return tuple(r.op for r in self.rows if r.has_kernel)
 
 
-def cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> tuple[str, ...]:
-    """The CPU's AVX-512 and AMX flags (empty when it has none, or the file is unreadable)."""
-    try:
-        text = Path(cpuinfo).read_text()
-    except OSError:
-        return ()
-    return tuple(sorted(set(re.findall(r"\b(avx512[a-z_0-9]*|amx[a-z_0-9]*)\b", text))))
-
-
 def table(framework: str, device: str, dtype: str, kernels: frozenset,
           emulate: bool = False) -> Table:
     """Rows for the ops the native default lists of ``framework`` lower in ``dtype``."""
@@ -191,11 +183,11 @@ def _unavailable(why: str) -> Provider:
     return provider
 
 
-def render_info(tables: Sequence[Table], flags: Sequence[str]) -> str:
-    """The report: the CPU flags, then per framework and dtype the real kernels and what AMP
-    does with the ops that have none."""
-    lines = [f"CPU: {' '.join(flags) if flags else 'no AVX-512'} (oneDNN runs bfloat16 with "
-             f"AVX-512, natively with avx512_bf16)"]
+def render_info(tables: Sequence[Table], here: Mapping) -> str:
+    """The report: what oneDNN uses for bf16 on the machine ``here`` (``speedbook.machine``),
+    then per framework and dtype the real kernels and what AMP does with the ops that have
+    none."""
+    lines = [describe_bf16(here)]
     if not tables:
         lines.append("no framework backend registered: install amp-adapters (pip install "
                      "-e . in a checkout) so the backends' entry points are found")
@@ -217,4 +209,4 @@ def info_text(providers: Optional[Mapping[str, Provider]] = None, device: str = 
          dtypes: Sequence[str] = LOW_DTYPES) -> str:
     """The text of ``amp-adapters info`` (``providers``: default, the installed backends)."""
     chosen = installed_providers() if providers is None else providers
-    return render_info(gather(chosen, device, dtypes), cpu_flags())
+    return render_info(gather(chosen, device, dtypes), machine())

@@ -1,0 +1,58 @@
+"""What oneDNN can use for bfloat16 on this CPU: its flags, capped by the ISA limit in the
+environment (``DNNL_MAX_CPU_ISA`` for MXNet's oneDNN 2.x, ``ONEDNN_MAX_CPU_ISA`` for
+Paddle's 3.x; either caps both here, as a user setting one means to).
+
+Three classes, each with its known cost (measured: docs/bf16.md):
+
+- ``"native"``: ``avx512_bf16`` (or AMX) in use: bf16 kernels are real and can be faster;
+- ``"emulated"``: AVX-512 without bf16 instructions (a Skylake/Cascade Lake/Ice Lake server,
+  or a cap at ``AVX512_CORE``/``AVX512_CORE_VNNI``): bf16 kernels run, 2-3x slower than
+  float32;
+- ``"none"``: no AVX-512 in use (or a cap below it): no oneDNN bf16 kernel at all.
+
+A pure reading of ``speedbook.machine()``; no framework, no host sync.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+# oneDNN's ISA names, lowest first (a cap names one of them)
+ORDER = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
+         "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16",
+         "ALL")
+_NATIVE, _AVX512 = ORDER.index("AVX512_CORE_BF16"), ORDER.index("AVX512_CORE")
+
+
+def cap(m: Mapping) -> Optional[tuple[str, str]]:
+    """(variable, value) of the lowest ISA limit set in the environment, or None."""
+    limits = [(k, v.upper()) for k, v in sorted(m.get("isa", {}).items())]
+    known = [(k, v) for k, v in limits if v in ORDER]
+    return min(known, key=lambda kv: ORDER.index(kv[1])) if known else None
+
+
+def bf16_class(m: Mapping) -> str:
+    """``"native"``, ``"emulated"`` or ``"none"`` for the machine ``m`` (``machine()``)."""
+    flags = set(m.get("flags", ()))
+    level = ORDER.index("ALL")
+    limit = cap(m)
+    if limit is not None:
+        level = ORDER.index(limit[1])
+    if "avx512f" not in flags or level < _AVX512:
+        return "none"
+    if ("avx512_bf16" in flags or any(f.startswith("amx") for f in flags)) and level >= _NATIVE:
+        return "native"
+    return "emulated"
+
+
+def describe_bf16(m: Mapping) -> str:
+    """One line for ``amp-adapters info``: what oneDNN uses for bf16 here, and why."""
+    flags = " ".join(f for f in m.get("flags", ()) if f.startswith(("avx512", "amx"))) \
+        or "no AVX-512"
+    limit = cap(m)
+    by = f"; oneDNN limited to {limit[1]} by {limit[0]}" if limit else ""
+    kind = bf16_class(m)
+    what = {"native": "oneDNN runs bfloat16 natively (avx512_bf16)",
+            "emulated": "oneDNN runs bfloat16 without bf16 instructions: emulated, typically "
+                        "2-3x slower than float32",
+            "none": "oneDNN runs no bfloat16 kernel here"}[kind]
+    return f"CPU: {m.get('cpu')} ({flags}){by}: {what}"
