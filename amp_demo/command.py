@@ -134,11 +134,11 @@ def bf16_note(without: Sequence[str]) -> Optional[str]:
     instead; None when every framework has its row."""
     if not without:
         return None
-    from amp_adapters.fallback import cpu_flags
-    flags = " ".join(cpu_flags()) or "no AVX-512"
-    return (f"bf16: no row for {', '.join(without)}: no real bfloat16 GEMM kernel on this CPU "
-            f"({flags}; oneDNN runs bf16 with AVX-512, at speed with avx512_bf16), so bf16 "
-            f"would run in float32; the fp16 rows above are emulated instead")
+    from amp_adapters.isa import describe_bf16
+    from amp_adapters.speedbook import machine
+    return (f"bf16: no row for {', '.join(without)}: no real bfloat16 GEMM kernel here "
+            f"({describe_bf16(machine())}), so bf16 would run in float32; the fp16 rows above "
+            f"are emulated instead")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

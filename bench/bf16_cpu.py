@@ -25,7 +25,8 @@ import subprocess
 import sys
 import textwrap
 
-from amp_adapters.fallback import cpu_flags
+from amp_adapters.isa import describe_bf16
+from amp_adapters.speedbook import machine
 
 MODELS = ("MLP 4x2048", "CNN 3x3 64ch 56x56", "Transformer block")
 GEMM = {"MLP 4x2048": "FullyConnected", "CNN 3x3 64ch 56x56": "Convolution",
@@ -34,9 +35,7 @@ STEPS, BATCH = 30, 32
 
 
 def _why_not(what: str) -> str:
-    flags = " ".join(cpu_flags()) or "no AVX-512"
-    return (f"cannot run: {what} (CPU: {flags}; oneDNN runs bf16 with AVX-512, at speed with "
-            f"avx512_bf16)")
+    return f"cannot run: {what} ({describe_bf16(machine())})"
 
 
 def _mx_block(model: str):
