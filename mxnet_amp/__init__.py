@@ -44,6 +44,7 @@ Files:
     convert.py    convert_symbol / convert_model / convert_hybrid_block / _bucketing_module
     amp.py        the native amp.amp module's names
     loss_scaler.py  LossScaler on the core's state machine and guard
+    native_fields.py (scaling) the native LossScaler's fields (_loss_scale, _scale_seq_len...)
     doctor.py     doctor(net, loss_fn, trainer): which op goes wrong under AMP, and the fix
 """
 from amp_adapters import (DynamicLossScale, NoOpLossScale, OverflowGuardError, Policy,

@@ -19,21 +19,23 @@ from typing import Any, Optional, Sequence
 from amp_adapters import DynamicLossScale, LossScale
 from amp_adapters.loss_scale import SkipWindow, check_guard
 
+from .native_fields import NativeScalerFields
 from .overflow import FiniteCheck
 
 
-class LossScaler:
-    """Dynamic loss scaler for AMP (the native class, exact and without lag)."""
+class LossScaler(NativeScalerFields):
+    """Dynamic loss scaler for AMP (the native class, exact and without lag).
+
+    Its fields (``_loss_scale``, ``_next_loss_scale``, ``_unskipped``, ``_scale_seq_len``,
+    ``_max_loss_scale``) are views of ``state`` with the native's meaning, writable through
+    the core's checks (see ``native_fields``); ``loss_scale`` is read-only as natively."""
+
+    OWN = frozenset({"state", "_check", "_window"})
 
     def __init__(self, loss_scale: Optional[LossScale] = None):
         self.state: LossScale = loss_scale or DynamicLossScale.from_mxnet()
         self._check = FiniteCheck()
         self._window: Optional[SkipWindow] = SkipWindow.at(self.state.state)
-
-    @property
-    def loss_scale(self) -> float:
-        """The current loss scale."""
-        return self.state.scale
 
     def has_overflow(self, params: Sequence[Any]) -> bool:
         """True if any gradient of ``params`` (Gluon Parameters) is not finite on any device;

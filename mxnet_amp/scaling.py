@@ -40,6 +40,7 @@ from amp_adapters.scaler import LOSS_SCALE_KINDS
 
 from ._mx import unpatched
 from .active import active_policy
+from .native_fields import NativeScalerFields
 from .overflow import FiniteCheck
 
 
@@ -68,8 +69,17 @@ class Stage(enum.Enum):
     STEPPED = "STEPPED (trainer.step()/update() done; the next step starts at scale_loss)"
 
 
-class AmpTrainerState:
-    """The loss scale of one Trainer and the bookkeeping of the current step."""
+class AmpTrainerState(NativeScalerFields):
+    """The loss scale of one Trainer and the bookkeeping of the current step.
+
+    As ``trainer._amp_loss_scaler`` it carries the native ``LossScaler``'s fields
+    (``_loss_scale``, ``_next_loss_scale``, ``_unskipped``, ``_scale_seq_len``,
+    ``_max_loss_scale``, ``loss_scale``) as views of ``state``: reads have the native's
+    meaning, writes go through the core (``loss_scale.mxnet_fields``; see
+    ``native_fields``), and setting any other attribute raises ``AttributeError``."""
+
+    OWN = frozenset({"trainer", "original_scale", "_check", "state", "last_step_skipped",
+                     "nonfinite_params", "stage", "_found_inf", "_pre_unscale", "_window"})
 
     def __init__(self, trainer: Trainer, loss_scale: LossScale):
         self.trainer = trainer
@@ -103,11 +113,6 @@ class AmpTrainerState:
         self._pre_unscale = 1.0  # a part of 1/scale applied to the gradients (huge scales)
         self._window: Optional[SkipWindow] = SkipWindow.at(loss_scale.state)
         self.trainer._scale = self.original_scale
-
-    @property
-    def loss_scale(self) -> float:
-        """The current scale (the native ``LossScaler.loss_scale`` attribute)."""
-        return self.state.scale
 
     def begin_step(self) -> float:
         """``scale_loss``: a new step (or another loss of this one) at the current scale.

@@ -7,6 +7,8 @@
 - ``guard.check_guard``: the one place ``OverflowGuardError`` is decided;
 - ``consistency.check_state``: the one rule for a state under its config (counters that
   contradict it are refused wherever a state enters);
+- ``mxnet_fields``: the native MXNet ``LossScaler``'s fields read from and written to a
+  config and state (what ``trainer._amp_loss_scaler._scale_seq_len = 4`` means here);
 - ``state_dict``: strict checkpoints (format version, exact keys, config checked), and
   ``upgrade``: a state dict of an earlier format brought to this one (``UPGRADES``).
 
