@@ -1,0 +1,189 @@
+"""The demo's speed table: a GEMM-bound training step, float32 against AMP, side by side.
+
+The digits MLP (64-64-10) costs per op, not per FLOP: no AMP makes it faster. This table
+trains a GEMM-bound MLP (1024-1024-1024-10, batch 256, random data) instead, one step of
+float32 and one of AMP in turn (``amp_adapters.timing.ratio_of``: interleaved pairs,
+median ratio and spread), under the native's bf16 decisions (``O1-bf16``) and under
+``auto`` (bf16 only where this machine measured it faster). Each (framework, policy) runs
+in a child process: MXNet's ``init`` patches the process, and Paddle fixes its IR at
+import. The child prints one JSON line; nothing here imports a framework.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+POLICIES = ("O1-bf16", "auto")
+MODEL = "MLP 1024-1024-1024-10, batch 256"
+WIDTH, BATCH, LAYERS = 1024, 256, 2
+BUDGET_S = 4.0  # timing per row, after warm-up
+
+
+@dataclass(frozen=True)
+class SpeedRow:
+    """One (framework, policy): the AMP step's time over float32's, and what stayed float32."""
+
+    framework: str
+    policy: str
+    ratio: float = float("nan")
+    spread: float = 0.0
+    low: int = 0           # GEMMs that ran in bf16
+    gemms: int = 0
+    kept: tuple[str, ...] = ()  # "FullyConnected 1.31x": the GEMMs speed kept float32
+    error: Optional[str] = None
+
+
+def rows(frameworks: Sequence[str]) -> list[SpeedRow]:
+    """One row per framework and policy, each from a child process."""
+    out = []
+    for fw in frameworks:
+        for policy in POLICIES:
+            out.append(_child(fw, policy))
+    return out
+
+
+def _child(framework: str, policy: str) -> SpeedRow:
+    cmd = [sys.executable, "-m", "amp_demo.speed", framework, policy]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    except subprocess.TimeoutExpired:
+        return SpeedRow(framework, policy, error="timed out")
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return SpeedRow(framework, policy, error=f"exit {done.returncode}: {tail[:160]}")
+    got = json.loads(lines[-1])
+    got["kept"] = tuple(got.get("kept", ()))
+    return SpeedRow(**got)
+
+
+def format_rows(result: Sequence[SpeedRow]) -> str:
+    """The table, then one line per row whose GEMMs speed kept in float32, with the ratio."""
+    table = [("framework", "policy", "step time vs fp32", "GEMMs in bf16")]
+    notes = []
+    for r in result:
+        if r.error:
+            table.append((r.framework, r.policy, f"cannot run ({r.error})", "-"))
+            continue
+        table.append((r.framework, r.policy, f"{r.ratio:.2f}x (+-{r.spread:.2f})",
+                      f"{r.low} of {r.gemms}"))
+        if r.kept:
+            notes.append(f"  {r.framework} {r.policy}: kept float32, measured slower in "
+                         f"bf16 here: {', '.join(r.kept)}")
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines + notes)
+
+
+def _summary(decisions, gemm_ops) -> dict:
+    gemms = [d for d in decisions if d.op in gemm_ops]
+    kept = [f"{d.op} {d.speed:.2f}x" for d in gemms if d.kernel_refused and d.speed]
+    return {"low": sum(d.run_dtype == "bfloat16" for d in gemms), "gemms": len(gemms),
+            "kept": kept}
+
+
+def _mxnet(policy: str) -> dict:
+    import mxnet as mx
+    import numpy as np
+    from mxnet import autograd, gluon
+
+    import mxnet_amp as amp
+    from amp_adapters.timing import ratio_of
+
+    x = mx.nd.random.uniform(shape=(BATCH, WIDTH))
+    y = mx.nd.array(np.random.default_rng(0).integers(0, 10, BATCH))
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+
+    def net_and_trainer():
+        net = gluon.nn.HybridSequential()
+        for _ in range(LAYERS):
+            net.add(gluon.nn.Dense(WIDTH, activation="relu"))
+        net.add(gluon.nn.Dense(10))
+        net.initialize(mx.init.Xavier())
+        net.hybridize(static_alloc=True, static_shape=True)
+        return net, gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01})
+
+    def step(net, trainer, scaled):
+        with autograd.record():
+            loss = loss_fn(net(x), y).mean()
+            if scaled:
+                with amp.scale_loss(loss, trainer) as s:
+                    autograd.backward(s)
+            else:
+                loss.backward()
+        trainer.step(1)
+        loss.wait_to_read()
+
+    fp32 = net_and_trainer()
+    step(*fp32, False)  # traced and cached in float32 before init patches MXNet
+    amp.init(policy=policy)
+    low = net_and_trainer()
+    amp.init_trainer(low[1])
+    ratio, spread = ratio_of(lambda: step(*low, True), lambda: step(*fp32, False),
+                             warmup=3, budget_s=BUDGET_S)
+    decisions = amp.cast_report(low[0]).decisions
+    return {"ratio": ratio, "spread": spread, **_summary(decisions, {"FullyConnected"})}
+
+
+def _paddle(policy: str) -> dict:
+    import numpy as np
+    import paddle
+
+    import paddle_amp
+    from amp_adapters.timing import ratio_of
+
+    paddle.enable_static()
+    rng = np.random.default_rng(0)
+    feed = {"x": rng.standard_normal((BATCH, WIDTH)).astype(np.float32),
+            "y": rng.integers(0, 10, (BATCH, 1))}
+    exe = paddle.static.Executor(paddle.CPUPlace())
+
+    def program(amp_policy):
+        main, startup, scope = (paddle.static.Program(), paddle.static.Program(),
+                                paddle.static.Scope())
+        with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+            x = paddle.static.data("x", [None, WIDTH], "float32")
+            y = paddle.static.data("y", [None, 1], "int64")
+            h = x
+            for _ in range(LAYERS):
+                h = paddle.static.nn.fc(h, WIDTH, activation="relu")
+            loss = paddle.mean(paddle.nn.functional.cross_entropy(paddle.static.nn.fc(h, 10), y))
+            opt = paddle.optimizer.SGD(0.01)
+            if amp_policy:
+                opt = paddle_amp.decorate(opt, policy=amp_policy)
+            opt.minimize(loss)
+        with paddle.static.scope_guard(scope):
+            exe.run(startup)
+            if amp_policy:
+                opt.amp_init(paddle.CPUPlace(), scope=scope)
+
+        def step():
+            with paddle.static.scope_guard(scope):
+                exe.run(main, feed=feed, fetch_list=[loss])
+        return main, step
+
+    _, fp32 = program(None)
+    main, low = program(policy)
+    ratio, spread = ratio_of(low, fp32, warmup=3, budget_s=BUDGET_S)
+    decisions = paddle_amp.cast_report(main).decisions
+    return {"ratio": ratio, "spread": spread, **_summary(decisions, {"matmul_v2", "mul"})}
+
+
+def main(argv: Sequence[str]) -> int:
+    """``python -m amp_demo.speed FRAMEWORK POLICY``: one row, as a JSON line."""
+    from amp_adapters.quiet import quiet_frameworks
+    quiet_frameworks()
+    framework, policy = argv
+    got = (_mxnet if framework == "mxnet" else _paddle)(policy)
+    print(json.dumps({"framework": framework, "policy": policy, **got}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
