@@ -24,6 +24,8 @@ emulation, what to round. This module carries that out, in one pass:
 - in training, an op of ``slow_grads`` with an operand of fewer dimensions than its
   result (a Linear's weight on a batch of sequences, a bias) stays float32: its low
   gradient would sum over the extra dimensions on a reference implementation here;
+- the ops that write what a run fetches (the loss, a result no op reads) run in float32
+  where the core says so (``output_fp32``: bfloat16, which numpy fetches as raw bits);
 - a control-flow op's blocks are left in fp32: low-precision values it reads
   are cast back to fp32 (inside its blocks too).
 """
@@ -33,7 +35,8 @@ import contextlib
 import dataclasses
 from typing import AbstractSet, Any, Optional
 
-from amp_adapters import CastReport, OpDecision, ParamPlan, Policy, plan_op, plan_params
+from amp_adapters import (CastReport, OpDecision, ParamPlan, Policy, output_fp32, plan_op,
+                          plan_params)
 from amp_adapters.dtypes import FLOAT_DTYPES, LOW_DTYPES
 from amp_adapters.fallback import FallbackNotices
 from amp_adapters.oplists import passes_through
@@ -58,6 +61,9 @@ class Rewriter:
     ``slow_grads``: for a training program, the ops whose low gradient for an operand of
     fewer dimensions than the result runs a reference implementation here
     (``kernels.slow_broadcast_grads``); such an instance runs in float32.
+    ``loss``: the loss the program is built to minimize; with the ops whose results nothing
+    reads, it is a program output, float32 where the core says so (``output_fp32``: a
+    fetched bfloat16 tensor is raw uint16 bits).
     """
 
     policy: Policy
@@ -67,6 +73,7 @@ class Rewriter:
     onednn: AbstractSet[str] = frozenset()
     slow_grads: AbstractSet[str] = frozenset()
     plain_casts_before: AbstractSet[str] = frozenset()
+    loss: Any = None  # the training program's loss (a var or a PIR value), a program output
 
     def __post_init__(self) -> None:
         self._notices = FallbackNotices("paddle_amp")  # each op type warns once per decorate
@@ -86,6 +93,9 @@ class Rewriter:
             return "outside fp16_guard"
         if self.black_varnames and self.black_varnames & ir.var_names(op):
             return "uses a custom_black_varnames var"
+        why = output_fp32(self.policy)
+        if why and ir.is_output(op, self.loss):
+            return why
         return None
 
     def plan(self, ir: ProgramIR, op, slots: list[Slot],
