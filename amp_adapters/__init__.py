@@ -33,7 +33,7 @@ from .errors import (AmpConfigError, CheckpointError, ConflictingOpError, NotSup
                      OverflowGuardError, UnknownChoiceError, UnknownOpError)
 from .params import ParamPlan, ParamUse, plan_params
 from .planner import (UNKNOWN, Category, OpDecision, attrs_read, categorize, effective_lists,
-                      plan_op, widest)
+                      output_fp32, plan_op, widest)
 from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy, resolve_policy
 from .loss_scale import LossScaleConfig, LossScaleState
 from .report import CastReport, compare, kernel_differences, policy_disagreements
@@ -46,8 +46,8 @@ __all__ = [
     "LOW_DTYPES", "dtype_name",
     "AmpConfigError", "CheckpointError", "ConflictingOpError", "OverflowGuardError",
     "UnknownChoiceError", "UnknownOpError", "ParamPlan", "ParamUse", "plan_params", "UNKNOWN",
-    "Category", "OpDecision", "attrs_read", "categorize", "effective_lists", "plan_op",
-    "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
+    "Category", "OpDecision", "attrs_read", "categorize", "effective_lists", "output_fp32",
+    "plan_op", "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
     "kernel_differences", "policy_disagreements",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
     "loss_scale_from_config", "loss_scale_from_state_dict", "loss_scale_from_parts",

@@ -191,6 +191,10 @@ def _by_lists(policy: Policy, framework: str, op: str, canonical: Optional[str],
                                     f"by Policy.{framework}_ops.{cat}, which omits it")
             if policy.level == "O2" and native.o2_fp32 is not None and (
                     cat is None or (cat == "fp32" and op not in native.o2_fp32)):
+                if fw_ops.replaces("fp32"):  # (pure bf16's rule: its fp32 list, no other)
+                    return Category(op, canonical, "follow", f"O2 keeps in fp32 only "
+                                    f"Policy.{framework}_ops.fp32, which replaces the native "
+                                    f"fp32 lists, and lowers the rest")
                 return Category(op, canonical, "follow", f"native {framework} O2: only "
                                 f"{sorted(native.o2_fp32)} stay fp32; O2 lowers the rest")
             if cat:
@@ -212,6 +216,22 @@ def _by_lists(policy: Policy, framework: str, op: str, canonical: Optional[str],
         return Category(op, canonical, policy.unlisted, f"in no list: {policy.unlisted} "
                         f"(Policy.unlisted)")
     return Category(op, canonical, "follow", "in no list: follows its inputs")
+
+
+def output_fp32(policy: Policy) -> Optional[str]:
+    """Why an op whose result a run hands back runs in float32 under ``policy`` (the loss, a
+    result no op of the program reads: what a user fetches), or None.
+
+    numpy has no bfloat16: a fetched bfloat16 tensor comes back as its raw bit pattern in
+    uint16 (0.1 as 15821.0), a silent wrong value where float32 and float16 fetch as
+    floats. Such an op runs in float32 (a backend that can write a float32 copy of the
+    result under the name the user holds may cast instead): the one op, at the end of the
+    program, costs little."""
+    if policy.enabled and policy.dtype == "bfloat16":
+        return ("its result is a program output (the loss, or a value no op reads: what a "
+                "run fetches), kept float32: a fetched bfloat16 tensor is raw uint16 bits, "
+                "numpy has no bfloat16")
+    return None
 
 
 def attrs_read(policy: Policy, framework: str, op: str) -> tuple[str, ...]:

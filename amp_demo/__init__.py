@@ -16,6 +16,7 @@ Files:
     table.py, plot.py  the side-by-side table and the figure
     command.py         the ``demo`` subcommand (``register``) and ``python -m amp_demo``
     doctor_command.py  the ``doctor`` subcommand: the numerics doctor on a planted demo model
+    speed.py           the speed table: a GEMM-bound step, fp32 vs AMP, one child per row
     doctor_models.py   the doctor's demo models (planted overflow / underflow / reduction)
 """
 from .data import DigitsData, digits_data, evaluate

@@ -16,6 +16,8 @@ from typing import Optional, Sequence
 
 from amp_adapters import AmpConfigError, DynamicLossScale, Policy
 from amp_adapters.cli import HelpFormatter, Parser, positive_steps
+from amp_adapters.isa import describe_bf16
+from amp_adapters.speedbook import machine
 from amp_adapters.policy import resolve_policy
 from amp_adapters.quiet import quiet_frameworks
 
@@ -67,6 +69,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: no figure)")
     p.add_argument("--k-log2", type=int, default=0, metavar="K",
                    help="divide the loss by 2**K and multiply the learning rate by it")
+    p.add_argument("--no-speed", action="store_true",
+                   help="skip the speed table (a GEMM-bound MLP: float32 against bf16 with the "
+                        "native's decisions and with policy 'auto', side by side)")
 
 
 def register(subparsers: "argparse._SubParsersAction") -> None:
@@ -121,6 +126,14 @@ def run(args: argparse.Namespace) -> int:
                                       for r in results)])
         if line:
             print(line)
+    if not args.no_speed:
+        from . import speed
+        fws = [fw for fw in frameworks if fw != "numpy"]
+        if fws:
+            print(f"\nSpeed: {speed.MODEL}, one training step of AMP over one of float32, "
+                  f"interleaved (median, +- half the interquartile range); bf16 runs only "
+                  f"where this CPU has the kernels: {describe_bf16(machine())}", flush=True)
+            print(speed.format_rows(speed.rows(fws)))
     if args.plot:
         from .plot import plot
 
@@ -134,8 +147,6 @@ def bf16_note(without: Sequence[str]) -> Optional[str]:
     instead; None when every framework has its row."""
     if not without:
         return None
-    from amp_adapters.isa import describe_bf16
-    from amp_adapters.speedbook import machine
     return (f"bf16: no row for {', '.join(without)}: no real bfloat16 GEMM kernel here "
             f"({describe_bf16(machine())}), so bf16 would run in float32; the fp16 rows above "
             f"are emulated instead")

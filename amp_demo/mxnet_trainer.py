@@ -9,10 +9,12 @@ import numpy as np
 from mxnet import autograd, gluon
 
 from amp_adapters import Policy
+from amp_adapters.timing import ratio_of
 from mxnet_amp import cast_report, init, init_trainer, loss_scale, reset, scale_loss
 
 from .data import DigitsData, evaluate
 from .result import OnStep, TrainResult, mode_label
+from .speed import summary
 
 
 def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float = 1.0,
@@ -82,6 +84,46 @@ def real_kernel(dtype: str) -> bool:
     and backward (the backend's probe)."""
     from mxnet_amp.kernels import has_kernel
     return has_kernel("FullyConnected", mx.cpu(), dtype, backward=True)
+
+
+# -- the speed table (amp_demo.speed) ------------------------------------------------------
+
+def speed_row(policy: str, width: int, batch: int, layers: int, budget_s: float) -> dict:
+    """The AMP step's time over float32's on the speed table's MLP (``amp_demo.speed``): the
+    float32 net is traced before ``init`` patches MXNet, so it stays float32."""
+    x = mx.nd.random.uniform(shape=(batch, width))
+    y = mx.nd.array(np.random.default_rng(0).integers(0, 10, batch))
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+
+    def net_and_trainer():
+        net = gluon.nn.HybridSequential()
+        for _ in range(layers):
+            net.add(gluon.nn.Dense(width, activation="relu"))
+        net.add(gluon.nn.Dense(10))
+        net.initialize(mx.init.Xavier())
+        net.hybridize(static_alloc=True, static_shape=True)
+        return net, gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01})
+
+    def step(net, trainer, scaled):
+        with autograd.record():
+            loss = loss_fn(net(x), y).mean()
+            if scaled:
+                with scale_loss(loss, trainer) as s:
+                    autograd.backward(s)
+            else:
+                loss.backward()
+        trainer.step(1)
+        loss.wait_to_read()
+
+    fp32 = net_and_trainer()
+    step(*fp32, False)  # traced and cached in float32 before init patches MXNet
+    init(policy=policy)
+    low = net_and_trainer()
+    init_trainer(low[1])
+    ratio, spread = ratio_of(lambda: step(*low, True), lambda: step(*fp32, False),
+                             warmup=3, budget_s=budget_s)
+    decisions = cast_report(low[0]).decisions
+    return {"ratio": ratio, "spread": spread, **summary(decisions, {"FullyConnected"})}
 
 
 # -- the doctor's demo models (amp_demo.doctor_models: the planted problems) -------------------

@@ -9,10 +9,12 @@ import numpy as np
 import paddle
 
 from amp_adapters import Policy
+from amp_adapters.timing import ratio_of
 from paddle_amp import cast_report, decorate
 
 from .data import DigitsData, evaluate
 from .result import OnStep, TrainResult, mode_label
+from .speed import summary
 
 
 def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float = 1.0,
@@ -86,6 +88,48 @@ def real_kernel(dtype: str) -> bool:
     on this CPU, forward and backward (the backend's answer, ``lowp_kernels``)."""
     from paddle_amp.kernels import lowp_kernels
     return bool({"matmul_v2", "mul"} & lowp_kernels("CPU", dtype))
+
+
+# -- the speed table (amp_demo.speed) ------------------------------------------------------
+
+def speed_row(policy: str, width: int, batch: int, layers: int, budget_s: float) -> dict:
+    """The AMP step's time over float32's on the speed table's MLP (``amp_demo.speed``), two
+    programs in their own scopes, run in turn."""
+    paddle.enable_static()
+    rng = np.random.default_rng(0)
+    feed = {"x": rng.standard_normal((batch, width)).astype(np.float32),
+            "y": rng.integers(0, 10, (batch, 1))}
+    exe = paddle.static.Executor(paddle.CPUPlace())
+
+    def program(amp_policy):
+        main, startup, scope = (paddle.static.Program(), paddle.static.Program(),
+                                paddle.static.Scope())
+        with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+            x = paddle.static.data("x", [None, width], "float32")
+            y = paddle.static.data("y", [None, 1], "int64")
+            h = x
+            for _ in range(layers):
+                h = paddle.static.nn.fc(h, width, activation="relu")
+            loss = paddle.mean(paddle.nn.functional.cross_entropy(paddle.static.nn.fc(h, 10), y))
+            opt = paddle.optimizer.SGD(0.01)
+            if amp_policy:
+                opt = decorate(opt, policy=amp_policy)
+            opt.minimize(loss)
+        with paddle.static.scope_guard(scope):
+            exe.run(startup)
+            if amp_policy:
+                opt.amp_init(paddle.CPUPlace(), scope=scope)
+
+        def step():
+            with paddle.static.scope_guard(scope):
+                exe.run(main, feed=feed, fetch_list=[loss])
+        return main, step
+
+    _, fp32 = program(None)
+    main, low = program(policy)
+    ratio, spread = ratio_of(low, fp32, warmup=3, budget_s=budget_s)
+    decisions = cast_report(main).decisions
+    return {"ratio": ratio, "spread": spread, **summary(decisions, {"matmul_v2", "mul"})}
 
 
 # -- the doctor's demo models (amp_demo.doctor_models: the planted problems) -------------------

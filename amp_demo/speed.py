@@ -81,98 +81,12 @@ def format_rows(result: Sequence[SpeedRow]) -> str:
     return "\n".join(lines + notes)
 
 
-def _summary(decisions, gemm_ops) -> dict:
+def summary(decisions, gemm_ops) -> dict:
+    """How many GEMMs ran in bf16, and those speed kept float32 with their measured ratio."""
     gemms = [d for d in decisions if d.op in gemm_ops]
     kept = [f"{d.op} {d.speed:.2f}x" for d in gemms if d.kernel_refused and d.speed]
     return {"low": sum(d.run_dtype == "bfloat16" for d in gemms), "gemms": len(gemms),
             "kept": kept}
-
-
-def _mxnet(policy: str) -> dict:
-    import mxnet as mx
-    import numpy as np
-    from mxnet import autograd, gluon
-
-    import mxnet_amp as amp
-    from amp_adapters.timing import ratio_of
-
-    x = mx.nd.random.uniform(shape=(BATCH, WIDTH))
-    y = mx.nd.array(np.random.default_rng(0).integers(0, 10, BATCH))
-    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
-
-    def net_and_trainer():
-        net = gluon.nn.HybridSequential()
-        for _ in range(LAYERS):
-            net.add(gluon.nn.Dense(WIDTH, activation="relu"))
-        net.add(gluon.nn.Dense(10))
-        net.initialize(mx.init.Xavier())
-        net.hybridize(static_alloc=True, static_shape=True)
-        return net, gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01})
-
-    def step(net, trainer, scaled):
-        with autograd.record():
-            loss = loss_fn(net(x), y).mean()
-            if scaled:
-                with amp.scale_loss(loss, trainer) as s:
-                    autograd.backward(s)
-            else:
-                loss.backward()
-        trainer.step(1)
-        loss.wait_to_read()
-
-    fp32 = net_and_trainer()
-    step(*fp32, False)  # traced and cached in float32 before init patches MXNet
-    amp.init(policy=policy)
-    low = net_and_trainer()
-    amp.init_trainer(low[1])
-    ratio, spread = ratio_of(lambda: step(*low, True), lambda: step(*fp32, False),
-                             warmup=3, budget_s=BUDGET_S)
-    decisions = amp.cast_report(low[0]).decisions
-    return {"ratio": ratio, "spread": spread, **_summary(decisions, {"FullyConnected"})}
-
-
-def _paddle(policy: str) -> dict:
-    import numpy as np
-    import paddle
-
-    import paddle_amp
-    from amp_adapters.timing import ratio_of
-
-    paddle.enable_static()
-    rng = np.random.default_rng(0)
-    feed = {"x": rng.standard_normal((BATCH, WIDTH)).astype(np.float32),
-            "y": rng.integers(0, 10, (BATCH, 1))}
-    exe = paddle.static.Executor(paddle.CPUPlace())
-
-    def program(amp_policy):
-        main, startup, scope = (paddle.static.Program(), paddle.static.Program(),
-                                paddle.static.Scope())
-        with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
-            x = paddle.static.data("x", [None, WIDTH], "float32")
-            y = paddle.static.data("y", [None, 1], "int64")
-            h = x
-            for _ in range(LAYERS):
-                h = paddle.static.nn.fc(h, WIDTH, activation="relu")
-            loss = paddle.mean(paddle.nn.functional.cross_entropy(paddle.static.nn.fc(h, 10), y))
-            opt = paddle.optimizer.SGD(0.01)
-            if amp_policy:
-                opt = paddle_amp.decorate(opt, policy=amp_policy)
-            opt.minimize(loss)
-        with paddle.static.scope_guard(scope):
-            exe.run(startup)
-            if amp_policy:
-                opt.amp_init(paddle.CPUPlace(), scope=scope)
-
-        def step():
-            with paddle.static.scope_guard(scope):
-                exe.run(main, feed=feed, fetch_list=[loss])
-        return main, step
-
-    _, fp32 = program(None)
-    main, low = program(policy)
-    ratio, spread = ratio_of(low, fp32, warmup=3, budget_s=BUDGET_S)
-    decisions = paddle_amp.cast_report(main).decisions
-    return {"ratio": ratio, "spread": spread, **_summary(decisions, {"matmul_v2", "mul"})}
 
 
 def main(argv: Sequence[str]) -> int:
@@ -180,7 +94,11 @@ def main(argv: Sequence[str]) -> int:
     from amp_adapters.quiet import quiet_frameworks
     quiet_frameworks()
     framework, policy = argv
-    got = (_mxnet if framework == "mxnet" else _paddle)(policy)
+    if framework == "mxnet":
+        from .mxnet_trainer import speed_row
+    else:
+        from .paddle_trainer import speed_row
+    got = speed_row(policy, WIDTH, BATCH, LAYERS, BUDGET_S)
     print(json.dumps({"framework": framework, "policy": policy, **got}))
     return 0
 

@@ -47,7 +47,7 @@ def native_policy(lists, dtype: str, level: str, use_promote: bool = False, **fi
     the native decides for these arguments (``use_promote``: unlisted ops promote)."""
     return Policy.preset("paddle-native", dtype=dtype, level=level,
                          unlisted="promote" if use_promote else None,
-                         paddle_ops=lists.overrides("promote" if use_promote else "fp32"),
+                         paddle_ops=lists.overrides("promote" if use_promote else "fp32", level),
                          **fields)
 
 

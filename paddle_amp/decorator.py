@@ -101,7 +101,7 @@ class OptimizerWithMixedPrecision:
                 f"second one would rewrite it again and apply a second update every step; "
                 f"use one decorated optimizer per program")
         ir = program_ir.of(program)  # the program's IR, picked once for the rewrite and scaling
-        self._rewriter = self._new_rewriter(ir)
+        self._rewriter = dataclasses.replace(self._new_rewriter(ir), loss=loss)
         self._scaling = LossScaling(ir, self.policy.loss_scale, self._found_inf_ring_id)
         with paddle.static.program_guard(program, startup_program):
             if self.policy.enabled:
@@ -218,8 +218,8 @@ class OptimizerWithMixedPrecision:
         if test_program is not None and not derived and (
                 self.policy.level == "O2" or use_fp16_test):
             # the same kernels, fresh notices; no gradient here, so no slow one to keep off
-            rewriter = dataclasses.replace(self._rewriter,
-                                           device=self._rewriter.device.for_inference())
+            rewriter = dataclasses.replace(
+                self._rewriter, device=self._rewriter.device.for_inference(), loss=None)
             with paddle.static.program_guard(test_program):
                 rewriter.set_low_params(test_program, self._low_params)
                 record(test_program, rewriter.rewrite(test_program))

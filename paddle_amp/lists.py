@@ -105,8 +105,15 @@ class _Lists:
             fp32.add(op)
             self.unsupported_list.add(op)
 
-    def overrides(self, unlisted: str = "fp32") -> OpLists:
-        """The ops whose category the live sets change from the native defaults.
+    def _custom(self) -> dict[str, frozenset[str]]:
+        """The user's custom entries by category ("lower", "fp32"), as given."""
+        raise NotImplementedError
+
+    def overrides(self, unlisted: str = "fp32", level: str = "O1") -> OpLists:
+        """The ops whose category the live sets change from the native defaults, and the
+        user's custom entries still in their live set (a custom fp32 op already in a default
+        fp32 list stays fp32 at O2 too, which lowers default-fp32 ops: natively it joins
+        ``unsupported_list``, which every level keeps fp32).
 
         An op taken out of every list gets ``unlisted`` (Paddle O1 runs it in
         fp32; with ``use_promote`` it is promoted)."""
@@ -120,6 +127,12 @@ class _Lists:
             now = self._live_category(op, live)
             if now != self._live_category(op, default):
                 moved[now or unlisted].add(op)
+        for cat, ops in self._custom().items():
+            for op in ops:
+                if self._live_category(op, live) == cat:
+                    for each in moved.values():
+                        each.discard(op)
+                    moved[cat].add(op)
         return OpLists(**moved)
 
 
@@ -154,6 +167,10 @@ class AutoMixedPrecisionLists(_Lists):
     def _defaults(self):
         return native_lists("paddle", self.amp_dtype)
 
+    def _custom(self) -> dict[str, frozenset[str]]:
+        return {"lower": _names(self._custom_white_list, "custom_white_list"),
+                "fp32": _names(self._custom_black_list, "custom_black_list")}
+
 
 CustomOpLists = AutoMixedPrecisionLists  # the native alias
 
@@ -182,6 +199,26 @@ class AutoMixedPrecisionListsBF16(_Lists):
 
     def _defaults(self):
         return native_lists("paddle", "bfloat16-lists")
+
+    def _custom(self) -> dict[str, frozenset[str]]:
+        return {"lower": _names(self._custom_bf16_list, "custom_bf16_list"),
+                "fp32": _names(self._custom_fp32_list, "custom_fp32_list")}
+
+    def overrides(self, unlisted: str = "fp32", level: str = "O1") -> OpLists:
+        """As for the other lists; at O2 (pure bf16) as the native ``cast_model_to_bf16``,
+        which keeps in fp32 only the ops of ``unsupported_list``: the user's fp32 ops (the
+        custom ones, and those added to ``fp32_list`` in place) and the ops without a bf16
+        kernel here (the kernels' answer). No default list keeps an op fp32 there, neither
+        bf16's ``fp32_list`` nor the fp16 decorator's O2 list (``lookup_table_v2``...): the
+        overrides' fp32 list replaces the native fp32 lists."""
+        moved = super().overrides(unlisted, level)
+        if level != "O2":
+            return moved
+        default_fp32 = self._defaults().fp32
+        user = {op for op in self.fp32_list
+                if op not in default_fp32 or op in self._custom()["fp32"]}
+        return OpLists(lower=moved.lower, promote=moved.promote, follow=moved.follow,
+                       fp32=frozenset(user), replace=frozenset({"fp32"}))
 
     @property
     def black_varnames(self):

@@ -24,6 +24,8 @@ emulation, what to round. This module carries that out, in one pass:
 - each op's operand shapes go to the planner (``ShapeClass``): the device profile's
   rules (a slow gradient of a broadcast operand, in training) and measured speed read
   them;
+- the ops that write what a run fetches (the loss, a result no op reads) run in float32
+  where the core says so (``output_fp32``: bfloat16, which numpy fetches as raw bits);
 - a control-flow op's blocks are left in fp32: low-precision values it reads
   are cast back to fp32 (inside its blocks too).
 """
@@ -33,7 +35,8 @@ import contextlib
 import dataclasses
 from typing import AbstractSet, Any, Optional
 
-from amp_adapters import CastReport, OpDecision, ParamPlan, Policy, plan_op, plan_params
+from amp_adapters import (CastReport, OpDecision, ParamPlan, Policy, output_fp32, plan_op,
+                          plan_params)
 from amp_adapters.device import DeviceProfile, ShapeClass
 from amp_adapters.dtypes import FLOAT_DTYPES, LOW_DTYPES
 from amp_adapters.fallback import FallbackNotices
@@ -56,12 +59,16 @@ class Rewriter:
     ``device.plain_casts_before``.
     ``use_guard``: only ops built inside ``fp16_guard()`` may leave fp32.
     ``black_varnames``: ops reading or writing these vars run in fp32.
+    ``loss``: the loss the program is built to minimize; with the ops whose results nothing
+    reads, it is a program output, float32 where the core says so (``output_fp32``: a
+    fetched bfloat16 tensor is raw uint16 bits).
     """
 
     policy: Policy
     device: Optional[DeviceProfile]
     use_guard: bool = False
     black_varnames: AbstractSet[str] = frozenset()
+    loss: Any = None  # the training program's loss (a var or a PIR value), a program output
 
     @property
     def kernels(self) -> Optional[AbstractSet[str]]:
@@ -87,6 +94,9 @@ class Rewriter:
             return "outside fp16_guard"
         if self.black_varnames and self.black_varnames & ir.var_names(op):
             return "uses a custom_black_varnames var"
+        why = output_fp32(self.policy)
+        if why and ir.is_output(op, self.loss):
+            return why
         return None
 
     def plan(self, ir: ProgramIR, op, slots: list[Slot],

@@ -107,6 +107,9 @@ class ProgramIR(Protocol):
     def is_control_flow(self, op: Any) -> bool: ...
     def control_flow_slots(self, op: Any) -> list[Slot]: ...  # its inputs, what its blocks read
     def is_cast(self, op: Any) -> bool: ...
+    def is_output(self, op: Any, loss: Any) -> bool:
+        """``op`` writes ``loss`` (None: no loss), or has a floating result and no op of the
+        program reads any of its results: what a run fetches (``planner.output_fp32``)."""
     def param_uses(self, forced: Callable[[Any], Optional[str]],
                    shape_of: Callable[[Any], Optional[ShapeClass]]
                    ) -> dict[str, list[ParamUse]]:

@@ -36,3 +36,21 @@ def test_the_mxnet_row_follows_the_probe(capsys):
     out = capsys.readouterr().out
     assert ("mxnet      bf16 O1" in out) == gemm
     assert ("bf16: no row for mxnet" in out) == (not gemm)
+
+
+def test_the_speed_table_says_what_speed_kept_float32_and_why_a_row_cannot_run():
+    from amp_demo.speed import SpeedRow, format_rows
+    text = format_rows([
+        SpeedRow("mxnet", "O1-bf16", 2.41, 0.05, 3, 3),
+        SpeedRow("mxnet", "auto", 1.01, 0.02, 0, 3, ("FullyConnected 2.40x",) * 3),
+        SpeedRow("paddle", "auto", error="exit 1: ImportError")])
+    assert [line.split()[:3] for line in text.splitlines()[2:4]] == [
+        ["mxnet", "O1-bf16", "2.41x"], ["mxnet", "auto", "1.01x"]]
+    assert "mxnet auto: kept float32, measured slower in bf16 here: FullyConnected 2.40x" in text
+    assert "cannot run (exit 1: ImportError)" in text
+
+
+def test_a_speed_child_that_fails_is_a_row_that_says_so():
+    from amp_demo.speed import _child
+    row = _child("no-such-framework", "auto")
+    assert row.error and row.error.startswith("exit 1") and row.framework == "no-such-framework"

@@ -150,7 +150,7 @@ def test_a_conv_bias_reshaped_for_its_add_is_still_cast_down(static):
     fp32 (it only moves a parameter) and the add beside the bf16 conv output still casts
     that small operand down and runs bf16, as MXNet's conv with its bias inside does."""
     x = paddle.static.data("x", [None, 2, 4, 4], "float32")
-    paddle.nn.functional.relu(paddle.nn.Conv2D(2, 3, 3)(x))
+    paddle.mean(paddle.nn.functional.relu(paddle.nn.Conv2D(2, 3, 3)(x)))  # (mean: the output)
     report = bf16_rewriter(static.main, onednn=ONEDNN_HERE | {"conv2d"}).rewrite(static.main)
     by_op = {d.op: d for d in report.decisions}
     assert by_op["conv2d"].run_dtype == BF16 and by_op["reshape2"].run_dtype == "float32"

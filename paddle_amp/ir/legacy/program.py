@@ -14,7 +14,7 @@ from paddle.base import core, framework, unique_name
 
 from amp_adapters import ParamUse
 from amp_adapters.oplists import passes_through
-from amp_adapters.dtypes import SHORT_NAMES
+from amp_adapters.dtypes import FLOAT_DTYPES, SHORT_NAMES
 from amp_adapters.report import GraphCasts
 
 from ...env import DTYPE_OF, VarType, VARTYPE_OF, dtype_name
@@ -80,6 +80,7 @@ class LegacyProgram:
         self._at = 0          # the walk's op, by position (casts shift it)
         self._role = 0        # its op role, given to the casts inserted for it
         self._startup_block = None  # where the update's constants are filled
+        self._read: Optional[set] = None  # (``is_output``)
 
     # -- values --------------------------------------------------------------------------------
 
@@ -125,6 +126,7 @@ class LegacyProgram:
 
     def prepare(self, use_guard, black_varnames) -> None:
         """Nothing to check: the guard is a name scope, every var has a name."""
+        self._read = None  # the names the program's ops read (``is_output``)
 
     def forward_ops(self) -> Iterator:
         self.block._sync_with_cpp()  # once; every insert keeps Python and C++ in step
@@ -160,6 +162,16 @@ class LegacyProgram:
 
     def is_cast(self, op) -> bool:
         return op.type == "cast"
+
+    def is_output(self, op, loss) -> bool:
+        outs = op.output_arg_names
+        if loss is not None and getattr(loss, "name", loss) in outs:
+            return True
+        if self._read is None:  # once per walk: before any cast reads a result
+            self._read = {n for block in self.program.blocks for each in block.ops
+                          for n in each.input_arg_names}
+        return not self._read.intersection(outs) and any(
+            self.dtype(n) in FLOAT_DTYPES for n in outs)
 
     def param_uses(self, forced, shape_of) -> dict[str, list[ParamUse]]:
         ops = [op for op in self.block.ops if is_forward(op) and op.type not in _IO_OPS]

@@ -215,6 +215,13 @@ class PirProgram:
     def is_cast(self, op) -> bool:
         return op.name() == "pd_op.cast"
 
+    def is_output(self, op, loss) -> bool:
+        results = op.results()
+        if loss is not None and any(r.is_same(loss) for r in results):
+            return True
+        return all(r.use_empty() for r in results) and any(
+            value_dtype(r) in FLOAT_DTYPES for r in results)
+
     def param_uses(self, forced, shape_of) -> dict[str, list[ParamUse]]:
         top = {op.id() for op in self.block.ops}
         return {param.name: [use for user in param.all_used_ops()
