@@ -94,6 +94,10 @@ def main(argv: Sequence[str]) -> int:
     from amp_adapters.quiet import quiet_frameworks
     quiet_frameworks()
     framework, policy = argv
+    if framework not in ("mxnet", "paddle"):
+        print(f"amp_demo.speed: unknown framework {framework!r} (mxnet or paddle)",
+              file=sys.stderr)
+        return 2
     if framework == "mxnet":
         from .mxnet_trainer import speed_row
     else:
