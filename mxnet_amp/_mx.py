@@ -143,14 +143,49 @@ def graph_shapes(sym: "sym.Symbol", known: Mapping[str, tuple]) -> dict[str, Opt
     Empty if inference fails. No host sync."""
     internals = sym.get_internals()
     args = set(sym.list_arguments())
+    given = {**_ranks_of_inputs(sym, set(known)), **{k: v for k, v in known.items() if k in args}}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            _, out, _ = internals.infer_shape_partial(
-                **{k: v for k, v in known.items() if k in args})
+            _, out, _ = internals.infer_shape_partial(**given)
     except mx.base.MXNetError:
         return {}
     return {e: unknown_dims(s) for e, s in zip(internals.list_outputs(), out or ())}
+
+
+_CONVS = ("Convolution", "Deconvolution")
+
+
+def _declared_shape(node: dict) -> Optional[tuple]:
+    text = node.get("attrs", {}).get("__shape__")
+    if node["op"] != "null" or not text:
+        return None
+    return tuple(int(d) for d in text.strip("()[] ").split(",") if d.strip())
+
+
+def _ranks_of_inputs(sym: "sym.Symbol", known: set) -> dict[str, tuple]:
+    """{input: shape with an unknown batch} for each input of unknown shape read as the data
+    of a FullyConnected (``flatten``: (batch, in_units)) or a convolution ((batch, channels,
+    unknown spatial sizes)) whose weight declares its shape (a Gluon parameter's
+    ``__shape__``): MXNet's inference does not carry a weight's sizes back to its data."""
+    nodes = json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
+    out: dict[str, tuple] = {}
+    for n in nodes:
+        if n["op"] not in ("FullyConnected", *_CONVS) or len(n["inputs"]) < 2:
+            continue
+        src, weight = nodes[n["inputs"][0][0]], _declared_shape(nodes[n["inputs"][1][0]])
+        if src["op"] != "null" or src["name"] in known or _declared_shape(src) or \
+                not weight or any(d <= 0 for d in weight):
+            continue
+        attrs = n.get("attrs", {})
+        if n["op"] == "FullyConnected":
+            if str(attrs.get("flatten", "True")) in ("True", "true", "1") and len(weight) == 2:
+                out.setdefault(src["name"], (0, weight[1]))
+        else:
+            groups = int(attrs.get("num_group", 1))
+            channels = weight[0] if n["op"] == "Deconvolution" else weight[1] * groups
+            out.setdefault(src["name"], (0, channels) + (0,) * (len(weight) - 2))
+    return out
 
 
 def cast(x: Any, dtype: str, name: Optional[str] = None) -> Any:
