@@ -41,6 +41,7 @@ from ._mx import declared as with_dtypes
 from ._mx import dtype_name, mx_dtype
 from .config import PolicyLike, init_policy
 from .graph import rewrite
+from .kernels import note_native_speed
 from .report import block_context
 from .traced import block_graph, traced_shapes
 
@@ -169,6 +170,8 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
     data_names = _names(data_names, "data_names")
     pol = _convert_policy(target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
                           policy, emulate)
+    if policy is None:  # the native's decisions: say if they are slower than float32 here
+        note_native_speed(pol, training=False)
     inputs = sym.list_inputs()
     declared = _declared_dtypes(sym)
     known = {name: declared.get(name, "float32") for name in inputs}

@@ -16,6 +16,7 @@ would crash the first training step.
 from __future__ import annotations
 
 import collections.abc
+import logging
 from typing import Callable, Iterator, Sequence
 
 import mxnet as mx
@@ -193,6 +194,25 @@ def speed_book(ctx: mx.Context, policy: Policy) -> SpeedBook:
                                 measurer(ctx, policy.dtype), profile=policy.profile,
                                 here=here)
     return _books[key]
+
+
+# what issue 31 measured for MXNet 1.9.1's native bf16 (MLP, CNN) where oneDNN emulates bf16
+TYPICAL_EMULATED_BF16 = "2.0-2.9x"
+
+
+def note_native_speed(policy: Policy, training: bool) -> None:
+    """Say once per process, in one line, when the native's decisions (``policy``, what
+    ``init``/``convert_*`` run without ``policy=``) run an op slower than float32 here,
+    known without timing (``amp_adapters.native_speed``): by the CPU's flags and the
+    oneDNN ISA caps, or from this machine's speed cache. No probe, no host sync."""
+    from amp_adapters import effective_lists
+    from amp_adapters.native_speed import native_slowdown, say_once
+    if not policy.enabled:
+        return
+    ops = frozenset(effective_lists(policy, "mxnet")["lower"])
+    say_once(logging.getLogger("mxnet_amp"),
+             native_slowdown("mxnet_amp", "mxnet", mx.__version__, policy.dtype, ops,
+                             training, TYPICAL_EMULATED_BF16))
 
 
 def install_speed_book(book: SpeedBook, policy: Policy, device_type: str = "cpu") -> None:

@@ -46,7 +46,8 @@ from .active import active_policy, set_policy
 from .config import init_policy
 from . import traced
 from .traced import traced_shapes
-from .kernels import device_profile, forget_fallback_logs, forget_speed_books, log_fallback
+from .kernels import (device_profile, forget_fallback_logs, forget_speed_books, log_fallback,
+                      note_native_speed)
 from .scaling import forget_loss_output_trainer, loss_output_scale
 
 logger = logging.getLogger("mxnet_amp")
@@ -95,6 +96,8 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
     _patches.append((hybrid, "_get_graph", hybrid._get_graph))
     hybrid._get_graph = _traced_graph(hybrid._get_graph)
     set_policy(resolved)
+    if policy is None:  # the native's decisions: say if they are slower than float32 here
+        note_native_speed(resolved, training=True)
     traced.remember_traced_before_init()
     _patches.extend(traced.record_tracing())
     return resolved
