@@ -176,7 +176,7 @@ def device_profile(ctx: mx.Context, policy: Policy, training: bool) -> DevicePro
     costs = speed_book(ctx, policy).for_training(training) \
         if policy.speed == "measured" and policy.enabled else None
     return DeviceProfile(KernelSet(ctx, policy.dtype, backward=training),
-                         training=training, costs=costs, name=str(ctx))
+                         training=training, costs=costs)
 
 
 _books: dict[tuple, SpeedBook] = {}
