@@ -22,6 +22,7 @@ Files:
     checkpoint.py atomic, verified checkpoint folders (the backends' save/load_checkpoint)
     report.py     CastReport: decisions per op and the graph's casts; print(report) is the table
     fallback.py   what a backend says about ops without a low-precision kernel here
+    native_speed.py  the one line when the native's decisions are slower than float32 here
     quiet.py      framework log noise off, for our command and examples
     errors.py     the config and checkpoint errors
     cli.py        ``amp-adapters lists|explain|diff`` (other subcommands come by entry point)

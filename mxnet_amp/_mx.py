@@ -14,7 +14,8 @@ import functools
 import inspect
 import json
 import threading
-from typing import Any, Optional
+import warnings
+from typing import Any, Mapping, Optional
 
 import numpy as np
 import mxnet as mx
@@ -108,6 +109,83 @@ def declared(sym: "sym.Symbol", dtypes: "dict[str, Optional[str]]") -> "sym.Symb
                 _DTYPE_NP_TO_MX[np.dtype(want).type]
             node.setdefault("attrs", {})["__dtype__"] = str(code)
     return mx.sym.load_json(json.dumps(graph))
+
+
+def symbol_shape(x: Any, known: Mapping[str, tuple]) -> Optional[tuple]:
+    """The shape of a single-output symbol by MXNet's partial shape inference from the
+    ``known`` shapes of its variables (an unknown dimension is None; None if its rank is
+    unknown). No host sync: inference runs on the graph."""
+    if len(x.list_outputs()) != 1:
+        return None
+    args = x.list_arguments()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, out, _ = x.infer_shape_partial(**{k: v for k, v in known.items() if k in args})
+    except mx.base.MXNetError:
+        return None
+    return unknown_dims(out[0] if out else None)
+
+
+def unknown_dims(shape: Optional[tuple]) -> Optional[tuple]:
+    """An inferred shape with MXNet's unknowns (0 in legacy shape mode, -1 in numpy mode) as
+    None; None for an unknown rank (None, or a legacy empty shape)."""
+    if shape is None or (len(shape) == 0 and not mx.util.is_np_shape()):
+        return None
+    legacy = not mx.util.is_np_shape()
+    return tuple(None if d is None or d < 0 or (legacy and d == 0) else int(d) for d in shape)
+
+
+def graph_shapes(sym: "sym.Symbol", known: Mapping[str, tuple]) -> dict[str, Optional[tuple]]:
+    """{entry: shape} for every entry of ``sym`` (variables and op outputs, named as
+    ``get_internals().list_outputs()``), by partial shape inference from the ``known``
+    shapes of its variables (and the shapes variables declare); unknown dimensions None.
+    Empty if inference fails. No host sync."""
+    internals = sym.get_internals()
+    args = set(sym.list_arguments())
+    given = {**_ranks_of_inputs(sym, set(known)), **{k: v for k, v in known.items() if k in args}}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _, out, _ = internals.infer_shape_partial(**given)
+    except mx.base.MXNetError:
+        return {}
+    return {e: unknown_dims(s) for e, s in zip(internals.list_outputs(), out or ())}
+
+
+_CONVS = ("Convolution", "Deconvolution")
+
+
+def _declared_shape(node: dict) -> Optional[tuple]:
+    text = node.get("attrs", {}).get("__shape__")
+    if node["op"] != "null" or not text:
+        return None
+    return tuple(int(d) for d in text.strip("()[] ").split(",") if d.strip())
+
+
+def _ranks_of_inputs(sym: "sym.Symbol", known: set) -> dict[str, tuple]:
+    """{input: shape with an unknown batch} for each input of unknown shape read as the data
+    of a FullyConnected (``flatten``: (batch, in_units)) or a convolution ((batch, channels,
+    unknown spatial sizes)) whose weight declares its shape (a Gluon parameter's
+    ``__shape__``): MXNet's inference does not carry a weight's sizes back to its data."""
+    nodes = json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
+    out: dict[str, tuple] = {}
+    for n in nodes:
+        if n["op"] not in ("FullyConnected", *_CONVS) or len(n["inputs"]) < 2:
+            continue
+        src, weight = nodes[n["inputs"][0][0]], _declared_shape(nodes[n["inputs"][1][0]])
+        if src["op"] != "null" or src["name"] in known or _declared_shape(src) or \
+                not weight or any(d <= 0 for d in weight):
+            continue
+        attrs = n.get("attrs", {})
+        if n["op"] == "FullyConnected":
+            if str(attrs.get("flatten", "True")) in ("True", "true", "1") and len(weight) == 2:
+                out.setdefault(src["name"], (0, weight[1]))
+        else:
+            groups = int(attrs.get("num_group", 1))
+            channels = weight[0] if n["op"] == "Deconvolution" else weight[1] * groups
+            out.setdefault(src["name"], (0, channels) + (0,) * (len(weight) - 2))
+    return out
 
 
 def cast(x: Any, dtype: str, name: Optional[str] = None) -> Any:

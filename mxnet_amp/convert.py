@@ -11,7 +11,14 @@ transforms with no device, as natively: they give the graph the lists ask for,
 whatever this machine runs (converting on a CPU for a GPU server is a real
 workflow). Where a device is known (``convert_hybrid_block``'s ``ctx``, default:
 the block's own context, where the native defaults to gpu(0); or an explicit
-``ctx=``), an op without a low-precision kernel there stays float32 (warned once). Parameters stay
+``ctx=``), an op without a low-precision kernel there stays float32 (warned once).
+Under measured speed (``policy="auto"``, or ``speed = "measured"``) a speed belongs to a
+device, so the plan is for one: the ``ctx`` given, else this machine's CPU (the conversion
+a user runs with ``auto`` is for where it runs; to convert for another machine, name a
+profile measured there, ``Policy(profile=...)``, whose costs then decide). Each op is
+measured for inference at the shape class MXNet infers from ``input_shapes=`` (and the
+shapes parameters declare); an unknown dimension, such as the batch, at
+``amp_adapters.device.UNKNOWN_DIM``. Parameters stay
 float32 and are cast inside the graph once per dtype, unless
 ``cast_optional_params=True``: then a parameter that only feeds low-precision
 ops is declared (``__dtype__``) and returned in that dtype, as natively.
@@ -34,8 +41,9 @@ from ._mx import declared as with_dtypes
 from ._mx import dtype_name, mx_dtype
 from .config import PolicyLike, init_policy
 from .graph import rewrite
+from .kernels import note_native_speed
 from .report import block_context
-from .traced import block_graph
+from .traced import block_graph, traced_shapes
 
 
 def _declared_dtypes(sym: mx.sym.Symbol) -> dict[str, str]:
@@ -138,7 +146,8 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
                    data_names: Optional[Sequence[str]] = None,
                    cast_optional_params: bool = False, *, policy: Optional[PolicyLike] = None,
                    emulate: bool = False, ctx: Optional[mx.Context] = None,
-                   input_dtypes: Optional[dict] = None) -> mx.sym.Symbol:
+                   input_dtypes: Optional[dict] = None,
+                   input_shapes: Optional[dict] = None) -> mx.sym.Symbol:
     """``sym`` (a float32 model) with the casts of the policy inserted.
 
     ``excluded_sym_names``: nodes kept in float32. ``input_dtypes``: dtypes of
@@ -147,7 +156,10 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
     declared ``__dtype__``); the other inputs are parameters, which
     ``cast_optional_params`` may declare low precision. ``ctx`` (default: none, a
     device-free transform) makes the plan device-aware: ops without a low-precision
-    kernel on it stay float32.
+    kernel on it stay float32. ``policy="auto"`` (measured speed): an op stays float32 where
+    its low kernel is not measured faster, on ``ctx`` or else this machine's CPU, at the
+    shapes inferred from ``input_shapes`` ({input: shape}; unknown batch: measured at
+    ``UNKNOWN_DIM``).
     """
     if not isinstance(sym, mx.sym.Symbol):
         raise TypeError(f"convert_symbol expects a Symbol, got {type(sym).__name__}")
@@ -158,6 +170,8 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
     data_names = _names(data_names, "data_names")
     pol = _convert_policy(target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
                           policy, emulate)
+    if policy is None:  # the native's decisions: say if they are slower than float32 here
+        note_native_speed(pol, training=False)
     inputs = sym.list_inputs()
     declared = _declared_dtypes(sym)
     known = {name: declared.get(name, "float32") for name in inputs}
@@ -167,7 +181,8 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
     params = frozenset(inputs) - set(data_names)
     out = rewrite(sym, known, pol, ctx, frozenset(excluded_sym_names or ()),
                   optional_params=params if cast_optional_params else frozenset(),
-                  keep_casts=True, params=params, free_params=params)
+                  keep_casts=True, params=params, free_params=params,
+                  shapes={k: tuple(v) for k, v in (input_shapes or {}).items()})
     # the parameters declare their dtype, as natively: a Module binding the converted
     # graph with data shapes alone then infers every parameter's dtype
     now = _declared_dtypes(out)
@@ -204,7 +219,9 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
     """A SymbolBlock running the hybridized ``block``'s graph in mixed precision, for inference.
 
     The block must have been hybridized and run once. ``ctx`` defaults to the
-    block's own context (the native defaults to gpu(0)). With
+    block's own context (the native defaults to gpu(0)); ``policy="auto"`` measures there,
+    for inference, at the shapes the block was traced with under ``init`` (else the batch
+    at ``UNKNOWN_DIM``, the rest inferred from its parameters). With
     ``cast_optional_params`` the parameters that only feed low-precision ops are
     stored in that dtype.
     """
@@ -212,6 +229,7 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
     sym = mx.sym.load_json(sym.tojson())  # without the casts init put in a traced graph
     ctx = ctx or block_context(block)
     data_names = [i.name for i in inputs]
+    kw.setdefault("input_shapes", traced_shapes.get(block))
     converted = convert_symbol(sym, target_dtype, target_dtype_ops, fp32_ops,
                                conditional_fp32_ops, excluded_sym_names, data_names,
                                cast_optional_params, ctx=ctx, **kw)

@@ -16,11 +16,11 @@ from typing import AbstractSet, Iterator, Mapping, Optional
 import mxnet as mx
 
 from amp_adapters import OpDecision, Policy, plan_op
-from amp_adapters.device import DeviceProfile
+from amp_adapters.device import DeviceProfile, ShapeClass
 from amp_adapters.dtypes import AMP_DTYPES, FLOAT_RANK, LOW_DTYPES, widest
 from amp_adapters.dtypes import FLOAT_DTYPES as FLOATS
 
-from ._mx import cast, declared, dtype_name, input_names, mx_dtype, unpatched
+from ._mx import cast, declared, dtype_name, graph_shapes, input_names, mx_dtype, unpatched
 from .kernels import device_profile, log_fallback
 
 @dataclass(frozen=True)
@@ -57,26 +57,48 @@ def nodes(sym: mx.sym.Symbol) -> Iterator[Node]:
 def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy,
           device: Optional[DeviceProfile],
           force_fp32: Optional[str] = None, params: AbstractSet[str] = frozenset(),
-          free: Optional[list[bool]] = None) -> OpDecision:
+          free: Optional[list[bool]] = None,
+          shapes: Optional[Mapping[str, Optional[tuple]]] = None) -> OpDecision:
     """The core's decision for node ``n`` given its input dtypes (non-floats count as None);
     ``params``: the graph inputs that are parameters (the planner's promote rule reads it);
-    ``free``: which inputs have no dtype of their own yet (the planner's free rule)."""
+    ``free``: which inputs have no dtype of their own yet (the planner's free rule);
+    ``shapes``: {entry: inferred shape} under measured speed (the shape class of the
+    floating inputs, as ``patching.shape_class`` keys an imperative call)."""
+    shape = None if shapes is None else ShapeClass.of(
+        [shapes.get(e) for e, d in zip(n.inputs, dtypes) if d is None or d in FLOATS])
     return plan_op(policy, "mxnet", n.op, [d if d in FLOATS else None for d in dtypes],
-                   device=device, attrs=n.attrs, force_fp32=force_fp32,
+                   device=device, shape=shape, attrs=n.attrs, force_fp32=force_fp32,
                    input_names=input_names(n.op),
                    param_inputs=[e in params for e in n.inputs] if params else None,
                    free=free)
 
 
-def _device(ctx: Optional[mx.Context], policy: Policy) -> Optional[DeviceProfile]:
-    """What ``ctx`` runs in ``policy.dtype`` (inference); None (every op) without a device."""
-    return None if ctx is None else device_profile(ctx, policy, training=False)
+def _device(ctx: Optional[mx.Context], policy: Policy,
+            training: bool = False) -> Optional[DeviceProfile]:
+    """What ``ctx`` runs in ``policy.dtype`` (inference unless ``training``); None (every op)
+    without a device, except under measured speed: a speed is a device's, so it is this
+    machine's CPU's (what a user converting for here with ``policy="auto"`` expects; to
+    plan for another machine, name a profile measured there: ``Policy.profile``)."""
+    if ctx is None and policy.speed == "measured" and policy.enabled:
+        ctx = mx.cpu()
+    return None if ctx is None else device_profile(ctx, policy, training=training)
+
+
+def _entry_shapes(sym: mx.sym.Symbol, device: Optional[DeviceProfile],
+                  shapes: Optional[Mapping[str, tuple]]) -> Optional[dict]:
+    """{entry: shape} when the device's costs take part (measured speed), else None."""
+    if device is None or device.costs is None:
+        return None
+    return graph_shapes(sym, shapes or {})
 
 
 def plan_graph(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
-               ctx: Optional[mx.Context]) -> list[OpDecision]:
+               ctx: Optional[mx.Context], shapes: Optional[Mapping[str, tuple]] = None,
+               training: bool = False) -> list[OpDecision]:
     """The decision for every op of ``sym``, in topological order; ``ctx`` None plans for no
-    device in particular (every op has its low-precision kernel).
+    device in particular (every op has its low-precision kernel). ``shapes``: the known
+    shapes of its inputs (measured speed plans at the shape classes inferred from them);
+    ``training``: plan as ``init`` does, for forward and backward.
 
     AMP casts already in ``sym`` (those ``init`` put in a traced graph) are taken out and
     the graph is planned as ``rewrite`` plans it: each op sees the dtypes the plan gives
@@ -84,8 +106,9 @@ def plan_graph(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     in bf16, as it runs (type inference on the uncast graph would say float32).
     """
     bare = mx.sym.load_json(sym.tojson())  # tojson() drops amp_cast/amp_multicast nodes
-    return _rewrite(bare, known, policy, ctx, frozenset(), _device(ctx, policy), {},
-                    frozenset(), frozenset())[3]
+    device = _device(ctx, policy, training)
+    return _rewrite(bare, known, policy, ctx, frozenset(), device, {},
+                    frozenset(), frozenset(), entry_shapes=_entry_shapes(bare, device, shapes))[3]
 
 
 def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
@@ -95,7 +118,8 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
             optional_params: AbstractSet[str] = frozenset(),
             keep_casts: bool = False,
             params: AbstractSet[str] = frozenset(),
-            free_params: AbstractSet[str] = frozenset()) -> mx.sym.Symbol:
+            free_params: AbstractSet[str] = frozenset(),
+            shapes: Optional[Mapping[str, tuple]] = None) -> mx.sym.Symbol:
     """A copy of ``sym`` with the casts the plan asks for inserted.
 
     ``keep_casts``: the ``amp_cast``/``amp_multicast`` nodes already in ``sym`` are the
@@ -103,7 +127,11 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     casts ``init`` put in a traced graph, planned again here).
     ``device``: what the device runs in ``policy.dtype``; by default probed on ``ctx``, and
     with ``ctx`` None every op has a kernel: a device-free graph transform (what the user asked
-    for, as the native ``convert_symbol`` gives, whatever this machine runs).
+    for, as the native ``convert_symbol`` gives, whatever this machine runs), except under
+    measured speed, which measures on this machine's CPU (``_device``). ``shapes``: the
+    known shapes of inputs; measured speed plans each op at the shape class MXNet's
+    partial shape inference gives from them (an unknown dimension, such as the batch,
+    measured at ``amp_adapters.device.UNKNOWN_DIM``).
     ``params``: the inputs that are parameters (weights), so that a promote op casts a
     float32 parameter down beside a low activation rather than the activation up.
     ``optional_params`` (the native ``cast_optional_params``): of these parameter
@@ -132,14 +160,15 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
         sym = mx.sym.load_json(sym.tojson())  # drops amp_cast nodes a traced graph may have
     device = _device(ctx, policy) if device is None else device
     heads = _float32_heads(sym, {k: v for k, v in known.items() if k not in free_params})
+    entry_shapes = _entry_shapes(sym, device, shapes)
     out, uses, took, plan = _rewrite(sym, known, policy, ctx, excluded, device, {}, params,
-                                     free_params, heads)
+                                     free_params, heads, entry_shapes)
     declared = {p: next(iter(u)) for p, u in uses.items()
                 if (p in optional_params or p in took) and len(u) == 1
                 and next(iter(u)) in LOW_DTYPES}
     if declared:  # again, with those parameters already in their low dtype
         out, _, _, plan = _rewrite(sym, {**known, **declared}, policy, ctx, excluded, device,
-                                   declared, params, free_params, heads)
+                                   declared, params, free_params, heads, entry_shapes)
     if ctx is not None:
         for d in plan:
             if d.emulated or d.fell_back:
@@ -162,7 +191,7 @@ def _float32_heads(sym: mx.sym.Symbol, known: Mapping[str, str]) -> frozenset[st
 
 
 def _rewrite(sym, known, policy, ctx, excluded, device, low_params, params, free_params,
-             float32_heads=frozenset()):
+             float32_heads=frozenset(), entry_shapes=None):
     """``rewrite`` proper (``float32_heads``: the outputs handed back in float32); also
     returns {parameter: the dtypes its consumers read it in} ("raw" when one reads it
     uncast), the free parameters a follow op took, and the decision for every op."""
@@ -200,7 +229,7 @@ def _rewrite(sym, known, policy, ctx, excluded, device, low_params, params, free
             free = [e in free_params for e in ins]
             d = _plan(n, [dtype.get(e) for e in ins], policy, device,
                       force_fp32="excluded by the caller" if n.name in excluded else None,
-                      params=params, free=free)
+                      params=params, free=free, shapes=entry_shapes)
             takes = [f and d.category == "follow" and c is None and not r and not k
                      and n.op not in ("amp_cast", "amp_multicast")  # a user's cast reads as cast
                      for f, c, r, k in zip(free, d.casts, d.round_inputs,

@@ -29,21 +29,25 @@ import sys
 import threading
 from typing import Any, Callable, Optional
 
+import numpy as np
 import mxnet as mx
 from mxnet import base
 
 from amp_adapters import (UNKNOWN, AmpConfigError, OpDecision, Policy, attrs_read,
                           effective_lists, plan_op)
 from amp_adapters.oplists import load_table, native_lists
+from amp_adapters.device import ShapeClass
 from amp_adapters.dtypes import AMP_DTYPES
 
 from ._mx import (_local, bypassed, call_unpatched, cast, fc_needs_split, fc_split_bias,
-                  frozen_params, is_symbol, is_tensor, multicast_widest, tensor_dtype,
-                  unpatched)
+                  frozen_params, is_symbol, is_tensor, multicast_widest, symbol_shape,
+                  tensor_dtype, unpatched)
 from .active import active_policy, set_policy
 from .config import init_policy
 from . import traced
-from .kernels import device_profile, forget_fallback_logs, log_fallback
+from .traced import traced_shapes
+from .kernels import (device_profile, forget_fallback_logs, forget_speed_books, log_fallback,
+                      note_native_speed)
 from .scaling import forget_loss_output_trainer, loss_output_scale
 
 logger = logging.getLogger("mxnet_amp")
@@ -92,6 +96,8 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
     _patches.append((hybrid, "_get_graph", hybrid._get_graph))
     hybrid._get_graph = _traced_graph(hybrid._get_graph)
     set_policy(resolved)
+    if policy is None:  # the native's decisions: say if they are slower than float32 here
+        note_native_speed(resolved, training=True)
     traced.remember_traced_before_init()
     _patches.extend(traced.record_tracing())
     return resolved
@@ -107,6 +113,7 @@ def reset() -> None:
     set_policy(None)
     _param_casts.clear()
     forget_fallback_logs()
+    forget_speed_books()
     forget_loss_output_trainer()
     _warned_loss_outputs.clear()
 
@@ -265,8 +272,10 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
     # (patched) Python op, so it needs no bypass around it; mx.np functions do call others
     direct = getattr(getattr(fn, "__code__", None), "co_filename", "") == "<string>"
     memo: dict[tuple, Any] = {}  # key -> (decision, act?), or {device type id: that}
+    measured = policy.speed == "measured" and policy.enabled
 
-    def decide(key: tuple, args: tuple, kwargs: dict) -> tuple[OpDecision, bool]:
+    def decide(key: tuple, args: tuple, kwargs: dict,
+               shape: Optional[ShapeClass] = None) -> tuple[OpDecision, bool]:
         found = _find(args, kwargs)
         first = found[0][2]
         ctx = mx.context.current_context() if is_symbol(first) else first.context
@@ -280,7 +289,7 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
         attrs.update((name, a) for name, a in zip(arg_names, args)  # attributes by position
                      if not isinstance(a, (_TENSORS, list, tuple)))
         d = plan_op(policy, "mxnet", op, dtypes, device=device_profile(ctx, policy, training=True),
-                    attrs=attrs, input_names=names)
+                    shape=shape, attrs=attrs, input_names=names)
         if d.emulated or d.fell_back:
             log_fallback(op, ctx, d)
         if len(memo) >= _MEMO_LIMIT:
@@ -303,9 +312,13 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
             key = (key, *[str(kwargs[a]) if a in kwargs else
                           str(args[p]) if p is not None and p < len(args) else None
                           for a, p in read])
+        shape = None
+        if measured:  # measured speed depends on the operands' shape class: part of the key
+            shape = shape_class(_find(args, kwargs))
+            key = (key, shape.key)
         entry = memo.get(key)
         if entry is None or type(entry) is dict:
-            entry = decide(key, args, kwargs)  # a miss, or a decision made per device
+            entry = decide(key, args, kwargs, shape)  # a miss, or a decision made per device
         d, act = entry
         run = functools.partial(fc_split_bias, fn) if fc_needs_split(op, args, kwargs) \
             else None  # MXNet's FC backward skips the bias of a frozen weight: see _mx.py
@@ -321,6 +334,24 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
 
     amp_wrapper.__amp_original__ = fn  # type: ignore[attr-defined]
     return amp_wrapper
+
+
+_FLOAT_KINDS = ("f", "V")  # numpy kinds of float16/32/64 and of MXNet's bfloat16
+
+
+def shape_class(found: list) -> ShapeClass:
+    """The shape class of an op's floating operands (``_find``'s tensors, in order): an
+    array's shape; a traced symbol's from the shapes of the block's inputs in this trace
+    (``_trace.shapes``), unknown dimensions None. No result rank: MXNet has no rule that
+    reads it, and a plan of the same op in a graph (``graph.py``) keys the same way."""
+    shapes = []
+    for _, _, x in found:
+        if isinstance(x, _ND):
+            if np.dtype(x.dtype).kind in _FLOAT_KINDS:
+                shapes.append(x.shape)
+        elif tensor_dtype(x) in (None, *AMP_DTYPES, "float64"):
+            shapes.append(symbol_shape(x, _trace.shapes or {}))
+    return ShapeClass.of(shapes)
 
 
 def _apply(d: OpDecision, found: list, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -367,6 +398,7 @@ def _param_cast(x: Any, how: str, known: Optional[str], make: Callable[[Any], An
 
 class _Trace(threading.local):
     casts: Optional[dict] = None  # the parameter casts of the graph being traced, if any
+    shapes: Optional[dict] = None  # {input variable: shape} of the graph being traced
 
 
 _trace = _Trace()
@@ -381,18 +413,28 @@ def _traced_graph(get_graph: Callable) -> Callable:
         if block._cached_graph or _trace.casts is not None:
             return get_graph(block, *args)
         _trace.casts = {}
+        _trace.shapes = traced_shapes[block] = _input_shapes(args)
         frozen_params.names = frozenset(p.name for p in block.collect_params().values()
                                         if p.grad_req == "null")
         try:
             out = get_graph(block, *args)
         finally:
-            _trace.casts = None
+            _trace.casts = _trace.shapes = None
             frozen_params.names = frozenset()
         from .report import summarize_block  # report imports this module
         summarize_block(block)
         return out
     traced.__amp_original__ = get_graph  # type: ignore[attr-defined]
     return traced
+
+
+def _input_shapes(args: tuple) -> dict:
+    """{variable name: shape} of a block's array arguments, named as ``HybridBlock._get_graph``
+    names its input variables (``data``, or ``data0``, ``data1``... for several)."""
+    from mxnet.gluon.block import _flatten
+    flat = [a for a in _flatten(args, "input")[0] if a is not None]
+    names = ["data"] if len(flat) == 1 else [f"data{i}" for i in range(len(flat))]
+    return {n: a.shape for n, a in zip(names, flat) if isinstance(a, _ND)}
 
 
 def _round_outputs(d: OpDecision, out: Any) -> Any:

@@ -49,6 +49,9 @@ def block_graph(block: Any) -> tuple[list, mx.sym.Symbol]:
 _before_init: "weakref.WeakKeyDictionary[HybridBlock, Any]" = weakref.WeakKeyDictionary()
 _warned: "weakref.WeakSet[HybridBlock]" = weakref.WeakSet()
 _under_amp: "weakref.WeakSet[HybridBlock]" = weakref.WeakSet()  # traced while init was on
+# block -> {input variable: shape} of the arrays it was traced with under init (what measured
+# speed planned at; ``cast_report`` plans again at the same shape classes)
+traced_shapes: "weakref.WeakKeyDictionary[HybridBlock, dict]" = weakref.WeakKeyDictionary()
 
 
 def traced_blocks() -> list[HybridBlock]:
@@ -134,4 +137,5 @@ def restore_float32() -> list[str]:
             cleared.append(block.name)
     _under_amp.clear()
     _before_init.clear()
+    traced_shapes.clear()
     return cleared

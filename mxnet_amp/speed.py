@@ -1,0 +1,213 @@
+"""Measured speed on MXNet: one op in the low dtype, its casts included, against float32.
+
+``measure(op, shape, training)`` is the ``amp_adapters.speedbook.Measure`` of this backend:
+for an op the O1 lists lower (the GEMMs and convolutions, legacy and ``mx.np``/``mx.npx``)
+it builds the op's call at the shape class's concrete shapes (``ShapeClass.concrete``:
+an unknown dimension at ``UNKNOWN_DIM``) and times, with ``amp_adapters.timing.ratio_of``:
+
+- low: ``amp_cast`` of each floating input to the low dtype, the op, ``amp_cast`` of its
+  output back to float32 (what the plan inserts around a lowered op);
+- base: the op in float32 on the same shapes;
+
+forward only for inference; for ``training`` forward and backward under
+``autograd.record`` (``Cost.train``), with the forward ratio measured too. Each run ends
+in one ``wait_to_read`` (a host sync, so a time is the work's). Our patched ops are
+bypassed (``unpatched``). An op without a recipe here (or whose attributes cannot be
+read back from operand shapes, such as ``einsum``'s subscripts) gives None (not
+measurable: the kernel decision stands as without measuring). An op that raises while
+being timed raises here; ``SpeedBook`` records that as "no kernel".
+
+The attributes an op takes are rebuilt from its operand shapes (``num_hidden`` from a
+FullyConnected weight, ``kernel``/``num_filter``/``num_group`` from a convolution's;
+a GEMM's transposes from which dimensions agree); strides and dilations are taken as 1
+and padding as "same": a shape class is an estimate of cost, not a replay of the call.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional, Sequence
+
+import mxnet as mx
+from mxnet import autograd
+from mxnet import ndarray as nd
+
+from amp_adapters.device import Cost, ShapeClass
+from amp_adapters.timing import ratio_of
+
+from amp_adapters.quiet import stderr_silenced
+
+from ._mx import _ND_AMP_CAST, mx_dtype, unpatched
+from .kernels import _drain
+
+Shapes = tuple[tuple[int, ...], ...]
+Call = Callable[[list], object]  # the op on its inputs (legacy or numpy-flavoured arrays)
+
+# MXNet 1.9.1 on CPU: the bfloat16 Deconvolution gradient ends the process (std::terminate,
+# no exception to catch) at any realistic shape, though the kernel probe's 1x1 one passes
+ABORTS_BF16_BACKWARD = frozenset({"Deconvolution", "_npx_deconvolution"})
+BUDGET_S = 0.15  # per ratio; a training key measures two (forward, forward + backward)
+
+
+def _gemm_transposes(a: Sequence[int], b: Sequence[int]) -> Optional[tuple[bool, bool]]:
+    """(transpose_a, transpose_b) that make ``a @ b`` agree on its inner dimension (the
+    last two dimensions of each), or None."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    for ta, tb in ((False, False), (False, True), (True, False), (True, True)):
+        if (a[-2] if ta else a[-1]) == (b[-1] if tb else b[-2]):
+            return ta, tb
+    return None
+
+
+def _fc(s: Shapes, np_flavour: bool) -> Optional[Call]:
+    if len(s) < 2 or len(s[1]) != 2:
+        return None
+    data, weight = s[0], s[1]
+    flat = math.prod(data[1:]) == weight[1]
+    if not flat and data[-1] != weight[1]:
+        return None
+    kw = dict(num_hidden=weight[0], no_bias=len(s) < 3, flatten=flat)
+    fn = mx.npx.fully_connected if np_flavour else nd.FullyConnected
+    return lambda xs: fn(*xs[:3], **kw)
+
+
+def _conv(s: Shapes, np_flavour: bool, deconv: bool) -> Optional[Call]:
+    if len(s) < 2 or len(s[0]) != len(s[1]) or len(s[0]) < 3:
+        return None
+    data, weight = s[0], s[1]
+    kernel = tuple(weight[2:])
+    if deconv:  # weight: (in channels, out channels per group, *kernel)
+        groups = max(1, data[1] // weight[0]) if weight[0] else 1
+        filters = weight[1] * groups
+    else:       # weight: (out channels, in channels per group, *kernel)
+        groups = max(1, data[1] // weight[1]) if weight[1] else 1
+        filters = weight[0]
+    kw = dict(kernel=kernel, num_filter=filters, num_group=groups, no_bias=len(s) < 3,
+              pad=tuple(k // 2 for k in kernel))
+    if np_flavour:
+        fn = mx.npx.deconvolution if deconv else mx.npx.convolution
+    else:
+        fn = nd.Deconvolution if deconv else nd.Convolution
+    return lambda xs: fn(*xs[:3], **kw)
+
+
+def _dot(s: Shapes, fn: Callable, batch: bool, names: tuple[str, str] = (
+        "transpose_a", "transpose_b")) -> Optional[Call]:
+    if len(s) != 2 or (batch and (len(s[0]) != 3 or len(s[1]) != 3)) or \
+            (not batch and (len(s[0]) != 2 or len(s[1]) != 2)):
+        return None
+    t = _gemm_transposes(s[0], s[1])
+    if t is None:
+        return None
+    kw = {names[0]: t[0], names[1]: t[1]}
+    return lambda xs: fn(xs[0], xs[1], **kw)
+
+
+def _matmul(s: Shapes, fn: Callable) -> Optional[Call]:
+    """``np.matmul`` / ``np.dot``: no transpose flags, so only shapes that agree as given."""
+    if len(s) != 2 or len(s[0]) < 1 or len(s[1]) < 1:
+        return None
+    inner_b = s[1][-2] if len(s[1]) >= 2 else s[1][0]
+    if s[0][-1] != inner_b:
+        return None
+    return lambda xs: fn(xs[0], xs[1])
+
+
+# op -> (shapes -> the op's call at those shapes, or None; numpy-flavoured inputs?)
+RECIPES: dict[str, tuple[Callable[[Shapes], Optional[Call]], bool]] = {
+    "FullyConnected": (lambda s: _fc(s, False), False),
+    "_npx_fully_connected": (lambda s: _fc(s, True), True),
+    "Convolution": (lambda s: _conv(s, False, False), False),
+    "_npx_convolution": (lambda s: _conv(s, True, False), True),
+    "Deconvolution": (lambda s: _conv(s, False, True), False),
+    "_npx_deconvolution": (lambda s: _conv(s, True, True), True),
+    "dot": (lambda s: _dot(s, nd.dot, False), False),
+    "batch_dot": (lambda s: _dot(s, nd.batch_dot, True), False),
+    "_npx_batch_dot": (lambda s: _dot(s, mx.npx.batch_dot, True), True),
+    "_linalg_gemm2": (lambda s: _dot(s, nd.linalg.gemm2, False), False),
+    "_npi_matmul": (lambda s: _matmul(s, mx.np.matmul), True),
+    "_np_dot": (lambda s: _matmul(s, mx.np.dot), True),
+}
+
+
+def recipe(op: str, shape: ShapeClass) -> Optional[tuple[Call, Shapes, bool]]:
+    """(the op's call, the operand shapes it is called with, numpy-flavoured?) at ``shape``'s
+    concrete shapes; None for an op without a recipe or a shape class it cannot build."""
+    entry = RECIPES.get(op)
+    if entry is None or not shape.operands or any(s is None for s in shape.operands):
+        return None
+    shapes = shape.concrete()
+    call = entry[0](shapes)
+    return None if call is None else (call, shapes, entry[1])
+
+
+def measure(op: str, shape: ShapeClass, training: bool, *, dtype: str = "bfloat16",
+            ctx: Optional[mx.Context] = None, budget_s: float = BUDGET_S) -> Optional[Cost]:
+    """The cost of ``op`` in ``dtype`` at ``shape`` on ``ctx`` (default: the CPU), its casts
+    included, over float32: ``Cost.forward`` always, ``Cost.train`` for ``training``.
+    None: no recipe for this op or shape. Exceptions while timing propagate (the caller,
+    ``SpeedBook``, counts them as no kernel). Host syncs: one per timed run."""
+    built = recipe(op, shape)
+    if built is None:
+        return None
+    call, shapes, np_flavour = built
+    ctx = ctx or mx.cpu()
+    if training and dtype == "bfloat16" and op in ABORTS_BF16_BACKWARD and \
+            ctx.device_type == "cpu":
+        raise RuntimeError(f"MXNet {mx.__version__}'s bfloat16 {op} backward on CPU aborts "
+                           f"the process (std::terminate), so it is not run")
+    try:
+        return _timed(call, shapes, np_flavour, training, dtype, ctx, budget_s)
+    except Exception:
+        _drain(ctx)  # its pending errors surface now, not in the user's next wait
+        raise
+
+
+def _timed(call: Call, shapes: Shapes, np_flavour: bool, training: bool, dtype: str,
+           ctx: mx.Context, budget_s: float) -> Cost:
+    with unpatched(), ctx, autograd.pause(), stderr_silenced():
+        inputs = [nd.random.uniform(-1, 1, s, ctx=ctx) for s in shapes]
+        if np_flavour:
+            inputs = [x.as_np_ndarray() for x in inputs]
+        for x in inputs:
+            x.attach_grad()
+        low = _run(call, inputs, dtype, backward=False)
+        base = _run(call, inputs, None, backward=False)
+        forward = ratio_of(low, base, budget_s=budget_s)
+        if not training:
+            return Cost(forward=forward[0], forward_spread=forward[1])
+        train = ratio_of(_run(call, inputs, dtype, backward=True),
+                         _run(call, inputs, None, backward=True), budget_s=budget_s)
+    return Cost(forward=forward[0], forward_spread=forward[1], train=train[0],
+                train_spread=train[1])
+
+
+def _cast(x: object, dtype: str) -> object:
+    """``x`` cast to ``dtype`` by ``amp_cast`` (differentiably), as the plan casts; a
+    numpy-flavoured array through its legacy view (``astype`` knows no bfloat16)."""
+    if isinstance(x, mx.numpy.ndarray):
+        return _ND_AMP_CAST(x.as_nd_ndarray(), dtype=mx_dtype(dtype)).as_np_ndarray()
+    return _ND_AMP_CAST(x, dtype=mx_dtype(dtype))
+
+
+def _run(call: Call, inputs: list, dtype: Optional[str], backward: bool) -> Callable[[], None]:
+    """One complete run: (casts in,) the op, (cast out,) (backward,) one host sync."""
+    def once() -> None:
+        with autograd.record() if backward else autograd.pause():
+            xs = inputs if dtype is None else [_cast(x, dtype) for x in inputs]
+            out = call(xs)
+            if dtype is not None:
+                out = _cast(out, "float32")
+        if backward:
+            out.backward()
+            for x in inputs:
+                x.grad.wait_to_read()
+        else:
+            out.wait_to_read()
+    return once
+
+
+def measurer(ctx: Optional[mx.Context], dtype: str) -> Callable[[str, ShapeClass, bool],
+                                                                 Optional[Cost]]:
+    """``measure`` bound to a device and a dtype: a ``SpeedBook``'s ``measure``."""
+    return lambda op, shape, training: measure(op, shape, training, dtype=dtype, ctx=ctx)

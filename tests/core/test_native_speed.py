@@ -1,0 +1,53 @@
+"""amp_adapters.native_speed: when the native's bf16 decisions are slower than float32, known
+without timing (the CPU's flags and oneDNN's ISA caps as data, a speed cache on disk)."""
+import logging
+
+from amp_adapters import native_speed as ns
+from amp_adapters.device import Cost
+from amp_adapters.speedbook import ProfileFile, write_profile
+
+AVX512 = ["avx2", "avx512bw", "avx512dq", "avx512f", "avx512vl"]
+OPS = frozenset({"FullyConnected"})
+
+
+def _m(flags, isa=None):
+    return {"cpu": "Test CPU", "flags": flags, "gpu": None, "isa": isa or {}}
+
+
+def test_the_rule_names_avx512_without_bf16_and_caps_between_core_and_bf16():
+    assert "without avx512_bf16" in ns.bf16_without_instructions(_m(AVX512))
+    assert ns.bf16_without_instructions(_m(AVX512 + ["avx512_bf16"])) is None
+    capped = _m(AVX512 + ["avx512_bf16"], {"ONEDNN_MAX_CPU_ISA": "avx512_core"})
+    assert "ONEDNN_MAX_CPU_ISA=avx512_core" in ns.bf16_without_instructions(capped)
+    # below AVX512_CORE, or no AVX-512: no bf16 kernel at all (a fallback, not a slowdown)
+    assert ns.bf16_without_instructions(_m(AVX512, {"DNNL_MAX_CPU_ISA": "AVX2"})) is None
+    assert ns.bf16_without_instructions(_m(["avx2"])) is None
+    assert ns.isa_cap({"DNNL_MAX_CPU_ISA": "AVX512_CORE_BF16",
+                       "ONEDNN_MAX_CPU_ISA": "AVX2"}) == "AVX2"
+
+
+def test_a_measured_profile_on_disk_names_the_op_and_its_ratio(tmp_path):
+    m = _m(AVX512 + ["avx512_bf16"])
+    path = tmp_path / "cache.json"
+    write_profile(path, ProfileFile(m, {
+        ("fw", "1", "bfloat16+train", "FullyConnected", "64x2048"): Cost(1.9, 0.01, 2.4, 0.02),
+        ("fw", "1", "bfloat16+train", "Other", "64x2048"): Cost(3.0, 0.0, 3.0, 0.0),
+        ("fw", "1", "bfloat16", "FullyConnected", "64x2048"): Cost(0.6, 0.01)}))
+    line = ns.native_slowdown("x_amp", "fw", "1", "bfloat16", OPS, True, "2x", m, path)
+    assert line.startswith("x_amp: ") and "FullyConnected 2.40x" in line
+    assert "Other" not in line and 'policy="auto"' in line and "\n" not in line
+    # inference measured faster, a bf16 CPU: nothing to say
+    assert ns.native_slowdown("x_amp", "fw", "1", "bfloat16", OPS, False, "2x", m, path) is None
+    # by rule, without a profile
+    line = ns.native_slowdown("x_amp", "fw", "1", "bfloat16", OPS, True, "2.0-2.9x",
+                              _m(AVX512), tmp_path / "none.json")
+    assert "about 2.0-2.9x" in line and "FullyConnected" in line
+
+
+def test_said_once_per_process(monkeypatch, caplog):
+    monkeypatch.setattr(ns, "_said", set())
+    log = logging.getLogger("x_amp")
+    with caplog.at_level(logging.WARNING, logger="x_amp"):
+        assert ns.say_once(log, "x_amp: slower") and not ns.say_once(log, "x_amp: slower")
+        assert not ns.say_once(log, None)
+    assert len(caplog.records) == 1
