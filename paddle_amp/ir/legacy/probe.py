@@ -22,6 +22,7 @@ from amp_adapters.quiet import stderr_silenced
 from amp_adapters.timing import ratio_of
 
 from ...env import to_low
+from ..protocol import TIMING_BUDGET
 
 ONEDNN_DTYPE = "bfloat16"  # the one low dtype oneDNN runs on a CPU
 
@@ -152,10 +153,10 @@ class LegacyProbe:
                 main, loss = progs[key]
                 return lambda: exe.run(main, fetch_list=[loss], scope=scope)
 
-            fwd = ratio_of(run((True, False)), run((False, False)), budget_s=0.15)
+            fwd = ratio_of(run((True, False)), run((False, False)), **TIMING_BUDGET)
             if not training:
                 return Cost(*fwd)
-            return Cost(*fwd, *ratio_of(run((True, True)), run((False, True)), budget_s=0.25))
+            return Cost(*fwd, *ratio_of(run((True, True)), run((False, True)), **TIMING_BUDGET))
 
 
 def _timed(main, startup, op: str, inputs: dict, attrs: dict, backward: bool,
