@@ -42,7 +42,17 @@ def costs(policy: Policy, device: str, probe: Probe, training: bool) -> Optional
     profile file and IR under measured speed, else None (fixed speed: nothing measured)."""
     if not policy.enabled or policy.speed != "measured":
         return None
-    return book(device, policy.dtype, policy.profile, probe).for_training(training)
+    lookup = book(device, policy.dtype, policy.profile, probe).for_training(training)
+    # only what a timer can build is looked up: a book keeps no "cannot be measured", so
+    # it would ask (and a saved profile would warn of a missing entry) at every lookup
+    return lambda op, shape: lookup(op, shape) if measurable(op, shape) else None
+
+
+def measurable(op: str, shape: ShapeClass) -> bool:
+    """Whether ``timer`` can build ``op`` at ``shape``: one of ``TIMED``, its operands of
+    known rank and fitting it (``fit``)."""
+    return op in TIMED and all(s is not None for s in shape.operands) \
+        and fit(op, shape.concrete()) is not None
 
 
 @functools.lru_cache(maxsize=None)
@@ -63,11 +73,9 @@ def timer(device: str, dtype: str, probe: Probe):
     ``probe`` at ``shape`` on the routes the device profile gives it (None: an op without
     a timing recipe, shapes that fit it not, or no low kernel here)."""
     def measure(op: str, shape: ShapeClass, training: bool) -> Optional[Cost]:
-        if op not in TIMED or not all(s is not None for s in shape.operands):
+        if not measurable(op, shape):
             return None
         fitted = fit(op, shape.concrete())
-        if fitted is None:
-            return None
         profile = device_profile(device, dtype, probe, training)
         route = profile.route(op)
         if route == "none":
