@@ -18,7 +18,7 @@ from amp_adapters import Policy
 from amp_adapters.device import Cost, DeviceProfile, ShapeClass
 from amp_adapters.speedbook import SpeedBook
 from paddle_amp import ir, kernels, speed
-from paddle_helpers import batch, mlp
+from paddle_helpers import batch, is_pir, mlp
 
 BF16 = "bfloat16"
 GEMMS = ("mul", "matmul_v2")  # what paddle.static.nn.fc builds: 2.6 mul, 3.x matmul_v2
@@ -145,7 +145,7 @@ def test_an_eval_program_is_planned_by_its_forward_cost(static, monkeypatch):
     fake_books(monkeypatch, lambda op, shape, training:
                (SLOW if training else FAST) if op in GEMMS else None)
     _, _, loss = mlp()
-    test = static.main.clone(for_test=True)
+    test = static.main.clone() if is_pir(static.main) else static.main.clone(for_test=True)
     opt = paddle_amp.decorate(paddle.optimizer.SGD(0.01), policy="auto")
     opt.minimize(loss)
     static.exe.run(static.startup)
