@@ -294,8 +294,9 @@ _PADDLE_STEP = textwrap.dedent("""
 def _ours_gemm(model: str = "MLP 4x2048", pir: bool = False) -> bool:
     """Whether our rewrite lowers ``model``'s GEMM or convolution here (our kernel answer for
     the IR, forward and backward)."""
+    from paddle_amp import ir
     from paddle_amp.kernels import lowp_kernels
-    kernels = lowp_kernels("CPU", "bfloat16", pir)
+    kernels = lowp_kernels("CPU", "bfloat16", (ir.PirProgram if pir else ir.LegacyProgram).probe)
     return bool(PADDLE_GEMM[model] & kernels)
 
 

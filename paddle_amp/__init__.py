@@ -20,7 +20,10 @@ mapped once, in docs/design.md's Layout.
 Files:
 
     config.py     decorate()'s native arguments (both overloads) -> Policy + loss scale
-    kernels.py    which ops have a low-precision kernel on the device used
+    kernels.py    which ops have a low-precision kernel on the device used: the recipes and
+                  the device profile, run by the probe of the program's IR (in ir/)
+    speed.py      measured speed (policy "auto"): the timer per op and shape class, one
+                  SpeedBook per process, the costs the device profile reads
     onednn_log.py (kernels) oneDNN's verbose log of one block: which implementation ran
     lists.py      AutoMixedPrecisionLists (and BF16): live sets -> OpLists
     env.py        Paddle glue: static check, the program's IR, dtype names, device

@@ -21,6 +21,7 @@ from .kernels import device_profile
 from .lists import check_amp_dtype, check_lists
 from .report import record
 from .rewrite import Rewriter
+from .speed import costs as measured_costs
 
 
 
@@ -36,8 +37,9 @@ def cast_model(program, amp_lists=None, use_guard: bool = True, dtype: str = "fl
     the parameters declared ``dtype`` (convert them with ``cast_parameters``)."""
     lists = check_lists(amp_lists, dtype)
     policy = native_policy(lists, dtype, level.upper(), use_promote)
-    profile = device_profile(current_device(), dtype, program_ir.of(program).pir,
-                             training=False)
+    device, probe = current_device(), program_ir.of(program).probe
+    profile = device_profile(device, dtype, probe, training=False,
+                             costs=measured_costs(policy, device, probe, False))
     rewriter = Rewriter(policy, profile, use_guard, frozenset(lists.black_varnames or ()))
     low = rewriter.low_params(program)
     rewriter.set_low_params(program, low)

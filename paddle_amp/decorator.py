@@ -34,6 +34,7 @@ from .masters import EMULATED_LABEL, NATIVE_LABEL, MasterWeights
 from .report import cast_report, record
 from .rewrite import Rewriter
 from .scaling import LossScaling, resolve_ring_id
+from .speed import costs as measured_costs
 
 logger = logging.getLogger("paddle_amp")
 
@@ -78,9 +79,11 @@ class OptimizerWithMixedPrecision:
         if not self.policy.enabled:
             return Rewriter(self.policy, DeviceProfile(frozenset()),
                             self._use_guard, self._black_varnames)
-        return Rewriter(self.policy, device_profile(current_device(), self.policy.dtype,
-                                                    ir.pir, training=True),
-                        self._use_guard, self._black_varnames)
+        device = current_device()
+        return Rewriter(self.policy, device_profile(
+            device, self.policy.dtype, ir.probe, training=True,
+            costs=measured_costs(self.policy, device, ir.probe, True)),
+            self._use_guard, self._black_varnames)
 
     def backward(self, loss, startup_program=None, parameter_list=None, no_grad_set=None,
                  callbacks=None):
@@ -217,9 +220,12 @@ class OptimizerWithMixedPrecision:
         derived = test_program is not None and self._is_clone(test_program)
         if test_program is not None and not derived and (
                 self.policy.level == "O2" or use_fp16_test):
-            # the same kernels, fresh notices; no gradient here, so no slow one to keep off
-            rewriter = dataclasses.replace(
-                self._rewriter, device=self._rewriter.device.for_inference(), loss=None)
+            # the same kernels, fresh notices; no gradient here, so no slow one to keep off,
+            # and measured speed is the forward's
+            device = dataclasses.replace(self._rewriter.device.for_inference(), costs=(
+                measured_costs(self.policy, current_device(), program_ir.of(test_program).probe,
+                               False)))
+            rewriter = dataclasses.replace(self._rewriter, device=device, loss=None)
             with paddle.static.program_guard(test_program):
                 rewriter.set_low_params(test_program, self._low_params)
                 record(test_program, rewriter.rewrite(test_program))

@@ -33,47 +33,55 @@ added to a batch), its gradient sums over the extra dimensions, and the oneDNN o
 (``reduction,ref:any``): a Transformer block's training step took 4-6x its fp32 time,
 6.1 s of 6.5 s in those sums on 2.6.2. ``slow_broadcast_grads`` finds such ops from
 oneDNN's own log of a probe (``onednn_log``), not from a table of versions; training
-keeps those instances in float32 (``rewrite.Rewriter``).
+keeps those instances in float32 (``amp_adapters.device.DeviceProfile.refusal``).
+
+This file holds the recipes and the assembly; the programs are built and run by the
+probe of the program's IR (``ir.of(program).probe``: ``ir/legacy/probe.py``,
+``ir/pir/probe.py``), the one argument every question here takes beside the device and
+dtype (default: the legacy IR's, ``ir.default_probe``).
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import re
-from typing import Callable, Optional
+from typing import Optional
 
 import numpy as np
-import paddle
 from paddle.base import core
 
-from amp_adapters.device import DeviceProfile
-from amp_adapters.quiet import stderr_silenced
+from amp_adapters.device import CostLookup, DeviceProfile
 
+from . import ir as program_ir
 from .env import VARTYPE_OF, from_low, to_low
+from .ir.protocol import Probe
 from .onednn_log import executed, onednn_log
 
 ONEDNN_DTYPE = "bfloat16"  # the one low dtype oneDNN runs on a CPU
 
 
+def _probe(probe: Optional[Probe]) -> Probe:
+    return program_ir.default_probe() if probe is None else probe
+
+
 @functools.lru_cache(maxsize=None)
-def lowp_kernels(device: str, dtype: str, pir: bool = False) -> frozenset[str]:
+def lowp_kernels(device: str, dtype: str, probe: Optional[Probe] = None) -> frozenset[str]:
     """Op names with a ``dtype`` kernel on ``device`` ('CPU' or 'GPU'), forward and backward:
-    plain kernels, and on a CPU in bfloat16 the oneDNN kernels that run here (in a PIR
-    program with ``pir``)."""
-    return plain_kernels(device, dtype) | onednn_kernels(device, dtype, pir)
+    plain kernels, and on a CPU in bfloat16 the oneDNN kernels that run here (in a program
+    of ``probe``'s IR)."""
+    return plain_kernels(device, dtype) | onednn_kernels(device, dtype, probe)
 
 
-def device_profile(device: str, dtype: str, pir: bool = False, training: bool = True,
-                   costs=None) -> DeviceProfile:
-    """What ``device`` runs in ``dtype`` for a program in the legacy IR or, with ``pir``, in
-    PIR (``amp_adapters.device``): the kernels (``lowp_kernels``), the oneDNN route
+def device_profile(device: str, dtype: str, probe: Probe, training: bool = True,
+                   costs: Optional[CostLookup] = None) -> DeviceProfile:
+    """What ``device`` runs in ``dtype`` for a program of ``probe``'s IR
+    (``amp_adapters.device``): the kernels (``lowp_kernels``), the oneDNN route
     (``onednn_kernels``), the casts kept plain (``plain_cast_readers``) and, for
     ``training``, the slow broadcast gradients (``slow_broadcast_grads``); ``costs``: the
-    measured-speed lookup (``Policy.speed == "measured"``)."""
+    measured-speed lookup (``Policy.speed == "measured"``: ``speed.costs``)."""
     return DeviceProfile(
-        lowp_kernels(device, dtype, pir), onednn_kernels(device, dtype, pir),
-        slow_broadcast_grads(device, dtype, pir) if training else frozenset(),
-        plain_cast_readers(device, dtype, pir), training=training, costs=costs)
+        lowp_kernels(device, dtype, probe), onednn_kernels(device, dtype, probe),
+        slow_broadcast_grads(device, dtype, probe) if training else frozenset(),
+        plain_cast_readers(device, dtype, probe), training=training, costs=costs)
 
 
 @functools.lru_cache(maxsize=None)
@@ -83,70 +91,69 @@ def plain_kernels(device: str, dtype: str) -> frozenset[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def onednn_kernels(device: str, dtype: str, pir: bool = False) -> frozenset[str]:
+def onednn_kernels(device: str, dtype: str, probe: Optional[Probe] = None) -> frozenset[str]:
     """Ops whose oneDNN ``dtype`` kernel runs on this ``device``, forward and backward (a
-    recipe's op only if its probe ran, in a PIR program with ``pir``); empty but for
-    bfloat16 on a CPU that supports it."""
+    recipe's op only if its probe ran, in a program of ``probe``'s IR); empty but for
+    bfloat16 on a CPU that supports it; ``cast`` where the IR can send casts there and
+    their own probe ran (``casts_on_onednn``)."""
+    probe = _probe(probe)
     if device != "CPU" or dtype != ONEDNN_DTYPE or not core.supports_bfloat16() \
-            or not runs_onednn_bf16(GATE, backward=True, pir=pir):
+            or not runs_onednn_bf16(GATE, backward=True, probe=probe):
         return frozenset()
     registered = _registered(device, dtype, onednn=True)
     usable = _usable(device, dtype, registered | _registered(device, dtype, onednn=False),
                      among=registered)
     ops = frozenset(op for op in usable if op != "cast" and (
-        op not in _RECIPES or runs_onednn_bf16(op, backward=True, pir=pir)))
-    return ops | ({"cast"} if not pir and casts_on_onednn() else frozenset())
+        op not in _RECIPES or runs_onednn_bf16(op, backward=True, probe=probe)))
+    return ops | ({"cast"} if probe.onednn_casts and casts_on_onednn(probe) else frozenset())
 
 
 @functools.lru_cache(maxsize=None)
-def casts_on_onednn() -> bool:
-    """Whether the casts between float32 and bfloat16 that a legacy-IR rewrite inserts go to
-    oneDNN here: such a cast with the oneDNN attributes runs on oneDNN (a ``reorder`` in
-    ``onednn_log``) and rounds to nearest even, both ways, as a bf16 kernel's output does (a
-    subnormal flushes to zero there, as ``avx512_bf16``'s conversion instruction does), and
-    every probed op that runs on oneDNN here trains between such casts, but for the ops of
-    ``refuse_onednn_casts``, which train with plain casts in front (and oneDNN's after). Such
-    a cast is several times faster than Paddle's plain one (the MLP's bf16 training step:
-    1.56x of float32 with plain casts, 0.71x with oneDNN's, Paddle 2.6.2), and Paddle
-    2.6.2's plain cast truncates. PIR has no per-op switch for it
-    (``PirProgram.use_onednn_casts``)."""
+def casts_on_onednn(probe: Optional[Probe] = None) -> bool:
+    """Whether the casts between float32 and bfloat16 that a rewrite inserts go to oneDNN
+    here (an IR with such a switch: the legacy IR's oneDNN attributes): such a cast runs
+    on oneDNN (a ``reorder`` in ``onednn_log``) and rounds to nearest even, both ways, as a
+    bf16 kernel's output does (a subnormal flushes to zero there, as ``avx512_bf16``'s
+    conversion instruction does), and every probed op that runs on oneDNN here trains
+    between such casts, but for the ops of ``refuse_onednn_casts``, which train with plain
+    casts in front (and oneDNN's after). Such a cast is several times faster than Paddle's
+    plain one (the MLP's bf16 training step: 1.56x of float32 with plain casts, 0.71x with
+    oneDNN's, Paddle 2.6.2), and Paddle 2.6.2's plain cast truncates. PIR has no per-op
+    switch for it (``PirProgram.use_onednn_casts``)."""
+    probe = _probe(probe)
     x = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8 + 2 ** -12), 3.0e38, -1e-30],
                  np.float32)  # ties to even (down, up), above a tie, large and small normals
-    try:
-        with _static(), stderr_silenced(), onednn_log() as log:
-            main = paddle.static.Program()
-            block = main.global_block()
-            v = {n: block.create_var(name=f"probe_{n}", dtype=d, shape=list(x.shape))
-                 for n, d in (("x", "float32"), ("low", ONEDNN_DTYPE), ("back", "float32"))}
-            v["x"].desc.set_need_check_feed(False)
-            _cast(block, v["x"], v["low"])
-            _cast(block, v["low"], v["back"])
-            exe = paddle.static.Executor(paddle.CPUPlace())
-            back, = exe.run(main, feed={"probe_x": x}, fetch_list=[v["back"]])
-    except Exception:  # noqa: BLE001 - any failure to build or run is "no"
+    got = probe.casts_round_trip(x) if probe.onednn_casts else None
+    if got is None:
         return False
-    return "reorder" in {kind for kind, _ in executed(log)} and np.array_equal(
-        np.asarray(back, np.float32), from_low(to_low(x, ONEDNN_DTYPE), ONEDNN_DTYPE)) and all(
-        _runs(op, _RECIPES[op], True, False, cast_in="plain") for op in refuse_onednn_casts())
+    kinds, back = got
+    return "reorder" in kinds and np.array_equal(
+        back, from_low(to_low(x, ONEDNN_DTYPE), ONEDNN_DTYPE)) and all(
+        probe.runs(op, _RECIPES[op], True, cast_in="plain")
+        for op in refuse_onednn_casts(probe))
 
 
 @functools.lru_cache(maxsize=None)
-def refuse_onednn_casts() -> frozenset[str]:
-    """The probed ops that run on oneDNN in bf16 here (legacy IR) but do not train behind
-    oneDNN casts of their inputs: Paddle 3.3.1's oneDNN ``conv2d_grad`` leaves the filter
-    gradient in a layout its oneDNN cast cannot read ("could not construct a memory
-    descriptor using strides"). The casts a rewrite puts in front of them stay plain
-    (``plain_cast_readers``)."""
-    return frozenset(op for op in _RECIPES if runs_onednn_bf16(op, backward=True)
-                     and not _runs(op, _RECIPES[op], True, False, cast_in="onednn"))
+def refuse_onednn_casts(probe: Optional[Probe] = None) -> frozenset[str]:
+    """The probed ops that run on oneDNN in bf16 here but do not train behind oneDNN casts
+    of their inputs: Paddle 3.3.1's oneDNN ``conv2d_grad`` leaves the filter gradient in a
+    layout its oneDNN cast cannot read ("could not construct a memory descriptor using
+    strides"). The casts a rewrite puts in front of them stay plain
+    (``plain_cast_readers``). Empty for an IR that cannot send a cast there."""
+    probe = _probe(probe)
+    if not probe.onednn_casts:
+        return frozenset()
+    return frozenset(op for op in _RECIPES if runs_onednn_bf16(op, backward=True, probe=probe)
+                     and not probe.runs(op, _RECIPES[op], True, cast_in="onednn"))
 
 
 @functools.lru_cache(maxsize=None)
-def plain_cast_readers(device: str, dtype: str, pir: bool = False) -> frozenset[str]:
+def plain_cast_readers(device: str, dtype: str, probe: Optional[Probe] = None
+                       ) -> frozenset[str]:
     """The ops in front of which a rewrite's casts stay plain where the others go to oneDNN
     (``refuse_onednn_casts``); empty where no cast goes there (``cast`` not among
     ``onednn_kernels``)."""
-    return refuse_onednn_casts() if "cast" in onednn_kernels(device, dtype, pir) \
+    return refuse_onednn_casts(probe) if "cast" in onednn_kernels(device, dtype, probe) \
         else frozenset()
 
 
@@ -202,182 +209,28 @@ _BROADCAST_RECIPES: dict[str, _Recipe] = {
 
 
 @functools.lru_cache(maxsize=None)
-def runs_onednn_bf16(op: str, backward: bool = False, pir: bool = False) -> bool:
+def runs_onednn_bf16(op: str, backward: bool = False, probe: Optional[Probe] = None) -> bool:
     """Whether ``op`` (one of the recipes) runs in bfloat16 on oneDNN on this CPU, and its
-    gradient too with ``backward``: a tiny legacy program with the native's oneDNN
-    attributes, run once (with ``pir``, a PIR program, whose executor picks the kernel
-    itself). An error (no primitive for this CPU, a dtype the kernel refuses) is the
-    answer False, never raised."""
-    return _runs(op, _RECIPES[op], backward, pir)
+    gradient too with ``backward``: its recipe run once by ``probe`` (a legacy program with
+    the native's oneDNN attributes; a PIR program, whose executor picks the kernel itself).
+    An error (no primitive for this CPU, a dtype the kernel refuses) is the answer False,
+    never raised."""
+    return _probe(probe).runs(op, _RECIPES[op], backward)
 
 
 @functools.lru_cache(maxsize=None)
-def slow_broadcast_grads(device: str, dtype: str, pir: bool = False) -> frozenset[str]:
+def slow_broadcast_grads(device: str, dtype: str, probe: Optional[Probe] = None
+                         ) -> frozenset[str]:
     """Of the ops whose ``dtype`` kernel on ``device`` is oneDNN's, those whose gradient for
     an operand of fewer dimensions than the result runs a reference implementation, or
     fails (``onednn_log`` of the op's bf16 forward and backward on a 3-D input): such an
     instance would run slower than in float32, or not at all. Empty where oneDNN runs no
     bf16; where its log cannot be read, only the failures."""
+    probe = _probe(probe)
     slow = set()
-    for op in sorted(onednn_kernels(device, dtype, pir) & set(_BROADCAST_RECIPES)):
+    for op in sorted(onednn_kernels(device, dtype, probe) & set(_BROADCAST_RECIPES)):
         with onednn_log() as log:
-            ran = _runs(op, _BROADCAST_RECIPES[op], True, pir)
+            ran = probe.runs(op, _BROADCAST_RECIPES[op], True)
         if not ran or any(impl.startswith("ref") for _, impl in executed(log)):
             slow.add(op)
     return frozenset(slow)
-
-
-def _runs(op: str, recipe: _Recipe, backward: bool, pir: bool,
-          cast_in: Optional[str] = None) -> bool:
-    """``runs_onednn_bf16`` for ``op`` built by ``recipe``; with ``cast_in`` ("onednn" or
-    "plain"), between the casts a rewrite puts around it (``_build``)."""
-    if pir:
-        return _runs_in_pir(op, recipe, backward)
-    inputs, outputs, attrs = recipe
-    try:
-        with _static(), stderr_silenced():
-            main, startup = paddle.static.Program(), paddle.static.Program()
-            with paddle.static.program_guard(main, startup):
-                fetch = _build(main.global_block(), op, inputs, outputs, attrs, backward,
-                               cast_in)
-            exe = paddle.static.Executor(paddle.CPUPlace())
-            exe.run(startup)
-            feed = {f"probe_{name}": to_low(np.ones(shape), ONEDNN_DTYPE) if low and not cast_in
-                    else np.ones(shape, np.float32) for name, (shape, low) in inputs.items()}
-            got = exe.run(main, feed=feed, fetch_list=fetch)
-        return all(np.all(np.isfinite(np.asarray(g, np.float32))) for g in got)
-    except Exception:  # noqa: BLE001 - any failure to build or run is "no kernel here"
-        return False
-
-
-# op -> the PIR call on the recipe's inputs (by slot)
-_PIR_CALLS: dict[str, Callable] = {
-    "matmul_v2": lambda i: paddle.matmul(i["X"], i["Y"]),
-    "mul": lambda i: paddle.matmul(i["X"], i["Y"]),
-    "matmul": lambda i: paddle.matmul(i["X"], i["Y"]),
-    "conv2d": lambda i: paddle.nn.functional.conv2d(i["Input"], i["Filter"]),
-    "layer_norm": lambda i: paddle.nn.functional.layer_norm(i["X"], [4], i["Scale"], i["Bias"]),
-    "reshape2": lambda i: paddle.reshape(i["X"], [-1, 3]),
-    "relu": lambda i: paddle.nn.functional.relu(i["X"]),
-    "elementwise_add": lambda i: paddle.add(i["X"], i["Y"]),
-    "elementwise_sub": lambda i: paddle.subtract(i["X"], i["Y"]),
-    "elementwise_mul": lambda i: paddle.multiply(i["X"], i["Y"]),
-}
-
-
-def _runs_in_pir(op: str, recipe: _Recipe, backward: bool) -> bool:
-    """The recipe's op in a tiny PIR program, its bf16 result read by a bf16 op after it:
-    Paddle 3.3.1's PIR oneDNN conv2d leaves float32 data in its bf16 output, which only a
-    reader in bf16 finds ("does not match the type of data"). Every input needs a
-    gradient (oneDNN's matmul_grad dies on one that needs none: ``rewrite``)."""
-    inputs, _, _ = recipe
-    if not hasattr(getattr(paddle, "pir_utils", None), "IrGuard"):
-        return False  # Paddle 2.6: no PIR
-    try:
-        with _static("IrGuard"), stderr_silenced():
-            main, startup = paddle.static.Program(), paddle.static.Program()
-            with paddle.static.program_guard(main, startup):
-                feeds, xs = {}, []
-                for slot, (shape, low) in inputs.items():
-                    x = paddle.static.data(f"probe_{slot}", list(shape), "float32")
-                    x.stop_gradient = not backward
-                    xs.append(x)
-                    feeds[slot] = paddle.cast(x, ONEDNN_DTYPE) if low else x
-                out = _PIR_CALLS[op](feeds)
-                loss = paddle.mean(paddle.cast(paddle.scale(out, 2.0), "float32"))
-                fetch = [loss]
-                if backward:
-                    fetch += [g for g in paddle.static.gradients([loss], xs) if g is not None]
-            exe = paddle.static.Executor(paddle.CPUPlace())
-            exe.run(startup)
-            feed = {f"probe_{slot}": np.ones(shape, np.float32)
-                    for slot, (shape, _) in inputs.items()}
-            got = exe.run(main, feed=feed, fetch_list=fetch)
-        return all(np.all(np.isfinite(np.asarray(g, np.float32))) for g in got)
-    except Exception:  # noqa: BLE001 - any failure to build or run is "no kernel here"
-        return False
-
-
-def _build(block, op: str, inputs, outputs, attrs, backward: bool,
-           cast_in: Optional[str] = None) -> list:
-    """The recipe's op and, for ``backward``, its gradients, as raw legacy ops (Paddle 3's
-    functional API builds PIR values by default, even under the legacy-IR guard); with
-    ``cast_in`` ("onednn" or "plain"), its bf16 inputs cast from float32 feeds by such
-    casts, and its result cast to float32 by a oneDNN cast (so the casts' gradients read
-    what the op's gradient kernel leaves, and the other way round)."""
-    def var(name, dtype, shape=None, **kw):
-        return block.create_var(name=f"probe_{name}", dtype=dtype, shape=shape, **kw)
-
-    feeds = {slot: var(slot, ONEDNN_DTYPE if low and not cast_in else "float32", list(shape),
-                       stop_gradient=not backward)
-             for slot, (shape, low) in inputs.items()}
-    for v in feeds.values():
-        v.desc.set_need_check_feed(False)
-    for slot, (shape, low) in inputs.items():
-        if low and cast_in:
-            src, feeds[slot] = feeds[slot], var(f"{slot}_low", ONEDNN_DTYPE, list(shape),
-                                                stop_gradient=not backward)
-            _cast(block, src, feeds[slot], onednn=cast_in == "onednn")
-    outs = {slot: var(f"{slot}_out", ONEDNN_DTYPE if i == 0 else "float32")
-            for i, slot in enumerate(outputs)}
-    block.append_op(type=op, inputs={k: [v] for k, v in feeds.items()},
-                    outputs={k: [v] for k, v in outs.items()},
-                    attrs={**attrs, **onednn_attrs()})
-    first = outs[outputs[0]]
-    if not backward:
-        return [first]
-    wide, loss = var("wide", "float32"), var("loss", "float32", [1])
-    _cast(block, first, wide, onednn=cast_in is not None)
-    block.append_op(type="mean", inputs={"X": [wide]}, outputs={"Out": [loss]})
-    grads = paddle.base.backward.append_backward(loss)
-    return [first, *(g for _, g in grads)]
-
-
-def onednn_attrs(op=None) -> dict:
-    """The attributes the native bf16 rewrite sets on a bf16 op, in the spellings the
-    installed Paddle knows (2.6: ``use_mkldnn``/``mkldnn_data_type``; 3.x also accepts
-    ``use_onednn``/``onednn_data_type``); for ``op``, only those it has."""
-    out = {}
-    for use, kind in (("use_mkldnn", "mkldnn_data_type"), ("use_onednn", "onednn_data_type")):
-        if op is None or op.has_attr(use):
-            out[use] = True
-        if op is None or op.has_attr(kind):
-            out[kind] = ONEDNN_DTYPE
-    if op is None:  # a new op: the spellings this version's op makers declare
-        out = {k: v for k, v in out.items() if k in _known_attrs()}
-    return out
-
-
-@functools.lru_cache(maxsize=None)
-def _known_attrs() -> frozenset[str]:
-    """Which oneDNN attribute spellings this Paddle's legacy ops carry (read off a matmul_v2)."""
-    with _static():
-        block = paddle.static.Program().global_block()
-        x = block.create_var(name="x", dtype="float32", shape=[1, 1])
-        op = block.append_op(type="matmul_v2", inputs={"X": [x], "Y": [x]},
-                             outputs={"Out": [block.create_var(name="y", dtype="float32")]})
-        return frozenset(a for a in ("use_mkldnn", "mkldnn_data_type", "use_onednn",
-                                     "onednn_data_type") if op.has_attr(a))
-
-
-def _cast(block, src, dst, onednn: bool = True) -> None:
-    """A legacy ``cast`` of ``src`` into ``dst``, with the oneDNN attributes if ``onednn``."""
-    block.append_op(type="cast", inputs={"X": [src]}, outputs={"Out": [dst]},
-                    attrs={"in_dtype": src.dtype, "out_dtype": dst.dtype,
-                           **(onednn_attrs() if onednn else {})})
-
-
-@contextlib.contextmanager
-def _static(ir_guard: str = "OldIrGuard"):
-    """Static mode and a program IR for the probe (``OldIrGuard``: the legacy IR, a no-op on
-    Paddle 2.6; ``IrGuard``: PIR, Paddle 3 only), restored after."""
-    dynamic = paddle.in_dynamic_mode()
-    paddle.enable_static()
-    guard: Callable = getattr(getattr(paddle, "pir_utils", None), ir_guard,
-                              contextlib.nullcontext)
-    try:
-        with guard():
-            yield
-    finally:
-        if dynamic:
-            paddle.disable_static()

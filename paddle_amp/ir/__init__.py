@@ -7,7 +7,7 @@ from __future__ import annotations
 import weakref
 
 from ..env import program_ir
-from .protocol import CONTROL_FLOW, ProgramIR, Slot, StateOps
+from .protocol import CONTROL_FLOW, Probe, ProgramIR, Slot, StateOps
 from .legacy import LegacyProgram
 from .pir import PirProgram
 
@@ -24,4 +24,11 @@ def of(program) -> ProgramIR:
     return found
 
 
-__all__ = ["CONTROL_FLOW", "LegacyProgram", "PirProgram", "ProgramIR", "Slot", "StateOps", "of"]
+def default_probe() -> Probe:
+    """The probe asked where no program is at hand (the list objects' kernel sets, ``info``):
+    the legacy IR's, whose answers are the native's vocabulary on every Paddle."""
+    return LegacyProgram.probe
+
+
+__all__ = ["CONTROL_FLOW", "LegacyProgram", "PirProgram", "Probe", "ProgramIR", "Slot",
+           "StateOps", "default_probe", "of"]

@@ -13,7 +13,7 @@ walk caches by (never ``==`` or ``hash`` on a PIR value: the first builds an
 op, the second is per wrapper).
 
 oneDNN (the only bf16 kernels on a CPU): ``use_onednn`` sends one lowered op to oneDNN's
-kernel (``kernels.onednn_kernels``: the ones that run here). The legacy IR
+kernel (``kernels.onednn_kernels``: the ones that run here, by the IR's ``probe``). The legacy IR
 does it by the op attributes the native bf16 rewrite sets (``use_mkldnn``/
 ``mkldnn_data_type``; Paddle 3 also ``use_onednn``/``onednn_data_type``). Under PIR
 the executor lowers a bf16 op to oneDNN's kernel by itself (Paddle 3.3.1 registers no
@@ -74,6 +74,43 @@ class StateOps(ArrayOps[Any], Protocol):
     def store(self, new: Any, dst: Any) -> None:
         """Make the state var ``dst`` hold ``new`` (nothing when ``new`` is ``dst``)."""
 
+# ``Probe.time``'s budget per ratio (``timing.ratio_of``): one warm-up pair (an executor's
+# first run builds its plan), then 5 interleaved pairs, more while 0.1 s lasts
+TIMING_BUDGET = {"warmup": 1, "min_pairs": 5, "budget_s": 0.1}
+
+
+class Probe(Protocol):
+    """One IR's device probe: tiny programs of that IR, built and run once on the CPU, that
+    answer ``kernels``' questions (the recipes and the assembly live there; only the
+    building lives here) and time one op for measured speed (``speed``). One object per
+    IR and process (``ProgramIR.probe``), hashable, so the answers are cached per IR.
+    Every run is a host sync (a fetch)."""
+
+    name: str  # "legacy" or "pir"
+    onednn_casts: bool  # a cast can be sent to oneDNN by itself in this IR
+
+    def available(self) -> bool: ...  # this IR exists in the installed Paddle
+
+    def runs(self, op: str, recipe: Any, backward: bool,
+             cast_in: Optional[str] = None) -> bool:
+        """Whether ``op`` built by ``kernels``' ``recipe`` ((inputs {slot: (shape, in
+        bf16?)}, output slots, attrs)) runs in bf16 on oneDNN, forward and with
+        ``backward`` backward, its results finite; ``cast_in`` ("onednn", "plain"): between
+        such casts (where ``onednn_casts``). A failure is False, never raised."""
+
+    def casts_round_trip(self, x: Any) -> Optional[tuple[AbstractSet[str], Any]]:
+        """``x`` through bf16 by two oneDNN casts: (the primitive kinds oneDNN's log shows,
+        the float32 values back), or None (it failed, or ``onednn_casts`` is False)."""
+
+    def time(self, op: str, inputs: Mapping[str, tuple[int, ...]], attrs: Mapping[str, Any],
+             training: bool, dtype: str, onednn: bool, cast_in: Optional[str]
+             ) -> Optional[Any]:
+        """``amp_adapters.device.Cost`` of ``op`` on float32 parameters of the shapes
+        ``inputs``, in ``dtype`` behind casts (route ``cast_in``), the op on oneDNN with
+        ``onednn``, its result cast to float32, against the op in float32 (forward; with
+        ``training`` forward and backward too). None: an op it cannot build; a failure
+        raises (the caller records it as no kernel)."""
+
 
 @runtime_checkable
 class ProgramIR(Protocol):
@@ -132,7 +169,7 @@ class ProgramIR(Protocol):
     def retype(self, op: Any, value: Any, dtype: str) -> None: ...
     def round_output(self, op: Any, value: Any, low: str) -> Any: ...  # what readers now read
     def set_param_dtype(self, names: AbstractSet[str], dtype: str) -> None: ...
-    pir: bool  # a PIR program: oneDNN kernels are probed in one (``kernels.device_profile``)
+    probe: "Probe"  # the IR's device probe (``kernels.device_profile``), a class attribute
     def use_onednn(self, op: Any) -> None: ...  # send a lowered op there
     # from now on, casts float32<->bf16 built go there, but those reading the gradient of an
     # op of ``plain_readers`` (O2's master gradients; the rewrite passes ``cast(plain=True)``

@@ -15,6 +15,7 @@ from paddle_amp import ir, kernels
 from paddle_amp.bf16 import AutoMixedPrecisionListsBF16, decorate_bf16, rewrite_program_bf16
 from paddle_amp.config import native_policy
 from paddle_amp.env import from_low, to_low
+from paddle_amp.ir.legacy.probe import onednn_attrs
 from paddle_amp.rewrite import Rewriter
 from paddle_helpers import Static, batch, is_pir, mlp
 
@@ -69,14 +70,18 @@ def test_onednn_kernels_are_what_the_probe_ran_forward_and_backward():
     assert kernels.onednn_kernels("GPU", BF16) == frozenset()
 
 
-@pytest.mark.parametrize("pir", [False, True])
-def test_the_kernels_are_plain_ones_and_onednn_ones(pir):
-    profile = kernels.device_profile("CPU", BF16, pir)
+LEGACY, PIR = ir.LegacyProgram.probe, ir.PirProgram.probe  # each IR's probe
+
+
+@pytest.mark.parametrize("probe", [LEGACY, PIR], ids=["legacy", "pir"])
+def test_the_kernels_are_plain_ones_and_onednn_ones(probe):
+    profile = kernels.device_profile("CPU", BF16, probe)
     assert (profile.kernels, profile.onednn) == (
-        kernels.lowp_kernels("CPU", BF16, pir), kernels.onednn_kernels("CPU", BF16, pir))
-    assert kernels.lowp_kernels("CPU", BF16, pir) == (
-        kernels.plain_kernels("CPU", BF16) | kernels.onednn_kernels("CPU", BF16, pir))
-    assert ir.LegacyProgram.pir is False and ir.PirProgram.pir is True
+        kernels.lowp_kernels("CPU", BF16, probe), kernels.onednn_kernels("CPU", BF16, probe))
+    assert kernels.lowp_kernels("CPU", BF16, probe) == (
+        kernels.plain_kernels("CPU", BF16) | kernels.onednn_kernels("CPU", BF16, probe))
+    assert (LEGACY.name, PIR.name) == ("legacy", "pir") and ir.default_probe() is LEGACY
+    assert kernels.lowp_kernels("CPU", BF16) == kernels.lowp_kernels("CPU", BF16, LEGACY)
 
 
 def test_under_pir_an_op_counts_where_a_bf16_reader_of_its_result_runs():
@@ -84,22 +89,22 @@ def test_under_pir_an_op_counts_where_a_bf16_reader_of_its_result_runs():
     leaves float32 data in it (a bf16 reader fails), so conv2d stays fp32 under PIR; the
     matmul's gradient runs with every input needing one."""
     if int(paddle.__version__[0]) < 3:
-        assert not kernels.runs_onednn_bf16("matmul_v2", pir=True)  # no PIR on Paddle 2.6
+        assert not kernels.runs_onednn_bf16("matmul_v2", probe=PIR)  # no PIR on Paddle 2.6
         return
     for op in kernels._RECIPES:
-        forward = kernels.runs_onednn_bf16(op, pir=True)
-        both = kernels.runs_onednn_bf16(op, backward=True, pir=True)
+        forward = kernels.runs_onednn_bf16(op, probe=PIR)
+        both = kernels.runs_onednn_bf16(op, backward=True, probe=PIR)
         assert forward or not both  # a backward run is a forward run too
-        pir_set = kernels.onednn_kernels("CPU", BF16, pir=True)
+        pir_set = kernels.onednn_kernels("CPU", BF16, PIR)
         assert op not in pir_set or both  # counted only where the PIR probe ran
         if both and op in kernels.onednn_kernels("CPU", BF16):  # registered and usable
             assert op in pir_set
     if REAL_BF16:
-        assert kernels.runs_onednn_bf16("matmul_v2", backward=True, pir=True)
+        assert kernels.runs_onednn_bf16("matmul_v2", backward=True, probe=PIR)
 
 
 def test_onednn_attrs_are_the_installed_paddles_spellings():
-    attrs = kernels.onednn_attrs()
+    attrs = onednn_attrs()
     assert attrs.get("use_mkldnn") is True and attrs.get("mkldnn_data_type") == BF16
     assert set(attrs) <= {"use_mkldnn", "mkldnn_data_type", "use_onednn", "onednn_data_type"}
 
@@ -190,7 +195,7 @@ def test_a_cnn_trains_in_bf16_where_a_kernel_runs_else_fp32(static, make):
     opt.amp_init(paddle.CPUPlace())
     losses = [float(static.run(cnn_batch(i), [loss])[0]) for i in range(3)]
     assert np.all(np.isfinite(losses))
-    kinds = kernels.lowp_kernels("CPU", BF16, ir.of(static.main).pir)
+    kinds = kernels.lowp_kernels("CPU", BF16, ir.of(static.main).probe)
     for d in opt.cast_report().decisions:
         if d.op in ("conv2d", "layer_norm") and d.run_dtype == BF16:
             assert d.op in kinds  # bf16 only where this CPU ran the op's kernel
@@ -201,7 +206,7 @@ def test_rewrite_program_bf16_marks_what_the_kernels_send_to_onednn(static, monk
     mlp()
     monkeypatch.setattr(
         "paddle_amp.casting.device_profile",
-        lambda device, dtype, pir=False, training=True, costs=None: DeviceProfile(
+        lambda device, dtype, probe, training=True, costs=None: DeviceProfile(
             kernels.plain_kernels(device, dtype) | ONEDNN_HERE, ONEDNN_HERE))
     rewrite_program_bf16(static.main)
     matmuls = gemms(static.main)
@@ -385,14 +390,15 @@ def test_the_reference_rounding_is_to_nearest_with_ties_to_even():
                                   np.array([1.0, 1 + 2 ** -6, 1 + 2 ** -7, -1.0], np.float32))
 
 
-@pytest.mark.parametrize("pir", [False, True], ids=["legacy", "pir"])
-def test_cast_counts_as_a_onednn_kernel_only_where_its_probe_says_so(pir):
+@pytest.mark.parametrize("probe", [LEGACY, PIR], ids=["legacy", "pir"])
+def test_cast_counts_as_a_onednn_kernel_only_where_its_probe_says_so(probe):
     """Registered is not enough; PIR has no per-op switch for it."""
-    onednn = kernels.onednn_kernels("CPU", BF16, pir)
+    onednn = kernels.onednn_kernels("CPU", BF16, probe)
     gate = bool(kernels.onednn_kernels("CPU", BF16))
-    assert ("cast" in onednn) == (not pir and gate and kernels.casts_on_onednn())
-    assert kernels.plain_cast_readers("CPU", BF16, pir) == (
-        kernels.refuse_onednn_casts() if "cast" in onednn else frozenset())
+    assert ("cast" in onednn) == (probe is LEGACY and gate and kernels.casts_on_onednn())
+    assert not PIR.onednn_casts and not kernels.casts_on_onednn(PIR)
+    assert kernels.plain_cast_readers("CPU", BF16, probe) == (
+        kernels.refuse_onednn_casts(probe) if "cast" in onednn else frozenset())
 
 
 def test_each_probed_op_trains_between_the_casts_the_rewrite_gives_it():
@@ -405,10 +411,10 @@ def test_each_probed_op_trains_between_the_casts_the_rewrite_gives_it():
         pytest.skip("no cast goes to oneDNN here (the casts' own probe, or no oneDNN bf16)")
     for op in kernels._RECIPES:
         if kernels.runs_onednn_bf16(op, backward=True):
-            onednn = kernels._runs(op, kernels._RECIPES[op], True, False, cast_in="onednn")
+            onednn = LEGACY.runs(op, kernels._RECIPES[op], True, cast_in="onednn")
             assert onednn == (op not in readers), op
-            assert onednn or kernels._runs(op, kernels._RECIPES[op], True, False,
-                                           cast_in="plain"), op
+            assert onednn or LEGACY.runs(op, kernels._RECIPES[op], True,
+                                          cast_in="plain"), op
 
 
 @pytest.mark.legacy_ir

@@ -74,7 +74,7 @@ def test_inference_rewrites_keep_every_kernel(static, monkeypatch):
     block()
     monkeypatch.setattr(
         "paddle_amp.casting.device_profile",
-        lambda device, dtype, pir=False, training=True, costs=None: DeviceProfile(
+        lambda device, dtype, probe, training=True, costs=None: DeviceProfile(
             kernels.plain_kernels(device, dtype) | ONEDNN_HERE, ONEDNN_HERE))
     paddle_amp.bf16.rewrite_program_bf16(static.main)
     report = paddle_amp.cast_report(static.main)
@@ -85,7 +85,7 @@ def test_inference_rewrites_keep_every_kernel(static, monkeypatch):
 def test_onednn_log_holds_what_ran_and_leaves_stdout_alone(capfd):
     print("before", flush=True)
     with onednn_log() as log:
-        assert kernels._runs("matmul_v2", kernels._RECIPES["matmul_v2"], True, False)
+        assert ir.LegacyProgram.probe.runs("matmul_v2", kernels._RECIPES["matmul_v2"], True)
     print("after", flush=True)
     assert "matmul" in {kind for kind, _ in executed(log)}
     with pytest.raises(ZeroDivisionError), onednn_log():  # fd 1 comes back however it ends
@@ -98,15 +98,17 @@ def test_onednn_log_holds_what_ran_and_leaves_stdout_alone(capfd):
 
 
 @pytest.mark.skipif(not REAL_BF16, reason=NO_BF16_GEMM)
-@pytest.mark.parametrize("pir", [False, True], ids=["legacy", "pir"])
-def test_the_slow_set_is_what_onednn_logs_as_a_reference_implementation(pir):
-    if pir and not hasattr(getattr(paddle, "pir_utils", None), "IrGuard"):
+@pytest.mark.parametrize("probe", [ir.LegacyProgram.probe, ir.PirProgram.probe],
+                         ids=["legacy", "pir"])
+def test_the_slow_set_is_what_onednn_logs_as_a_reference_implementation(probe):
+    if not probe.available():
         pytest.skip("Paddle 2.6 has no PIR")
-    slow = kernels.slow_broadcast_grads("CPU", BF16, pir)
-    assert slow <= kernels.onednn_kernels("CPU", BF16, pir) & set(kernels._BROADCAST_RECIPES)
-    for op in sorted(kernels.onednn_kernels("CPU", BF16, pir) & set(kernels._BROADCAST_RECIPES)):
+    slow = kernels.slow_broadcast_grads("CPU", BF16, probe)
+    onednn = kernels.onednn_kernels("CPU", BF16, probe)
+    assert slow <= onednn & set(kernels._BROADCAST_RECIPES)
+    for op in sorted(onednn & set(kernels._BROADCAST_RECIPES)):
         with onednn_log() as log:
-            ran = kernels._runs(op, kernels._BROADCAST_RECIPES[op], True, pir)
+            ran = probe.runs(op, kernels._BROADCAST_RECIPES[op], True)
         assert (op in slow) == (not ran or any(impl.startswith("ref")
                                                for _, impl in executed(log)))
 
@@ -130,7 +132,7 @@ def test_a_transformer_shaped_model_trains_and_says_which_gemms_stay_fp32(static
     (low, report), (full, _) = losses(True), losses(False)
     np.testing.assert_allclose(low, full, rtol=2 ** -5, atol=2 ** -7)
     first = decisions(report, "matmul_v2")[0]
-    slow = "matmul_v2" in kernels.slow_broadcast_grads("CPU", BF16, ir.of(static.main).pir)
+    slow = "matmul_v2" in kernels.slow_broadcast_grads("CPU", BF16, ir.of(static.main).probe)
     assert (first.execution, SLOW in first.reason) == (
         ("fell back", True) if slow else ("kernel", False))
 
@@ -159,7 +161,7 @@ def test_a_test_program_rewritten_by_amp_init_keeps_every_kernel(static, monkeyp
     runs them (and as rewrite_program_bf16 does)."""
     monkeypatch.setattr(
         "paddle_amp.decorator.device_profile",
-        lambda device, dtype, pir=False, training=True, costs=None: DeviceProfile(
+        lambda device, dtype, probe, training=True, costs=None: DeviceProfile(
             kernels.plain_kernels(device, dtype) | ONEDNN_HERE, ONEDNN_HERE,
             frozenset({"elementwise_add"}) if training else frozenset(), training=training))
     _, loss = block()

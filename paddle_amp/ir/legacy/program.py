@@ -19,7 +19,7 @@ from amp_adapters.report import GraphCasts
 
 from ...env import DTYPE_OF, VarType, VARTYPE_OF, dtype_name
 from ...guard import BF16_GUARD_PATTERN, GUARD_PATTERN
-from ...kernels import onednn_attrs
+from .probe import PROBE, onednn_attrs
 from ..protocol import CONTROL_FLOW, OpAttrs, Slot
 from . import doctor as _doctor
 from .ops import BlockOps
@@ -264,7 +264,7 @@ class LegacyProgram:
         self._at += 2
         return value
 
-    pir = False
+    probe = PROBE  # its device probe (``kernels``)
 
     def use_onednn(self, op) -> None:
         for name, value in onednn_attrs(op).items():

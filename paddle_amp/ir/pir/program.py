@@ -28,6 +28,7 @@ from ... import opnames
 from ...guard import guarded_ops
 from ..protocol import CONTROL_FLOW, OpAttrs, Slot
 from . import doctor as _doctor
+from .probe import PROBE
 from .ops import PIR_OPS, PirOps
 
 _pir = paddle.base.libpaddle.pir
@@ -317,7 +318,7 @@ class PirProgram:
         mid.get_defining_op().operand(0).set_source(value)
         return back
 
-    pir = True
+    probe = PROBE  # its device probe (``kernels``)
 
     def use_onednn(self, op) -> None:
         """Nothing to set: the executor picks a bf16 op's oneDNN kernel itself (3.3.1)."""
@@ -326,7 +327,7 @@ class PirProgram:
         """Nothing that can be set: 3.3.1's PIR picks a cast's plain kernel (it has one for
         bf16) whatever attribute the op carries; only the process-wide FLAGS_use_mkldnn,
         which moves every op, sends casts to oneDNN (``kernels.onednn_kernels`` has no
-        cast under PIR)."""
+        cast under PIR: ``PirProbe.onednn_casts``)."""
 
     def require_grad(self, value) -> None:
         value.stop_gradient = False

@@ -1,0 +1,137 @@
+"""Measured speed on Paddle: the timer the core's ``SpeedBook`` calls, and one book per process.
+
+Under ``Policy.speed == "measured"`` (the preset ``"auto"``) the device profile's
+``costs`` (``costs``) is a ``SpeedBook`` lookup: a saved profile, this machine's cache,
+or a measurement now. The measurement (``timer``) times one op the O1 lists lower
+(``TIMED``: the GEMMs and the convolution; None for any other op: not measured) at the
+shape class the model uses (``ShapeClass.concrete``: an unknown batch is taken as
+``UNKNOWN_DIM``), in the low dtype behind the casts a rewrite adds (their route as the
+device profile says: oneDNN's or plain) with its result cast back to float32, against
+the op in float32: forward for an eval program, forward and backward for training. The
+program is built and run by the IR's probe (``ProgramIR.probe.time``); this file only
+turns a shape class into the op's inputs and attributes.
+
+A shape class keeps only operand shapes: a matmul's transposes are chosen so the shapes
+fit, a ``mul`` flattens its first operand where it fits the second, and a convolution is
+measured at stride 1 and "same" padding. Shapes that fit no such op are not measured
+(None). The entries' framework is ``"paddle"`` for the legacy IR and ``"paddle-pir"`` for
+PIR: the two build different casts around the op (PIR has no oneDNN cast), so their
+timings are not each other's.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Optional
+
+import numpy as np
+import paddle
+
+from amp_adapters import Policy
+from amp_adapters.device import Cost, CostLookup, ShapeClass
+from amp_adapters.speedbook import SpeedBook
+
+from .ir.protocol import Probe
+from .kernels import device_profile
+
+TIMED = ("matmul_v2", "matmul", "mul", "conv2d")  # the ops O1 lowers that a timer builds
+
+
+def costs(policy: Policy, device: str, probe: Probe, training: bool) -> Optional[CostLookup]:
+    """``DeviceProfile.costs`` for ``policy``: a lookup in this process's book for its dtype,
+    profile file and IR under measured speed, else None (fixed speed: nothing measured)."""
+    if not policy.enabled or policy.speed != "measured":
+        return None
+    lookup = book(device, policy.dtype, policy.profile, probe).for_training(training)
+    # only what a timer can build is looked up: a book keeps no "cannot be measured", so
+    # it would ask (and a saved profile would warn of a missing entry) at every lookup
+    return lambda op, shape: lookup(op, shape) if measurable(op, shape) else None
+
+
+def measurable(op: str, shape: ShapeClass) -> bool:
+    """Whether ``timer`` can build ``op`` at ``shape``: one of ``TIMED``, its operands of
+    known rank and fitting it (``fit``)."""
+    return op in TIMED and all(s is not None for s in shape.operands) \
+        and fit(op, shape.concrete()) is not None
+
+
+@functools.lru_cache(maxsize=None)
+def book(device: str, dtype: str, profile: Optional[str], probe: Probe) -> SpeedBook:
+    """The one ``SpeedBook`` per (device, dtype, profile file, IR) in this process (a
+    malformed profile file raises ``AmpConfigError`` here, before anything is rewritten)."""
+    return SpeedBook(framework(probe), paddle.__version__, dtype,
+                     timer(device, dtype, probe), profile=profile)
+
+
+def framework(probe: Probe) -> str:
+    """The profile entries' framework name for ``probe``'s IR."""
+    return "paddle" if probe.name == "legacy" else f"paddle-{probe.name}"
+
+
+def timer(device: str, dtype: str, probe: Probe):
+    """``measure(op, shape, training) -> Optional[Cost]`` for ``SpeedBook``: ``op`` timed by
+    ``probe`` at ``shape`` on the routes the device profile gives it (None: an op without
+    a timing recipe, shapes that fit it not, or no low kernel here)."""
+    def measure(op: str, shape: ShapeClass, training: bool) -> Optional[Cost]:
+        if not measurable(op, shape):
+            return None
+        fitted = fit(op, shape.concrete())
+        profile = device_profile(device, dtype, probe, training)
+        route = profile.route(op)
+        if route == "none":
+            return None
+        cast_in = None
+        if profile.route("cast") == "onednn":
+            cast_in = "plain" if op in profile.plain_casts_before else "onednn"
+        inputs, attrs = fitted
+        return probe.time(op, inputs, attrs, training, dtype, route == "onednn", cast_in)
+    return measure
+
+
+def fit(op: str, shapes: tuple) -> Optional[tuple[dict, dict]]:
+    """({slot: shape}, attributes) of ``op`` on operands of ``shapes`` (its floating
+    operands in slot order), or None where they fit no such op."""
+    if op in ("matmul_v2", "matmul"):
+        return _fit_matmul(op, shapes)
+    if op == "mul":
+        return _fit_mul(shapes)
+    if op == "conv2d":
+        return _fit_conv(shapes)
+    return None
+
+
+def _fit_matmul(op: str, shapes: tuple) -> Optional[tuple[dict, dict]]:
+    if len(shapes) != 2 or min(len(s) for s in shapes) < 2:
+        return None
+    x, y = shapes
+    try:
+        np.broadcast_shapes(x[:-2], y[:-2])
+    except ValueError:
+        return None
+    names = ("trans_x", "trans_y") if op == "matmul_v2" else ("transpose_X", "transpose_Y")
+    for tx in (False, True):
+        for ty in (False, True):
+            if (x[-2] if tx else x[-1]) == (y[-1] if ty else y[-2]):
+                return {"X": x, "Y": y}, dict(zip(names, (tx, ty)))
+    return None
+
+
+def _fit_mul(shapes: tuple) -> Optional[tuple[dict, dict]]:
+    if len(shapes) != 2 or len(shapes[1]) != 2 or len(shapes[0]) < 2:
+        return None
+    x, y = shapes
+    for k in range(1, len(x)):
+        if math.prod(x[k:]) == y[0]:
+            return {"X": x, "Y": y}, {"x_num_col_dims": k, "y_num_col_dims": 1}
+    return None
+
+
+def _fit_conv(shapes: tuple) -> Optional[tuple[dict, dict]]:
+    if len(shapes) != 2 or len(shapes[0]) != 4 or len(shapes[1]) != 4:
+        return None
+    x, w = shapes
+    if x[1] % w[1] or w[0] % (x[1] // w[1]):
+        return None
+    return {"Input": x, "Filter": w}, {
+        "strides": [1, 1], "paddings": [w[2] // 2, w[3] // 2], "dilations": [1, 1],
+        "groups": x[1] // w[1], "data_format": "NCHW", "padding_algorithm": "EXPLICIT"}

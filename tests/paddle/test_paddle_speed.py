@@ -1,0 +1,213 @@
+"""Measured speed on Paddle (``policy="auto"``): the plan follows the measured cost, in the IR
+under test (``AMP_TEST_IR``).
+
+Profiles are given as data (a ``SpeedBook`` whose ``measure`` returns fixed costs, in a
+cache directory of the test's own), so no assertion depends on this machine's speed; the
+real timer runs once per IR on a tiny GEMM and must answer a finite ratio or an error,
+never raise. The kernel set is given explicitly (what a CPU with ``avx512_bf16`` answers)
+where only the plan is checked; a step runs only where this CPU runs the bf16 GEMM.
+"""
+import math
+
+import numpy as np
+import paddle
+import pytest
+
+import paddle_amp
+from amp_adapters import Policy
+from amp_adapters.device import Cost, DeviceProfile, ShapeClass
+from amp_adapters.speedbook import SpeedBook
+from paddle_amp import ir, kernels, speed
+from paddle_helpers import batch, is_pir, mlp
+
+BF16 = "bfloat16"
+GEMMS = ("mul", "matmul_v2")  # what paddle.static.nn.fc builds: 2.6 mul, 3.x matmul_v2
+ONEDNN_HERE = frozenset({"matmul_v2", "mul", "elementwise_add", "relu"})
+FAST, SLOW = Cost(0.5, 0.01, 0.6, 0.01), Cost(2.5, 0.02, 2.4, 0.02)
+BOOKS = speed.book  # the process's books (a test may replace ``speed.book``)
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """Every book of this file reads and writes a cache of its own, and is made afresh."""
+    monkeypatch.setenv("AMP_ADAPTERS_CACHE", str(tmp_path / "cache"))
+    BOOKS.cache_clear()
+    yield
+    BOOKS.cache_clear()
+
+
+def fake_books(monkeypatch, measure):
+    """``speed.book`` answering from ``measure(op, shape, training)``: costs as data. Returns
+    the books made, by IR."""
+    made = {}
+
+    def book(device, dtype, profile, probe):
+        if probe.name not in made:
+            made[probe.name] = SpeedBook(speed.framework(probe), paddle.__version__, dtype,
+                                         measure, profile=profile)
+        return made[probe.name]
+    monkeypatch.setattr(speed, "book", book)
+    return made
+
+
+def onednn_cpu(monkeypatch, module="decorator"):
+    """The profile of a CPU whose oneDNN runs the MLP's ops in bf16, with the costs the
+    caller passes (the planner reads them; the kernels are not this CPU's)."""
+    monkeypatch.setattr(
+        f"paddle_amp.{module}.device_profile",
+        lambda device, dtype, probe, training=True, costs=None: DeviceProfile(
+            kernels.plain_kernels(device, dtype) | ONEDNN_HERE, ONEDNN_HERE, training=training,
+            costs=costs))
+
+
+def gemm_decisions(report):
+    return [d for d in report.decisions if d.op in GEMMS]
+
+
+def auto_plan(static, policy="auto"):
+    _, _, loss = mlp()
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.01), policy=policy)
+    opt.minimize(loss)
+    return opt, loss
+
+
+@pytest.mark.parametrize("cost,lowered", [(FAST, True), (SLOW, False)], ids=["faster", "slower"])
+def test_auto_lowers_a_gemm_only_where_it_was_measured_faster(static, monkeypatch, cost,
+                                                              lowered):
+    onednn_cpu(monkeypatch)
+    asked = []
+    fake_books(monkeypatch, lambda op, shape, training: asked.append((op, shape, training))
+               or (cost if op in GEMMS else None))
+    opt, _ = auto_plan(static)
+    gemms = gemm_decisions(opt.cast_report())
+    assert gemms and all((d.run_dtype == BF16) == lowered for d in gemms)
+    for d in gemms:
+        assert ("measured faster here" if lowered else "float32: slower here") in d.reason
+        assert d.speed == pytest.approx(cost.train)
+    # asked at the model's shapes (the batch unknown), for a training step
+    assert {(op, training) for op, _, training in asked} == {(gemms[0].op, True)}  # GEMMs only
+    shapes = {shape.key for op, shape, _ in asked if op in GEMMS}
+    assert "?x8;8x16>2" in shapes
+
+
+def test_without_measured_speed_nothing_is_measured(static, monkeypatch):
+    """The O1 preset keeps the lists' decisions: no book, no timing."""
+    onednn_cpu(monkeypatch)
+    fake_books(monkeypatch, lambda *a: pytest.fail("measured under speed=fixed"))
+    opt, _ = auto_plan(static, Policy.preset("O1").replace(dtype=BF16))
+    assert all(d.run_dtype == BF16 and d.speed is None
+               for d in gemm_decisions(opt.cast_report()))
+
+
+def test_a_timer_crash_counts_as_no_kernel(static, monkeypatch):
+    onednn_cpu(monkeypatch)
+
+    def crash(op, shape, training):
+        raise RuntimeError("oneDNN: could not create a primitive")
+    fake_books(monkeypatch, crash)
+    opt, _ = auto_plan(static)
+    gemms = gemm_decisions(opt.cast_report())
+    assert gemms and all(d.run_dtype != BF16 for d in gemms)
+    assert all("failed while being timed" in d.reason and "could not create" in d.reason
+               for d in gemms)
+
+
+def test_a_saved_profile_replays_the_same_plan(static, monkeypatch, tmp_path):
+    onednn_cpu(monkeypatch)
+    books = fake_books(monkeypatch, lambda op, shape, training:
+                       (FAST if shape.operands[0][-1] == 8 else SLOW) if op in GEMMS else None)
+    opt, _ = auto_plan(static)
+    first = opt.cast_report()
+    assert {d.run_dtype for d in gemm_decisions(first)} == {BF16, "float32"}  # one each
+    path = tmp_path / "cpu.json"
+    book, = books.values()
+    book.save(path)
+
+    # another process: no cache, and a timer that must not run; the real book reads the file
+    monkeypatch.undo()
+    onednn_cpu(monkeypatch)
+    monkeypatch.setenv("AMP_ADAPTERS_CACHE", str(tmp_path / "empty"))
+    monkeypatch.setattr(speed, "timer", lambda *a: lambda *b: pytest.fail("measured again"))
+    BOOKS.cache_clear()
+    from paddle_helpers import Static
+    env = Static.new()
+    with paddle.static.program_guard(env.main, env.startup), \
+            paddle.utils.unique_name.guard():
+        again, _ = auto_plan(env, Policy.preset("auto").replace(profile=str(path)))
+    assert [(d.op, d.run_dtype, d.reason, d.speed) for d in gemm_decisions(again.cast_report())] \
+        == [(d.op, d.run_dtype, d.reason, d.speed) for d in gemm_decisions(first)]
+
+
+def test_an_eval_program_is_planned_by_its_forward_cost(static, monkeypatch):
+    """amp_init(test_program=...): the eval program's GEMMs go by the inference cost (here
+    faster), the training program's by the training step's (here slower)."""
+    onednn_cpu(monkeypatch)
+    fake_books(monkeypatch, lambda op, shape, training:
+               (SLOW if training else FAST) if op in GEMMS else None)
+    _, _, loss = mlp()
+    test = static.main.clone() if is_pir(static.main) else static.main.clone(for_test=True)
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.01), policy="auto")
+    opt.minimize(loss)
+    static.exe.run(static.startup)
+    opt.amp_init(paddle.CPUPlace(), test_program=test, use_fp16_test=True)
+    assert {d.run_dtype for d in gemm_decisions(opt.cast_report())} == {"float32"}
+    evals = gemm_decisions(paddle_amp.cast_report(test))
+    assert evals and {d.run_dtype for d in evals} == {BF16}
+    assert all(d.speed == pytest.approx(FAST.forward) for d in evals)
+
+
+# -- the real timer -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_the_real_timer_answers_a_ratio_or_an_error(static, training):
+    probe = ir.of(static.main).probe
+    measure = speed.timer("CPU", BF16, probe)
+    gemm = "matmul_v2"
+    got = measure(gemm, ShapeClass.of([(-1, 32), (32, 32)], 2), training)
+    if kernels.device_profile("CPU", BF16, probe, training).route(gemm) == "none":
+        assert got is None  # no bf16 kernel here: nothing to time
+        return
+    assert isinstance(got, Cost)
+    if got.error is None:
+        assert math.isfinite(got.forward) and got.forward > 0
+        assert (got.train is not None and math.isfinite(got.train)) == training
+    assert measure("relu", ShapeClass.of([(4, 4)], 2), training) is None  # no recipe
+    assert measure(gemm, ShapeClass.of([(4, 3), (5, 6)], 2), training) is None  # no fit
+    assert measure(gemm, ShapeClass.of([None, (4, 4)], 2), training) is None  # unknown rank
+
+
+def test_shapes_become_the_op_that_fits_them():
+    assert speed.fit("matmul_v2", ((64, 128), (256, 128))) == (
+        {"X": (64, 128), "Y": (256, 128)}, {"trans_x": False, "trans_y": True})
+    assert speed.fit("matmul", ((8, 64, 32), (32, 16)))[1] == {"transpose_X": False,
+                                                              "transpose_Y": False}
+    assert speed.fit("mul", ((64, 4, 8), (32, 16)))[1] == {"x_num_col_dims": 1,
+                                                          "y_num_col_dims": 1}
+    conv = speed.fit("conv2d", ((64, 32, 32, 32), (64, 32, 4, 4)))[1]
+    assert (conv["groups"], conv["paddings"]) == (1, [2, 2])
+    assert speed.fit("conv2d", ((64, 3, 8, 8), (8, 2, 3, 3))) is None
+    assert speed.fit("matmul_v2", ((2, 4, 8), (3, 8, 4))) is None  # batches do not broadcast
+    assert speed.framework(ir.LegacyProgram.probe) == "paddle"
+    assert speed.framework(ir.PirProgram.probe) == "paddle-pir"
+
+
+REAL_GEMM = kernels.runs_onednn_bf16("matmul_v2", backward=True)
+
+
+@pytest.mark.skipif(not REAL_GEMM, reason=(
+    "this CPU runs no oneDNN bf16 matmul (it needs AVX-512, and avx512_bf16 to be fast): "
+    "the kernel probe's answer"))
+def test_auto_trains_with_the_real_timer(static):
+    """policy="auto" end to end: the real kernels and the real timer (measuring while the
+    rewrite runs inside the user's program), then training steps; whatever the timings,
+    each GEMM's reason says what speed decided."""
+    x, y, loss = mlp()
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.01), policy="auto")
+    opt.minimize(loss)
+    static.exe.run(static.startup)
+    opt.amp_init(paddle.CPUPlace())
+    losses = [float(static.run(batch(i), [loss])[0]) for i in range(3)]
+    assert np.all(np.isfinite(losses))
+    for d in gemm_decisions(opt.cast_report()):
+        assert d.speed is not None or "failed while being timed" in d.reason, d.reason
+        assert ("measured faster here" in d.reason) == (d.run_dtype == BF16), d.reason
