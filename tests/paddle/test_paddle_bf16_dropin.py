@@ -10,7 +10,7 @@ import paddle
 import pytest
 
 import paddle_amp
-from paddle_amp import kernels
+from paddle_amp import ir, kernels
 from paddle_amp.bf16 import AutoMixedPrecisionListsBF16, decorate_bf16
 from paddle_helpers import Static, is_pir
 
@@ -19,7 +19,7 @@ BF16 = "bfloat16"
 
 def _needs_kernels(program, *ops):
     """Skip unless this CPU has a bf16 kernel for each of ``ops`` (in ``program``'s IR)."""
-    have = kernels.lowp_kernels("CPU", BF16, is_pir(program))
+    have = kernels.lowp_kernels("CPU", BF16, ir.of(program).probe)
     missing = sorted(op for op in ops if op not in have)
     if missing:
         pytest.skip(f"this CPU runs no bf16 kernel for {missing} (the kernels' probe): "
