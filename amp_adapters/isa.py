@@ -21,13 +21,13 @@ ORDER = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX
          "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16",
          "ALL")
 _NATIVE, _AVX512 = ORDER.index("AVX512_CORE_BF16"), ORDER.index("AVX512_CORE")
+AVX512_CORE_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq")  # oneDNN's avx512_core
 
 
 def cap(m: Mapping) -> Optional[tuple[str, str]]:
-    """(variable, value) of the lowest ISA limit set in the environment, or None."""
-    limits = [(k, v.upper()) for k, v in sorted(m.get("isa", {}).items())]
-    known = [(k, v) for k, v in limits if v in ORDER]
-    return min(known, key=lambda kv: ORDER.index(kv[1])) if known else None
+    """(variable, value as set) of the lowest ISA limit set in the environment, or None."""
+    known = [(k, v) for k, v in sorted(m.get("isa", {}).items()) if v.upper() in ORDER]
+    return min(known, key=lambda kv: ORDER.index(kv[1].upper())) if known else None
 
 
 def bf16_class(m: Mapping) -> str:
@@ -36,12 +36,23 @@ def bf16_class(m: Mapping) -> str:
     level = ORDER.index("ALL")
     limit = cap(m)
     if limit is not None:
-        level = ORDER.index(limit[1])
-    if "avx512f" not in flags or level < _AVX512:
+        level = ORDER.index(limit[1].upper())
+    if not flags.issuperset(AVX512_CORE_FLAGS) or level < _AVX512:
         return "none"
     if ("avx512_bf16" in flags or any(f.startswith("amx") for f in flags)) and level >= _NATIVE:
         return "native"
     return "emulated"
+
+
+def why_emulated(m: Mapping) -> Optional[str]:
+    """Why oneDNN runs bfloat16 here without bf16 instructions (``"emulated"``), or None."""
+    if bf16_class(m) != "emulated":
+        return None
+    limit = cap(m)
+    if limit is not None and ORDER.index(limit[1].upper()) < _NATIVE and "avx512_bf16" in \
+            m.get("flags", ()):
+        return f"{limit[0]}={limit[1]} keeps oneDNN off the CPU's bf16 instructions"
+    return f"{m.get('cpu')} has AVX-512 without avx512_bf16"
 
 
 def describe_bf16(m: Mapping) -> str:

@@ -25,36 +25,10 @@ from typing import AbstractSet, Mapping, Optional
 
 from .device import speed_refusal
 from .errors import AmpConfigError
-from .speedbook import ISA_ENV, cache_dir, describe, machine, machine_id, read_profile
+from .isa import why_emulated
+from .speedbook import cache_dir, describe, machine, machine_id, read_profile
 
-# oneDNN's ISA names, lowest first (``dnnl_cpu_isa_t``); a cap is the lowest of those set
-ISA_ORDER = ("SSE41", "AVX", "AVX2", "AVX512_MIC", "AVX512_MIC_4OPS", "AVX512_CORE",
-             "AVX512_CORE_VNNI", "AVX512_CORE_BF16", "AVX512_CORE_AMX", "ALL")
-_AVX512_CORE = ("avx512f", "avx512bw", "avx512vl", "avx512dq")
 OPT_IN = 'policy="auto"'
-
-
-def isa_cap(isa: Mapping[str, str]) -> Optional[str]:
-    """The lowest oneDNN ISA cap set in ``isa`` (``machine()["isa"]``), or None."""
-    known = [v.upper() for k, v in isa.items() if k in ISA_ENV and v.upper() in ISA_ORDER]
-    return min(known, key=ISA_ORDER.index) if known else None
-
-
-def bf16_without_instructions(m: Mapping) -> Optional[str]:
-    """Why oneDNN runs bfloat16 here without bf16 instructions (slower than float32), or
-    None: it has them, or it has no bf16 kernel at all (below AVX-512)."""
-    flags = set(m.get("flags", ()))
-    cap = isa_cap(m.get("isa", {}))
-    if not all(f in flags for f in _AVX512_CORE):
-        return None
-    if cap is not None and ISA_ORDER.index(cap) < ISA_ORDER.index("AVX512_CORE"):
-        return None
-    if "avx512_bf16" not in flags:
-        return f"{m.get('cpu')} has AVX-512 without avx512_bf16"
-    if cap is not None and ISA_ORDER.index(cap) < ISA_ORDER.index("AVX512_CORE_BF16"):
-        env = ", ".join(f"{k}={v}" for k, v in sorted(m.get("isa", {}).items()))
-        return f"{env} keeps oneDNN off the CPU's bf16 instructions"
-    return None
 
 
 def measured_slower(framework: str, version: str, dtype: str, ops: AbstractSet[str],
@@ -102,7 +76,7 @@ def native_slowdown(who: str, framework: str, version: str, dtype: str, ops: Abs
                 + tail)
     if dtype != "bfloat16" or not ops:
         return None
-    why = bf16_without_instructions(m)
+    why = why_emulated(m)
     if why is None:
         return None
     return (f"{who}: {why}, so oneDNN emulates bfloat16 and the native bfloat16 decisions "

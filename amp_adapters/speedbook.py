@@ -283,6 +283,12 @@ class SpeedBook:
         return cost
 
     def _save_cache(self) -> None:
+        """Write the cache, merged with what another process wrote since it was read (each
+        key is measured once; what this process measured wins)."""
+        on_disk = None if self.refresh else self._read_cache()
+        if on_disk is not None:
+            self.cache.entries = {**on_disk.entries, **self.cache.entries,
+                                  **self.measured_now}
         try:
             write_profile(self.cache_path, self.cache)
         except OSError as e:

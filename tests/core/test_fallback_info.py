@@ -4,6 +4,8 @@ import pytest
 from amp_adapters import fallback as info
 from amp_adapters.isa import bf16_class, describe_bf16
 from amp_adapters.speedbook import machine
+
+AVX512 = ["avx512bw", "avx512dq", "avx512f", "avx512vl"]
 from amp_adapters.cli import main
 
 
@@ -32,8 +34,9 @@ def test_real_kernels_and_what_amp_does_with_the_rest():
 
 def test_a_framework_that_cannot_answer_is_one_line_not_a_crash():
     text = info.render_info(info.gather({"mxnet": _broken}, dtypes=("float16",)),
-                            {"cpu": "X", "flags": ["avx512f"], "isa": {}})
-    assert "CPU: X (avx512f): oneDNN runs bfloat16 without bf16 instructions" in text
+                            {"cpu": "X", "flags": AVX512, "isa": {}})
+    assert "CPU: X (avx512bw avx512dq avx512f avx512vl): oneDNN runs bfloat16 without bf16 " \
+        "instructions" in text
     assert "mxnet CPU float16: cannot tell (ImportError: no module named mxnet)" in text
 
 
@@ -51,13 +54,14 @@ def test_the_machine_reads_the_model_the_flags_and_the_isa_limits(tmp_path):
 
 
 @pytest.mark.parametrize("flags, isa, kind", [
-    (["avx512f", "avx512_bf16"], {}, "native"),
-    (["avx512f", "amx_bf16"], {}, "native"),
-    (["avx512f", "avx512_bf16"], {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}, "emulated"),
-    (["avx512f", "avx512_bf16"], {"DNNL_MAX_CPU_ISA": "avx2"}, "none"),
-    (["avx512f"], {}, "emulated"),
+    (AVX512 + ["avx512_bf16"], {}, "native"),
+    (AVX512 + ["amx_bf16"], {}, "native"),
+    (AVX512 + ["avx512_bf16"], {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}, "emulated"),
+    (AVX512 + ["avx512_bf16"], {"DNNL_MAX_CPU_ISA": "avx2"}, "none"),
+    (AVX512, {}, "emulated"),
+    (["avx512f", "avx512_bf16"], {}, "none"),  # not all of oneDNN's avx512_core
     (["avx2"], {}, "none"),
-    (["avx512f", "avx512_bf16"], {"ONEDNN_MAX_CPU_ISA": "ALL"}, "native"),
+    (AVX512 + ["avx512_bf16"], {"ONEDNN_MAX_CPU_ISA": "ALL"}, "native"),
 ])
 def test_what_onednn_uses_for_bf16_follows_the_flags_and_the_cap(flags, isa, kind):
     m = {"cpu": "C", "flags": flags, "isa": isa}

@@ -4,6 +4,7 @@ import logging
 
 from amp_adapters import native_speed as ns
 from amp_adapters.device import Cost
+from amp_adapters.isa import cap, why_emulated
 from amp_adapters.speedbook import ProfileFile, write_profile
 
 AVX512 = ["avx2", "avx512bw", "avx512dq", "avx512f", "avx512vl"]
@@ -15,15 +16,15 @@ def _m(flags, isa=None):
 
 
 def test_the_rule_names_avx512_without_bf16_and_caps_between_core_and_bf16():
-    assert "without avx512_bf16" in ns.bf16_without_instructions(_m(AVX512))
-    assert ns.bf16_without_instructions(_m(AVX512 + ["avx512_bf16"])) is None
+    assert "without avx512_bf16" in why_emulated(_m(AVX512))
+    assert why_emulated(_m(AVX512 + ["avx512_bf16"])) is None
     capped = _m(AVX512 + ["avx512_bf16"], {"ONEDNN_MAX_CPU_ISA": "avx512_core"})
-    assert "ONEDNN_MAX_CPU_ISA=avx512_core" in ns.bf16_without_instructions(capped)
+    assert "ONEDNN_MAX_CPU_ISA=avx512_core" in why_emulated(capped)
     # below AVX512_CORE, or no AVX-512: no bf16 kernel at all (a fallback, not a slowdown)
-    assert ns.bf16_without_instructions(_m(AVX512, {"DNNL_MAX_CPU_ISA": "AVX2"})) is None
-    assert ns.bf16_without_instructions(_m(["avx2"])) is None
-    assert ns.isa_cap({"DNNL_MAX_CPU_ISA": "AVX512_CORE_BF16",
-                       "ONEDNN_MAX_CPU_ISA": "AVX2"}) == "AVX2"
+    assert why_emulated(_m(AVX512, {"DNNL_MAX_CPU_ISA": "AVX2"})) is None
+    assert why_emulated(_m(["avx2"])) is None
+    assert cap(_m([], {"DNNL_MAX_CPU_ISA": "AVX512_CORE_BF16",
+                       "ONEDNN_MAX_CPU_ISA": "AVX2"})) == ("ONEDNN_MAX_CPU_ISA", "AVX2")
 
 
 def test_a_measured_profile_on_disk_names_the_op_and_its_ratio(tmp_path):

@@ -191,3 +191,11 @@ def test_the_timer_interleaves_and_reports_the_median_ratio():
     assert (ratio, spread) == (2.0, 0.0)
     assert order[2:] == ["low", "base", "base", "low"] * 2  # the order flips each pair
     assert spread_of([1.0, 2.0, 3.0, 4.0, 100.0]) == (3.0, 1.0)
+
+
+def test_two_books_sharing_a_cache_keep_each_others_entries(tmp_path):
+    a, b = book(tmp_path, Timer(Cost(0.6, 0.0))), book(tmp_path, Timer(Cost(0.7, 0.0)))
+    a.lookup("FullyConnected", MLP)
+    b.lookup("Convolution", MLP)  # b read the cache before a wrote it
+    keys = {k[3] for k in read_profile(tmp_path / "cache.json").entries}
+    assert keys == {"FullyConnected", "Convolution"}
