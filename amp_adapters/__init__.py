@@ -14,6 +14,7 @@ Files:
     speedbook.py  measured speed kept: saved profiles, the per-machine cache, measuring
     timing.py     side-by-side timing: interleaved pairs, median ratio and spread
     isa.py        what oneDNN uses for bf16 here: CPU flags capped by the ISA limit
+    speed_report.py  info --measure / profile: per-op measured speed, the saved profile
     params.py     plan_params: which parameters O2 stores in the low dtype
     loss_scale/   the loss-scale rule, once: LossScaleConfig, LossScaleState, update over
                   the ArrayOps vocabulary (NumpyOps here), check_guard, strict state dicts

@@ -3,7 +3,9 @@
     amp-adapters lists --framework mxnet --dtype float16 [--policy FILE|PRESET]
     amp-adapters explain softmax --framework paddle [--policy FILE|PRESET] [--attr act_type=softrelu]
     amp-adapters diff --framework mxnet [--dtype float16] [--version V]  (shared O1 vs native)
-    amp-adapters info [--dtype bfloat16]   (which ops have real low-precision kernels here)
+    amp-adapters info [--dtype bfloat16] [--measure] [--save PATH]
+                      (which ops have real low-precision kernels here; --measure: how fast)
+    amp-adapters profile [--save PATH] [--refresh]   (time them; save a profile a policy names)
     amp-adapters demo [--framework mxnet|paddle|both|numpy] [--policy FILE|PRESET] [--steps N]
                       [--plot out.png] [--k-log2 0]
     amp-adapters doctor [--framework mxnet|paddle] [--model overflow|underflow|reduction]
@@ -278,19 +280,68 @@ def _add_info(sub: "argparse._SubParsersAction") -> None:
         from .fallback import info_text
         from .quiet import quiet_frameworks
         quiet_frameworks()  # before the backends import their framework
-        print(info_text(dtypes=args.dtype or LOW_DTYPES))
+        print(info_text(dtypes=args.dtype or LOW_DTYPES), flush=True)
+        if args.measure or args.save:
+            _measured(args.dtype or ["bfloat16"], args.save, args.refresh)
         return 0
     p = sub.add_parser("info", help="which ops have real low-precision kernels here, per "
                                     "installed framework, and what AMP does with the others")
     p.add_argument("--dtype", action="append", choices=LOW_DTYPES,
                    help="only this dtype (repeatable; default: float16 and bfloat16)")
+    _speed_arguments(p, "also time ")
     p.set_defaults(handler=run)
+
+
+@subcommand
+def _add_profile(sub: "argparse._SubParsersAction") -> None:
+    """``profile``: measure here and write the profile file a policy names."""
+    def run(args: argparse.Namespace) -> int:
+        from .quiet import quiet_frameworks
+        quiet_frameworks()
+        _measured(args.dtype or ["bfloat16"], args.save, args.refresh)
+        return 0
+    p = sub.add_parser("profile", help="time the ops AMP lowers, low against float32, on this "
+                                       "machine, and save the profile a policy can name")
+    p.add_argument("--dtype", action="append", choices=LOW_DTYPES,
+                   help="the low dtype (default: bfloat16)")
+    _speed_arguments(p, "")
+    p.set_defaults(handler=run, measure=True)
+
+
+def _speed_arguments(p: argparse.ArgumentParser, also: str) -> None:
+    if also:
+        p.add_argument("--measure", action="store_true",
+                       help="also time the ops the lists lower, low against float32 "
+                            "(forward and training step, casts included), and say what "
+                            "policy 'auto' decides")
+    p.add_argument("--save", metavar="PATH",
+                   help=f"{also}write every measurement of this machine to PATH, a profile "
+                        f"file a policy names (profile = \"PATH\")")
+    p.add_argument("--refresh", action="store_true",
+                   help="measure again what this machine's speed cache already holds")
+
+
+def _measured(dtypes: Sequence[str], save: Optional[str], refresh: bool) -> None:
+    """Print the measured-speed report per dtype (``speed_report``), saving if asked."""
+    from .speed_report import installed, measure
+    if refresh:
+        os.environ["AMP_ADAPTERS_REFRESH"] = "1"  # before any book is made
+    providers = installed()
+    if not providers:
+        print("no framework backend registered: install amp-adapters with a framework "
+              "(pip install '.[mxnet]' or '.[paddle]')")
+    for dtype in dtypes:
+        print(f"\nmeasured here ({dtype}, casts included; a ratio below 1 is faster):",
+              flush=True)
+        print(measure(providers, dtype, save))
 
 
 EXAMPLES = """examples:
   amp-adapters lists --framework paddle
   amp-adapters lists --framework paddle --policy O1
   amp-adapters explain Activation --framework mxnet --attr act_type=softrelu
+  amp-adapters info --dtype bfloat16 --measure
+  amp-adapters profile --save cpu.json
   amp-adapters demo --framework paddle --steps 200 --plot demo.png
   amp-adapters doctor --framework mxnet --model overflow --write fix.toml
 """

@@ -211,3 +211,21 @@ def measurer(ctx: Optional[mx.Context], dtype: str) -> Callable[[str, ShapeClass
                                                                  Optional[Cost]]:
     """``measure`` bound to a device and a dtype: a ``SpeedBook``'s ``measure``."""
     return lambda op, shape, training: measure(op, shape, training, dtype=dtype, ctx=ctx)
+
+
+def speed_probe(dtype: str):
+    """``amp-adapters info --measure``'s answer for MXNet on this CPU (``speed_report``): the
+    book ``policy="auto"`` reads, the device profiles, and a small and a large GEMM and a
+    convolution as samples."""
+    from amp_adapters import Policy
+    from amp_adapters.speed_report import Sample, SpeedProbe
+
+    from .kernels import device_profile, speed_book
+    policy, ctx = Policy.preset("auto", dtype=dtype), mx.cpu()
+    samples = tuple(Sample(op, ShapeClass.of(shapes), what) for op, shapes, what in (
+        ("FullyConnected", [(64, 256), (256, 256), (256,)], "GEMM 64x256x256"),
+        ("FullyConnected", [(64, 2048), (2048, 2048), (2048,)], "GEMM 64x2048x2048"),
+        ("Convolution", [(16, 64, 56, 56), (64, 64, 3, 3), (64,)], "conv 3x3 64ch 56x56")))
+    return SpeedProbe("mxnet", "mxnet", speed_book(ctx, policy),
+                      device_profile(ctx, policy, True), device_profile(ctx, policy, False),
+                      samples)

@@ -135,3 +135,24 @@ def _fit_conv(shapes: tuple) -> Optional[tuple[dict, dict]]:
     return {"Input": x, "Filter": w}, {
         "strides": [1, 1], "paddings": [w[2] // 2, w[3] // 2], "dilations": [1, 1],
         "groups": x[1] // w[1], "data_format": "NCHW", "padding_algorithm": "EXPLICIT"}
+
+
+def speed_probe(dtype: str):
+    """``amp-adapters info --measure``'s answer for Paddle on this CPU, in the legacy IR
+    (``speed_report``): the book ``policy="auto"`` reads, the device profiles, and a small
+    and a large GEMM and a convolution as samples."""
+    from amp_adapters.speed_report import Sample, SpeedProbe
+
+    from .env import current_device
+    from .ir import default_probe
+    probe, device = default_probe(), current_device()
+    samples = tuple(Sample(op, ShapeClass.of(shapes), what) for op, shapes, what in (
+        ("matmul_v2", [(64, 256), (256, 256)], "GEMM 64x256x256"),
+        ("matmul_v2", [(64, 2048), (2048, 2048)], "GEMM 64x2048x2048"),
+        ("conv2d", [(16, 64, 56, 56), (64, 64, 3, 3)], "conv 3x3 64ch 56x56")))
+    policy = Policy.preset("auto", dtype=dtype)
+    return SpeedProbe(framework(probe), "paddle", book(device, dtype, None, probe),
+                      device_profile(device, dtype, probe, True,
+                                     costs(policy, device, probe, True)),
+                      device_profile(device, dtype, probe, False,
+                                     costs(policy, device, probe, False)), samples)

@@ -1,0 +1,129 @@
+"""``amp-adapters info --measure`` and ``amp-adapters profile``: measured speed, per op.
+
+Each backend answers through the entry-point group ``SPEED_GROUP`` with a ``SpeedProbe``
+for a low dtype: its speed book (``speedbook.SpeedBook``: this machine's cache, measuring
+what it lacks), its device profiles for training and inference, and a few samples (the
+ops its O1 lists lower, at a small and a large GEMM and a convolution). For each sample
+the report gives the kernel and its route, the low/float32 ratio forward and for a
+training step (casts included), and what ``policy="auto"`` decides for training. The
+profile command writes everything the books know to a file a policy can name
+(``profile = "path"``). The core imports no backend: a machine with one framework works.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+from .device import Cost, DeviceProfile, ShapeClass
+from .planner import plan_op
+from .policy import Policy
+from .speedbook import ProfileFile, SpeedBook, machine, write_profile
+
+SPEED_GROUP = "amp_adapters.speed"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One op at one shape class, and what it stands for (``"GEMM 64x2048x2048"``)."""
+
+    op: str
+    shape: ShapeClass
+    what: str
+
+
+@dataclass(frozen=True)
+class SpeedProbe:
+    """A backend's answer for one low dtype: ``lists`` names its op lists (``"mxnet"``,
+    ``"paddle"``), ``framework`` its profile entries (``"paddle-pir"`` for Paddle's PIR)."""
+
+    framework: str
+    lists: str
+    book: SpeedBook
+    training: DeviceProfile
+    inference: DeviceProfile
+    samples: tuple[Sample, ...]
+
+
+Provider = Callable[[str], SpeedProbe]  # dtype -> probe
+
+
+@dataclass(frozen=True)
+class SpeedRow:
+    framework: str
+    sample: Sample
+    route: str
+    forward: Optional[Cost]
+    train: Optional[Cost]
+    decision: str
+
+
+def rows(probe: SpeedProbe, dtype: str) -> list[SpeedRow]:
+    """Measure (or read) each sample of ``probe``, and what ``auto`` decides for training."""
+    auto = Policy.preset("auto", dtype=dtype)
+    out = []
+    for s in probe.samples:
+        route = probe.training.route(s.op)
+        fwd = probe.book.lookup(s.op, s.shape, False) if route != "none" else None
+        train = probe.book.lookup(s.op, s.shape, True) if route != "none" else None
+        inputs = ("float32",) * max(1, len(s.shape.operands))
+        d = plan_op(auto, probe.lists, s.op, inputs, device=probe.training, shape=s.shape)
+        decision = dtype if d.run_dtype == dtype else (
+            d.reason.rsplit("; ", 1)[-1] if d.fell_back else "float32 (the lists)")
+        out.append(SpeedRow(probe.framework, s, route, fwd, train, decision))
+    return out
+
+
+def _ratio(cost: Optional[Cost], training: bool) -> str:
+    if cost is None:
+        return "-"
+    if cost.error:
+        return "failed"
+    r, spread = cost.ratio(training)
+    return f"{r:.2f}x+-{spread:.2f}"
+
+
+def render(found: Sequence[SpeedRow], dtype: str) -> str:
+    """The table: per framework and sample, route, forward and training ratios, decision."""
+    table = [("framework", "op", "shape", "route", f"{dtype}/fp32 fwd", "train step",
+              "auto decides (training)")]
+    for r in found:
+        table.append((r.framework, r.sample.op, r.sample.what, r.route,
+                      _ratio(r.forward, False), _ratio(r.train, True), r.decision))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def installed() -> dict[str, Provider]:
+    """{framework: provider} of the installed backends whose framework imports."""
+    out: dict[str, Provider] = {}
+    for ep in entry_points(group=SPEED_GROUP):
+        try:
+            out[ep.name] = ep.load()
+        except ImportError:
+            continue
+    return out
+
+
+def measure(providers: Mapping[str, Provider], dtype: str,
+            save: "Optional[str | Path]" = None) -> str:
+    """The report for every provider (a provider that fails says why in one line); with
+    ``save``, every measurement the books know is written there as a profile file."""
+    out, entries = [], {}
+    for name, provider in sorted(providers.items()):
+        try:
+            probe = provider(dtype)
+            found = rows(probe, dtype)
+        except Exception as e:  # a backend's own failure is its line, not ours
+            out.append(f"{name}: cannot measure ({type(e).__name__}: {e})")
+            continue
+        out.append(render(found, dtype))
+        entries.update(probe.book.entries())
+    if save is not None:
+        write_profile(save, ProfileFile(machine(), entries))
+        out.append(f"profile written to {save} ({len(entries)} measurements): name it in a "
+                   f"policy as profile = \"{save}\" (with preset = \"auto\")")
+    return "\n\n".join(out)
