@@ -110,6 +110,11 @@ class ProgramIR(Protocol):
         """O2: how the forward ops read each parameter (``forced``: why an op runs fp32;
         ``refused``: why it keeps off its low kernel, ``ParamUse.kernel_refused``)."""
 
+    def result_uses(self, op: Any, forced: Callable[[Any], Optional[str]],
+                    refused: Callable[[Any], Optional[str]]) -> tuple[ParamUse, ...]:
+        """How the forward ops after ``op`` read its results, as ``param_uses`` lists a
+        parameter's readers (O2: an op that only moves values is judged with them)."""
+
     def end_forward(self) -> None: ...  # the ops built so far are the forward pass
     def graph_casts(self) -> Optional[GraphCasts]: ...  # the forward pass's cast ops
 

@@ -216,6 +216,12 @@ class PirProgram:
                              for use in self._param_uses(user, param, top, forced, refused)]
                 for param in _parameters(self.program)}
 
+    def result_uses(self, op, forced, refused) -> tuple[ParamUse, ...]:
+        top = {o.id() for o in self.block.ops}
+        return tuple(use for result in op.results() for reader in result.all_used_ops()
+                     if self._forward is None or reader.id() in self._forward
+                     for use in self._param_uses(reader, result, top, forced, refused))
+
     def _param_uses(self, user, param, top: frozenset, forced, refused) -> list[ParamUse]:
         """How ``user`` (an op of the global block when its id is in ``top``, else of a
         control-flow block) reads ``param``: one ``ParamUse`` per operand slot it feeds; an
