@@ -26,7 +26,8 @@ from .policy import Policy
 
 @dataclass(frozen=True)
 class ParamUse:
-    """One op reading a parameter in the forward pass.
+    """One op reading a parameter in the forward pass (or, for ``plan_op``'s ``readers``,
+    the result of an op that only moves values).
 
     ``op``: the framework's op name; ``attrs``: its attributes (for conditional
     rules); ``slot``: the name of the input slot the parameter feeds (a slot

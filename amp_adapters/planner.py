@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from .device import DeviceProfile, ShapeClass, speed_refusal
 from .dtypes import AMP_DTYPES, widest
-from .oplists import CATEGORIES, canonical_defaults, load_table, native_lists, pass_through_ops
+from .oplists import (CATEGORIES, canonical_defaults, load_table, native_lists, pass_through_ops,
+                      passes_through)
 from .policy import Policy
 
 UNKNOWN = "unknown"  # a floating input whose dtype is known only at run time (traced symbol)
@@ -260,7 +261,8 @@ def plan_op(policy: Policy, framework: str, op: str,
             force_fp32: Optional[str] = None,
             input_names: Optional[Sequence[str]] = None,
             param_inputs: Optional[Sequence[bool]] = None,
-            free: Optional[Sequence[bool]] = None) -> OpDecision:
+            free: Optional[Sequence[bool]] = None,
+            readers: Optional[Sequence[Any]] = None) -> OpDecision:
     """Decide how ``op`` runs given its ``input_dtypes``.
 
     ``device``: what the device the op runs on has (``DeviceProfile``: its kernels,
@@ -284,7 +286,10 @@ def plan_op(policy: Policy, framework: str, op: str,
     with the refusal as its reason (emulated under ``emulate=True``: the policy asked for
     low-precision numerics, and rounding costs less than the slow kernel). An
     ``UNKNOWN`` input counts as float32 for the decision. An op with a float64 input
-    is left alone: AMP does not touch float64 computations.
+    is left alone: AMP does not touch float64 computations. ``readers``: for an op that
+    only moves values (``oplists.pass_through_ops``), the ops reading its results
+    (``ParamUse``, with ``then`` for those that only move values too); None: not listed,
+    so O2 lowers it as any other op (``_idle_move``).
 
     Five steps, each with one rule: ``_category`` (the lists), ``_free_inputs``
     (what a free input counts as), ``_target`` (the dtype the category and the
@@ -296,7 +301,8 @@ def plan_op(policy: Policy, framework: str, op: str,
     params = tuple(param_inputs or ()) + (False,) * (len(given) - len(param_inputs or ()))
     cat = _category(policy, framework, op, attrs, force_fp32)
     typed = _free_inputs(cat, given, tuple(free or ()))
-    target = _target(policy, cat, typed, params[:len(given)])
+    idle = _idle_move(policy, framework, cat, typed, readers, device)
+    target = _target(policy, cat, typed, params[:len(given)], idle)
     run = _on_device(policy, op, target, device, shape)
     round_inputs, multicast, casts = _input_actions(policy, cat, typed, target, run)
     return OpDecision(op=op, canonical=cat.canonical, category=cat.category, input_dtypes=given,
@@ -355,10 +361,12 @@ def _free_inputs(cat: Category, given: tuple[Optional[str], ...],
 
 
 def _target(policy: Policy, cat: Category, given: tuple[Optional[str], ...],
-            params: tuple[bool, ...]) -> _Target:
+            params: tuple[bool, ...], idle: Optional[str] = None) -> _Target:
     """Rule: the category picks the dtype; promote/follow take the widest input, whatever
     the order (fp32 wins a promote), except that a promote op whose float32 inputs are all
-    parameters beside activations in the low dtype runs low (``_params_down``)."""
+    parameters beside activations in the low dtype runs low (``_params_down``). O2 lowers
+    every op not in fp32, but an op that only moves float32 values none of its readers
+    computes low (``idle``, from ``_idle_move``): it follows its data."""
     dtypes = tuple("float32" if d == UNKNOWN else d for d in given)
     low = policy.dtype
     if not policy.enabled or "float64" in dtypes:
@@ -373,6 +381,8 @@ def _target(policy: Policy, cat: Category, given: tuple[Optional[str], ...],
         return _Target("float32", cat.reason + "; it only moves float32 parameters: they "
                        "stay float32 for the ops that read its result (the O2 parameter "
                        "plan decided that), no cast down and back", by_inputs=True)
+    if idle is not None:
+        return _Target("float32", cat.reason + f"; {idle}", by_inputs=True)
     if policy.level == "O2" and widest(dtypes) is not None:
         return _Target(low, cat.reason + f"; O2: every op not in fp32 runs in {low}")
     if cat.category == "promote" and _params_down(low, given, params):
@@ -390,6 +400,43 @@ def _moves_params(cat: Category, dtypes: tuple[Optional[str], ...],
     floats = [(d, p) for d, p in zip(dtypes, params) if d is not None]
     return (cat.canonical in pass_through_ops() and bool(floats)
             and all(d == "float32" and p for d, p in floats))
+
+
+def _idle_move(policy: Policy, framework: str, cat: Category,
+               dtypes: tuple[Optional[str], ...], readers: Optional[Sequence[Any]],
+               device: Optional[DeviceProfile]) -> Optional[str]:
+    """Rule: under O2, an op that only moves values (``oplists.pass_through_ops``: reshape,
+    transpose, ...) follows its data where nothing around it computes low: its floating
+    inputs are float32 (what wrote them ran in float32) and none of its ``readers`` computes
+    in the low dtype here (in it or EMULATED), through readers that only move values too.
+    Lowering it would gain no arithmetic and cost a cast down and one back up (and their
+    gradients), rounding the values it moves. Returns why, or None (not such an op; or
+    its readers are not listed, or one of them runs low: O2 lowers it, so a low reader
+    gets its values low, as natively; where every op has a low kernel, as on a GPU or in
+    a device-free plan, a reader not in fp32 always does)."""
+    if policy.level != "O2" or readers is None or not policy.enabled \
+            or cat.canonical not in pass_through_ops():
+        return None
+    floats = [d for d in dtypes if d is not None]
+    if not floats or any(d not in ("float32", UNKNOWN) for d in floats):
+        return None
+    if any(_computes_low(policy, framework, use, device) for use in readers):
+        return None
+    return (f"it only moves float32 values and none of its readers computes in "
+            f"{policy.dtype} here: it follows its data (no cast down and back)")
+
+
+def _computes_low(policy: Policy, framework: str, use: Any,
+                  device: Optional[DeviceProfile]) -> bool:
+    """Whether the reader ``use`` (a ``ParamUse``) computes with ``policy.dtype`` numerics
+    on a float32 input here; a reader that only moves values, by its own readers."""
+    if use.force_fp32 is None and use.then is not None and \
+            passes_through(framework, use.op, use.attrs):
+        return any(_computes_low(policy, framework, u, device) for u in use.then)
+    d = plan_op(policy, framework, use.op, ("float32",), device=device, shape=use.shape,
+                attrs=use.attrs, force_fp32=use.force_fp32,
+                input_names=None if use.slot is None else (use.slot,))
+    return not (d.kept and d.kept[0]) and d.precision == policy.dtype
 
 
 def _params_down(low: str, given: tuple[Optional[str], ...], params: tuple[bool, ...]) -> bool:

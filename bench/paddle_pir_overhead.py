@@ -69,7 +69,7 @@ def build(ir: str, amp: bool, hidden: int, optimizer: str, **decorate):
 
 def casts(program) -> int:
     """Cast ops in every block of ``program`` (either IR)."""
-    if paddle_amp.env.program_ir(program) == "pir":
+    if paddle_amp.ir.kind(program) == "pir":
         count, stack = 0, [program.global_block()]
         while stack:
             for op in stack.pop().ops:

@@ -28,7 +28,8 @@ Files:
     lists.py      AutoMixedPrecisionLists (and BF16): live sets -> OpLists
     env.py        Paddle glue: static check, the program's IR, dtype names, device
     opnames.py    PIR op and operand names -> the legacy names the op tables use
-    guard.py      fp16_guard / bf16_guard on both IRs (PIR: records the ops built inside)
+    guard.py      fp16_guard / bf16_guard: the native name scope, on both IRs (PIR: ir/pir
+                  records the ops built inside it, the native guard's too)
     ir/           the program IR layer: the ProgramIR protocol, one implementation per IR
                   (its legacy and pir folders: casts, state vars, unscale, all-reduce, the
                   skip table), picked once per program (ir.of)

@@ -18,7 +18,7 @@ from typing import Optional
 
 import numpy as np
 import paddle
-from paddle.base import framework
+
 
 from amp_adapters import checkpoint as ckpt_core
 from amp_adapters.errors import CheckpointError
@@ -28,13 +28,8 @@ from . import ir
 PREFIX = "model"
 
 
-def _program_types() -> tuple:
-    pir = getattr(paddle, "pir", None)
-    return (framework.Program,) + ((pir.Program,) if hasattr(pir, "Program") else ())
-
-
 def _check_program(program, built) -> None:
-    if not isinstance(program, _program_types()):
+    if not isinstance(program, ir.program_types()):
         raise TypeError(f"program must be a paddle.static.Program, got {type(program).__name__}")
     if program is not built:
         raise CheckpointError("save_checkpoint/load_checkpoint take the program this optimizer "

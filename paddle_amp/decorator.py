@@ -310,8 +310,7 @@ def _check_loss(loss, parameter_list, no_grad_set):
     """``loss``'s program, after checking that ``backward`` can build on it: a Variable (a
     PIR value) of one element from which the backward reaches at least one trainable
     parameter (``ir.reached_params``). Either IR; changes nothing."""
-    pir_value = getattr(getattr(paddle, "pir", None), "Value", ())
-    if not isinstance(loss, (framework.Variable, pir_value)):
+    if not isinstance(loss, program_ir.value_types()):
         raise TypeError(f"loss must be a paddle static Variable (the output of the "
                         f"program's loss op), got {type(loss).__name__} {loss!r:.60}")
     program = loss.block.program

@@ -1,9 +1,6 @@
-"""Paddle glue, static or not: mode checks, the program's IR, dtype names, places, values
-converted to and from a low dtype (``to_low``/``from_low``).
-
-Paddle 2.6.2 builds legacy programs, Paddle 3.x PIR programs unless
-``FLAGS_enable_pir_api=0``: a program's IR is its own (``program_ir``), never a flag.
-"""
+"""Paddle glue, static or not: mode checks, dtype names, places, values converted to and
+from a low dtype (``to_low``/``from_low``). Which IR a program is in is ``ir``'s question
+(``ir.kind``)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -25,13 +22,6 @@ def dtype_name(var) -> Optional[str]:
     if var is None or var.type != VarType.LOD_TENSOR:
         return None
     return DTYPE_OF.get(var.dtype)
-
-
-def program_ir(program) -> str:
-    """'pir' for a PIR program (Paddle 3's default), else 'legacy'."""
-    pir = getattr(paddle, "pir", None)
-    return "pir" if pir is not None and isinstance(program, getattr(pir, "Program", ())) \
-        else "legacy"
 
 
 def require_static(what: str) -> None:

@@ -108,9 +108,19 @@ class Rewriter:
                            shape=self._shape(ir, op, slots),
                            attrs=ir.attrs(op), force_fp32=force_fp32 or self._forced_fp32(ir, op),
                            input_names=[s.name for s in slots],
-                           param_inputs=[self._is_param(ir, s.value) for s in slots])
+                           param_inputs=[self._is_param(ir, s.value) for s in slots],
+                           readers=self._readers(ir, op))
         self._notices.note(op_type, _DEVICE, decision)
         return decision
+
+    def _readers(self, ir: ProgramIR, op) -> Optional[tuple]:
+        """O2: the forward readers of the results of an op that only moves values (the core
+        lowers it only where one of them computes low, ``plan_op``'s ``readers``)."""
+        if self.policy.level != "O2" or not passes_through("paddle", ir.op_type(op),
+                                                           ir.attrs(op)):
+            return None
+        return ir.result_uses(op, lambda o: self._forced_fp32(ir, o),
+                              lambda o: self._shape(ir, o))
 
     def _shape(self, ir: ProgramIR, op, slots: Optional[list[Slot]] = None
                ) -> Optional[ShapeClass]:

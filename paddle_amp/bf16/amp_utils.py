@@ -11,7 +11,8 @@ from amp_adapters.errors import unsupported
 
 from ..casting import (cast_model, cast_parameters, find_true_post_op,  # noqa: F401
                        find_true_prev_op)
-from ..env import VARTYPE_OF, program_ir
+from .. import ir
+from ..env import VARTYPE_OF
 from ..lists import AutoMixedPrecisionListsBF16
 from ..guard import bf16_guard  # noqa: F401
 
@@ -58,7 +59,7 @@ def _initialize_in_bf16(startup_prog, names) -> set:
     """Of the variables ``names``, those a native bf16 initializer of the legacy program
     ``startup_prog`` writes alone: that op now makes bfloat16 (its ``dtype`` attribute and
     its output's). A PIR startup program is left as it is (none returned)."""
-    if program_ir(startup_prog) == "pir":  # convert the values after the startup program
+    if ir.kind(startup_prog) == "pir":  # convert the values after the startup program
         return set()
     block, done = startup_prog.global_block(), set()
     for op in block.ops:

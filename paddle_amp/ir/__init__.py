@@ -1,12 +1,16 @@
 """The program IR layer: what differs between the legacy program IR and PIR, declared in
 ``protocol.ProgramIR`` and implemented once per IR (``legacy/``, ``pir/``); ``of(program)``
 picks it once per program, by the program's own type. The rewrite and the loss scaling
-above are written once over it."""
+above are written once over it. Paddle 2.6.2 builds legacy programs, Paddle 3.x PIR
+programs unless ``FLAGS_enable_pir_api=0``: a program's IR is its own type (``kind``),
+never a flag; this folder is the only place that knows PIR's Python types."""
 from __future__ import annotations
 
 import weakref
 
-from ..env import program_ir
+import paddle
+from paddle.base import framework
+
 from .protocol import CONTROL_FLOW, Probe, ProgramIR, Slot, StateOps
 from .legacy import LegacyProgram
 from .pir import PirProgram
@@ -19,9 +23,29 @@ def of(program) -> ProgramIR:
     ``LegacyProgram``; the same object for every call on one program."""
     found = _OF.get(program)
     if found is None:
-        found = _OF[program] = (PirProgram if program_ir(program) == "pir"
+        found = _OF[program] = (PirProgram if kind(program) == "pir"
                                 else LegacyProgram)(program)
     return found
+
+
+def _pir(name: str) -> tuple:
+    pir = getattr(paddle, "pir", None)
+    return (getattr(pir, name),) if hasattr(pir, name) else ()
+
+
+def kind(program) -> str:
+    """'pir' for a PIR program (Paddle 3's default), else 'legacy'."""
+    return "pir" if isinstance(program, _pir("Program")) else "legacy"
+
+
+def program_types() -> tuple:
+    """The Python types of a static program in the IRs this Paddle has."""
+    return (framework.Program, *_pir("Program"))
+
+
+def value_types() -> tuple:
+    """The Python types of a static program's tensor (a legacy Variable, a PIR Value)."""
+    return (framework.Variable, *_pir("Value"))
 
 
 def default_probe() -> Probe:
@@ -31,4 +55,4 @@ def default_probe() -> Probe:
 
 
 __all__ = ["CONTROL_FLOW", "LegacyProgram", "PirProgram", "Probe", "ProgramIR", "Slot",
-           "StateOps", "default_probe", "of"]
+           "StateOps", "default_probe", "kind", "of", "program_types", "value_types"]

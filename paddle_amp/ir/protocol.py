@@ -153,6 +153,12 @@ class ProgramIR(Protocol):
         """O2: how the forward ops read each parameter (``forced``: why an op runs fp32;
         ``shape_of``: the shape class of its operands, ``ParamUse.shape``)."""
 
+    def result_uses(self, op: Any, forced: Callable[[Any], Optional[str]],
+                    shape_of: Callable[[Any], Optional[ShapeClass]]
+                    ) -> tuple[ParamUse, ...]:
+        """How the forward ops after ``op`` read its results, as ``param_uses`` lists a
+        parameter's readers (O2: an op that only moves values is judged with them)."""
+
     def end_forward(self) -> None: ...  # the ops built so far are the forward pass
     def graph_casts(self) -> Optional[GraphCasts]: ...  # the forward pass's cast ops
 

@@ -18,16 +18,7 @@ PACKAGE = ROOT / "paddle_amp"
 
 # (file, what) -> why it is still there. Each is to move into paddle_amp/ir/ (another
 # change moves them); a fixed one must leave this list (the test says which).
-KNOWN = {
-    # fp16_guard/bf16_guard's IR branch: to become an IR method (issue 31 point 1)
-    ("paddle_amp/guard.py", "calls in_pir_mode"): "guard's IR branch",
-    # the pick of a program's IR that ir.of() itself uses, by the program's type
-    ("paddle_amp/env.py", "reaches paddle.pir"): "program_ir",
-    # a checkpoint accepts a program of either IR (its type check)
-    ("paddle_amp/checkpoint.py", "reaches paddle.pir"): "program types",
-    # minimize's loss check accepts a PIR value (its type check)
-    ("paddle_amp/decorator.py", "reaches paddle.pir"): "_check_loss",
-}
+KNOWN: dict = {}
 
 
 def _docstrings(tree) -> set[int]:

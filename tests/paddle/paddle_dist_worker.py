@@ -29,7 +29,7 @@ from paddle.base import core  # noqa: E402
 from paddle.base.framework import OpProtoHolder  # noqa: E402
 
 import paddle_amp  # noqa: E402
-from paddle_amp.env import program_ir  # noqa: E402
+from paddle_amp.ir import kind as program_ir  # noqa: E402
 from paddle_amp.opnames import legacy_name  # noqa: E402
 from paddle_helpers import AMP_STATE_PREFIXES, mlp  # noqa: E402
 

@@ -80,7 +80,7 @@ def batch(step: int, in_dim: int = 8, out_dim: int = 1, n: int = 4, overflow: bo
 
 def is_pir(program) -> bool:
     """True for a PIR program (Paddle 3's default IR)."""
-    from paddle_amp.env import program_ir
+    from paddle_amp.ir import kind as program_ir
     return program_ir(program) == "pir"
 
 

@@ -174,9 +174,24 @@ class LegacyProgram:
             self.dtype(n) in FLOAT_DTYPES for n in outs)
 
     def param_uses(self, forced, shape_of) -> dict[str, list[ParamUse]]:
-        ops = [op for op in self.block.ops if is_forward(op) and op.type not in _IO_OPS]
+        readers, use = self._uses(forced, shape_of)
+        return {p.name: [use(i, op, slot) for i, op, slot in readers.get(p.name, ())]
+                for p in self.block.all_parameters()}
+
+    def result_uses(self, op, forced, shape_of) -> tuple[ParamUse, ...]:
+        readers, use = self._uses(forced, shape_of)
+        at = next(i for i, o in enumerate(self._forward_list()) if o is op)
+        return tuple(use(j, reader, s) for out in op.output_arg_names
+                     for j, reader, s in readers.get(out, ()) if j > at)
+
+    def _forward_list(self) -> list:
+        return [op for op in self.block.ops if is_forward(op) and op.type not in _IO_OPS]
+
+    def _uses(self, forced, shape_of):
+        """({var name: [(index, forward op, slot) reading it]}, use(index, op, slot) ->
+        ``ParamUse``, listing the later readers of an op that only moves values)."""
         readers: dict[str, list[tuple[int, object, str]]] = {}
-        for i, op in enumerate(ops):
+        for i, op in enumerate(self._forward_list()):
             for slot in op.input_names:
                 for name in op.input(slot):
                     readers.setdefault(name, []).append((i, op, slot))
@@ -190,8 +205,7 @@ class LegacyProgram:
                              for j, reader, s in readers.get(out, ()) if j > i)
             return ParamUse(op.type, attrs, slot, reason, then, shape_of(op))
 
-        return {p.name: [use(i, op, slot) for i, op, slot in readers.get(p.name, ())]
-                for p in self.block.all_parameters()}
+        return readers, use
 
     def end_forward(self) -> None:
         """Nothing: every op carries its role (forward, backward, optimize)."""

@@ -25,7 +25,7 @@ from amp_adapters.dtypes import FLOAT_DTYPES, dtype_name
 from amp_adapters.report import GraphCasts
 
 from ... import opnames
-from ...guard import guarded_ops
+from .guard import guarded_ops
 from ..protocol import CONTROL_FLOW, OpAttrs, Slot
 from . import doctor as _doctor
 from .probe import PROBE
@@ -152,9 +152,11 @@ class PirProgram:
         if use_guard and not self._guarded:
             raise AmpConfigError(
                 "use_fp16_guard/use_amp_guard is set, but no op of this PIR program was built "
-                "inside paddle_amp.fp16_guard(). Under PIR ops keep no name scope, so "
-                "paddle.static.amp.fp16_guard() leaves no trace: build the guarded part "
-                "inside `with paddle_amp.fp16_guard():`, or decorate without the guard")
+                "inside paddle_amp.fp16_guard() or paddle.static.amp.fp16_guard(). Under PIR "
+                "ops keep no name scope, so a guard is seen only when entered after "
+                "paddle_amp was imported: import paddle_amp before building the model, build "
+                "the guarded part inside `with paddle_amp.fp16_guard():`, or decorate without "
+                "the guard")
         if black_varnames:
             named = {_name(v) for op in self.block.ops for v in op.results()} - {None}
             unknown = sorted(set(black_varnames) - named)
@@ -228,6 +230,12 @@ class PirProgram:
         return {param.name: [use for user in param.all_used_ops()
                              for use in self._param_uses(user, param, top, forced, shape_of)]
                 for param in _parameters(self.program)}
+
+    def result_uses(self, op, forced, shape_of) -> tuple[ParamUse, ...]:
+        top = {o.id() for o in self.block.ops}
+        return tuple(use for result in op.results() for reader in result.all_used_ops()
+                     if self._forward is None or reader.id() in self._forward
+                     for use in self._param_uses(reader, result, top, forced, shape_of))
 
     def _param_uses(self, user, param, top: frozenset, forced, shape_of) -> list[ParamUse]:
         """How ``user`` (an op of the global block when its id is in ``top``, else of a
