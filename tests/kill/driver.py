@@ -30,6 +30,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 WATCHDOG_S = 120.0  # no run of the worker takes this long
 
@@ -85,6 +86,10 @@ class Run:
     def __init__(self, zygote: Zygote, pid: int, out, err: Path):
         self.zygote, self.pid, self.out, self.err = zygote, pid, out, err
         self.killed = False
+        try:  # a handle on this process: a signal never reaches another one that reuses its pid
+            self._pidfd: Optional[int] = os.pidfd_open(pid)
+        except ProcessLookupError:
+            self._pidfd = None  # it already ended (and was reaped): nothing to kill
         self._lock = threading.Lock()
         self._done = False
         self.hung = False
@@ -93,10 +98,18 @@ class Run:
         self.watchdog.start()
 
     def kill(self) -> None:
+        """SIGKILL the worker, unless it has already ended: a kill aimed at a point the
+        worker may have passed (after its last save, a startup timer) can land after it
+        exited, even after the zygote reaped it. Then nothing is killed (``killed`` stays
+        False) and the run counts as completed; it used to raise ProcessLookupError."""
         with self._lock:
-            if not self._done and not self.killed:
-                self.killed = True
-                os.kill(self.pid, signal.SIGKILL)
+            if self._done or self.killed or self._pidfd is None:
+                return
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                return
+            self.killed = True
 
     def _hung(self) -> None:
         self.hung = True
@@ -112,6 +125,9 @@ class Run:
         self.watchdog.cancel()
         with self._lock:
             self._done = True
+            if self._pidfd is not None:
+                os.close(self._pidfd)
+                self._pidfd = None
         self.out.close()
         assert line and line[0] == "EXIT", line
         return int(line[1]), self.err.read_text()
