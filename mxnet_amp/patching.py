@@ -92,7 +92,8 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
     _patches.append((hybrid, "_get_graph", hybrid._get_graph))
     hybrid._get_graph = _traced_graph(hybrid._get_graph)
     set_policy(resolved)
-    traced.remember_traced_before_init()
+    if resolved.enabled:  # under O0 a graph traced before init is the graph O0 gives
+        traced.remember_traced_before_init()
     _patches.extend(traced.record_tracing())
     return resolved
 
