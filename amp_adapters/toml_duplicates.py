@@ -47,6 +47,7 @@ class _Statement:
     line: int
     is_table: bool
     path: tuple[str, ...]
+    table_len: int = 0   # how much of ``path`` is the table header a key/value line is under
 
 
 def is_duplicate_message(message: str) -> bool:
@@ -88,7 +89,7 @@ def _statements(lines: list[str], upto: int) -> list[_Statement]:
             continue
         key = _KEY_LINE.match(lines[i])
         if key:
-            out.append(_Statement(i + 1, False, table + _path(key.group(1))))
+            out.append(_Statement(i + 1, False, table + _path(key.group(1)), len(table)))
     return out
 
 
@@ -98,9 +99,11 @@ def _clashes(first: _Statement, second: _Statement) -> bool:
     a, b = first.path, second.path
     if a == b:
         return True
-    if first.is_table:
-        return len(b) < len(a) and a[:len(b)] == b  # [a.b] then a = ... / [a]
-    return a[:len(b)] == b or b[:len(a)] == a
+    if first.is_table:  # [a.b] then, in [a], b = ... (but [a.b] then [a] is allowed)
+        return not second.is_table and len(b) < len(a) and a[:len(b)] == b
+    # a key/value line defines its dotted key's tables (``ops.lower = []`` defines ``ops``),
+    # not the header's it is under
+    return (a[:len(b)] == b and len(b) > first.table_len) or b[:len(a)] == a
 
 
 def _named_in(message: str) -> tuple[str, ...]:
