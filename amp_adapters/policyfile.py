@@ -23,6 +23,7 @@ from .errors import AmpConfigError, close_matches
 from .loss_scale.config import KINDS
 from .loss_scale.state import FIELDS
 from .oplists import CATEGORIES, FRAMEWORKS, canonical_ops, load_table
+from .toml_duplicates import find_duplicate
 
 TOP_KEYS = ("preset", "dtype", "level", "emulate", "speed", "profile", "ops", "loss_scale")
 OPS_KEYS = (*CATEGORIES, "conditional_fp32", "replace")
@@ -237,20 +238,6 @@ def check_policy_dict(d: Any, where: str, presets: Mapping[str, Any], dtypes: tu
 
 
 _AT = re.compile(r"\(at line (\d+), column (\d+)\)")
-_KEY = re.compile(r"^\s*([^=#\[\]\"']+?|\"[^\"]*\"|'[^']*')\s*=")
-_TABLE = re.compile(r"^\s*\[+\s*([^\]]+?)\s*\]+")
-_TWICE = ("overwrite", "twice")  # tomllib names the key itself in an inline table
-
-
-def _given_twice(lines: list[str], n: int) -> Optional[tuple[str, int, str]]:
-    """The key (or table) that the statement ending on line ``n`` gives a second time: the
-    nearest assignment or table header at or above it (a value may span lines)."""
-    for i in range(min(n, len(lines)) - 1, -1, -1):
-        src = lines[i].strip()
-        found = _KEY.match(src) or _TABLE.match(src)
-        if found:
-            return found.group(1), i + 1, src
-    return None
 
 
 def read_toml(path: "str | Path") -> tuple[dict, str]:
@@ -278,17 +265,21 @@ def read_toml(path: "str | Path") -> tuple[dict, str]:
         return tomllib.loads(text), where
     except tomllib.TOMLDecodeError as e:
         msg = str(e)
+        twice = find_duplicate(text, msg)
+        if twice:
+            given = (f"first on line {twice.first_line} ({twice.first_source!r}), again on "
+                     f"line {twice.line} ({twice.source!r})" if twice.first_line else
+                     f"in the inline table of {twice.inline_in!r} ({twice.source!r})")
+            raise AmpConfigError(
+                f"{where}, line {twice.line}: the key {twice.key!r} is given twice ({given}); "
+                f"TOML allows a key once: keep one (tomllib: {msg})") from None
         at = _AT.search(msg)
         detail = ""
         if at:
             lines = text.splitlines()
             n = int(at.group(1))
             src = lines[n - 1].strip() if 0 < n <= len(lines) else ""
-            twice = _given_twice(lines, n) if any(w in msg for w in _TWICE) else None
-            if twice:
-                key, line, where_src = twice
-                detail = f"; the key {key!r} is given twice (line {line}: {where_src!r})"
-            elif src:
+            if src:
                 detail = f" (line {n}: {src!r})"
         raise AmpConfigError(f"{where} is not valid TOML: {msg}{detail}") from None
 

@@ -98,7 +98,8 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
     set_policy(resolved)
     if policy is None:  # the native's decisions: say if they are slower than float32 here
         note_native_speed(resolved, training=True)
-    traced.remember_traced_before_init()
+    if resolved.enabled:  # under O0 a graph traced before init is the graph O0 gives
+        traced.remember_traced_before_init()
     _patches.extend(traced.record_tracing())
     return resolved
 

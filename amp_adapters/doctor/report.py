@@ -14,7 +14,8 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from ..dtypes import SHORT_NAMES
-from .stats import Range, flush_fraction, limits, range_stats, relative_error, significant
+from .stats import (Range, flush_fraction, limits, peak, range_stats, relative_error,
+                    significant)
 
 # An op adds a precision problem when its output's error against float32 exceeds this and
 # is ten times its inputs' error (it is not just carrying an upstream error along).
@@ -45,11 +46,12 @@ class OpRecord:
         return self.precision in ("float16", "bfloat16")
 
     def worst(self) -> tuple[float, float, float, float, float]:
-        """(max |out|, overflow, flush, error, added) over the steps."""
+        """(max |out|, overflow, flush, error, added) over the steps; max |out| is inf (nan)
+        when some step's output had an inf (a nan)."""
         def top(xs):
             vals = [x for x in xs if not math.isnan(x)]
             return max(vals) if vals else 0.0
-        return (top([r.max_abs for r in self.outputs]), top([r.overflow for r in self.outputs]),
+        return (peak([r.max_abs for r in self.outputs]), top([r.overflow for r in self.outputs]),
                 top([r.flush_zero for r in self.outputs]), top(self.errors), top(self.added))
 
 
@@ -122,8 +124,10 @@ class DoctorReport:
                 r = self.op_named(s.first_forward)
                 top, over = r.worst()[:2]
                 if r.lowered:
-                    why = (f"overflow: {r.op} output reaches |x| = {top:.4g} > {short} max "
-                           f"{low.max:.6g} ({over:.1%} of values overflow), first non-finite op "
+                    size = ("is nan" if math.isnan(top) else
+                            f"reaches |x| = {top:.4g} > {short} max {low.max:.6g}")
+                    why = (f"overflow: {r.op} output {size} ({over:.1%} of values overflow), "
+                           f"first non-finite op "
                            f"of step {s.step}; fp32 holds it (bfloat16 would too: range, not "
                            f"precision)")
                     out.append(Finding("overflow", r.name, r.op, r.canonical, "fp32", why))
@@ -183,6 +187,19 @@ class DoctorReport:
             return f"{short} policy, but no op runs in {short}"
         return f"{short} EMULATED" if self.emulated else f"{short} on real kernels"
 
+    @property
+    def idle(self) -> Optional[str]:
+        """None if some op runs in the low dtype; else the plain statement that none does:
+        the policy changes nothing for this model (a fix that moved every low op to fp32
+        reports no overflow, and must not look like a fix that kept AMP)."""
+        if any(r.lowered for r in self.ops):
+            return None
+        short = SHORT_NAMES[self.dtype]
+        return (f"NOTE: no op of this model runs in {short} under this policy: it all runs in "
+                f"float32, so mixed precision does nothing here (no speed-up, no memory "
+                f"saved). If this policy is a fix, it moved every op that ran low to fp32: "
+                f"AMP is off for this model")
+
     def format(self) -> str:
         """The report as a terminal table: the run, the steps, the ops, the findings."""
         short = SHORT_NAMES[self.dtype]
@@ -191,6 +208,7 @@ class DoctorReport:
                else "")
         lines = [f"amp-adapters doctor: {self.framework}, {len(self.steps)} step(s), "
                  f"{self.mode}{how}",
+                 *([self.idle] if self.idle else []),
                  f"overflow steps: {self.overflow_steps} of {len(self.steps)}"]
         for s in self.steps:
             what = "OVERFLOW" if s.overflow else "finite"
@@ -208,7 +226,7 @@ class DoctorReport:
             top, over, flush, err, added = r.worst()
             run = (r.precision or "-") + (" (emul.)" if r.emulated else "")
             rows.append((str(r.index), f"{r.name} ({r.op})", r.canonical or "-", run,
-                         f"{top:.3g}", f"{over:.1%}", f"{flush:.1%}", _g(err), _g(added)))
+                         _g(top, ".3g"), f"{over:.1%}", f"{flush:.1%}", _g(err), _g(added)))
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         table = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
         table.insert(1, "  ".join("-" * w for w in widths))
@@ -221,7 +239,9 @@ class DoctorReport:
             for p, f in sorted(s.grad_flush.items()):
                 lines.append(f"  {p}: {f:.1%}")
         found = self.findings()
-        lines += ["", "findings:" if found else "findings: none (nothing to change)"]
+        lines += ["", "findings:" if found else "findings: none (nothing to change)" if
+                  not self.idle else f"findings: none, but no op runs in {short} (see the "
+                  f"NOTE above)"]
         for i, f in enumerate(found, 1):
             act = {"fp32": f"move {f.canonical or f.op!r} to fp32",
                    "loss_scale": f"start the loss scale at {f.value or 0:g}",
@@ -230,8 +250,8 @@ class DoctorReport:
         return "\n".join(lines)
 
 
-def _g(x: float) -> str:
-    return "inf" if math.isinf(x) else "nan" if math.isnan(x) else f"{x:.2g}"
+def _g(x: float, spec: str = ".2g") -> str:
+    return "inf" if math.isinf(x) else "nan" if math.isnan(x) else format(x, spec)
 
 
 @dataclass

@@ -54,15 +54,18 @@ class Range:
     """One tensor's range in one step, seen from ``dtype``."""
 
     size: int
-    max_abs: float        # over the finite values (0.0 when there is none)
+    max_abs: float        # the largest magnitude: inf if a value is inf, else nan if one is nan
     nonfinite: float      # fraction of values already inf or nan
-    overflow: float       # fraction of finite values that round to inf in dtype
+    overflow: float       # fraction of values inf or nan in dtype: already, or finite ones
+                          # that round to inf there
     flush_zero: float     # fraction of values, non-zero here, that dtype stores as 0
     subnormal: float      # fraction of values, non-zero here, that dtype stores as subnormals
 
 
 def range_stats(x: np.ndarray, dtype: object) -> Range:
-    """The range of ``x`` seen from ``dtype`` (fractions are of all ``x.size`` values)."""
+    """The range of ``x`` seen from ``dtype`` (fractions are of all ``x.size`` values). A
+    value already inf or nan counts as overflowed and shows in ``max_abs``: an op whose
+    output is not finite must not look like one whose output is 0."""
     lim = limits(dtype)
     a = np.abs(np.asarray(x, dtype=np.float64)).ravel()
     n = a.size
@@ -73,11 +76,25 @@ def range_stats(x: np.ndarray, dtype: object) -> Range:
     nonzero = fin[fin > 0]
     return Range(
         size=n,
-        max_abs=float(fin.max()) if fin.size else 0.0,
+        max_abs=peak(a),
         nonfinite=float((~finite).sum() / n),
-        overflow=float((fin >= lim.overflow).sum() / n),
+        overflow=float(((fin >= lim.overflow).sum() + (~finite).sum()) / n),
         flush_zero=float((nonzero < lim.subnormal / 2).sum() / n),
         subnormal=float(((nonzero >= lim.subnormal / 2) & (nonzero < lim.tiny)).sum() / n))
+
+
+def peak(values: Iterable[float]) -> float:
+    """The largest magnitude of ``values``: inf if one is inf, else nan if one is nan (a
+    nan is not smaller than a number: it hides what the value was); 0.0 for none."""
+    a = np.abs(np.asarray(list(values) if not isinstance(values, np.ndarray) else values,
+                          dtype=np.float64)).ravel()
+    if a.size == 0:
+        return 0.0
+    if np.isinf(a).any():
+        return math.inf
+    if np.isnan(a).any():
+        return math.nan
+    return float(a.max())
 
 
 def relative_error(x: np.ndarray, reference: np.ndarray) -> float:

@@ -132,3 +132,59 @@ def test_policy_toml_round_trips_through_the_core_loader(base, emulate, cats, ex
         policy = policy.replace(loss_scale=DynamicLossScale(scale=2.0 ** exp, growth_interval=7))
     text = policy_toml(policy, {"ops": {n: "why # not a key = 1" for n in cats}})
     assert Policy.from_dict(tomllib.loads(text)) == policy
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.floats(width=32), min_size=1, max_size=40))
+def test_a_non_finite_value_shows_in_max_and_counts_as_overflowed(values):
+    """An output that is already inf or nan is inf or nan in float16 too: it counts in the
+    overflow fraction and shows in max|out| (before: max 0 and 0% for an all-inf output)."""
+    x = np.array(values, np.float32)
+    r = range_stats(x, "float16")
+    with np.errstate(over="ignore", invalid="ignore"):
+        h = x.astype(np.float16)
+    assert r.overflow == pytest.approx((~np.isfinite(h)).sum() / x.size)
+    if np.isinf(x).any():
+        assert r.max_abs == math.inf
+    elif np.isnan(x).any():
+        assert math.isnan(r.max_abs)
+    else:
+        assert r.max_abs == pytest.approx(float(np.abs(x).max()))
+
+
+def test_the_table_shows_an_inf_or_nan_output_as_such():
+    r = Recorder("mxnet", "float16", emulated=False)
+    for out in (np.array([np.inf, 1.0]), np.array([np.nan, np.nan])):
+        r.begin_step(1.0)
+        r.forward("dot0", "dot", "matmul", "lower", "float16", False, np.ones(2), np.ones(2))
+        r.forward("relu0", "relu", "relu", "follow", "float32", False, out, np.ones(2))
+        r.forward("nan0", "exp", "exp", "fp32", "float32", False, np.array([np.nan]),
+                  np.ones(1))
+        r.end_step()
+    rep = r.report()
+    assert rep.op_named("relu0").worst()[:2] == (math.inf, 1.0)  # inf outranks a later nan
+    assert math.isnan(rep.op_named("nan0").worst()[0])
+    rows = {line.split()[1]: line.split() for line in rep.format().splitlines()
+            if line.strip().startswith(("1 ", "2 "))}
+    assert rows["relu0"][5:7] == ["inf", "100.0%"], rows    # was: 0  0.0%
+    assert rows["nan0"][5:7] == ["nan", "100.0%"], rows
+
+
+def test_a_policy_that_leaves_no_op_low_is_said_plainly():
+    r = Recorder("paddle", "float16", emulated=True)
+    r.begin_step(1.0)
+    r.forward("matmul0", "matmul_v2", "matmul", "fp32", "float32", False, np.ones(2),
+              np.ones(2))
+    r.end_step()
+    rep = r.report()
+    text = rep.format().splitlines()
+    assert text[1].startswith("NOTE: no op of this model runs in fp16 under this policy")
+    assert text[-1] == "findings: none, but no op runs in fp16 (see the NOTE above)"
+    assert rep.idle == text[1]
+    r = Recorder("paddle", "float16", emulated=True)
+    r.begin_step(1.0)
+    r.forward("matmul0", "matmul_v2", "matmul", "lower", "float16", True, np.ones(2),
+              np.ones(2))
+    r.end_step()
+    low = r.report()  # the same op, low this time: nothing to note
+    assert low.idle is None and "NOTE" not in low.format()

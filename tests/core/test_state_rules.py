@@ -188,7 +188,7 @@ def test_check_policy_must_be_a_bool(tmp_path):
 
 
 @pytest.mark.parametrize("text, key", [
-    ('[ops]\nfp32 = [\n  "exp",\n]\nfp32 = [\n  "log",\n]\n', "fp32"),  # values over lines
+    ('[ops]\nfp32 = [\n  "exp",\n]\nfp32 = [\n  "log",\n]\n', "ops.fp32"),  # values over lines
     ('dtype = "float16"\nlevel = "O1"\ndtype = """\nfloat16"""\n', "dtype"),
     ('preset = "O1"\n[preset]\n', "preset"),
     ('[ops]\nfp32 = ["exp"]\n[ops]\nlower = []\n', "ops"),

@@ -73,3 +73,16 @@ def test_the_readme_links_to_files_that_exist_and_fits_a_few_screens():
     assert any(link.startswith("docs/") for link in links)
     for link in links:
         assert (ROOT / link).exists(), link
+
+
+def test_the_index_topics_link_every_page():
+    """A reader starts at the index: every page has a way in from it (the doctor and bf16
+    pages had none), and a user with a NaN finds the doctor from the troubleshooting page."""
+    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    for page in (ROOT / "docs").glob("*.md"):
+        if page.name != "index.md":
+            assert f"]({page.name}" in index, f"docs/index.md does not link {page.name}"
+    trouble = (ROOT / "docs" / "troubleshooting.md").read_text(encoding="utf-8")
+    titles = {e.split("**")[1]: e for e in trouble.split("\n- ") if e.count("**") >= 2}
+    entry = next(e for title, e in titles.items() if "NaN" in title)
+    assert "](doctor.md)" in entry, entry

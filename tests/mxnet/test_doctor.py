@@ -9,7 +9,7 @@ import mxnet as mx
 from mxnet import autograd, gluon
 
 import mxnet_amp as amp
-from amp_adapters import Policy
+from amp_adapters import OpLists, Policy
 from mxnet_amp.doctor import doctor
 
 _spec = importlib.util.spec_from_file_location(
@@ -59,6 +59,22 @@ def test_the_overflowing_matmul_is_named_first(hybridize):
     assert set(rep.steps[0].nonfinite_params) == {"planted_w1", "planted_w2"}
     dot = rep.op_named("planted_dot0")
     assert dot.outputs[0].overflow > 0.5 and dot.outputs[0].max_abs > 65504
+    # the relu after it (float32) outputs inf: it shows as inf and counts (was: 0, 0.0%)
+    relu = rep.op_named("planted_relu0")
+    assert relu.precision == "float32" and relu.worst()[:2] == (np.inf, 1.0)
+    row = next(line.split() for line in rep.format().splitlines() if "planted_relu0" in line)
+    assert row[5:7] == ["inf", "100.0%"], row
+
+
+def test_a_policy_that_keeps_no_op_low_is_said_plainly():
+    """The fix that moved matmul to fp32 leaves this model (two matmuls) nothing in fp16:
+    the report says so in its second line, and does not say 'nothing to change'."""
+    policy = Policy.preset("O1", emulate=True, ops=OpLists(fp32=frozenset({"matmul"})))
+    rep = _doctor("overflow", policy=policy).report()
+    assert rep.overflow_steps == 0 and rep.findings() == []
+    lines = rep.format().splitlines()
+    assert lines[1].startswith("NOTE: no op of this model runs in fp16 under this policy")
+    assert "nothing to change" not in lines[-1] and "no op runs in fp16" in lines[-1]
 
 
 def test_its_recommended_policy_stops_the_overflow_steps(tmp_path):

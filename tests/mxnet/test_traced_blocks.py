@@ -99,3 +99,17 @@ def test_converted_symbol_blocks_are_left_alone():
     graph = converted._cached_graph
     amp.reset()
     assert converted._cached_graph is graph
+
+
+def test_under_o0_a_block_traced_before_init_runs_what_o0_gives_and_nothing_warns():
+    """O0 is float32: the graph traced before init is the one O0 would trace, so a warning
+    that it 'runs without AMP' and a report saying so would be false."""
+    net = mlp()
+    net.hybridize()
+    x, _ = batch(0)
+    net(x)
+    amp.init(policy="O0")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        net(x)
+    assert not traced.traced_without_amp(net)

@@ -10,7 +10,7 @@ import paddle
 import pytest
 
 import paddle_amp
-from amp_adapters import Policy
+from amp_adapters import OpLists, Policy
 from paddle_amp.doctor import doctor
 
 _spec = importlib.util.spec_from_file_location(
@@ -47,6 +47,23 @@ def test_the_overflowing_matmul_is_named_first():
     assert rep.steps[0].first_backward  # the overflow reaches the backward too
     assert set(rep.steps[0].nonfinite_params) == {"w1", "w2"}
     assert rep.ops[0].outputs[0].max_abs > 65504
+    # the ops after it see inf: their max|out| shows it and it counts (was: 0, 0.0%)
+    after = [r for r in rep.ops[1:] if r.precision == "float32" and any(r.nonfinite)]
+    assert after and all(r.worst()[1] > 0 and not r.worst()[0] < np.inf for r in after)
+    rows = {line.split()[1]: line.split() for line in rep.format().splitlines()
+            if line.startswith("  ") and len(line.split()) > 8}
+    assert all(rows[r.name][5] in ("inf", "nan") for r in after), rows
+
+
+def test_a_policy_that_keeps_no_op_low_is_said_plainly():
+    """A fix that moved matmul to fp32 leaves this model nothing in fp16: the report says so
+    in its second line, and does not say 'nothing to change'."""
+    policy = Policy.preset("O1", emulate=True, ops=OpLists(fp32=frozenset({"matmul"})))
+    rep = _doctor("overflow", policy).report()
+    assert rep.overflow_steps == 0 and rep.findings() == []
+    lines = rep.format().splitlines()
+    assert lines[1].startswith("NOTE: no op of this model runs in fp16 under this policy")
+    assert "nothing to change" not in lines[-1] and "no op runs in fp16" in lines[-1]
 
 
 def test_its_recommended_policy_stops_the_overflow_steps(tmp_path):
