@@ -1,4 +1,7 @@
-"""bf16 on the CPU: native bf16 / fp32 and ours / fp32, training and inference.
+"""bf16 on the CPU: native bf16 / fp32, ours with the native's decisions / fp32, and ours
+``policy="auto"`` (bf16 only where measured faster here) / fp32, training and inference,
+run as the CPU is and again with oneDNN limited to AVX512_CORE (a CPU class with AVX-512
+but no bf16 instructions), the limit set in the child before the framework loads.
 
 Models: an MLP (4 layers of 2048), a CNN (3x3 convolutions, 64 channels,
 56x56) and a Transformer block (self-attention and MLP, LayerNorm), batch 32.
@@ -100,16 +103,18 @@ def mxnet_inference_rows() -> list[str]:
     for model in MODELS:
         if not has_kernel(GEMM[model], mx.cpu(), "bfloat16"):
             rows.append(f"| MXNet | {model} | inference | "
-                        f"{_why_not(f'no bfloat16 {GEMM[model]} kernel')} | |")
+                        f"{_why_not(f'no bfloat16 {GEMM[model]} kernel')} | | |")
             continue
         net, x = _mx_block(model)
         theirs = native.convert_hybrid_block(net, target_dtype="bfloat16", ctx=mx.cpu())
         mine = ours.convert_hybrid_block(net, target_dtype="bfloat16", ctx=mx.cpu())
+        auto = ours.convert_hybrid_block(net, policy="auto", ctx=mx.cpu())
         stats = interleaved({"fp32": lambda: net(x).wait_to_read(),
                              "native": lambda: theirs(x).wait_to_read(),
-                             "ours": lambda: mine(x).wait_to_read()}, steps=STEPS, warmup=3)
+                             "ours": lambda: mine(x).wait_to_read(),
+                             "auto": lambda: auto(x).wait_to_read()}, steps=STEPS, warmup=3)
         rows.append(f"| MXNet | {model} | inference | {ratio(stats, 'native', 'fp32')} | "
-                    f"{ratio(stats, 'ours', 'fp32')} |")
+                    f"{ratio(stats, 'ours', 'fp32')} | {ratio(stats, 'auto', 'fp32')} |")
     return rows
 
 
@@ -192,11 +197,12 @@ def mxnet_training_rows() -> list[str]:
         if not has_kernel(GEMM[model], mx.cpu(), "bfloat16", backward=True):
             rows.append(f"| MXNet | {model} | training | "
                         f"{_why_not(f'no bfloat16 {GEMM[model]} kernel, forward and backward')}"
-                        f" | |")
+                        f" | | |")
             continue
         native, ours = (_child(_MX_TRAIN, which, model, "bfloat16")
                         for which in ("native", "ours"))
-        rows.append(f"| MXNet | {model} | training | {native} | {ours} |")
+        auto = _child(_MX_TRAIN, "ours", model, "auto")
+        rows.append(f"| MXNet | {model} | training | {native} | {ours} | {auto} |")
     return rows
 
 
@@ -236,11 +242,13 @@ def paddle_model(model: str):
     return x.name, shape, paddle.mean(h)
 
 
-def paddle_program(model: str, mode: str, amp, bf16: bool, pure: bool = False):
+def paddle_program(model: str, mode: str, amp, bf16: bool, pure: bool = False,
+                   policy=None):
     """(main, startup, feed name, feed shape, loss, optimizer) of ``model``: a training step
-    (SGD, under ``amp.bf16.decorate_bf16`` when ``bf16``; pure bf16, O2, with ``pure``) or
-    the forward pass for inference (rewritten by ``amp.bf16.rewrite_program_bf16`` when
-    ``bf16``); ``amp``: ``paddle.static.amp`` or ``paddle_amp``."""
+    (SGD, under ``amp.bf16.decorate_bf16`` when ``bf16``; pure bf16, O2, with ``pure``;
+    under ``amp.decorate(policy=policy)`` with a ``policy``) or the forward pass for
+    inference (rewritten by ``amp.bf16.rewrite_program_bf16`` when ``bf16``); ``amp``:
+    ``paddle.static.amp`` or ``paddle_amp``."""
     import paddle
 
     if mode not in MODES:
@@ -252,7 +260,9 @@ def paddle_program(model: str, mode: str, amp, bf16: bool, pure: bool = False):
         lists = amp.bf16.AutoMixedPrecisionListsBF16()
         if mode == "training":
             opt = paddle.optimizer.SGD(1e-3)
-            if bf16:
+            if bf16 and policy is not None:
+                opt = amp.decorate(opt, policy=policy)
+            elif bf16:
                 opt = amp.bf16.decorate_bf16(opt, amp_lists=lists, use_bf16_guard=False,
                                              use_pure_bf16=pure)
             opt.minimize(loss)
@@ -273,13 +283,15 @@ _PADDLE_STEP = textwrap.dedent("""
     amp = paddle.static.amp if sys.argv[1] == "native" else __import__("paddle_amp")
     model, mode = sys.argv[3], sys.argv[4]
     pure = len(sys.argv) > 5 and sys.argv[5] == "O2"
+    policy = sys.argv[5] if len(sys.argv) > 5 and sys.argv[5] == "auto" else None
     def build(bf16):
-        main, start, name, shape, loss, opt = paddle_program(model, mode, amp, bf16, pure)
+        main, start, name, shape, loss, opt = paddle_program(model, mode, amp, bf16, pure,
+                                                             policy)
         exe = paddle.static.Executor(paddle.CPUPlace())
         scope = paddle.static.Scope()
         with paddle.static.scope_guard(scope):
             exe.run(start)
-            if bf16 and pure:
+            if bf16 and (pure or policy):
                 opt.amp_init(paddle.CPUPlace(), scope=scope)
         feed = {name: np.random.rand(*shape).astype("float32")}
         def step():
@@ -314,13 +326,16 @@ def paddle_rows() -> list[str]:
             for mode in MODES:
                 native = "-" if pir else (_child(_PADDLE_STEP, "native", "0", model, mode)
                                           if native_runs else why)
+                auto = _child(_PADDLE_STEP, "ours", "1" if pir else "0", model, mode, "auto") \
+                    if mode == "training" else "-"
                 if _ours_gemm(model, pir):
                     ours = _child(_PADDLE_STEP, "ours", "1" if pir else "0", model, mode)
                 else:
                     ours = why if not native_runs else (
                         f"not timed: our probe finds no {'/'.join(sorted(PADDLE_GEMM[model]))}"
                         f" bf16 kernel that runs in this IR, so it stays fp32")
-                rows.append(f"| Paddle ({name}) | {model} | {mode} | {native} | {ours} |")
+                rows.append(f"| Paddle ({name}) | {model} | {mode} | {native} | {ours} | "
+                            f"{auto} |")
     return rows
 
 
@@ -344,13 +359,39 @@ def _child(script: str, *args: str) -> str:
     return r.stdout.strip().splitlines()[-1]
 
 
+CAPPED = {"DNNL_MAX_CPU_ISA": "AVX512_CORE", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}
+HEAD = ["| framework | model | mode | native bf16 / fp32 | ours, native decisions / fp32 | "
+        "ours auto / fp32 |", "| --- | --- | --- | --- | --- | --- |"]
+
+
+def rows() -> list[str]:
+    """Every row of the main table, in this process's oneDNN setting (its children inherit
+    the environment)."""
+    return mxnet_inference_rows() + mxnet_training_rows() + paddle_rows()
+
+
+def _capped_rows() -> list[str]:
+    """``rows()`` with oneDNN limited to AVX512_CORE, in a child that sets the limit before
+    any framework loads (bf16 runs without bf16 instructions, as on a Skylake-class CPU)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, **CAPPED,
+           "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    r = subprocess.run([sys.executable, "-c", "from bench.bf16_cpu import rows\n"
+                        "print('\\n'.join(rows()))"], capture_output=True, text=True, env=env,
+                       timeout=7200)
+    if r.returncode != 0:
+        return [f"| (all) | | | failed: {(r.stderr.strip().splitlines() or ['?'])[-1][:120]} "
+                f"| | |"]
+    return [line for line in r.stdout.splitlines() if line.startswith("| ")]
+
+
 def run() -> str:
-    rows = mxnet_inference_rows() + mxnet_training_rows() + paddle_rows()
+    capped = {**machine(), "isa": CAPPED}
     return "\n".join([
-        "## bf16 on this CPU: native and ours against fp32", "",
+        "## bf16 on this CPU: native, ours and ours auto against fp32", "",
         __doc__.split("\n\n")[1].replace("\n", " "), "",
-        "| framework | model | mode | native bf16 / fp32 | ours bf16 / fp32 |",
-        "| --- | --- | --- | --- | --- |", *rows, "",
+        f"As the CPU is ({describe_bf16(machine())}):", "", *HEAD, *rows(), "",
+        f"Limited to AVX512_CORE ({describe_bf16(capped)}):", "", *HEAD, *_capped_rows(), "",
         "O2-bf16 (bf16 parameters, float32 masters) beside O1-bf16, ours, training:", "",
         "| framework | model | O1-bf16 / fp32 | O2-bf16 / fp32 |", "| --- | --- | --- | --- |",
         *mxnet_o2_rows(), *paddle_o2_rows()])

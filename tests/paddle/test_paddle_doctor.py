@@ -165,8 +165,9 @@ def test_under_pir_the_same_findings_and_recommendation_as_the_legacy_ir(kind):
 def test_bf16_keeps_the_range_that_overflowed_in_fp16():
     """On real bf16 kernels (oneDNN; skips on a CPU without them): the planted matmul that
     overflows fp16 (emulated) runs in bf16 with fp32's range, and no step is skipped."""
-    from paddle_amp import kernels
-    if not kernels.runs_onednn_bf16("matmul_v2", backward=True, pir=IR == "pir"):
+    from paddle_amp import ir, kernels
+    probe = (ir.PirProgram if IR == "pir" else ir.LegacyProgram).probe
+    if not kernels.runs_onednn_bf16("matmul_v2", backward=True, probe=probe):
         pytest.skip("no oneDNN bfloat16 matmul here (it needs AVX-512, and avx512_bf16 to be "
                     "fast): the probe's answer")
     rep = _doctor("overflow", Policy.preset("O1-bf16")).report()
