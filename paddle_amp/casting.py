@@ -22,6 +22,7 @@ from .lists import check_amp_dtype, check_lists
 from .report import record
 from .rewrite import Rewriter
 from .speed import costs as measured_costs
+from .speed import note_native_speed
 
 
 
@@ -38,6 +39,7 @@ def cast_model(program, amp_lists=None, use_guard: bool = True, dtype: str = "fl
     lists = check_lists(amp_lists, dtype)
     policy = native_policy(lists, dtype, level.upper(), use_promote)
     device, probe = current_device(), program_ir.of(program).probe
+    note_native_speed(policy, probe, training=False)
     profile = device_profile(device, dtype, probe, training=False,
                              costs=measured_costs(policy, device, probe, False))
     rewriter = Rewriter(policy, profile, use_guard, frozenset(lists.black_varnames or ()))

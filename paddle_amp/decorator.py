@@ -35,6 +35,7 @@ from .report import cast_report, record
 from .rewrite import Rewriter
 from .scaling import LossScaling, resolve_ring_id
 from .speed import costs as measured_costs
+from .speed import note_native_speed
 
 logger = logging.getLogger("paddle_amp")
 
@@ -80,6 +81,7 @@ class OptimizerWithMixedPrecision:
             return Rewriter(self.policy, DeviceProfile(frozenset()),
                             self._use_guard, self._black_varnames)
         device = current_device()
+        note_native_speed(self.policy, ir.probe, training=True)
         return Rewriter(self.policy, device_profile(
             device, self.policy.dtype, ir.probe, training=True,
             costs=measured_costs(self.policy, device, ir.probe, True)),

@@ -211,3 +211,33 @@ def test_auto_trains_with_the_real_timer(static):
     for d in gemm_decisions(opt.cast_report()):
         assert d.speed is not None or "failed while being timed" in d.reason, d.reason
         assert ("measured faster here" in d.reason) == (d.run_dtype == BF16), d.reason
+
+
+def test_the_native_decisions_slower_here_are_said_once(static, caplog, tmp_path, monkeypatch):
+    """Without policy= (the native's lists), on a CPU class where oneDNN emulates bf16 (here:
+    this machine's speed cache says so), one line names the op, its ratio and policy="auto";
+    a second decorate says nothing more."""
+    import logging
+
+    from amp_adapters import native_speed
+    from amp_adapters.device import Cost
+    from amp_adapters.speedbook import ProfileFile, cache_dir, machine, machine_id, write_profile
+    from paddle_amp import ir
+    from paddle_amp.speed import framework
+
+    monkeypatch.setenv("AMP_ADAPTERS_CACHE", str(tmp_path))
+    monkeypatch.setattr(native_speed, "_said", set())
+    m = machine()
+    write_profile(cache_dir() / f"profile-{machine_id(m)}.json", ProfileFile(m, {
+        (framework(ir.of(static.main).probe), paddle.__version__, "bfloat16+train", op,
+         "64x2048;2048x2048"): Cost(2.0, 0.01, 2.5, 0.02) for op in ("mul", "matmul_v2")}))
+    with caplog.at_level(logging.WARNING, logger="paddle_amp"):
+        for _ in range(2):  # two programs, one line
+            main, startup = paddle.static.Program(), paddle.static.Program()
+            with paddle.static.program_guard(main, startup):
+                x = paddle.static.data("x", [None, 8], "float32")
+                loss = paddle.mean(paddle.static.nn.fc(x, 4))
+                paddle_amp.bf16.decorate_bf16(paddle.optimizer.SGD(0.1)).minimize(loss)
+    lines = [r.getMessage() for r in caplog.records if "native bfloat16" in r.getMessage()]
+    assert len(lines) == 1 and 'policy="auto"' in lines[0], lines
+    assert "mul 2.50x" in lines[0] or "matmul_v2 2.50x" in lines[0], lines[0]
