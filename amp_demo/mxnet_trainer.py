@@ -113,7 +113,8 @@ def speed_row(policy: str, width: int, batch: int, layers: int, budget_s: float)
             else:
                 loss.backward()
         trainer.step(1)
-        loss.wait_to_read()
+        mx.nd.waitall()  # the update too: MXNet runs it asynchronously, and a step that only
+        # waited for its loss would hand its backward and update to the next step timed
 
     fp32 = net_and_trainer()
     step(*fp32, False)  # traced and cached in float32 before init patches MXNet
