@@ -471,6 +471,12 @@ def _on_device(policy: Policy, op: str, t: _Target, device: Optional[DeviceProfi
         if refused is None:
             return _Run(t.dtype, t.reason + f"; measured faster here ({speed:.2f}x float32, "
                         f"casts included)", speed=speed)
+    elif refused is None and cost is None and policy.speed == "measured" and \
+            device.costs is not None and device.has_kernel(op):
+        # measured speed lowers only what was measured faster: never slower than float32
+        refused = (f"float32: not measured here (no timing for {op} at "
+                   f"{shape.key if shape is not None and shape.operands else 'unknown shapes'})"
+                   f", and measured speed lowers only what was measured faster")
     if refused is None and device.has_kernel(op) and not (cost is not None and cost.error):
         return _Run(t.dtype, t.reason)
     why = refused or (f"no {low} kernel for {op} on {device.name}" if cost is None or not

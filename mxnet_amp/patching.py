@@ -27,6 +27,7 @@ import inspect
 import logging
 import sys
 import threading
+import warnings
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -41,7 +42,7 @@ from amp_adapters.dtypes import AMP_DTYPES
 
 from ._mx import (_local, bypassed, call_unpatched, cast, fc_needs_split, fc_split_bias,
                   frozen_params, is_symbol, is_tensor, multicast_widest, symbol_shape,
-                  tensor_dtype, unpatched)
+                  tensor_dtype, unknown_dims, unpatched)
 from .active import active_policy, set_policy
 from .config import init_policy
 from . import traced
@@ -315,7 +316,8 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
                           for a, p in read])
         shape = None
         if measured:  # measured speed depends on the operands' shape class: part of the key
-            shape = shape_class(_find(args, kwargs))
+            shape = shape_class(_find(args, kwargs),
+                                lambda: call_unpatched(fn, args, kwargs))
             key = (key, shape.key)
         entry = memo.get(key)
         if entry is None or type(entry) is dict:
@@ -340,19 +342,41 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
 _FLOAT_KINDS = ("f", "V")  # numpy kinds of float16/32/64 and of MXNet's bfloat16
 
 
-def shape_class(found: list) -> ShapeClass:
+def shape_class(found: list, op_symbol: Optional[Callable[[], Any]] = None) -> ShapeClass:
     """The shape class of an op's floating operands (``_find``'s tensors, in order): an
     array's shape; a traced symbol's from the shapes of the block's inputs in this trace
-    (``_trace.shapes``), unknown dimensions None. No result rank: MXNet has no rule that
-    reads it, and a plan of the same op in a graph (``graph.py``) keys the same way."""
-    shapes = []
+    (``_trace.shapes``), unknown dimensions None. A parameter whose shape waits for its
+    first use (a ``Dense`` without ``in_units``: ``(1024, 0)``) is inferred through the op
+    itself (``op_symbol``: the op built on the same symbols, unpatched, never run). No
+    result rank: MXNet has no rule that reads it, and a plan of the same op in a graph
+    (``graph.py``) keys the same way."""
+    operands = []  # (tensor, its shape)
     for _, _, x in found:
         if isinstance(x, _ND):
             if np.dtype(x.dtype).kind in _FLOAT_KINDS:
-                shapes.append(x.shape)
+                operands.append((x, x.shape))
         elif tensor_dtype(x) in (None, *AMP_DTYPES, "float64"):
-            shapes.append(symbol_shape(x, _trace.shapes or {}))
-    return ShapeClass.of(shapes)
+            operands.append((x, symbol_shape(x, _trace.shapes or {})))
+    if op_symbol is not None and any(s is None or None in s for _, s in operands):
+        operands = _through_op(operands, op_symbol)
+    return ShapeClass.of([s for _, s in operands])
+
+
+def _through_op(operands: list, op_symbol: Callable[[], Any]) -> list:
+    """``operands`` with the unknown shapes of variable operands inferred from the op's own
+    shape rule (partial inference of the op's symbol from the trace's known inputs)."""
+    try:
+        out = op_symbol()
+        names = out.list_arguments()
+        known = {k: v for k, v in (_trace.shapes or {}).items() if k in names}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            arg_shapes, _, _ = out.infer_shape_partial(**known)
+    except (mx.base.MXNetError, TypeError, ValueError, AttributeError):
+        return operands
+    inferred = dict(zip(names, (unknown_dims(s) for s in arg_shapes or ())))
+    return [(x, inferred.get(x.name, s)) if is_symbol(x) and (s is None or None in s)
+            and x.list_arguments() == [x.name] else (x, s) for x, s in operands]
 
 
 def _apply(d: OpDecision, found: list, args: tuple, kwargs: dict) -> tuple[tuple, dict]:

@@ -62,9 +62,15 @@ def test_a_failure_while_timed_is_no_kernel_and_never_raises():
         d.reason
 
 
-def test_no_cost_leaves_the_kernel_decision():
+def test_an_op_that_cannot_be_measured_stays_float32_under_measured_speed():
+    """Measured speed lowers only what was measured faster (no timing recipe, an operand of
+    unknown shape: float32, which is never slower than itself); a profile without a speed
+    lookup (a fixed policy's) leaves the kernel decision."""
     d = plan_op(AUTO, "mxnet", *FC, device=measured(None), shape=MLP)
-    assert d.run_dtype == BF16 and d.speed is None
+    assert (d.run_dtype, d.kernel_refused, d.lacks_kernel, d.speed) == (F32, True, False, None)
+    assert "float32: not measured here (no timing for FullyConnected at 64x2048" in d.reason
+    d = plan_op(AUTO, "mxnet", *FC, device=DeviceProfile({"FullyConnected"}), shape=MLP)
+    assert d.run_dtype == BF16
 
 
 def test_an_op_without_a_kernel_is_not_measured():
