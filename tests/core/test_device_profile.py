@@ -147,3 +147,14 @@ def test_a_policy_file_names_speed_and_a_profile_relative_to_itself(tmp_path):
     path.write_text('preset = "O1-bf16"\nspeed = "quick"\n')
     with pytest.raises(AmpConfigError, match=r"p.toml.*speed.*'fixed', 'measured'"):
         Policy.from_file(path)
+
+
+def test_the_report_says_slower_here_apart_from_no_kernel():
+    from amp_adapters import CastReport
+    slow = plan_op(AUTO, "mxnet", *FC, device=measured(Cost(2.5, 0.0, 2.5, 0.0)), shape=MLP)
+    none = plan_op(AUTO, "mxnet", *FC, device=DeviceProfile(frozenset()), shape=MLP)
+    fast = plan_op(AUTO, "mxnet", *FC, device=measured(Cost(0.5, 0.0, 0.5, 0.0)), shape=MLP)
+    rows = CastReport("mxnet", (slow, none, fast)).format().splitlines()[-3:]
+    assert "float32 (slower here)" in rows[0] and "float32: slower here (2.50x" in rows[0]
+    assert "(no usable bfloat16 kernel)" in rows[1]
+    assert "bfloat16 (real kernel)" in rows[2] and "measured faster here (0.50x" in rows[2]
