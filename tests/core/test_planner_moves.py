@@ -58,6 +58,6 @@ def test_unlisted_readers_low_data_and_arithmetic_ops_are_unchanged():
 
 
 def test_mxnet_gets_the_same_rule():
-    d = plan_op(O2, "mxnet", "Reshape", (F32,), device=DeviceProfile(frozenset)({"Reshape"}),
+    d = plan_op(O2, "mxnet", "Reshape", (F32,), device=DeviceProfile(frozenset({"Reshape"})),
                 readers=(ParamUse("FullyConnected", slot="data"),))
     assert d.run_dtype == F32 and "follows its data" in d.reason
