@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ... import opnames
+from . import opnames
 
 
 def _own_name(value) -> Optional[str]:

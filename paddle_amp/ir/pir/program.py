@@ -24,7 +24,7 @@ from amp_adapters.oplists import passes_through
 from amp_adapters.dtypes import FLOAT_DTYPES, dtype_name
 from amp_adapters.report import GraphCasts
 
-from ... import opnames
+from . import opnames
 from .guard import guarded_ops
 from ..protocol import CONTROL_FLOW, OpAttrs, Slot
 from . import doctor as _doctor
