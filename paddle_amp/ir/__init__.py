@@ -11,7 +11,8 @@ import weakref
 import paddle
 from paddle.base import framework
 
-from .protocol import CONTROL_FLOW, Probe, ProgramIR, Slot, StateOps
+from .protocol import (BF16_GUARD_SCOPE, CONTROL_FLOW, FP16_GUARD_SCOPE, GUARD_SCOPES, Probe,
+                       ProgramIR, Slot, StateOps)
 from .legacy import LegacyProgram
 from .pir import PirProgram
 
@@ -54,5 +55,5 @@ def default_probe() -> Probe:
     return LegacyProgram.probe
 
 
-__all__ = ["CONTROL_FLOW", "LegacyProgram", "PirProgram", "Probe", "ProgramIR", "Slot",
+__all__ = ["BF16_GUARD_SCOPE", "CONTROL_FLOW", "FP16_GUARD_SCOPE", "GUARD_SCOPES", "LegacyProgram", "PirProgram", "Probe", "ProgramIR", "Slot",
            "StateOps", "default_probe", "kind", "of", "program_types", "value_types"]

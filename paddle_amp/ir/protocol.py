@@ -34,6 +34,12 @@ from amp_adapters.report import GraphCasts
 # The reason a control-flow op (cond, while) and what it reads stay float32, in both IRs.
 CONTROL_FLOW = "control flow: its blocks run in float32"
 
+# The native guards' name scopes (``fp16_guard``, ``bf16_guard``): code written for the native
+# guards works unchanged; what a program keeps of them is its IR's (``ProgramIR.guarding``).
+FP16_GUARD_SCOPE = "__use_fp16__"
+BF16_GUARD_SCOPE = "__use_bf16__"
+GUARD_SCOPES = (FP16_GUARD_SCOPE, BF16_GUARD_SCOPE)
+
 
 class OpAttrs(collections.abc.Mapping):
     """An op's attributes, read on demand: the core reads only those its rules name (so the
@@ -139,7 +145,8 @@ class ProgramIR(Protocol):
     def op_type(self, op: Any) -> str: ...
     def attrs(self, op: Any) -> Mapping[str, Any]: ...  # read on demand
     def slots(self, op: Any) -> list[Slot]: ...
-    def in_guard(self, op: Any) -> bool: ...  # built inside fp16_guard
+    def guarding(self) -> ContextManager: ...  # entered with a guard's scope (``guard``)
+    def in_guard(self, op: Any) -> bool: ...  # built inside fp16_guard or bf16_guard
     def var_names(self, op: Any) -> AbstractSet[str]: ...  # what it reads and writes
     def is_control_flow(self, op: Any) -> bool: ...
     def control_flow_slots(self, op: Any) -> list[Slot]: ...  # its inputs, what its blocks read

@@ -7,6 +7,7 @@ Python stack capture: what made a rewrite quadratic).
 """
 from __future__ import annotations
 
+import contextlib
 from typing import AbstractSet, Iterator, Optional
 
 import paddle
@@ -18,7 +19,7 @@ from amp_adapters.dtypes import FLOAT_DTYPES, SHORT_NAMES
 from amp_adapters.report import GraphCasts
 
 from ...env import DTYPE_OF, VarType, VARTYPE_OF, dtype_name
-from ...guard import BF16_GUARD_PATTERN, GUARD_PATTERN
+from .guard import in_guard
 from .probe import PROBE, onednn_attrs
 from ..protocol import CONTROL_FLOW, OpAttrs, Slot
 from . import doctor as _doctor
@@ -150,9 +151,12 @@ class LegacyProgram:
 
     control_flow_slots = slots
 
+    def guarding(self):
+        """Nothing to record: each op keeps its name scope (``in_guard``)."""
+        return contextlib.nullcontext()
+
     def in_guard(self, op) -> bool:
-        scope = op.attr("op_namescope") or ""
-        return GUARD_PATTERN in scope or BF16_GUARD_PATTERN in scope
+        return in_guard(op)
 
     def var_names(self, op) -> set:
         return set(op.input_arg_names + op.output_arg_names)

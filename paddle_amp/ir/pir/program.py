@@ -25,7 +25,7 @@ from amp_adapters.dtypes import FLOAT_DTYPES, dtype_name
 from amp_adapters.report import GraphCasts
 
 from . import opnames
-from .guard import guarded_ops
+from .guard import guarded_ops, recording
 from ..protocol import CONTROL_FLOW, OpAttrs, Slot
 from . import doctor as _doctor
 from .probe import PROBE
@@ -151,12 +151,14 @@ class PirProgram:
         self._guarded = guarded_ops(self.program) if use_guard else frozenset()
         if use_guard and not self._guarded:
             raise AmpConfigError(
-                "use_fp16_guard/use_amp_guard is set, but no op of this PIR program was built "
-                "inside paddle_amp.fp16_guard() or paddle.static.amp.fp16_guard(). Under PIR "
-                "ops keep no name scope, so a guard is seen only when entered after "
-                "paddle_amp was imported: import paddle_amp before building the model, build "
-                "the guarded part inside `with paddle_amp.fp16_guard():`, or decorate without "
-                "the guard")
+                "use_fp16_guard/use_bf16_guard/use_amp_guard is set, but no op of this PIR "
+                "program was built inside a guard: paddle_amp.fp16_guard(), "
+                "paddle_amp.bf16.bf16_guard() or the native paddle.static.amp.fp16_guard(), "
+                "paddle.static.amp.bf16.bf16_guard(). Under PIR ops keep no name scope, so a "
+                "guard is seen only when entered after paddle_amp was imported: import "
+                "paddle_amp before building the model, build the guarded part inside `with "
+                "paddle_amp.fp16_guard():` (bf16: `with paddle_amp.bf16.bf16_guard():`), or "
+                "decorate without the guard")
         if black_varnames:
             named = {_name(v) for op in self.block.ops for v in op.results()} - {None}
             unknown = sorted(set(black_varnames) - named)
@@ -205,6 +207,10 @@ class PirProgram:
                 seen.add(v.id)
                 slots.append(Slot(op, len(slots), "Input", v))
         return slots
+
+    def guarding(self):
+        """Record the ops built inside (PIR ops keep no name scope)."""
+        return recording(self.program)
 
     def in_guard(self, op) -> bool:
         return op.id() in self._guarded
