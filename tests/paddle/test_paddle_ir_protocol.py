@@ -75,3 +75,18 @@ def test_a_program_gets_its_irs_implementation_once(static):
     assert type(first) is (PirProgram if pir else LegacyProgram)
     ops = first.state_ops()
     assert isinstance(ops, ArrayOps) and callable(ops.store)
+
+
+@pytest.mark.legacy_ir
+def test_a_legacy_cast_goes_in_front_of_the_op_it_is_given(static):
+    """The insertion point is the ``before`` argument (the walk's cursor when it stands
+    there), not a position kept from an earlier walk."""
+    x = paddle.static.data("x", [None, 4], "float32")
+    y = paddle.scale(paddle.nn.functional.relu(x), 2.0)
+    program = ir.of(paddle.static.default_main_program())
+    block = program.block
+    scale = next(op for op in block.ops if op.type == "scale")
+    out = program.cast(scale, scale.input("X")[0], "float16")
+    types = [op.type for op in block.ops]
+    assert types[types.index("scale") - 1] == "cast" and y is not None
+    assert block.ops[types.index("scale") - 1].output("Out") == [out]

@@ -10,7 +10,7 @@ from typing import AbstractSet, Optional
 from .doctor import Doctor
 from .masters import Masters
 from .scaling import Scaling
-from .values import Values
+from .values import Cursor, Values
 from .writing import Writing
 
 
@@ -24,7 +24,6 @@ class LegacyProgram(Values, Writing, Masters, Scaling, Doctor):
         self.block = program.global_block()
         self._onednn_casts = False
         self._plain_readers: AbstractSet[str] = frozenset()  # (``use_onednn_casts``)
-        self._at = 0          # the walk's op, by position (casts shift it)
-        self._role = 0        # its op role, given to the casts inserted for it
+        self.cursor: Optional[Cursor] = None  # the walk's, on the op it yields
         self._startup_block = None  # where the update's constants are filled
         self._read: Optional[set] = None  # (``is_output``)

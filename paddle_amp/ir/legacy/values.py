@@ -1,14 +1,14 @@
 """The legacy IR's values and op walk (``protocol.ValuesIR``): var names, their dtypes and
 shapes, the forward ops in order, their slots, guards and readers.
 
-The walk keeps the current op's position as casts go in before and after it, so each
-insert is one desc insert (no whole-block sync, no Python stack capture: what made a
-rewrite quadratic).
+The walk's position is a ``Cursor`` it owns, on the op it yields; writing inserts where the
+cursor of the op it is given says (``writing``).
 """
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Optional
+import dataclasses
+from typing import Any, Iterator, Optional
 
 from paddle.base import core, framework
 
@@ -32,6 +32,30 @@ _NOT_TENSORS = (VarType.FEED_MINIBATCH, VarType.FETCH_LIST, VarType.READER, VarT
 def is_forward(op) -> bool:
     """True for an op of the forward pass (not backward, optimizer or LR schedule)."""
     return not op.has_attr(_ROLE) or not int(op.attr(_ROLE)) & _NOT_FORWARD
+
+
+def role(op) -> int:
+    """``op``'s op role (0, forward, where it has none)."""
+    return op.attr(_ROLE) if op.has_attr(_ROLE) else 0
+
+
+@dataclasses.dataclass
+class Cursor:
+    """Where the walk stands, made explicit (``forward_ops``): ``op`` and its position ``at``
+    in the block, which every op inserted before it, or after it as the rounding of its
+    results, moves on (``at`` then is the last op written for it: the walk goes on after
+    it); ``role``: its op role, given to those ops. Kept by position, so each insert is one
+    desc insert (no whole-block sync, no Python stack capture: what made a rewrite
+    quadratic)."""
+
+    op: Any
+    at: int
+    role: int
+
+    @classmethod
+    def find(cls, block, op) -> "Cursor":
+        """A cursor on ``op``, found in ``block`` (an insert away from the walk's op)."""
+        return cls(op, next(i for i, each in enumerate(block.ops) if each is op), role(op))
 
 
 class Values:
@@ -84,14 +108,20 @@ class Values:
         self._read = None  # the names the program's ops read (``is_output``)
 
     def forward_ops(self) -> Iterator:
+        """Each forward op, with the walk's ``Cursor`` on it (``self.cursor``) while the caller
+        inserts around it; the ops inserted are stepped over."""
         self.block._sync_with_cpp()  # once; every insert keeps Python and C++ in step
-        self._at = 0
-        while self._at < len(self.block.ops):
-            op = self.block.ops[self._at]
-            if is_forward(op) and op.type not in _IO_OPS:
-                self._role = op.attr(_ROLE) if op.has_attr(_ROLE) else 0
-                yield op
-            self._at += 1
+        at = 0
+        try:
+            while at < len(self.block.ops):
+                op = self.block.ops[at]
+                if is_forward(op) and op.type not in _IO_OPS:
+                    self.cursor = cursor = Cursor(op, at, role(op))
+                    yield op
+                    at = cursor.at
+                at += 1
+        finally:
+            self.cursor = None
 
     def op_type(self, op) -> str:
         return op.type

@@ -11,7 +11,7 @@ from amp_adapters.dtypes import SHORT_NAMES
 from ...env import DTYPE_OF, VARTYPE_OF
 from ..protocol import Slot
 from .probe import PROBE, onednn_attrs
-from .values import _ROLE
+from .values import _ROLE, Cursor
 
 _NAMESCOPE = core.op_proto_and_checker_maker.kOpNameScopeAttrName()
 
@@ -48,26 +48,34 @@ class Writing:
     """``LegacyProgram``'s writing."""
 
 
-    def _insert_cast(self, i: int, src: str, target: str, stem: str, plain: bool = False
-                     ) -> str:
+    def _at(self, op) -> Cursor:
+        """The cursor on ``op``: the walk's own when it stands there (always, in the rewrite),
+        else ``op`` found in the block."""
+        cursor = self.cursor
+        return cursor if cursor is not None and cursor.op is op else Cursor.find(self.block, op)
+
+    def _insert_cast(self, i: int, src: str, target: str, stem: str, role: int,
+                     plain: bool = False) -> str:
         var = self.block._var_recursive(src)
         out = self.block.create_var(name=unique_name.generate(stem), dtype=VARTYPE_OF[target],
                                     shape=var.shape, lod_level=var.lod_level, persistable=False,
                                     stop_gradient=var.stop_gradient)
-        _insert_cast_op(self.block, i, var.name, out.name, var.dtype, out.dtype, self._role,
+        _insert_cast_op(self.block, i, var.name, out.name, var.dtype, out.dtype, role,
                         {} if plain else self._cast_attrs(var.dtype, out.dtype))
         return out.name
 
     def cast(self, before, value: str, dtype: str, plain: bool = False) -> str:
-        out = self._insert_cast(self._at, value, dtype, f"{value}.cast_{SHORT_NAMES[dtype]}",
-                                plain)
-        self._at += 1
+        at = self._at(before)
+        out = self._insert_cast(at.at, value, dtype, f"{value}.cast_{SHORT_NAMES[dtype]}",
+                                at.role, plain)
+        at.at += 1
         return out
 
     def round(self, before, value: str, low: str) -> str:
-        mid = self._insert_cast(self._at, value, low, f"{value}.emul_{SHORT_NAMES[low]}")
-        out = self._insert_cast(self._at + 1, mid, "float32", f"{value}.emul")
-        self._at += 2
+        at = self._at(before)
+        mid = self._insert_cast(at.at, value, low, f"{value}.emul_{SHORT_NAMES[low]}", at.role)
+        out = self._insert_cast(at.at + 1, mid, "float32", f"{value}.emul", at.role)
+        at.at += 2
         return out
 
     def set_input(self, slot: Slot, old: str, new: str) -> None:
@@ -100,10 +108,12 @@ class Writing:
                                     shape=var.shape, lod_level=var.lod_level, persistable=False,
                                     stop_gradient=var.stop_gradient)
         op._rename_output(value, raw.name)
-        mid = self._insert_cast(self._at + 1, raw.name, low, f"{value}.emul_{SHORT_NAMES[low]}")
-        _insert_cast_op(self.block, self._at + 2, mid, var.name, VARTYPE_OF[low], var.dtype,
-                        self._role, self._cast_attrs(VARTYPE_OF[low], var.dtype))
-        self._at += 2
+        at = self._at(op)
+        mid = self._insert_cast(at.at + 1, raw.name, low, f"{value}.emul_{SHORT_NAMES[low]}",
+                                at.role)
+        _insert_cast_op(self.block, at.at + 2, mid, var.name, VARTYPE_OF[low], var.dtype,
+                        at.role, self._cast_attrs(VARTYPE_OF[low], var.dtype))
+        at.at += 2
         return value
 
     probe = PROBE  # its device probe (``kernels``)
