@@ -27,12 +27,12 @@ Files:
     onednn_log.py (kernels) oneDNN's verbose log of one block: which implementation ran
     lists.py      AutoMixedPrecisionLists (and BF16): live sets -> OpLists
     env.py        Paddle glue: static check, the program's IR, dtype names, device
-    opnames.py    PIR op and operand names -> the legacy names the op tables use
-    guard.py      fp16_guard / bf16_guard: the native name scope, on both IRs (PIR: ir/pir
-                  records the ops built inside it, the native guard's too)
+    guard.py      fp16_guard / bf16_guard: the native name scopes, on both IRs (entering one,
+                  the native's too, enters the program's ProgramIR.guarding: PIR records)
     ir/           the program IR layer: the ProgramIR protocol, one implementation per IR
                   (its legacy and pir folders: casts, state vars, unscale, all-reduce, the
-                  skip table), picked once per program (ir.of)
+                  skip table; pir/opnames: PIR op and operand names -> the legacy names
+                  the op tables use), picked once per program (ir.of)
     rewrite.py    the program rewrite, once over ir/: plan every forward op, insert casts
     scaling.py    loss scaling, once over ir/: unscale, reduce, culprits, skip, update
     state.py      (scaling) the loss-scale state in a scope: read, write all or nothing, guard

@@ -29,6 +29,7 @@ from paddle.base import unique_name
 from amp_adapters.dtypes import dtype_name
 
 from .env import from_low, to_low
+from .ir import MastersIR
 
 EMULATED_LABEL = ("EMULATED multi_precision update: the float32 optimizer kernel updates "
                   "float32 master weights and a cast writes them into the {dtype} parameters "
@@ -45,7 +46,7 @@ class MasterWeights:
         self.master_of: dict[str, str] = {}  # low parameter -> its master
         self._params: dict[str, tuple] = {}  # master name -> (low parameter, master)
 
-    def swap_in(self, ir, params_grads: list) -> list:
+    def swap_in(self, ir: MastersIR, params_grads: list) -> list:
         """(master, float32 grad) in place of (low param, low grad), after the backward, in
         the program ``ir`` (either IR: ``ProgramIR.new_master``/``master_grad``)."""
         out = []
@@ -59,7 +60,7 @@ class MasterWeights:
             out.append((master, ir.master_grad(g)))
         return out
 
-    def copy_back(self, ir) -> None:
+    def copy_back(self, ir: MastersIR) -> None:
         """``p = cast(master)`` for every master, at the end of the program (optimizer ops)."""
         for p, master in self._params.values():
             ir.write_cast(master, p)

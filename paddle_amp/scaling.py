@@ -1,6 +1,7 @@
 """Loss scaling as program ops: the core's ``update``, emitted into the program.
 
-Written once, for both IRs, over ``ir.ProgramIR``. After the backward pass:
+Written once, for both IRs, over ``ir.ScalingIR`` (its part of ``ir.ProgramIR``). After
+the backward pass:
 
 1. unscale: ``found_inf`` over every gradient, all-reduced over the
    data-parallel workers (``resolve_ring_id``) before anything reads it, so
@@ -30,7 +31,7 @@ from amp_adapters.loss_scale import (FIELDS, SkipWindow, StateArrays, check_guar
 from amp_adapters.loss_scale.checks import f32
 
 from . import state as scope_state
-from .ir import ProgramIR
+from .ir import ScalingIR
 
 __all__ = ["LossScaling", "resolve_ring_id", "native_update_is_exact"]
 
@@ -85,7 +86,7 @@ class LossScaling:
     ``found_inf_ring_id``: see ``resolve_ring_id`` (None: auto, an int: that ring, False: off).
     """
 
-    def __init__(self, ir: ProgramIR, initial: LossScale, found_inf_ring_id=None):
+    def __init__(self, ir: ScalingIR, initial: LossScale, found_inf_ring_id=None):
         self.ir = ir
         self.initial = initial
         self.config = initial.config

@@ -1,5 +1,6 @@
 """The program IR layer: what differs between the legacy program IR and PIR, declared in
-``protocol.ProgramIR`` and implemented once per IR (``legacy/``, ``pir/``); ``of(program)``
+``protocol.ProgramIR`` (by concern: values and walk, writing, masters, scaling, doctor) and
+implemented once per IR (``legacy/``, ``pir/``, the same files in each); ``of(program)``
 picks it once per program, by the program's own type. The rewrite and the loss scaling
 above are written once over it. Paddle 2.6.2 builds legacy programs, Paddle 3.x PIR
 programs unless ``FLAGS_enable_pir_api=0``: a program's IR is its own type (``kind``),
@@ -11,7 +12,9 @@ import weakref
 import paddle
 from paddle.base import framework
 
-from .protocol import CONTROL_FLOW, Probe, ProgramIR, Slot, StateOps
+from .protocol import (BF16_GUARD_SCOPE, CONTROL_FLOW, FP16_GUARD_SCOPE, GUARD_SCOPES,
+                       DoctorIR, MastersIR, Probe, ProgramIR, ScalingIR, Slot, StateOps,
+                       ValuesIR, WritingIR)
 from .legacy import LegacyProgram
 from .pir import PirProgram
 
@@ -54,5 +57,7 @@ def default_probe() -> Probe:
     return LegacyProgram.probe
 
 
-__all__ = ["CONTROL_FLOW", "LegacyProgram", "PirProgram", "Probe", "ProgramIR", "Slot",
-           "StateOps", "default_probe", "kind", "of", "program_types", "value_types"]
+__all__ = ["BF16_GUARD_SCOPE", "CONTROL_FLOW", "DoctorIR", "FP16_GUARD_SCOPE", "GUARD_SCOPES",
+           "LegacyProgram", "MastersIR", "PirProgram", "Probe", "ProgramIR", "ScalingIR", "Slot",
+           "StateOps", "ValuesIR", "WritingIR", "default_probe", "kind", "of", "program_types",
+           "value_types"]

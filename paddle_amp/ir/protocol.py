@@ -2,7 +2,9 @@
 
 The op walk (``rewrite.Rewriter``) and the loss-scaling sequence
 (``scaling.LossScaling``) are written once over this protocol, as the core's
-loss-scale rule is written once over ``ArrayOps``. One implementation per IR,
+loss-scale rule is written once over ``ArrayOps``. It is split by concern (``ValuesIR``:
+values and the walk, ``WritingIR``, ``MastersIR``: O2's masters, ``ScalingIR``: loss
+scaling, ``DoctorIR``), each user typed against its part; ``ProgramIR`` is all of them. One implementation per IR,
 each bound to one program: ``ir.legacy.LegacyProgram`` (Paddle 2.6's program
 IR, and Paddle 3 under ``FLAGS_enable_pir_api=0``) and ``ir.pir.PirProgram``
 (Paddle 3's default); ``ir.of(program)`` picks it once per program. A feature
@@ -33,6 +35,12 @@ from amp_adapters.report import GraphCasts
 
 # The reason a control-flow op (cond, while) and what it reads stay float32, in both IRs.
 CONTROL_FLOW = "control flow: its blocks run in float32"
+
+# The native guards' name scopes (``fp16_guard``, ``bf16_guard``): code written for the native
+# guards works unchanged; what a program keeps of them is its IR's (``ProgramIR.guarding``).
+FP16_GUARD_SCOPE = "__use_fp16__"
+BF16_GUARD_SCOPE = "__use_bf16__"
+GUARD_SCOPES = (FP16_GUARD_SCOPE, BF16_GUARD_SCOPE)
 
 
 class OpAttrs(collections.abc.Mapping):
@@ -112,15 +120,14 @@ class Probe(Protocol):
         raises (the caller records it as no kernel)."""
 
 
-@runtime_checkable
-class ProgramIR(Protocol):
-    """One program, seen through its IR (``name``: "legacy" or "pir"). ``before``: the op a
-    new op goes in front of; a dtype is 'float16'..., None unless a floating dense tensor."""
+class ValuesIR(Protocol):
+    """Values and the op walk (reading): what a value is, which ops the rewrite visits and
+    what they read (names, slots and types in the legacy vocabulary). ``name``: "legacy"
+    or "pir"; a dtype is 'float16'..., None unless a floating dense tensor."""
 
     name: str
     program: Any
 
-    # -- values
     def dtype(self, value: Any) -> Optional[str]: ...
     def rank(self, value: Any) -> Optional[int]: ...  # its number of dimensions, if known
     def shape(self, value: Any) -> Optional[tuple[Optional[int], ...]]: ...  # -1: None
@@ -133,13 +140,14 @@ class ProgramIR(Protocol):
         that carry a gradient (``stop_gradient`` and non-differentiable ops cut the path).
         Reads the program, changes nothing (minimize checks this before it builds)."""
 
-    # -- the op walk: reading (names, slots and types in the legacy vocabulary)
+    # -- the op walk: reading
     def prepare(self, use_guard: bool, black_varnames: AbstractSet[str]) -> None: ...
     def forward_ops(self) -> Iterator[Any]: ...  # inserted casts unseen; close it when done
     def op_type(self, op: Any) -> str: ...
     def attrs(self, op: Any) -> Mapping[str, Any]: ...  # read on demand
     def slots(self, op: Any) -> list[Slot]: ...
-    def in_guard(self, op: Any) -> bool: ...  # built inside fp16_guard
+    def guarding(self) -> ContextManager: ...  # entered with a guard's scope (``guard``)
+    def in_guard(self, op: Any) -> bool: ...  # built inside fp16_guard or bf16_guard
     def var_names(self, op: Any) -> AbstractSet[str]: ...  # what it reads and writes
     def is_control_flow(self, op: Any) -> bool: ...
     def control_flow_slots(self, op: Any) -> list[Slot]: ...  # its inputs, what its blocks read
@@ -162,7 +170,11 @@ class ProgramIR(Protocol):
     def end_forward(self) -> None: ...  # the ops built so far are the forward pass
     def graph_casts(self) -> Optional[GraphCasts]: ...  # the forward pass's cast ops
 
-    # -- the op walk: writing
+
+class WritingIR(Protocol):
+    """The op walk's writing: casts, rewired inputs, retyped and rounded results, oneDNN.
+    ``before``: the op a new op goes in front of (the walk's current op)."""
+
     def cast(self, before: Any, value: Any, dtype: str, plain: bool = False) -> Any: ...
     # (plain: off oneDNN, where ``use_onednn_casts`` sends the others there)
     def round(self, before: Any, value: Any, low: str) -> Any: ...  # through low, as float32
@@ -183,12 +195,19 @@ class ProgramIR(Protocol):
     def use_onednn_casts(self, plain_readers: AbstractSet[str] = frozenset()) -> None: ...
     def require_grad(self, value: Any) -> None: ...  # a cast's output: its gradient computed
 
-    # -- O2's emulated float32 masters (``masters.MasterWeights``)
+
+class MastersIR(Protocol):
+    """O2's emulated float32 masters (``masters.MasterWeights``)."""
+
     def new_master(self, param: Any, name: str) -> Any: ...  # float32, trainable, param's shape
     def master_grad(self, grad: Any) -> Any: ...  # grad cast to float32, after the backward
     def write_cast(self, src: Any, dst: Any) -> None: ...  # dst = cast(src), at the end
 
-    # -- loss scaling
+
+class ScalingIR(Protocol):
+    """Loss scaling (``scaling.LossScaling``): state vars and the ops of one step's check,
+    skip and update, built at the end of the program."""
+
     def optimizer_section(self) -> ContextManager: ...  # ops built inside: optimizer role
     def state_var(self, dtype: str, shape: list, value: Any, stem: str) -> Any: ...
     def scale_loss(self, loss: Any, scale: Any) -> Any: ...
@@ -205,7 +224,10 @@ class ProgramIR(Protocol):
         """Make the optimizer ops built since ``mark`` a true skip on ``found_inf`` by the IR's
         skip table, consulted once; the optimizer's ops if they moved, else None."""
 
-    # -- the numerics doctor (``paddle_amp.doctor``), on the rewritten, trained program
+
+class DoctorIR(Protocol):
+    """The numerics doctor (``paddle_amp.doctor``), on the rewritten, trained program."""
+
     def doctor_ops(self) -> tuple:
         """(a runnable clone with only the forward and backward ops, [its forward ops],
         [its backward ops], in execution order): running it changes no persistable."""
@@ -215,3 +237,9 @@ class ProgramIR(Protocol):
     def inserted_cast(self, op: Any) -> bool: ...  # a cast the rewrite inserted (not the user's)
     def fetchable(self, clone: Any, name: str) -> bool: ...  # a floating tensor a run can fetch
     def fetch_list(self, clone: Any, names: list) -> list: ...  # what exe.run fetches by
+
+
+@runtime_checkable
+class ProgramIR(ValuesIR, WritingIR, MastersIR, ScalingIR, DoctorIR, Protocol):
+    """One program, seen through its IR: every concern (``ir.of(program)`` gives one). A
+    user of one concern is typed against its part (``scaling.LossScaling``: ``ScalingIR``)."""

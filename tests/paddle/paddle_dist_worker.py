@@ -30,7 +30,7 @@ from paddle.base.framework import OpProtoHolder  # noqa: E402
 
 import paddle_amp  # noqa: E402
 from paddle_amp.ir import kind as program_ir  # noqa: E402
-from paddle_amp.opnames import legacy_name  # noqa: E402
+from paddle_amp.ir.pir.opnames import legacy_name  # noqa: E402
 from paddle_helpers import AMP_STATE_PREFIXES, mlp  # noqa: E402
 
 RING = 0

@@ -92,14 +92,14 @@ def pir_mode() -> bool:
 def op_names(program) -> set[str]:
     """The (legacy) names of the ops in ``program``'s global block, on either IR."""
     if is_pir(program):
-        from paddle_amp.opnames import legacy_name
+        from paddle_amp.ir.pir.opnames import legacy_name
         return {legacy_name(op.name()) for op in program.global_block().ops}
     return {op.type for op in program.global_block().ops}
 
 
 def pir_ops(program, legacy_type: str) -> list:
     """The ops of ``program``'s global block whose legacy name is ``legacy_type`` (PIR)."""
-    from paddle_amp.opnames import legacy_name
+    from paddle_amp.ir.pir.opnames import legacy_name
     return [op for op in program.global_block().ops if legacy_name(op.name()) == legacy_type]
 
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from paddle_amp import opnames
+from paddle_amp.ir.pir import opnames
 from paddle_helpers import pir_mode
 from pir_testutil import phi_or_none
 

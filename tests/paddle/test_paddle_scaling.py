@@ -10,7 +10,7 @@ import pytest
 import paddle_amp
 from amp_adapters import (AmpConfigError, DynamicLossScale, OverflowGuardError, Policy,
                           StaticLossScale)
-from paddle_amp.opnames import legacy_name
+from paddle_amp.ir.pir.opnames import legacy_name
 from paddle_helpers import batch, mlp, op_names, pir_mode
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "core"))  # scaler_cases: shared corruptions

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from paddle.base import core
 
+from .values import is_forward
+
 
 _ROLE = core.op_proto_and_checker_maker.kOpRoleAttrName()
 _BACKWARD = int(core.op_proto_and_checker_maker.OpRole.Backward)
@@ -68,3 +70,28 @@ def fetchable(clone, name: str) -> bool:
     var = clone.global_block()._find_var_recursive(name)
     return (var is not None and var.type == core.VarDesc.VarType.LOD_TENSOR and
             var.dtype in _FLOAT and not name.endswith("XShape"))
+
+
+class Doctor:
+    """``LegacyProgram``'s numerics doctor (``protocol.DoctorIR``), by op role."""
+
+
+    def doctor_ops(self) -> tuple:
+        """By op role: the optimizer's, the LR schedule's and the feed/fetch ops dropped."""
+        return doctor_ops(self.program, is_forward)
+
+    def end_backward(self, params_grads: list) -> None:
+        """Nothing: every op carries its role."""
+
+    def float32_twin(self, clone):
+        return float32_twin(clone)
+
+    def inserted_cast(self, op) -> bool:
+        """By the rewrite's var-name suffixes (``.cast_fp16``, ``.emul``, ``.raw``)."""
+        return inserted_cast(op)
+
+    def fetchable(self, clone, name: str) -> bool:
+        return fetchable(clone, name)
+
+    def fetch_list(self, clone, names: list) -> list:
+        return list(names)

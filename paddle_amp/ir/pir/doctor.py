@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ... import opnames
+from . import opnames
+from .values import value_dtype
 
 
 def _own_name(value) -> Optional[str]:
@@ -134,7 +135,7 @@ def float32_twin(clone, value_dtype) -> tuple:
     the trip's casts: ``x``}). The casts stay (unread), so positions and names line up with
     the clone's; the doctor reads each trip's values as ``x``, as on the legacy IR, whose
     twin makes the casts identities. ``value_dtype``: the IR's dtype of a value
-    (``program.value_dtype``, passed in: this helper module does not import its importer)."""
+    (``values.value_dtype``)."""
     twin = clone.clone()
     ops = list(twin.global_block().ops)
     pos = {op.id(): i for i, op in enumerate(ops)}
@@ -151,3 +152,72 @@ def float32_twin(clone, value_dtype) -> tuple:
             op.result(0).replace_all_uses_with(src)
             same[i] = same[pos[inner.id()]] = src
     return twin, same
+
+
+# Why ``paddle_amp.doctor`` refuses a PIR program whose forward and backward were not marked.
+NO_DOCTOR = ("paddle_amp.doctor: this PIR program's forward and backward were not marked by a "
+             "paddle_amp-decorated optimizer: build it with that optimizer's minimize() (or "
+             "backward() and apply_gradients()), then examine it")
+
+
+class Doctor:
+    """``PirProgram``'s numerics doctor (``protocol.DoctorIR``): values named by position
+    (``Naming``)."""
+
+
+    def end_backward(self, params_grads: list) -> None:
+        """PIR ops carry no role: the backward is what the parameters' gradients are made by
+        (and the ops between), after the forward."""
+        self._grads = {g.id: p.name for p, g in params_grads if g is not None}
+
+    def doctor_ops(self) -> tuple:
+        """The ops after the last parameter gradient's maker (the loss scaling and the
+        optimizer) are erased from the clone; the ops are ``doctor.OpView``s of the clone's."""
+        if self._forward is None or not self._grads:
+            raise RuntimeError(NO_DOCTOR)
+        self._namings = {}  # one doctor's clone and twin at a time
+        ops = list(self.block.ops)
+        pos = {op.id(): i for i, op in enumerate(ops)}
+        last = max(pos[op.id()] for op in ops
+                   if any(r.id in self._grads for r in op.results()))
+        forward = [i for i, op in enumerate(ops) if op.id() in self._forward
+                   and not opnames.is_plumbing(op.name())]
+        backward = [i for i, op in enumerate(ops[:last + 1]) if op.id() not in self._forward
+                    and not opnames.is_plumbing(op.name())]
+        names = grad_names(self.program, self._forward, last + 1, self._grads)
+        self._grad_names = names
+        self._inserted_at = {pos[i] for i in self._inserted if i in pos}
+        clone = self.program.clone()
+        cops = list(clone.global_block().ops)
+        for op in reversed(cops[last + 1:]):  # the loss scaling and the optimizer: dropped
+            op.erase()
+        naming = self._naming(clone)
+        cops = naming.ops
+        return (clone, [OpView(cops[i], naming, i) for i in forward],
+                [OpView(cops[i], naming, i) for i in backward])
+
+    def _naming(self, prog):
+        found = self._namings.get(id(prog))
+        if found is None or found[0] is not prog:
+            found = self._namings[id(prog)] = (prog, Naming(prog, self._grad_names))
+        return found[1]
+
+    def float32_twin(self, clone):
+        twin, same = float32_twin(clone, value_dtype)
+        naming = self._naming(twin)
+        for i, src in same.items():  # a bypassed cast's result reads as its trip's source
+            naming.values[naming.by_id[naming.ops[i].result(0).id]] = src
+        return twin
+
+    def inserted_cast(self, op) -> bool:
+        """By the casts the rewrite recorded inserting (``cast``, ``round``, ``round_output``)."""
+        return op.type == "cast" and op.pos in self._inserted_at
+
+    def fetchable(self, clone, name: str) -> bool:
+        value = self._naming(clone).values.get(name)
+        return (value is not None and value_dtype(value) is not None
+                and not name.endswith("XShape"))
+
+    def fetch_list(self, clone, names: list) -> list:
+        values = self._naming(clone).values
+        return [values[n] for n in names]
