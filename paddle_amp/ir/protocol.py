@@ -82,10 +82,6 @@ class StateOps(ArrayOps[Any], Protocol):
     def store(self, new: Any, dst: Any) -> None:
         """Make the state var ``dst`` hold ``new`` (nothing when ``new`` is ``dst``)."""
 
-# ``Probe.time``'s budget per ratio (``timing.ratio_of``): one warm-up pair (an executor's
-# first run builds its plan), then 5 interleaved pairs, more while 0.1 s lasts
-TIMING_BUDGET = {"warmup": 1, "min_pairs": 5, "budget_s": 0.1}
-
 
 class Probe(Protocol):
     """One IR's device probe: tiny programs of that IR, built and run once on the CPU, that

@@ -19,10 +19,9 @@ from paddle.base import unique_name
 
 from amp_adapters.device import Cost
 from amp_adapters.quiet import stderr_silenced
-from amp_adapters.timing import ratio_of
 
 from ...env import to_low
-from ..protocol import TIMING_BUDGET
+from ..timed import cost_of
 
 ONEDNN_DTYPE = "bfloat16"  # the one low dtype oneDNN runs on a CPU
 
@@ -133,30 +132,14 @@ class LegacyProbe:
         ``attrs``, in ``dtype`` behind casts (``cast_in``: "onednn" or "plain") with a
         oneDNN cast of its result back to float32 where casts go there (and the oneDNN
         attributes on the op with ``onednn``), against the op in float32: forward, and
-        with ``training`` forward and backward too (``timing.ratio_of``; one Executor,
+        with ``training`` forward and backward too (``timed.cost_of``; one Executor,
         each startup run once, every run fetches the loss: a host sync). Raises what the
         build or a run raises."""
+        def build(main, startup, low: bool, backward: bool):
+            return _timed(main, startup, op, inputs, attrs, backward, dtype if low else None,
+                          onednn, cast_in)
         with _static(), stderr_silenced():
-            scope = paddle.static.Scope()
-            exe = paddle.static.Executor(paddle.CPUPlace())
-            progs = {}
-            for low in (True, False):
-                for backward in (False, True) if training else (False,):
-                    main, startup = paddle.static.Program(), paddle.static.Program()
-                    loss = _timed(main, startup, op, inputs, attrs, backward,
-                                  dtype if low else None, onednn, cast_in)
-                    with paddle.static.scope_guard(scope):
-                        exe.run(startup)
-                    progs[low, backward] = (main, loss)
-
-            def run(key):
-                main, loss = progs[key]
-                return lambda: exe.run(main, fetch_list=[loss], scope=scope)
-
-            fwd = ratio_of(run((True, False)), run((False, False)), **TIMING_BUDGET)
-            if not training:
-                return Cost(*fwd)
-            return Cost(*fwd, *ratio_of(run((True, True)), run((False, True)), **TIMING_BUDGET))
+            return cost_of(build, training)
 
 
 def _timed(main, startup, op: str, inputs: dict, attrs: dict, backward: bool,

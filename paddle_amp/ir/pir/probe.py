@@ -18,9 +18,8 @@ from paddle.base import unique_name
 
 from amp_adapters.device import Cost
 from amp_adapters.quiet import stderr_silenced
-from amp_adapters.timing import ratio_of
 
-from ..protocol import TIMING_BUDGET
+from ..timed import cost_of
 
 ONEDNN_DTYPE = "bfloat16"
 
@@ -120,42 +119,26 @@ class PirProbe:
         """``op`` on float32 parameters of the shapes ``inputs`` ({slot: shape}) with
         ``attrs``, in ``dtype`` behind casts and its result cast back to float32, against
         the op in float32: forward, and with ``training`` forward and backward too
-        (``paddle.static.gradients``; ``timing.ratio_of``; one Executor, each startup run
+        (``paddle.static.gradients``; ``timed.cost_of``; one Executor, each startup run
         once, every run fetches the loss: a host sync). The executor picks the kernels
         (``onednn`` and ``cast_in`` have nothing to set). None for an op it cannot build at
         any shape; raises what the build or a run raises."""
         if not self.available() or op not in _TIMED:
             return None
+        def build(main, startup, low: bool, backward: bool):
+            with paddle.static.program_guard(main, startup):
+                params = {slot: paddle.static.create_parameter(
+                    list(shape), "float32", name=f"timed_{slot}",
+                    default_initializer=paddle.nn.initializer.Uniform(-1.0, 1.0))
+                    for slot, shape in inputs.items()}
+                ins = {k: paddle.cast(v, dtype) for k, v in params.items()} if low else params
+                out = _CALLS[op](ins, attrs)
+                loss = paddle.mean(paddle.cast(out, "float32") if low else out)
+                if backward:
+                    paddle.static.gradients([loss], list(params.values()))
+            return loss
         with _static(), stderr_silenced():
-            scope = paddle.static.Scope()
-            exe = paddle.static.Executor(paddle.CPUPlace())
-            progs = {}
-            for low in (True, False):
-                for backward in (False, True) if training else (False,):
-                    main, startup = paddle.static.Program(), paddle.static.Program()
-                    with paddle.static.program_guard(main, startup):
-                        params = {slot: paddle.static.create_parameter(
-                            list(shape), "float32", name=f"timed_{slot}",
-                            default_initializer=paddle.nn.initializer.Uniform(-1.0, 1.0))
-                            for slot, shape in inputs.items()}
-                        ins = {k: paddle.cast(v, dtype) for k, v in params.items()} if low \
-                            else params
-                        out = _CALLS[op](ins, attrs)
-                        loss = paddle.mean(paddle.cast(out, "float32") if low else out)
-                        if backward:
-                            paddle.static.gradients([loss], list(params.values()))
-                    with paddle.static.scope_guard(scope):
-                        exe.run(startup)
-                    progs[low, backward] = (main, loss)
-
-            def run(key):
-                main, loss = progs[key]
-                return lambda: exe.run(main, fetch_list=[loss], scope=scope)
-
-            fwd = ratio_of(run((True, False)), run((False, False)), **TIMING_BUDGET)
-            if not training:
-                return Cost(*fwd)
-            return Cost(*fwd, *ratio_of(run((True, True)), run((False, True)), **TIMING_BUDGET))
+            return cost_of(build, training)
 
 
 PROBE = PirProbe()
