@@ -16,6 +16,7 @@ import tomllib
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+from ..layers import LAYER_CATEGORIES
 from ..oplists import CATEGORIES
 from ..policy import PRESETS, OpLists, Policy
 from ..policyfile import STATE_FIELDS
@@ -114,7 +115,8 @@ def _base_preset(policy: Policy) -> Optional[str]:
 def policy_toml(policy: Policy, reasons: Mapping[str, Mapping[str, str]] = {},
                 header: tuple | list = (), notes: tuple | list = ()) -> str:
     """``policy`` as a policy file; ``reasons[table][name]`` becomes the comment of that line
-    (tables: "ops", "mxnet_ops", "paddle_ops", "init_scale")."""
+    (tables: "ops", "mxnet_ops", "paddle_ops", "layers", "mxnet_layers", "paddle_layers",
+    "init_scale")."""
     if policy.unlisted is not None or policy.native_version is not None:
         raise ValueError("a policy with unlisted= or native_version= has no policy-file form")
     out = [f"# {h}" for h in header]
@@ -149,6 +151,20 @@ def policy_toml(policy: Policy, reasons: Mapping[str, Mapping[str, str]] = {},
             body.append(f"conditional_fp32 = [{rules}]")
         if lists.replace:
             body.append("replace = true")
+        if body:
+            out += ["", f"[{table}]", *body]
+    for table, key in (("layers", "layers"), ("layers.mxnet", "mxnet_layers"),
+                       ("layers.paddle", "paddle_layers")):
+        layers = getattr(policy, key)
+        why = reasons.get(key, {})
+        body = []
+        for cat in LAYER_CATEGORIES:
+            names = sorted(getattr(layers, cat))
+            if names and not any(n in why for n in names):
+                body.append(f"{cat} = [{', '.join(map(_q, names))}]")
+            elif names:
+                body += [f"{cat} = [", *(f"  {_q(n)},   # {why[n]}" if n in why else
+                                         f"  {_q(n)}," for n in names), "]"]
         if body:
             out += ["", f"[{table}]", *body]
     out += ["", "[loss_scale]", *_loss_scale_lines(policy, reasons.get("init_scale", {}))]
