@@ -59,13 +59,14 @@ def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy,
           force_fp32: Optional[str] = None, params: AbstractSet[str] = frozenset(),
           free: Optional[list[bool]] = None) -> OpDecision:
     """The core's decision for node ``n`` given its input dtypes (non-floats count as None);
+    the node's name is the instance name the policy's layer rules match (``dense2_fwd``);
     ``params``: the graph inputs that are parameters (the planner's promote rule reads it);
     ``free``: which inputs have no dtype of their own yet (the planner's free rule)."""
     return plan_op(policy, "mxnet", n.op, [d if d in FLOATS else None for d in dtypes],
                    device=device, attrs=n.attrs, force_fp32=force_fp32,
                    input_names=input_names(n.op),
                    param_inputs=[e in params for e in n.inputs] if params else None,
-                   free=free)
+                   free=free, instance=n.name)
 
 
 def _device(ctx: Optional[mx.Context], policy: Policy) -> Optional[DeviceProfile]:

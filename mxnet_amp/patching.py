@@ -10,7 +10,9 @@ names, its attributes and the ops that have a low-precision kernel on the
 current device, and applies exactly what the plan says: casts, a runtime
 ``amp_multicast`` for a promote op with traced inputs, emulation round trips.
 It decides once per call signature (the argument dtypes, the device type when
-kernels take part, the attribute values the policy reads): a repeated call
+kernels take part, the attribute values the policy reads, and, when the policy has
+layer rules, the names of the Gluon blocks being called: ``Policy.layers`` matches
+an imperative or traced op call by its blocks' names, e.g. ``dense2``): a repeated call
 costs a dict lookup plus the casts it needs. Imperative calls see real dtypes;
 while a HybridBlock is traced only parameters declare theirs, and a traced
 value of unknown dtype gets the plan's cast-if-needed (``amp_cast`` is free at
@@ -88,6 +90,10 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
             _patches.append((module, attr, fn))
             setattr(module, attr, wrapper)
     _wrap_loss_outputs(resolved)
+    if resolved.layer_patterns("mxnet"):  # layer rules: ops must know the block calling them
+        block = mx.gluon.Block
+        _patches.append((block, "__call__", block.__call__))
+        block.__call__ = _named_call(block.__call__)
     hybrid = mx.gluon.HybridBlock
     _patches.append((hybrid, "_get_graph", hybrid._get_graph))
     hybrid._get_graph = _traced_graph(hybrid._get_graph)
@@ -247,6 +253,31 @@ def _signature(args: tuple, kwargs: dict) -> Optional[tuple]:
     return tuple(key) if any_tensor else None
 
 
+class _Blocks(threading.local):
+    names: tuple[str, ...] = ()  # the Gluon blocks being called, innermost first
+
+
+_blocks = _Blocks()
+
+
+def _named_call(call: Callable) -> Callable:
+    """``Block.__call__`` that keeps the names of the blocks being called (``block.name``,
+    innermost first) while it runs: the instance names an op call has for the policy's
+    layer rules (``Policy.layers``), in imperative calls and in a hybridized block's trace
+    alike (a traced node is named after its block: ``dense2`` -> ``dense2_fwd``). Installed
+    only when the policy has layer rules; a tuple push and pop per block call."""
+    @functools.wraps(call)
+    def called(block: Any, *args: Any) -> Any:
+        outer = _blocks.names
+        _blocks.names = (block.name, *outer)
+        try:
+            return call(block, *args)
+        finally:
+            _blocks.names = outer
+    called.__amp_original__ = call  # type: ignore[attr-defined]
+    return called
+
+
 def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
     """A cast wrapper for ``fn`` (which dispatches to ``op``) under ``policy``.
 
@@ -265,6 +296,7 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
     # (patched) Python op, so it needs no bypass around it; mx.np functions do call others
     direct = getattr(getattr(fn, "__code__", None), "co_filename", "") == "<string>"
     memo: dict[tuple, Any] = {}  # key -> (decision, act?), or {device type id: that}
+    layered = bool(policy.layer_patterns("mxnet"))  # the calling blocks take part (_blocks)
 
     def decide(key: tuple, args: tuple, kwargs: dict) -> tuple[OpDecision, bool]:
         found = _find(args, kwargs)
@@ -280,7 +312,7 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
         attrs.update((name, a) for name, a in zip(arg_names, args)  # attributes by position
                      if not isinstance(a, (_TENSORS, list, tuple)))
         d = plan_op(policy, "mxnet", op, dtypes, device=device_profile(ctx, policy, training=True),
-                    attrs=attrs, input_names=names)
+                    attrs=attrs, input_names=names, instance=_blocks.names if layered else None)
         if d.emulated or d.fell_back:
             log_fallback(op, ctx, d)
         if len(memo) >= _MEMO_LIMIT:
@@ -303,6 +335,8 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
             key = (key, *[str(kwargs[a]) if a in kwargs else
                           str(args[p]) if p is not None and p < len(args) else None
                           for a, p in read])
+        if layered:
+            key = (key, _blocks.names)
         entry = memo.get(key)
         if entry is None or type(entry) is dict:
             entry = decide(key, args, kwargs)  # a miss, or a decision made per device
