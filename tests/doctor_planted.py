@@ -2,6 +2,12 @@
 weights and data of ``amp_demo.doctor_models`` (also what ``amp-adapters doctor`` runs), and
 the framework builders from the demo's trainers, imported only when asked."""
 from amp_demo.doctor_models import B, D, FACTOR, H, KINDS, PLANTED_CANONICAL, arrays, policy  # noqa: F401
+from amp_demo.doctor_models import LAYERED, layered_arrays  # noqa: F401
+
+
+def mxnet_layered(kind, hybridize=True):
+    from amp_demo.mxnet_trainer import layered_model
+    return layered_model(kind, hybridize)
 
 
 def mxnet_model(kind, hybridize=True):
