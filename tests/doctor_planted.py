@@ -23,3 +23,13 @@ def paddle_model(kind, policy=None, optimizer=None):
 def paddle_feed(kind, step):
     from amp_demo.paddle_trainer import doctor_feed
     return doctor_feed(kind, step)
+
+
+def paddle_layered(kind, policy=None, optimizer=None):
+    from amp_demo.paddle_trainer import layered_program
+    return layered_program(kind, policy, optimizer)
+
+
+def paddle_layered_feed(kind, step):
+    from amp_demo.paddle_trainer import layered_feed
+    return layered_feed(kind, step)
