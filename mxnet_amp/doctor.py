@@ -139,19 +139,18 @@ class Doctor(Session):
 
     def replay(self, policy: Policy) -> DoctorReport:
         """The report of the recorded steps run again, each on the batch and parameters it
-        had, under ``policy`` (its graph planned by ``graph.rewrite``), at the recorded
-        loss scales, or at ``policy``'s initial scale where it sets another one. Nothing of
-        the model or the trainer is touched."""
+        had, under ``policy`` (its graph planned by ``graph.rewrite``), at ``policy``'s
+        initial loss scale (a fix must hold from the first step, as in a new run; Paddle's
+        replay does the same). Nothing of the model or the trainer is touched."""
         rec = Recorder("mxnet", policy.dtype, emulated=False,
                        max_scale=getattr(policy.loss_scale, "max_scale", 2.0 ** 24))
-        own = policy.loss_scale_config != self.policy.loss_scale_config
         start = float(getattr(policy.loss_scale, "scale", 1.0))
-        for feed, scale, bare, names in self._steps:
+        for feed, _, bare, names in self._steps:
             known = {n: dtype_name(v.dtype) for n, v in feed.items()}
             ctx = block_context(self.net)
             params = frozenset(feed) - set(names)
             amp_sym = rewrite(bare, known, policy, ctx, params=params)
-            self._record(rec, policy, amp_sym, bare, feed, start if own else scale, names)
+            self._record(rec, policy, amp_sym, bare, feed, start, names)
         return rec.report()
 
     def _record(self, rec: Recorder, policy: Policy, amp_sym: mx.sym.Symbol,

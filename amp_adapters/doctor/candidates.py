@@ -192,18 +192,18 @@ def passes(replay: DoctorReport) -> tuple[bool, str]:
 
 
 def keeps(report: DoctorReport, replay: DoctorReport, candidate: Candidate) -> tuple[str, ...]:
-    """What the fix keeps low, per op type it touches ("3 of 4 linear ops stay float16"); for a
-    scale-only fix, that every op runs as before."""
+    """What the fix keeps low, per op type it touches ("3 of 4 linear ops stay fp16"); for a
+    scale-only fix, that no op moves."""
     short = SHORT_NAMES[report.dtype]
     before = {r.name: r for r in report.ops}
-    low_after = {r.name for r in replay.ops if r.lowered}
+    low_after = {r.index for r in replay.ops if r.lowered}  # by execution order: a backend
+    # may name an instance by its position among ops and casts, which a fix changes
     if not candidate.moved:
-        n = sum(r.lowered for r in report.ops)
-        return (f"every op runs as before: {n} of {len(report.ops)} ops stay {short}",)
+        return (f"no op moves: every op that ran {short} still does",)
     types = sorted({before[m].canonical or before[m].op for m in candidate.moved if m in before})
     out = []
     for t in types:
         mine = [r for r in report.ops if (r.canonical or r.op) == t and r.lowered]
-        stay = sum(r.name in low_after for r in mine)
+        stay = sum(r.index in low_after for r in mine)
         out.append(f"{stay} of {len(mine)} {t} ops stay {short}")
     return tuple(out)

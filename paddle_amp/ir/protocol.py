@@ -105,6 +105,7 @@ class ProgramIR(Protocol):
     def in_guard(self, op: Any) -> bool: ...  # built inside fp16_guard
     def var_names(self, op: Any) -> AbstractSet[str]: ...  # what it reads and writes
     def instance_names(self, op: Any) -> tuple[str, ...]: ...  # what layer rules match
+    def copy_with(self, loss: Any) -> tuple: ...  # (a copy of the program, loss in it)
     def is_control_flow(self, op: Any) -> bool: ...
     def control_flow_slots(self, op: Any) -> list[Slot]: ...  # its inputs, what its blocks read
     def is_cast(self, op: Any) -> bool: ...

@@ -155,6 +155,11 @@ class LegacyProgram:
     def var_names(self, op) -> set:
         return set(op.input_arg_names + op.output_arg_names)
 
+    def copy_with(self, loss) -> tuple:
+        """(a copy of this program, ``loss`` in it): what the doctor replays fixes on."""
+        copy = self.program.clone()
+        return copy, copy.global_block().var(loss.name)
+
     def instance_names(self, op) -> tuple[str, ...]:
         """The names the policy's layer rules match ``op`` by: its output vars
         (``dense2.tmp_0``), the parameters it reads (``dense2.w_0``) and its name scope."""

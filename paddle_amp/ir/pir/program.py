@@ -209,6 +209,12 @@ class PirProgram:
     def var_names(self, op) -> set:
         return {_name(v) for v in list(op.operands_source()) + list(op.results())} - {None}
 
+    def copy_with(self, loss) -> tuple:
+        """(a copy of this program, ``loss`` in it): what the doctor replays fixes on."""
+        mapping = paddle.pir.IrMapping()
+        copy = self.program.clone(mapping)
+        return copy, mapping.look_up(loss)
+
     def instance_names(self, op) -> tuple[str, ...]:
         """The names the policy's layer rules match ``op`` by: the parameters it reads
         (``dense2.w_0``: what PIR keeps of a layer's name, as the legacy IR's
