@@ -173,13 +173,9 @@ class Doctor(Session):
         ``backward``) is decorated with ``policy`` and examined in a scratch scope, at
         ``policy``'s initial loss scale. Nothing of the user's program, scope or
         optimizer is touched."""
-        dynamic = paddle.in_dynamic_mode()  # called after the user left static mode
-        paddle.enable_static()
-        try:
+        from .kernels import _static  # static mode in the program's IR, restored after
+        with _static("IrGuard" if ir.of(self.optimizer._fp32_source[0]).pir else "OldIrGuard"):
             return self._replay(policy)
-        finally:
-            if dynamic:
-                paddle.disable_static()
 
     def _replay(self, policy: Policy) -> DoctorReport:
         from .decorator import OptimizerWithMixedPrecision
