@@ -183,17 +183,15 @@ def unmatched(patterns: Iterable[str], names: Iterable[str],
     for pattern in sorted(set(patterns)):
         if any(matches(pattern, name) for name in names):
             continue
-        stems = sorted({_stem(nm) for nm in names} | set(names))
+        stems = sorted({st for nm in names for st in _stems(nm)})
         out.append((pattern, close_matches(pattern, stems, n) or stems[:n]))
     return out
 
 
-def _stem(name: str) -> str:
-    """A name's layer part: up to its last separator (``dense2_fwd`` -> ``dense2``)."""
-    for i in range(len(name) - 1, 0, -1):
-        if name[i] in SEPARATORS:
-            return name[:i]
-    return name
+def _stems(name: str) -> list[str]:
+    """The layer names a pattern could use for ``name``: the name and each part of it up to a
+    separator (``dense2.w_0`` -> ``dense2``, ``dense2.w``, ``dense2.w_0``)."""
+    return [name[:i] for i in range(1, len(name)) if name[i] in SEPARATORS] + [name]
 
 
 class UnmatchedLayerWarning(UserWarning):

@@ -109,8 +109,8 @@ class Rewriter:
         noted for ``warn_unmatched``; None (nothing to match) without layer rules."""
         if not self.policy.layer_patterns("paddle"):
             return None
-        names = ir.instance_names(op)
-        self.__dict__.setdefault("_instances", set()).update(names)
+        names = ir.instance_names(op)  # a rule naming any var of the program is no typo
+        self.__dict__.setdefault("_instances", set()).update(names, ir.var_names(op))
         return names
 
     def _shape(self, ir: ProgramIR, op, slots: Optional[list[Slot]] = None
