@@ -160,6 +160,25 @@ def candidates(report: DoctorReport, policy: Policy) -> list[Candidate]:
     return out
 
 
+def rescaled(candidate: Candidate, replay: DoctorReport) -> Optional[Candidate]:
+    """``candidate`` with a lower initial loss scale, where its replay overflowed in the
+    backward pass only (its forward passes finite: the fix held there) at a scale that
+    ``backward_scale`` can lower; None otherwise. Tried right after the candidate: moving
+    an op to float32 can leave its large values to the backward pass of the next one."""
+    if candidate.kind == "loss_scale":
+        return None
+    scale = backward_scale(replay)
+    if scale is None:
+        return None
+    why = (f"with {candidate.what.split(';')[0]}, the forward pass is finite and the "
+           f"backward pass overflows only: at {scale:g} its largest recorded value stays "
+           f"{SCALE_HEADROOM:g}x below the {SHORT_NAMES[replay.dtype]} maximum")
+    return Candidate(candidate.kind, _with_scale(candidate.policy, scale),
+                     {**candidate.reasons, "init_scale": {"init_scale": why}},
+                     f"{candidate.what}, and start the loss scale at {scale:g}",
+                     candidate.moved)
+
+
 def _by_type(report: DoctorReport, base: Policy, base_why: Mapping,
              flagged: Mapping[str, list[tuple[Finding, str]]], kind: str) -> Candidate:
     canonical = {t: fs[0][0].reason for t, fs in flagged.items() if fs[0][0].canonical}

@@ -23,7 +23,7 @@ from ..oplists import CATEGORIES
 from ..policy import PRESETS, OpLists, Policy
 from ..policyfile import STATE_FIELDS
 from ..scaler import DynamicLossScale, NoOpLossScale, StaticLossScale
-from .candidates import _moved_ops, _with_scale, candidates, keeps, passes
+from .candidates import Candidate, _moved_ops, _with_scale, candidates, keeps, passes, rescaled
 from .report import DoctorReport, Finding
 
 
@@ -85,18 +85,23 @@ def recommend(report: DoctorReport, policy: Policy,
     With ``replay`` (the backend re-running the recorded steps under a policy, giving
     that run's report), the candidate fixes (``candidates``: the loss scale alone, the
     named layers, an op type) are replayed narrowest first and the first clean one is
-    recommended, with what it keeps low; if none is, the widest, marked not verified.
+    recommended, with what it keeps low; if none is, the widest, marked not verified. A
+    candidate whose replay overflows in the backward pass only is tried again at a lower
+    initial scale (``rescaled``) before the next.
     Without it, every flagged op type moves to fp32 (a backend that cannot replay)."""
     findings = tuple(report.findings())
     if replay is None:
         return _by_findings(report, policy, findings)
     tried: list[tuple[str, bool, str]] = []
     chosen = None
-    for c in candidates(report, policy):
-        rerun = replay(c.policy)
-        ok, why = passes(rerun)
-        tried.append((c.what, ok, why))
-        chosen = (c, rerun, ok, why)
+    for first in candidates(report, policy):
+        c: Optional[Candidate] = first
+        while c is not None:
+            rerun = replay(c.policy)
+            ok, why = passes(rerun)
+            tried.append((c.what, ok, why))
+            chosen = (c, rerun, ok, why)
+            c = None if ok else rescaled(c, rerun)
         if ok:
             break
     if chosen is None:
