@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import logging
 import sys
 import threading
@@ -36,6 +37,7 @@ from mxnet import base
 
 from amp_adapters import (UNKNOWN, AmpConfigError, OpDecision, Policy, attrs_read,
                           effective_lists, plan_op)
+from amp_adapters.layers import warn_unmatched
 from amp_adapters.oplists import load_table, native_lists
 from amp_adapters.dtypes import AMP_DTYPES
 
@@ -115,6 +117,8 @@ def reset() -> None:
     forget_fallback_logs()
     forget_loss_output_trainer()
     _warned_loss_outputs.clear()
+    _layer_names.clear()
+    _layer_warned.clear()
 
 
 def _wrap_loss_outputs(policy: Policy) -> None:
@@ -424,9 +428,35 @@ def _traced_graph(get_graph: Callable) -> Callable:
             frozen_params.names = frozenset()
         from .report import summarize_block  # report imports this module
         summarize_block(block)
+        _check_layers(block)
         return out
     traced.__amp_original__ = get_graph  # type: ignore[attr-defined]
     return traced
+
+
+_layer_names: set[str] = set()    # the node and block names of every graph traced under init
+_layer_warned: set[str] = set()   # the layer patterns warned about (once each)
+
+
+def _check_layers(block: Any) -> None:
+    """After a trace under a policy with layer rules: warn once per pattern that matches no
+    node or block name of any graph traced so far (``UnmatchedLayerWarning``, with the
+    closest names). Imperative calls are not traced: there the doctor or ``cast_report``
+    shows what a rule matched."""
+    policy = active_policy()
+    patterns = policy.layer_patterns("mxnet") - _layer_warned if policy is not None else ()
+    if not patterns or not block._cached_graph:
+        return
+    todo = [block]
+    while todo:
+        b = todo.pop()
+        _layer_names.add(b.name)
+        todo.extend(b._children.values())
+    _layer_names.update(n["name"] for n in json.loads(block._cached_graph[1].tojson())["nodes"]
+                        if n["op"] != "null")
+    missing = warn_unmatched(patterns, _layer_names - {""},
+                             f"the blocks traced so far (the last: {block.name})", stacklevel=6)
+    _layer_warned.update(p for p, _ in missing)
 
 
 def _round_outputs(d: OpDecision, out: Any) -> Any:

@@ -100,3 +100,18 @@ def test_a_layer_matching_nothing_warns_naming_the_closest_nodes():
     assert msgs == ["layer 'dens2' of the policy matches no op of the symbol converted; the "
                     "closest names it has: 'dense2' (a layer rule covers names equal to it or "
                     "starting with it and a separator: _ . / - :)"]
+
+
+def test_a_trace_warns_once_for_a_layer_matching_no_block_or_node():
+    amp.init(policy=Policy.preset("O1", emulate=True,
+                                  mxnet_layers=LayerLists(fp32={"dense2", "dens3"})))
+    net = _net(hybridize=True)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        net(_x())
+        net.hybridize()  # traced again: no second warning
+        net(_x())
+    msgs = [str(x.message) for x in w if issubclass(x.category, UnmatchedLayerWarning)]
+    assert len(msgs) == 1 and msgs[0].startswith(
+        "layer 'dens3' of the policy matches no op of the blocks traced so far (the last: ")
+    assert "closest names it has: 'dense3'" in msgs[0]
