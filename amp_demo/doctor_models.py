@@ -18,6 +18,10 @@ by a layer normalisation (``layered_arrays``: weights, biases, data):
   forward pass; the normalisation brings it back, so only that layer needs float32.
 - ``layer_backward``: every forward value is small, but the loss is large (x 20): at the
   default loss scale 2**16 the backward pass overflows in float16; a lower scale fixes it.
+- ``layer_precision``: no overflow; the third layer's weights come in pairs ``1000 + d``,
+  ``-1000`` over equal inputs (the second layer's outputs are all one value), so its output
+  is ``8 d h``: float16 rounds ``1000 + d`` to 1000 and the output to 0 (precision, not
+  range: only that layer needs float32).
 """
 import numpy as np
 
@@ -27,8 +31,8 @@ B, D, H = 4, 16, 8
 KINDS = ("overflow", "underflow", "reduction")
 FACTOR = {"overflow": 1.0, "underflow": 1e-11, "reduction": 1e-4}
 PLANTED_CANONICAL = {"overflow": "matmul", "reduction": "matmul"}
-LAYERED = ("layer_overflow", "layer_backward")
-LAYERED_FACTOR = {"layer_overflow": 0.01, "layer_backward": 20.0}
+LAYERED = ("layer_overflow", "layer_backward", "layer_precision")
+LAYERED_FACTOR = {"layer_overflow": 0.01, "layer_backward": 20.0, "layer_precision": 1e-4}
 NORM_AFTER = 2  # the normalisation follows the third layer (index 2)
 
 
@@ -66,11 +70,19 @@ def layered_arrays(kind, step=0):
     layers = []
     for i in range(4):
         out = 1 if i == 3 else D
-        if kind == "layer_overflow" and i == 2:
+        if kind == "layer_precision" and i == 1:  # every output feature the same value
+            w = np.repeat(p.uniform(0.1, 0.2, (D, 1)), out, axis=1)
+        elif kind == "layer_precision" and i == 2:  # rows in pairs: 1000 + d, -1000
+            w = np.tile([[1000.0], [-1000.0]], (D // 2, out))
+            w[0::2] += p.uniform(0.05, 0.15, (1, out))
+        elif kind == "layer_overflow" and i == 2:
             w = p.uniform(800.0, 1200.0, (D, out))
-        elif kind == "layer_overflow" and i < 2:
+        elif kind in ("layer_overflow", "layer_precision") and i < 2:
             w = p.uniform(0.1, 0.2, (D, out))
         else:
             w = p.uniform(-0.3, 0.3, (D, out))
-        layers.append((w.astype(np.float32), p.uniform(-0.1, 0.1, (out,)).astype(np.float32)))
+        b = p.uniform(-0.1, 0.1, (out,))
+        if kind == "layer_precision" and i == 1:
+            b[:] = 0.0  # its outputs stay one value per row, in every precision
+        layers.append((w.astype(np.float32), b.astype(np.float32)))
     return x, np.zeros((B, 1), np.float32), layers

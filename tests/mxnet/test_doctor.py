@@ -315,3 +315,25 @@ def test_a_backward_only_overflow_is_fixed_by_the_loss_scale_alone(hybridize, tm
     _, trainer, skipped = _layered("layer_backward", policy=str(path), hybridize=hybridize,
                                    steps=4)
     assert sum(skipped) == 0 == _fp32_nans("layer_backward", hybridize, 4)
+
+
+@pytest.mark.parametrize("hybridize", [True, False], ids=["hybridized", "imperative"])
+def test_a_precision_loss_in_one_layer_is_named_and_only_it_moves(hybridize, tmp_path):
+    dr, _, skipped = _layered("layer_precision", hybridize=hybridize, doctor_steps=2)
+    rep = dr.report()
+    assert rep.overflow_steps == 0 and skipped == [False, False]  # no overflow: precision
+    (first,) = [f for f in rep.findings() if f.action]
+    assert (first.kind, first.name) == ("precision", "dense2_fwd")
+    assert rep.op_named("dense2_fwd").added[0] > 0.1
+    rec = dr.recommendation()
+    assert rec.policy.mxnet_layers.fp32 == {"dense2"} and rec.policy.ops == \
+        P.policy("layer_precision").ops
+    assert rec.verified and rec.keeps == ("3 of 4 linear ops stay fp16",)
+    path = tmp_path / "fix.toml"
+    rec.write(path)
+    amp.reset()
+    dr, _, _ = _layered("layer_precision", policy=str(path), hybridize=hybridize,
+                        doctor_steps=2)
+    again = dr.report()
+    fixed = again.op_named("dense2_fwd")
+    assert again.findings() == [] and fixed.added[0] == 0.0 and fixed.errors[0] < 1e-2

@@ -221,3 +221,22 @@ def test_a_backward_only_overflow_is_fixed_by_the_loss_scale_alone(tmp_path):
     rec.write(path)
     _, skipped, _ = _layered("layer_backward", policy=str(path), steps=4)
     assert skipped == [0, 0, 0, 0]
+
+
+def test_a_precision_loss_in_one_layer_is_named_and_only_it_moves(tmp_path):
+    dr, skipped, _ = _layered("layer_precision", doctor_steps=2)
+    rep = dr.report()
+    assert rep.overflow_steps == 0 and skipped == [0, 0]  # no overflow: precision
+    (first,) = [f for f in rep.findings() if f.action]
+    assert first.kind == "precision" and rep.op_named(first.name).layer_name == "dense2"
+    rec = dr.recommendation()
+    assert rec.policy.paddle_layers.fp32 == {"dense2"}
+    assert rec.policy.ops == P.policy("layer_precision").ops
+    assert rec.verified and rec.keeps == ("3 of 4 matmul ops stay fp16",)
+    path = tmp_path / "fix.toml"
+    rec.write(path)
+    dr, _, _ = _layered("layer_precision", policy=str(path), doctor_steps=2)
+    again = dr.report()
+    assert again.findings() == []
+    (fixed,) = [r for r in again.ops if r.layer_name == "dense2" and r.canonical == "matmul"]
+    assert not fixed.lowered and fixed.added[0] == 0.0 and fixed.errors[0] < 1e-2
