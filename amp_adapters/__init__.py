@@ -29,11 +29,13 @@ Files:
     errors.py     the config and checkpoint errors
     cli.py        ``amp-adapters lists|explain|diff`` (other subcommands come by entry point)
     native_diff.py  where the shared O1 and each native default disagree, and why
+    layers.py     per-layer precision: op instances kept fp32 or run low, by name pattern
     doctor/       the numerics doctor's core: range stats, findings, the recommended policy TOML
 """
 from .dtypes import LOW_DTYPES, dtype_name
 from .errors import (AmpConfigError, CheckpointError, ConflictingOpError, NotSupportedError,
                      OverflowGuardError, UnknownChoiceError, UnknownOpError)
+from .layers import LayerLists, UnmatchedLayerWarning
 from .params import ParamPlan, ParamUse, plan_params
 from .planner import (UNKNOWN, Category, OpDecision, attrs_read, categorize, effective_lists,
                       output_fp32, plan_op, widest)
@@ -55,5 +57,5 @@ __all__ = [
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",
     "loss_scale_from_config", "loss_scale_from_state_dict", "loss_scale_from_parts",
     "LossScaleConfig", "LossScaleState", "__version__",
-    "NotSupportedError", "resolve_policy",
+    "NotSupportedError", "resolve_policy", "LayerLists", "UnmatchedLayerWarning",
 ]

@@ -60,7 +60,8 @@ class OpDecision:
     so it runs in float32 (a backend logs that once). ``kernel_refused``: it has one,
     which the device profile refuses (slower than float32 here, by rule or measured; the
     reason says why): a choice made for speed, not a missing kernel, so it is logged as
-    INFO. ``speed``: the measured ratio of its low kernel's time to float32's (casts
+    INFO. ``layer``: the ``Policy.layers`` pattern that decided this instance's category
+    (None: its op type's lists did). ``speed``: the measured ratio of its low kernel's time to float32's (casts
     included) where measured speed decided (``Policy.speed == "measured"``), else None.
     """
 
@@ -82,6 +83,7 @@ class OpDecision:
     kernel_checked: bool = False  # the device's kernels were asked (else: no device given)
     kernel_refused: bool = False
     speed: Optional[float] = None
+    layer: Optional[str] = None  # the layer pattern (Policy.layers...) that decided it
 
     @property
     def lacks_kernel(self) -> bool:
@@ -262,7 +264,8 @@ def plan_op(policy: Policy, framework: str, op: str,
             input_names: Optional[Sequence[str]] = None,
             param_inputs: Optional[Sequence[bool]] = None,
             free: Optional[Sequence[bool]] = None,
-            readers: Optional[Sequence[Any]] = None) -> OpDecision:
+            readers: Optional[Sequence[Any]] = None,
+            instance: "str | Sequence[str] | None" = None) -> OpDecision:
     """Decide how ``op`` runs given its ``input_dtypes``.
 
     ``device``: what the device the op runs on has (``DeviceProfile``: its kernels,
@@ -282,7 +285,9 @@ def plan_op(policy: Policy, framework: str, op: str,
     treats every input as an activation. ``free``: which inputs have no dtype
     of their own yet (a parameter of a graph being converted, whose dtype the
     framework infers from the op reading it, as MXNet's native conversion
-    leaves it), for ``_free_inputs``. A refused op runs as where there is no kernel,
+    leaves it), for ``_free_inputs``. ``instance``: the name(s) of this op instance
+    (a node name, its block or layer, its output variables), which the policy's layer
+    rules (``Policy.layers``) match: a rule wins over the op type's lists. A refused op runs as where there is no kernel,
     with the refusal as its reason (emulated under ``emulate=True``: the policy asked for
     low-precision numerics, and rounding costs less than the slow kernel). An
     ``UNKNOWN`` input counts as float32 for the decision. An op with a float64 input
@@ -299,7 +304,7 @@ def plan_op(policy: Policy, framework: str, op: str,
     kept = _kept(framework, op, input_names, len(input_dtypes))
     given = tuple(None if k else d for d, k in zip(input_dtypes, kept))
     params = tuple(param_inputs or ()) + (False,) * (len(given) - len(param_inputs or ()))
-    cat = _category(policy, framework, op, attrs, force_fp32)
+    cat, layer = _category(policy, framework, op, attrs, force_fp32, instance)
     typed = _free_inputs(cat, given, tuple(free or ()))
     idle = _idle_move(policy, framework, cat, typed, readers, device)
     target = _target(policy, cat, typed, params[:len(given)], idle)
@@ -312,7 +317,7 @@ def plan_op(policy: Policy, framework: str, op: str,
                       round_inputs=round_inputs, round_outputs=run.emulated,
                       kept_outputs=load_table(framework).keep_fp32_outputs.get(op, ()),
                       kernel_checked=device is not None and device.kernels is not None,
-                      kernel_refused=run.refused, speed=run.speed)
+                      kernel_refused=run.refused, speed=run.speed, layer=layer)
 
 
 @dataclass(frozen=True)
@@ -338,12 +343,17 @@ class _Run:
 
 
 def _category(policy: Policy, framework: str, op: str, attrs: Optional[Mapping[str, object]],
-              force_fp32: Optional[str]) -> Category:
-    """Rule: the lists decide (``categorize``), unless the caller forces this op to fp32."""
+              force_fp32: Optional[str], instance) -> tuple[Category, Optional[str]]:
+    """Rule: the caller's force to fp32, else a layer rule naming this instance
+    (``Policy.layer_rule``), else the lists (``categorize``). Level OD keeps a layer's
+    ``lower`` and its ``fp32``; O0 has no rules. Also returns the deciding layer pattern."""
     cat = categorize(policy, framework, op, attrs)
     if force_fp32 and policy.enabled:
-        return Category(op, cat.canonical, "fp32", force_fp32)
-    return cat
+        return Category(op, cat.canonical, "fp32", force_fp32), None
+    rule = policy.layer_rule(framework, instance) if policy.enabled else None
+    if rule is not None:
+        return Category(op, cat.canonical, rule.category, rule.reason), rule.pattern
+    return cat, None
 
 
 def _free_inputs(cat: Category, given: tuple[Optional[str], ...],

@@ -18,6 +18,7 @@ from .dtypes import POLICY_DTYPES as DTYPES
 from .dtypes import dtype_name
 from .errors import (AmpConfigError, ConflictingOpError, UnknownChoiceError, UnknownOpError,
                      check_choice, check_flag)
+from .layers import LayerLists, LayerRule, layer_rule
 from .oplists import CATEGORIES, FRAMEWORKS, canonical_ops, load_table
 from .policyfile import (check_names, check_op_lists, check_policy_dict, check_rule,
                          dataclass_fields, framework_name_hint, read_toml)
@@ -170,6 +171,12 @@ class Policy:
     ``device.speed_refusal``; the preset ``"auto"``). ``profile``: a saved profile file
     (``amp-adapters profile --save``) whose measurements decide instead of this
     machine's, so the plan is the same on every rerun and every machine.
+
+    ``layers``: op *instances* by name (``LayerLists``: ``fp32`` and ``lower`` name
+    patterns; ``amp_adapters.layers``), which win over every op-type list for the ops
+    they cover: ``LayerLists(fp32={"dense2"})`` keeps that one layer in float32 and its
+    siblings low. ``mxnet_layers`` / ``paddle_layers`` hold one framework's names and win
+    over ``layers``.
     """
 
     dtype: str = "float16"
@@ -184,6 +191,9 @@ class Policy:
     native_version: Optional[str] = None
     speed: str = "fixed"
     profile: Optional[str] = None
+    layers: LayerLists = field(default_factory=LayerLists)
+    mxnet_layers: LayerLists = field(default_factory=LayerLists)
+    paddle_layers: LayerLists = field(default_factory=LayerLists)
 
     def __post_init__(self) -> None:
         try:  # any spelling ('fp16', np.float16) becomes the one name
@@ -202,6 +212,11 @@ class Policy:
             if not isinstance(getattr(self, name), OpLists):
                 raise AmpConfigError(f"Policy.{name} must be an OpLists, "
                                      f"got {type(getattr(self, name)).__name__}")
+        for name in ("layers", "mxnet_layers", "paddle_layers"):
+            if not isinstance(getattr(self, name), LayerLists):
+                raise AmpConfigError(f"Policy.{name} must be a LayerLists (fp32=..., "
+                                     f"lower=... layer names), got "
+                                     f"{type(getattr(self, name)).__name__}")
         unknown = sorted(self.ops.names() - canonical_ops())
         if unknown:
             raise UnknownOpError(unknown[0], "the canonical vocabulary (Policy.ops)",
@@ -241,6 +256,24 @@ class Policy:
         if framework not in FRAMEWORKS:
             raise UnknownChoiceError("framework", framework, FRAMEWORKS)
         return getattr(self, f"{framework}_ops")
+
+    def framework_layers(self, framework: str) -> LayerLists:
+        """The layer rules of ``framework``'s own instance names."""
+        if framework not in FRAMEWORKS:
+            raise UnknownChoiceError("framework", framework, FRAMEWORKS)
+        return getattr(self, f"{framework}_layers")
+
+    def layer_patterns(self, framework: str) -> frozenset[str]:
+        """Every layer pattern that applies in ``framework`` (its table and the canonical)."""
+        return self.framework_layers(framework).names() | self.layers.names()
+
+    def layer_rule(self, framework: str, instance: Any) -> Optional[LayerRule]:
+        """The layer rule deciding the op instance named ``instance`` (a name or all its
+        names) in ``framework``, or None; ``amp_adapters.layers`` has the matching rule."""
+        if not (self.layers or self.framework_layers(framework)):
+            return None
+        return layer_rule(((f"{framework}_layers", self.framework_layers(framework)),
+                           ("layers", self.layers)), instance)
 
     def validate_for(self, framework: str, registry: Optional[Iterable[str]] = None) -> None:
         """Check ``framework``'s override names against its live op ``registry``.
@@ -289,6 +322,9 @@ class Policy:
                 kw[f"{fw}_ops"] = OpLists(**ops[fw])
         if "ops" in ops:
             kw["ops"] = OpLists(**ops["ops"])
+        layers = checked.pop("layers", {})
+        for key, lists in layers.items():
+            kw["layers" if key == "layers" else f"{key}_layers"] = LayerLists(**lists)
         if "loss_scale" in checked:
             table = dict(checked.pop("loss_scale"))
             try:
@@ -318,6 +354,10 @@ class Policy:
         fp32 = ["matmul"]
         [ops.mxnet]              # MXNet op names (same keys, plus conditional_fp32)
         [ops.paddle]             # Paddle op names
+        [layers]                 # op instances by name: fp32 = [...], lower = [...]
+        fp32 = ["dense2"]        # a prefix covers dense2_fwd, its backward, its casts
+        [layers.mxnet]           # one framework's instance names (win over [layers])
+        [layers.paddle]
         [loss_scale]             # kind = dynamic | static | none, plus the scaler fields
         init_scale = 65536
         ```

@@ -20,12 +20,14 @@ from typing import Any, Iterable, Mapping, Optional
 
 from .dtypes import dtype_name
 from .errors import AmpConfigError, close_matches
+from .layers import LAYER_CATEGORIES, check_layer_lists
 from .loss_scale.config import KINDS
 from .loss_scale.state import FIELDS
 from .oplists import CATEGORIES, FRAMEWORKS, canonical_ops, load_table
 from .toml_duplicates import find_duplicate
 
-TOP_KEYS = ("preset", "dtype", "level", "emulate", "speed", "profile", "ops", "loss_scale")
+TOP_KEYS = ("preset", "dtype", "level", "emulate", "speed", "profile", "ops", "layers",
+            "loss_scale")
 OPS_KEYS = (*CATEGORIES, "conditional_fp32", "replace")
 RULE_KEYS = ("op", "attr", "values")
 LOSS_SCALE_KINDS = KINDS
@@ -232,8 +234,32 @@ def check_policy_dict(d: Any, where: str, presets: Mapping[str, Any], dtypes: tu
         out["ops"] = {fw: check_op_lists(ops.pop(fw), where, f"ops.{fw}", canonical=False)
                       for fw in FRAMEWORKS if fw in ops}
         out["ops"]["ops"] = check_op_lists(ops, where, "ops", canonical=True)
+    if "layers" in d:
+        out["layers"] = check_layers(d["layers"], where)
     if "loss_scale" in d:
         out["loss_scale"] = check_loss_scale(d["loss_scale"], where, fields_of)
+    return out
+
+
+def check_layers(value: Any, where: str) -> dict[str, dict[str, frozenset[str]]]:
+    """The ``[layers]`` table: {"layers": kwargs, "mxnet": kwargs, "paddle": kwargs} of
+    ``LayerLists`` keyword arguments. A sub-table names a framework (``[layers.mxnet]``);
+    one under another name, or nested deeper, is an error naming its key."""
+    d = _table(value, where, "layers", "[layers] with fp32 = [...], lower = [...]")
+    out: dict[str, dict[str, frozenset[str]]] = {}
+    for key in list(d):
+        if isinstance(d[key], Mapping):
+            if key not in FRAMEWORKS:
+                raise AmpConfigError(
+                    f"{where}: [layers.{key}]: {key!r} is no framework{_did_you_mean(key, FRAMEWORKS)} "
+                    f"(a layers table is [layers] for names both frameworks share, or "
+                    f"[layers.{'] / [layers.'.join(FRAMEWORKS)}] for one framework's names)")
+            out[key] = check_layer_lists(d.pop(key), where, f"layers.{key}")
+        elif key in FRAMEWORKS:
+            raise _fail(where, f"layers.{key}", d[key],
+                        f"must be a table ([layers.{key}] with fp32 = [...], lower = [...])")
+    _keys(d, (*LAYER_CATEGORIES, *FRAMEWORKS), where, "layers")
+    out["layers"] = check_layer_lists(d, where, "layers")
     return out
 
 

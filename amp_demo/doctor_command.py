@@ -28,6 +28,7 @@ def run(args: argparse.Namespace) -> int:
     trainer = importlib.import_module(f"amp_demo.{args.framework}_trainer")
     report, rec = trainer.run_doctor(args.model, policy, args.steps)
     print(report.format())
+    print("\n" + rec.format())
     print("\nrecommended policy (pass it as policy= unchanged):\n")
     print(rec.toml)
     if args.write:

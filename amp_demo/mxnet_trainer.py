@@ -129,7 +129,35 @@ def speed_row(policy: str, width: int, batch: int, layers: int, budget_s: float)
 
 # -- the doctor's demo models (amp_demo.doctor_models: the planted problems) -------------------
 
-from .doctor_models import FACTOR, arrays  # noqa: E402
+from .doctor_models import FACTOR, LAYERED_FACTOR, NORM_AFTER, arrays, layered_arrays  # noqa: E402,E501
+
+
+def layered_model(kind, hybridize=True):
+    """(net, loss_fn) of a ``LAYERED`` doctor model: Dense blocks ``dense0``..``dense3``, the
+    LayerNorm ``norm`` after ``dense2``, with the planted weights."""
+    _, _, layers = layered_arrays(kind)
+    net = gluon.nn.HybridSequential(prefix="")
+    with net.name_scope():
+        for i, (w, b) in enumerate(layers):
+            net.add(gluon.nn.Dense(w.shape[1], in_units=w.shape[0], prefix=f"dense{i}_"))
+            if i == NORM_AFTER:
+                net.add(gluon.nn.LayerNorm(in_channels=w.shape[1], prefix="norm_"))
+    net.initialize()
+    for i, (w, b) in enumerate(layers):
+        dense = net[i + (i > NORM_AFTER)]
+        dense.weight.set_data(mx.nd.array(w.T))
+        dense.bias.set_data(mx.nd.array(b))
+
+    class Loss(gluon.HybridBlock):
+        def hybrid_forward(self, F, pred, label):
+            d = pred - label
+            return F.mean(d * d) * LAYERED_FACTOR[kind]
+
+    loss_fn = Loss(prefix="loss_")
+    if hybridize:
+        net.hybridize()
+        loss_fn.hybridize()
+    return net, loss_fn
 
 
 def doctor_model(kind, hybridize=True):

@@ -165,6 +165,43 @@ def doctor_program(kind, policy=None, optimizer=None):
     return main, loss, opt, exe
 
 
+def layered_program(kind, policy=None, optimizer=None):
+    """(main, loss, decorated optimizer, executor) of a ``LAYERED`` doctor model: four
+    ``paddle.static.nn.fc`` layers named ``dense0``..``dense3`` (parameters ``dense2.w_0``...,
+    the names a layer rule matches in both IRs) and a layer norm after ``dense2``."""
+    from .doctor_models import LAYERED_FACTOR, NORM_AFTER, layered_arrays
+    paddle.enable_static()
+    _, _, layers = layered_arrays(kind)
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+        h = paddle.static.data("x", [B, D], "float32")
+        label = paddle.static.data("label", [B, 1], "float32")
+        for i, (w, b) in enumerate(layers):
+            h = paddle.static.nn.fc(
+                h, w.shape[1], name=f"dense{i}",
+                weight_attr=paddle.ParamAttr(name=f"dense{i}.w_0",
+                                             initializer=paddle.nn.initializer.Assign(w)),
+                bias_attr=paddle.ParamAttr(name=f"dense{i}.b_0",
+                                           initializer=paddle.nn.initializer.Assign(b)))
+            if i == NORM_AFTER:
+                h = paddle.nn.functional.layer_norm(h, [w.shape[1]])
+        d = h - label
+        loss = paddle.mean(d * d) * LAYERED_FACTOR[kind]
+        opt = decorate(optimizer or paddle.optimizer.SGD(1e-3),
+                       policy=policy or doctor_policy(kind))
+        opt.minimize(loss)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup)
+    opt.amp_init(paddle.CPUPlace())
+    return main, loss, opt, exe
+
+
+def layered_feed(kind, step):
+    from .doctor_models import layered_arrays
+    x, y, _ = layered_arrays(kind, step)
+    return {"x": x, "label": y}
+
+
 def doctor_feed(kind, step):
     x, y, _ = arrays(kind, step)
     return {"x": x, "label": y}

@@ -35,12 +35,13 @@ from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
 from amp_adapters import AmpConfigError, ConflictingOpError
 from amp_adapters.dtypes import low_dtype
+from amp_adapters.layers import warn_unmatched
 from amp_adapters.oplists import native_lists
 
 from ._mx import declared as with_dtypes
 from ._mx import dtype_name, mx_dtype
 from .config import PolicyLike, init_policy
-from .graph import rewrite
+from .graph import nodes, rewrite
 from .kernels import note_native_speed
 from .report import block_context
 from .traced import block_graph, traced_shapes
@@ -150,7 +151,11 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
                    input_shapes: Optional[dict] = None) -> mx.sym.Symbol:
     """``sym`` (a float32 model) with the casts of the policy inserted.
 
-    ``excluded_sym_names``: nodes kept in float32. ``input_dtypes``: dtypes of
+    ``excluded_sym_names``: nodes kept in float32, as ``Policy.mxnet_layers.fp32`` says it
+    (they are added to it, so a call with them and a policy file listing them agree; a
+    name also covers nodes named after it, ``fc1`` -> ``fc1_...``, as a layer rule does).
+    A layer name matching no node warns (``UnmatchedLayerWarning``), naming the closest
+    node names. ``input_dtypes``: dtypes of
     inputs that are not float32 (every other input, data or parameter, is).
     ``data_names``: the data inputs (default, as natively: the inputs without a
     declared ``__dtype__``); the other inputs are parameters, which
@@ -172,6 +177,12 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
                           policy, emulate)
     if policy is None:  # the native's decisions: say if they are slower than float32 here
         note_native_speed(pol, training=False)
+    if excluded_sym_names:
+        pol = pol.replace(mxnet_layers=pol.mxnet_layers.with_fp32(excluded_sym_names))
+    if pol.enabled and pol.layer_patterns("mxnet"):
+        warn_unmatched(pol.layer_patterns("mxnet"),
+                       [n.name for n in nodes(sym) if n.op != "null"], "the symbol converted",
+                       stacklevel=4)
     inputs = sym.list_inputs()
     declared = _declared_dtypes(sym)
     known = {name: declared.get(name, "float32") for name in inputs}
@@ -179,7 +190,7 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
     if data_names is None:
         data_names = [n for n in inputs if n not in declared]
     params = frozenset(inputs) - set(data_names)
-    out = rewrite(sym, known, pol, ctx, frozenset(excluded_sym_names or ()),
+    out = rewrite(sym, known, pol, ctx,
                   optional_params=params if cast_optional_params else frozenset(),
                   keep_casts=True, params=params, free_params=params,
                   shapes={k: tuple(v) for k, v in (input_shapes or {}).items()})

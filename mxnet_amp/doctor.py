@@ -18,7 +18,10 @@ policy gives ``loss_fn(net(x), y)`` (traced once, for hybridized and
 imperative blocks alike) runs op by op on copies of the current parameters,
 forward and backward at the trainer's loss scale, and so does the same graph
 without its AMP casts (float32); the core (``amp_adapters.doctor``) turns the
-values into the report and the recommendation. On exit the parameters, their
+values into the report and the recommendation. Each batch, with the parameters it
+ran on, is kept for the recommendation: it replays the recorded steps under each
+candidate fix (``replay``), narrowest first, and recommends the first that runs
+clean (``amp_adapters.doctor.candidates``). On exit the parameters, their
 gradients, the trainer's optimizer state and the loss-scale state are put back
 bit for bit as they were when the block was entered.
 """
@@ -34,15 +37,16 @@ from mxnet import autograd
 from mxnet.gluon import HybridBlock
 
 from amp_adapters import Policy
-from amp_adapters.doctor import Recorder
+from amp_adapters.doctor import DoctorReport, Recorder
 from amp_adapters.doctor.session import Session
 from amp_adapters.dtypes import FLOAT_DTYPES
+from amp_adapters.layers import matches, warn_unmatched
 from amp_adapters.policy import PolicyLike, resolve_policy
 
 from . import patching, scaling
 from ._mx import dtype_name, unpatched
 from .active import active_policy
-from .graph import nodes, plan_graph
+from .graph import nodes, plan_graph, rewrite
 from .report import block_context
 
 _CASTS = ("amp_cast", "amp_multicast")
@@ -75,6 +79,8 @@ class Doctor(Session):
         self._pending: Optional[tuple] = None
         self._busy = False
         self._emulated = False
+        self._steps: list[tuple] = []  # (feed copy, scale, graph without casts, input names)
+        self._layers: tuple[str, ...] = ()
         self.steps = 0
 
     # -- the with block ----------------------------------------------------------------------
@@ -110,22 +116,58 @@ class Doctor(Session):
 
     def examine(self, data: tuple, labels: tuple, scale: Optional[float] = None) -> None:
         """Run one batch through the AMP graph and through float32, op by op, and record it.
-        (The hooks call this; call it yourself to examine a batch outside a training step.)"""
+        (The hooks call this; call it yourself to examine a batch outside a training step.)
+        The batch, the parameters it ran with and the scale are kept (copies) for
+        ``replay``."""
         if scale is None:
             scale = _current_scale(self.trainer, self.policy)
         amp_sym, names = self._trace(len(data), len(labels))
-        ref_sym = mx.sym.load_json(amp_sym.tojson())  # the same graph, AMP casts taken out
         params = {n: p.data() for n, p in self.net.collect_params().items()}
         params.update({n: p.data() for n, p in self.loss_fn.collect_params().items()})
         feed = {**dict(zip(names, (*data, *labels))), **params}
+        if not self._steps:
+            self._layers = _block_names(self.net, self.loss_fn)
+            warn_unmatched(self.policy.layer_patterns("mxnet"),
+                           [n.name for n in nodes(amp_sym) if n.op not in ("null", *_CASTS)],
+                           "the model the doctor examines", stacklevel=5)
+        bare = mx.sym.load_json(amp_sym.tojson())  # the same graph, AMP casts taken out
+        self._steps.append(({k: v.copy() for k, v in feed.items()}, scale, bare, names))
+        self._record(self._recorder, self.policy, amp_sym, bare, feed, scale, names)
+        self.steps += 1
+
+    can_replay = True
+
+    def replay(self, policy: Policy) -> DoctorReport:
+        """The report of the recorded steps run again, each on the batch and parameters it
+        had, under ``policy`` (its graph planned by ``graph.rewrite``), at ``policy``'s
+        initial loss scale (a fix must hold from the first step, as in a new run; Paddle's
+        replay does the same). Nothing of the model or the trainer is touched."""
+        rec = Recorder("mxnet", policy.dtype, emulated=False,
+                       max_scale=getattr(policy.loss_scale, "max_scale", 2.0 ** 24))
+        start = float(getattr(policy.loss_scale, "scale", 1.0))
+        for feed, _, bare, names in self._steps:
+            known = {n: dtype_name(v.dtype) for n, v in feed.items()}
+            ctx = block_context(self.net)
+            params = frozenset(feed) - set(names)
+            amp_sym = rewrite(bare, known, policy, ctx, params=params)
+            self._record(rec, policy, amp_sym, bare, feed, start, names)
+        return rec.report()
+
+    def _record(self, rec: Recorder, policy: Policy, amp_sym: mx.sym.Symbol,
+                ref_sym: mx.sym.Symbol, feed: dict, scale: float, names: list[str]) -> None:
+        """One step into ``rec``: ``amp_sym`` (the graph with its casts) and ``ref_sym`` (the
+        same without) run op by op on ``feed`` at ``scale``."""
         ctx = block_context(self.net)
         known = {n: dtype_name(v.dtype) for n, v in feed.items()}
-        plan = plan_graph(amp_sym, known, self.policy, ctx)
-        self._emulated = self._emulated or any(d.emulated for d in plan)
-        self._recorder.emulated = self._emulated
+        plan = plan_graph(amp_sym, known, policy, ctx)
+        emulated = any(d.emulated for d in plan)
+        if rec is self._recorder:
+            self._emulated = self._emulated or emulated
+            rec.emulated = self._emulated
+        else:
+            rec.emulated = rec.emulated or emulated
         amp_vals, amp_grads, order, amp_bwd = _run(amp_sym, feed, scale)
         ref_vals, ref_grads, _, ref_bwd = _run(ref_sym, feed, scale)
-        rec = self._recorder
         rec.begin_step(scale)
         origin: dict[str, str] = {}
         seen_as: dict[str, str] = {}  # op output entry -> the last entry derived from it by casts
@@ -149,7 +191,7 @@ class Doctor(Session):
                         reference=_np(ref_vals[out]),
                         inputs=[_np(amp_vals[e]) for e in ins],
                         input_refs=[_np(ref_vals[origin.get(e, e)]) for e in ins],
-                        raw=_np(amp_vals[out]))
+                        raw=_np(amp_vals[out]), layer=_layer_of(n.name, self._layers))
         owner = _cast_owners(order, origin)
         for name, grads in amp_bwd:
             if owner.get(name):
@@ -161,7 +203,6 @@ class Doctor(Session):
                       [g / scale for name, gs in ref_bwd if lowered.get(name)
                        for e, g in gs if e not in inputs])
         rec.end_step()
-        self.steps += 1
 
     def _trace(self, n_data: int, n_labels: int) -> tuple[mx.sym.Symbol, list[str]]:
         """The symbol of ``loss_fn(net(data...), labels...)`` as ``init``'s patched ops build
@@ -188,6 +229,26 @@ def doctor(net: HybridBlock, loss_fn: HybridBlock, trainer: Any = None, *,
     ``net`` with ``loss_fn`` (see the module docstring); ``trainer`` (optional) gives the
     current loss scale and has its state restored on exit."""
     return Doctor(net, loss_fn, trainer, policy=policy, max_steps=max_steps)
+
+
+def _block_names(*blocks: Any) -> tuple[str, ...]:
+    """The names of ``blocks`` and every block under them (the names the policy's layer
+    rules match an op call by: ``patching._named_call``)."""
+    out, todo = set(), list(blocks)
+    while todo:
+        b = todo.pop()
+        if b.name:
+            out.add(b.name)
+        todo.extend(b._children.values())
+    return tuple(sorted(out))
+
+
+def _layer_of(node: str, blocks: tuple[str, ...]) -> str:
+    """The layer a doctor's fix names for node ``node``: the innermost block whose name
+    covers it (``dense2`` for ``dense2_fwd``), so the rule matches the same op in a trace
+    and in imperative calls; the node's own name where no block covers it."""
+    covering = [b for b in blocks if matches(b, node)]
+    return max(covering, key=len) if covering else node
 
 
 # -- running a graph op by op -------------------------------------------------------------------

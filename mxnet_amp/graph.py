@@ -60,6 +60,7 @@ def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy,
           free: Optional[list[bool]] = None,
           shapes: Optional[Mapping[str, Optional[tuple]]] = None) -> OpDecision:
     """The core's decision for node ``n`` given its input dtypes (non-floats count as None);
+    the node's name is the instance name the policy's layer rules match (``dense2_fwd``);
     ``params``: the graph inputs that are parameters (the planner's promote rule reads it);
     ``free``: which inputs have no dtype of their own yet (the planner's free rule);
     ``shapes``: {entry: inferred shape} under measured speed (the shape class of the
@@ -70,7 +71,7 @@ def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy,
                    device=device, shape=shape, attrs=n.attrs, force_fp32=force_fp32,
                    input_names=input_names(n.op),
                    param_inputs=[e in params for e in n.inputs] if params else None,
-                   free=free)
+                   free=free, instance=n.name)
 
 
 def _device(ctx: Optional[mx.Context], policy: Policy,

@@ -10,7 +10,9 @@ names, its attributes and the ops that have a low-precision kernel on the
 current device, and applies exactly what the plan says: casts, a runtime
 ``amp_multicast`` for a promote op with traced inputs, emulation round trips.
 It decides once per call signature (the argument dtypes, the device type when
-kernels take part, the attribute values the policy reads): a repeated call
+kernels take part, the attribute values the policy reads, and, when the policy has
+layer rules, the names of the Gluon blocks being called: ``Policy.layers`` matches
+an imperative or traced op call by its blocks' names, e.g. ``dense2``): a repeated call
 costs a dict lookup plus the casts it needs. Imperative calls see real dtypes;
 while a HybridBlock is traced only parameters declare theirs, and a traced
 value of unknown dtype gets the plan's cast-if-needed (``amp_cast`` is free at
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import logging
 import sys
 import threading
@@ -36,6 +39,7 @@ from mxnet import base
 
 from amp_adapters import (UNKNOWN, AmpConfigError, OpDecision, Policy, attrs_read,
                           effective_lists, plan_op)
+from amp_adapters.layers import warn_unmatched
 from amp_adapters.oplists import load_table, native_lists
 from amp_adapters.device import ShapeClass
 from amp_adapters.dtypes import AMP_DTYPES
@@ -93,6 +97,10 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
             _patches.append((module, attr, fn))
             setattr(module, attr, wrapper)
     _wrap_loss_outputs(resolved)
+    if resolved.layer_patterns("mxnet"):  # layer rules: ops must know the block calling them
+        block = mx.gluon.Block
+        _patches.append((block, "__call__", block.__call__))
+        block.__call__ = _named_call(block.__call__)
     hybrid = mx.gluon.HybridBlock
     _patches.append((hybrid, "_get_graph", hybrid._get_graph))
     hybrid._get_graph = _traced_graph(hybrid._get_graph)
@@ -118,6 +126,8 @@ def reset() -> None:
     forget_speed_books()
     forget_loss_output_trainer()
     _warned_loss_outputs.clear()
+    _layer_names.clear()
+    _layer_warned.clear()
 
 
 def _wrap_loss_outputs(policy: Policy) -> None:
@@ -256,6 +266,31 @@ def _signature(args: tuple, kwargs: dict) -> Optional[tuple]:
     return tuple(key) if any_tensor else None
 
 
+class _Blocks(threading.local):
+    names: tuple[str, ...] = ()  # the Gluon blocks being called, innermost first
+
+
+_blocks = _Blocks()
+
+
+def _named_call(call: Callable) -> Callable:
+    """``Block.__call__`` that keeps the names of the blocks being called (``block.name``,
+    innermost first) while it runs: the instance names an op call has for the policy's
+    layer rules (``Policy.layers``), in imperative calls and in a hybridized block's trace
+    alike (a traced node is named after its block: ``dense2`` -> ``dense2_fwd``). Installed
+    only when the policy has layer rules; a tuple push and pop per block call."""
+    @functools.wraps(call)
+    def called(block: Any, *args: Any) -> Any:
+        outer = _blocks.names
+        _blocks.names = (block.name, *outer)
+        try:
+            return call(block, *args)
+        finally:
+            _blocks.names = outer
+    called.__amp_original__ = call  # type: ignore[attr-defined]
+    return called
+
+
 def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
     """A cast wrapper for ``fn`` (which dispatches to ``op``) under ``policy``.
 
@@ -275,6 +310,7 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
     direct = getattr(getattr(fn, "__code__", None), "co_filename", "") == "<string>"
     memo: dict[tuple, Any] = {}  # key -> (decision, act?), or {device type id: that}
     measured = policy.speed == "measured" and policy.enabled
+    layered = bool(policy.layer_patterns("mxnet"))  # the calling blocks take part (_blocks)
 
     def decide(key: tuple, args: tuple, kwargs: dict,
                shape: Optional[ShapeClass] = None) -> tuple[OpDecision, bool]:
@@ -291,7 +327,8 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
         attrs.update((name, a) for name, a in zip(arg_names, args)  # attributes by position
                      if not isinstance(a, (_TENSORS, list, tuple)))
         d = plan_op(policy, "mxnet", op, dtypes, device=device_profile(ctx, policy, training=True),
-                    shape=shape, attrs=attrs, input_names=names)
+                    shape=shape, attrs=attrs, input_names=names,
+                    instance=_blocks.names if layered else None)
         if d.emulated or d.fell_back:
             log_fallback(op, ctx, d)
         if len(memo) >= _MEMO_LIMIT:
@@ -319,6 +356,8 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
             shape = shape_class(_find(args, kwargs),
                                 lambda: call_unpatched(fn, args, kwargs))
             key = (key, shape.key)
+        if layered:
+            key = (key, _blocks.names)
         entry = memo.get(key)
         if entry is None or type(entry) is dict:
             entry = decide(key, args, kwargs, shape)  # a miss, or a decision made per device
@@ -448,6 +487,7 @@ def _traced_graph(get_graph: Callable) -> Callable:
             frozen_params.names = frozenset()
         from .report import summarize_block  # report imports this module
         summarize_block(block)
+        _check_layers(block)
         return out
     traced.__amp_original__ = get_graph  # type: ignore[attr-defined]
     return traced
@@ -460,6 +500,31 @@ def _input_shapes(args: tuple) -> dict:
     flat = [a for a in _flatten(args, "input")[0] if a is not None]
     names = ["data"] if len(flat) == 1 else [f"data{i}" for i in range(len(flat))]
     return {n: a.shape for n, a in zip(names, flat) if isinstance(a, _ND)}
+
+
+_layer_names: set[str] = set()    # the node and block names of every graph traced under init
+_layer_warned: set[str] = set()   # the layer patterns warned about (once each)
+
+
+def _check_layers(block: Any) -> None:
+    """After a trace under a policy with layer rules: warn once per pattern that matches no
+    node or block name of any graph traced so far (``UnmatchedLayerWarning``, with the
+    closest names). Imperative calls are not traced: there the doctor or ``cast_report``
+    shows what a rule matched."""
+    policy = active_policy()
+    patterns = policy.layer_patterns("mxnet") - _layer_warned if policy is not None else ()
+    if not patterns or not block._cached_graph:
+        return
+    todo = [block]
+    while todo:
+        b = todo.pop()
+        _layer_names.add(b.name)
+        todo.extend(b._children.values())
+    _layer_names.update(n["name"] for n in json.loads(block._cached_graph[1].tojson())["nodes"]
+                        if n["op"] != "null")
+    missing = warn_unmatched(patterns, _layer_names - {""},
+                             f"the blocks traced so far (the last: {block.name})", stacklevel=6)
+    _layer_warned.update(p for p, _ in missing)
 
 
 def _round_outputs(d: OpDecision, out: Any) -> Any:

@@ -38,7 +38,8 @@ class DecorateConfig:
 
     policy: Policy
     use_guard: bool                 # fp16_guard / use_amp_guard: only guarded ops go low
-    black_varnames: frozenset       # amp_lists.custom_black_varnames
+    black_varnames: frozenset       # amp_lists.custom_black_varnames (also in the policy's
+                                    # paddle_layers.fp32; the rewrite keeps their readers fp32)
     master_grad: bool               # O2 only: fp32 gradients of low-precision parameters
 
 
@@ -151,5 +152,7 @@ def resolve_decorate(amp_lists=None, level="O1", dtype="float16", master_grad=Fa
         policy = native_policy(lists, dtype, level, use_promote,
                                loss_scale=native_loss_scale(dtype, use_dynamic_loss_scaling, args)
                                ).with_emulation(emulate)
-    return DecorateConfig(policy, use_guard, frozenset(lists.black_varnames or ()),
-                          master_grad and policy.level == "O2")
+    black = frozenset(lists.black_varnames or ())
+    if black and policy.enabled:  # the policy says it too: a file written from it agrees
+        policy = policy.replace(paddle_layers=policy.paddle_layers.with_fp32(black))
+    return DecorateConfig(policy, use_guard, black, master_grad and policy.level == "O2")

@@ -67,6 +67,7 @@ class OptimizerWithMixedPrecision:
         self._masters: Optional[MasterWeights] = None  # emulated masters (None: native or O1)
         self._train_program = None
         self._startup_program = None
+        self._fp32_source = None  # (the program before the rewrite, its loss): doctor replays
         self._scaled_loss = None
         self._place = None
 
@@ -108,6 +109,8 @@ class OptimizerWithMixedPrecision:
         ir = program_ir.of(program)  # the program's IR, picked once for the rewrite and scaling
         self._rewriter = dataclasses.replace(self._new_rewriter(ir), loss=loss)
         self._scaling = LossScaling(ir, self.policy.loss_scale, self._found_inf_ring_id)
+        if self.policy.enabled:  # a copy the doctor replays candidate fixes on (its desc only)
+            self._fp32_source = ir.copy_with(loss)
         with paddle.static.program_guard(program, startup_program):
             if self.policy.enabled:
                 self._plan_low_params(program)

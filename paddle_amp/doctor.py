@@ -14,7 +14,9 @@ which runs the program's forward and backward ops (no optimizer, no
 loss-scale update) in a scratch scope on copies of the current persistables,
 fetching every op's output, and the same ops with the AMP casts made float32;
 the core (``amp_adapters.doctor``) turns the values into the report and the
-recommendation. On exit every persistable of the program (parameters,
+recommendation. Each feed and the parameters it ran on are kept, so the
+recommendation can replay the steps under each candidate fix (``replay``) and
+recommend the narrowest that runs clean. On exit every persistable of the program (parameters,
 optimizer state, the loss-scale state) is put back bit for bit as it was.
 
 The IR-specific part is in the IR layer (``ProgramIR.doctor_ops``,
@@ -29,7 +31,8 @@ from typing import Any, Optional
 import numpy as np
 import paddle
 
-from amp_adapters.doctor import Recorder
+from amp_adapters import Policy
+from amp_adapters.doctor import DoctorReport, Recorder
 from amp_adapters.doctor.session import Session
 
 from . import ir
@@ -59,6 +62,10 @@ class Doctor(Session):
         ls = self.policy.loss_scale
         self._recorder = Recorder("paddle", self.policy.dtype, emulated=False,
                                   max_scale=getattr(ls, "max_scale", 2.0 ** 24))
+        self._steps: list[tuple[dict, dict]] = []  # (feed, parameters): for replay
+        self._params = frozenset(p.name for p in program.global_block().all_parameters())
+        # O2 stores parameters low (amp_init converts them once): not replayed here
+        self.can_replay = optimizer._fp32_source is not None and self.policy.level != "O2"
         self.steps = 0
 
     # -- the with block ----------------------------------------------------------------------
@@ -94,6 +101,10 @@ class Doctor(Session):
         names = sorted({n for op in (*forward, *backward)
                         for n in (*op.output_arg_names, *op.input_arg_names)
                         if n not in feed and self.ir.fetchable(prog, n)})
+        if self.can_replay:
+            stored = _persistables(self.program, self.scope)
+            self._steps.append(({k: np.array(v, copy=True) for k, v in feed.items()},
+                                {k: v for k, v in stored.items() if k in self._params}))
         amp = _run(self.exe, prog, feed, names, self.ir.fetch_list(prog, names),
                    self.program, self.scope)
         ref = _run(self.exe, twin, feed, names, self.ir.fetch_list(twin, names),
@@ -128,6 +139,7 @@ class Doctor(Session):
             ins = [n for n in op.input_arg_names if n in amp or n in feed]
             rec.forward(name, op.type, d.canonical, d.category, d.precision, d.emulated,
                         output=amp[seen_as.get(raw, raw)], reference=ref[raw], raw=amp[raw],
+                        layer=_layer_of(op, self._params, origin),
                         inputs=[_value(amp, feed, n) for n in ins],
                         input_refs=[_value(ref, feed, origin.get(n, n)) for n in ins])
         if any(d_emulated for d_emulated in (r.emulated for r in rec._ops.values())):
@@ -153,6 +165,48 @@ class Doctor(Session):
                       {p: ref[f"{p}@GRAD"] / scale for p in params}, bwd_ref)
         rec.end_step()
         self.steps += 1
+
+
+    def replay(self, policy: Policy) -> DoctorReport:
+        """The report of the recorded steps run again, each on the feed and parameters it had,
+        under ``policy``: a copy of the program as it was before the rewrite (kept by
+        ``backward``) is decorated with ``policy`` and examined in a scratch scope, at
+        ``policy``'s initial loss scale. Nothing of the user's program, scope or
+        optimizer is touched."""
+        with ir.of(self.optimizer._fp32_source[0]).replaying():
+            return self._replay(policy)
+
+    def _replay(self, policy: Policy) -> DoctorReport:
+        from .decorator import OptimizerWithMixedPrecision
+        source, loss = self.optimizer._fp32_source
+        program, loss = ir.of(source).copy_with(loss)
+        startup = paddle.static.Program()
+        opt = OptimizerWithMixedPrecision(paddle.optimizer.SGD(0.0), policy,
+                                          self.optimizer._use_guard,
+                                          self.optimizer._black_varnames)
+        with paddle.static.program_guard(program, startup), paddle.utils.unique_name.guard():
+            opt.minimize(loss)
+        scope, place = paddle.static.Scope(), _place(self.exe)
+        type(self.exe).run(self.exe, startup, scope=scope)
+        again = Doctor(opt, self.exe, scope=scope, max_steps=len(self._steps))
+        again.can_replay = False
+        for feed, params in self._steps:
+            for name, value in params.items():  # created here: the user's startup made them
+                scope.var(name).get_tensor().set(value, place)
+            again.examine(feed)
+        return again._recorder.report()
+
+
+def _layer_of(op: Any, params: frozenset, origin: dict) -> Optional[str]:
+    """The layer a doctor's fix names ``op`` by: the stem of the first parameter it reads,
+    through the rewrite's casts (``origin``) (``dense2`` for ``dense2.w_0``), the name both
+    IRs keep (``ProgramIR.instance_names``); None (its record name) for an op that reads no
+    parameter."""
+    for n in op.input_arg_names:
+        n = origin.get(n, n)
+        if n in params:
+            return n.rsplit(".", 1)[0] if "." in n else n
+    return None
 
 
 def doctor(optimizer: Any, exe: Any, scope: Any = None, max_steps: int = 8) -> Doctor:

@@ -37,6 +37,7 @@ from typing import AbstractSet, Any, Optional
 
 from amp_adapters import (CastReport, OpDecision, ParamPlan, Policy, output_fp32, plan_op,
                           plan_params)
+from amp_adapters.layers import warn_unmatched
 from amp_adapters.device import DeviceProfile, ShapeClass
 from amp_adapters.dtypes import FLOAT_DTYPES, LOW_DTYPES
 from amp_adapters.fallback import FallbackNotices
@@ -109,7 +110,8 @@ class Rewriter:
                            attrs=ir.attrs(op), force_fp32=force_fp32 or self._forced_fp32(ir, op),
                            input_names=[s.name for s in slots],
                            param_inputs=[self._is_param(ir, s.value) for s in slots],
-                           readers=self._readers(ir, op))
+                           readers=self._readers(ir, op),
+                           instance=self._instance(ir, op))
         self._notices.note(op_type, _DEVICE, decision)
         return decision
 
@@ -121,6 +123,15 @@ class Rewriter:
             return None
         return ir.result_uses(op, lambda o: self._forced_fp32(ir, o),
                               lambda o: self._shape(ir, o))
+
+    def _instance(self, ir: ProgramIR, op) -> Optional[tuple[str, ...]]:
+        """``op``'s instance names for the policy's layer rules (``ProgramIR.instance_names``),
+        noted for ``warn_unmatched``; None (nothing to match) without layer rules."""
+        if not self.policy.layer_patterns("paddle"):
+            return None
+        names = ir.instance_names(op)  # a rule naming any var of the program is no typo
+        self.__dict__.setdefault("_instances", set()).update(names, ir.var_names(op))
+        return names
 
     def _shape(self, ir: ProgramIR, op, slots: Optional[list[Slot]] = None
                ) -> Optional[ShapeClass]:
@@ -196,6 +207,9 @@ class Rewriter:
                     self._outputs(ir, op, slots, d)
                     self._note_moved_params(ir, op, slots)
         self._notices.summarize("paddle_amp: program", decisions, _DEVICE)
+        if self.policy.enabled and self.policy.layer_patterns("paddle"):
+            warn_unmatched(self.policy.layer_patterns("paddle"),
+                           self.__dict__.pop("_instances", ()), "the program rewritten")
         return CastReport("paddle", tuple(decisions))
 
     def _inputs(self, ir: ProgramIR, op, slots: list[Slot], d: OpDecision) -> None:

@@ -1,10 +1,12 @@
 """The doctor's recommendation as data: a policy TOML that ``policy=`` accepts unchanged.
 
-``recommend(report, policy)`` applies the findings to the policy the doctor
-ran under (canonical ops move to ``[ops] fp32``, or the framework's own names
-to ``[ops.<framework>] fp32`` where an op has no canonical name; the loss scale
-starts higher) and writes the result as TOML with each change's reason as a
-comment. The text is checked by loading it back with the core's loader: what
+``recommend(report, policy, replay)`` tries the candidate fixes
+(``candidates``: the loss scale alone, the named layers, an op type), narrowest
+first, replaying the recorded steps under each (``replay``, the backend's), and
+writes the first that passes as TOML with each change's reason as a comment, what
+it keeps low and that it was verified. Without a replay, every flagged op type
+moves to fp32 (canonical ops to ``[ops] fp32``, the framework's own names to
+``[ops.<framework>] fp32``). The text is checked by loading it back with the core's loader: what
 ``Policy.from_file`` reads is exactly ``Recommendation.policy``.
 """
 from __future__ import annotations
@@ -14,30 +16,58 @@ import json
 import math
 import tomllib
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
+from ..layers import LAYER_CATEGORIES
 from ..oplists import CATEGORIES
 from ..policy import PRESETS, OpLists, Policy
 from ..policyfile import STATE_FIELDS
 from ..scaler import DynamicLossScale, NoOpLossScale, StaticLossScale
+from .candidates import Candidate, _moved_ops, _with_scale, candidates, keeps, passes, rescaled
 from .report import DoctorReport, Finding
 
 
 @dataclass(frozen=True)
 class Recommendation:
     """The doctor's recommendation (``recommendation()``): ``policy``, the policy the doctor
-    ran under with the findings applied; ``toml``, that policy as a policy file with each
+    ran under with the fix applied; ``toml``, that policy as a policy file with each
     change's reason as a comment (``Policy.from_file`` reads back exactly ``policy``); the
-    ``findings`` it applied."""
+    ``findings`` it answers. Where the backend replayed the recorded steps under the
+    candidate fixes (``candidates``, narrowest first): ``fix``, what the chosen one does;
+    ``verified``, whether its replay was clean, and ``verification`` why (or why none
+    passed); ``keeps``, what it keeps low ("3 of 4 linear ops stay float16"); ``tried``,
+    (fix, passed, why) for every candidate replayed."""
 
     policy: Policy
     toml: str
     findings: tuple[Finding, ...]
+    fix: str = ""
+    verified: bool = False
+    verification: str = ""
+    keeps: tuple[str, ...] = ()
+    tried: tuple[tuple[str, bool, str], ...] = ()
 
     @property
     def changed(self) -> bool:
-        """Whether it changes the policy (an op moved to fp32 or a higher loss scale)."""
-        return any(f.action in ("fp32", "loss_scale") for f in self.findings)
+        """Whether it changes the policy (an op or a layer moved to fp32, another loss scale)."""
+        return bool(self.fix) or any(f.action in ("fp32", "loss_scale") for f in self.findings)
+
+    def format(self) -> str:
+        """The recommendation in words: the fix, what it keeps, whether it was verified."""
+        if not self.fix:
+            return "recommendation: no change" if not self.changed else \
+                "recommendation (not verified: this doctor cannot replay its steps)"
+        lines = [f"recommendation: {self.fix}"]
+        lines += [f"  keeps: {k}" for k in self.keeps]
+        lines.append(f"  {'verified' if self.verified else 'NOT verified'}: "
+                     f"{self.verification}")
+        for what, ok, why in self.tried:
+            if what != self.fix:
+                lines.append(f"  tried first: {what}: {'passed' if ok else 'failed'} ({why})")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.format()
 
     def write(self, path) -> None:
         """Write ``toml`` to ``path``: ``policy=`` accepts the file unchanged."""
@@ -45,48 +75,88 @@ class Recommendation:
             fh.write(self.toml)
 
 
-def _moved(lists: OpLists, names: Mapping[str, str]) -> OpLists:
-    """``lists`` with ``names`` moved to fp32 (out of any other list and conditional rule)."""
-    kw = {c: frozenset(getattr(lists, c)) - set(names) for c in CATEGORIES}
-    kw["fp32"] = kw["fp32"] | set(names)
-    rules = tuple(r for r in lists.conditional_fp32 if r[0] not in names)
-    return OpLists(**kw, conditional_fp32=rules, replace=lists.replace)
+Replay = Callable[[Policy], DoctorReport]
 
 
-def recommend(report: DoctorReport, policy: Policy) -> Recommendation:
-    """The policy ``policy`` with the report's findings applied, and its TOML."""
+def recommend(report: DoctorReport, policy: Policy,
+              replay: Optional[Replay] = None) -> Recommendation:
+    """The fix for the report's findings, applied to ``policy``, and its TOML.
+
+    With ``replay`` (the backend re-running the recorded steps under a policy, giving
+    that run's report), the candidate fixes (``candidates``: the loss scale alone, the
+    named layers, an op type) are replayed narrowest first and the first clean one is
+    recommended, with what it keeps low; if none is, the widest, marked not verified. A
+    candidate whose replay overflows in the backward pass only is tried again at a lower
+    initial scale (``rescaled``) before the next.
+    Without it, every flagged op type moves to fp32 (a backend that cannot replay)."""
     findings = tuple(report.findings())
+    if replay is None:
+        return _by_findings(report, policy, findings)
+    tried: list[tuple[str, bool, str]] = []
+    chosen = None
+    for first in candidates(report, policy):
+        c: Optional[Candidate] = first
+        while c is not None:
+            rerun = replay(c.policy)
+            ok, why = passes(rerun)
+            tried.append((c.what, ok, why))
+            chosen = (c, rerun, ok, why)
+            c = None if ok else rescaled(c, rerun)
+        if ok:
+            break
+    if chosen is None:
+        text = policy_toml(policy, {}, header=_header(report), notes=_notes(findings))
+        return Recommendation(policy, _checked(text, policy), findings)
+    c, rerun, ok, why = chosen
+    if not ok:
+        why = f"none of the {len(tried)} candidate fixes passed its replay; this one: {why}"
+    kept = keeps(report, rerun, c)
+    head = [*_header(report), f"Fix: {c.what}.",
+            *(f"Keeps: {k}." for k in kept),
+            f"{'Verified' if ok else 'NOT verified'}: {why}."]
+    text = policy_toml(c.policy, c.reasons, header=head, notes=_notes(findings))
+    return Recommendation(c.policy, _checked(text, c.policy), findings, c.what, ok, why, kept,
+                          tuple(tried))
+
+
+def _notes(findings) -> list[str]:
+    return [f.reason for f in findings if f.action == "bfloat16"]
+
+
+def _checked(text: str, policy: Policy) -> str:
+    loaded = Policy.from_dict(tomllib.loads(text), where="the doctor's recommendation")
+    if loaded != policy:  # a policy this writer cannot express: say so rather than mislead
+        raise ValueError("the doctor's recommendation does not load back as the same policy; "
+                         "please report this with the policy you passed")
+    return text
+
+
+def _by_findings(report: DoctorReport, policy: Policy,
+                 findings: tuple[Finding, ...]) -> Recommendation:
+    """Every finding applied as it says (each flagged op type to fp32, the loss scale it
+    asks for), not verified: the recommendation of a backend that cannot replay."""
     canonical: dict[str, str] = {}
     own: dict[str, str] = {}
-    notes: list[str] = []
     scale: Optional[float] = None
     for f in findings:
         if f.action == "fp32":
             (canonical if f.canonical else own).setdefault(f.canonical or f.op, f.reason)
         elif f.action == "loss_scale":
             scale, scale_reason = f.value, f.reason
-        elif f.action == "bfloat16":
-            notes.append(f.reason)
     changes: dict = {}
     if canonical:
-        changes["ops"] = _moved(policy.ops, canonical)
+        changes["ops"] = _moved_ops(policy.ops, canonical)
     if own:
-        changes[f"{report.framework}_ops"] = _moved(policy.framework_ops(report.framework), own)
-    if scale is not None and isinstance(policy.loss_scale, (DynamicLossScale, StaticLossScale)):
-        changes["loss_scale"] = dataclasses.replace(policy.loss_scale, scale=scale,
-                                                    init_scale=None) \
-            if isinstance(policy.loss_scale, DynamicLossScale) else \
-            dataclasses.replace(policy.loss_scale, scale=scale)
+        changes[f"{report.framework}_ops"] = _moved_ops(policy.framework_ops(report.framework),
+                                                        own)
     new = policy.replace(**changes) if changes else policy
+    if scale is not None:
+        new = _with_scale(new, scale)
     reasons = {"ops": canonical, f"{report.framework}_ops": own}
     if scale is not None:
         reasons["init_scale"] = {"init_scale": scale_reason}
-    text = policy_toml(new, reasons, header=_header(report), notes=notes)
-    loaded = Policy.from_dict(tomllib.loads(text), where="the doctor's recommendation")
-    if loaded != new:  # a policy this writer cannot express: say so rather than mislead
-        raise ValueError("the doctor's recommendation does not load back as the same policy; "
-                         "please report this with the policy you passed")
-    return Recommendation(new, text, findings)
+    text = policy_toml(new, reasons, header=_header(report), notes=_notes(findings))
+    return Recommendation(new, _checked(text, new), findings)
 
 
 def _header(report: DoctorReport) -> list[str]:
@@ -114,7 +184,8 @@ def _base_preset(policy: Policy) -> Optional[str]:
 def policy_toml(policy: Policy, reasons: Mapping[str, Mapping[str, str]] = {},
                 header: tuple | list = (), notes: tuple | list = ()) -> str:
     """``policy`` as a policy file; ``reasons[table][name]`` becomes the comment of that line
-    (tables: "ops", "mxnet_ops", "paddle_ops", "init_scale")."""
+    (tables: "ops", "mxnet_ops", "paddle_ops", "layers", "mxnet_layers", "paddle_layers",
+    "init_scale")."""
     if policy.unlisted is not None or policy.native_version is not None:
         raise ValueError("a policy with unlisted= or native_version= has no policy-file form")
     out = [f"# {h}" for h in header]
@@ -149,6 +220,20 @@ def policy_toml(policy: Policy, reasons: Mapping[str, Mapping[str, str]] = {},
             body.append(f"conditional_fp32 = [{rules}]")
         if lists.replace:
             body.append("replace = true")
+        if body:
+            out += ["", f"[{table}]", *body]
+    for table, key in (("layers", "layers"), ("layers.mxnet", "mxnet_layers"),
+                       ("layers.paddle", "paddle_layers")):
+        layers = getattr(policy, key)
+        why = reasons.get(key, {})
+        body = []
+        for cat in LAYER_CATEGORIES:
+            names = sorted(getattr(layers, cat))
+            if names and not any(n in why for n in names):
+                body.append(f"{cat} = [{', '.join(map(_q, names))}]")
+            elif names:
+                body += [f"{cat} = [", *(f"  {_q(n)},   # {why[n]}" if n in why else
+                                         f"  {_q(n)}," for n in names), "]"]
         if body:
             out += ["", f"[{table}]", *body]
     out += ["", "[loss_scale]", *_loss_scale_lines(policy, reasons.get("init_scale", {}))]

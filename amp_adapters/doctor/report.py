@@ -40,6 +40,13 @@ class OpRecord:
     errors: tuple[float, ...]      # per step: relative error of its output against float32
     added: tuple[float, ...]       # per step: that error minus its inputs' largest error
     nonfinite: tuple[bool, ...]    # per step: its output (as consumers see it) is not finite
+    layer: Optional[str] = None    # the layer name a policy's layer rule keeps it by (the
+                                   # backend's: a Gluon block, a Paddle layer); None: ``name``
+
+    @property
+    def layer_name(self) -> str:
+        """The name ``Policy.<framework>_layers`` names this instance by."""
+        return self.layer or self.name
 
     @property
     def lowered(self) -> bool:
@@ -68,6 +75,8 @@ class StepRecord:
     grad_flush: Mapping[str, float]   # param -> fraction of its gradient that flushes at scale
     grad_zero: Mapping[str, float]    # param -> fraction of its significant float32 gradient
                                       # values (stats.significant) that are 0 in the AMP run
+    backward_max: float = 0.0         # max |x| of the unscaled float32 backward values the
+                                      # low dtype also holds (times the scale: what overflows)
 
 
 @dataclass(frozen=True)
@@ -263,6 +272,7 @@ class _OpAcc:
     category: str
     precision: Optional[str]
     emulated: bool
+    layer: Optional[str] = None
     outputs: list = field(default_factory=list)
     inputs: list = field(default_factory=list)
     errors: list = field(default_factory=list)
@@ -293,18 +303,21 @@ class Recorder:
         self._step_params: tuple[str, ...] = ()
         self._flush: dict[str, float] = {}
         self._zero: dict[str, float] = {}
+        self._backward_max = 0.0
 
     def forward(self, name: str, op: str, canonical: Optional[str], category: str,
                 precision: Optional[str], emulated: bool, output: np.ndarray,
                 reference: np.ndarray, inputs: Sequence[np.ndarray] = (),
-                input_refs: Sequence[np.ndarray] = (), raw: Optional[np.ndarray] = None) -> None:
+                input_refs: Sequence[np.ndarray] = (), raw: Optional[np.ndarray] = None,
+                layer: Optional[str] = None) -> None:
         """One forward op: ``output`` as its consumers see it in the AMP run (``raw``: before
         emulation's rounding, default ``output``), ``reference`` the same in float32;
-        ``inputs``/``input_refs`` its floating inputs in both runs."""
+        ``inputs``/``input_refs`` its floating inputs in both runs; ``layer``: the name a
+        layer rule keeps this instance by (default: ``name``)."""
         acc = self._ops.get(name)
         if acc is None:
             acc = self._ops[name] = _OpAcc(len(self._ops), name, op, canonical, category,
-                                           precision, emulated)
+                                           precision, emulated, layer)
         acc.outputs.append(range_stats(output if raw is None else raw, self.dtype))
         acc.inputs.append(tuple(range_stats(x, self.dtype) for x in inputs))
         err = relative_error(output, reference)
@@ -335,19 +348,22 @@ class Recorder:
             sig = np.abs(ref) >= (significant(ref, self.dtype).min(initial=np.inf))
             self._zero[p] = float(((a == 0) & sig).sum() / max(int(sig.sum()), 1))
         self._last_fp32_grads = [np.asarray(g) for g in (*fp32.values(), *backward)]
+        finite = [np.abs(a[np.isfinite(a)]) for a in map(np.asarray, backward)]
+        self._backward_max = max((float(a.max()) for a in finite if a.size), default=0.0)
 
     def end_step(self) -> None:
         overflow = bool(self._step_params) or self._first_fwd is not None or \
             self._first_bwd is not None
         self._steps.append(StepRecord(len(self._steps), self._scale, overflow, self._first_fwd,
                                       self._first_bwd, self._step_params, dict(self._flush),
-                                      dict(self._zero)))
+                                      dict(self._zero), self._backward_max))
 
     def report(self) -> DoctorReport:
         from .stats import scale_for_gradients
         ops = tuple(OpRecord(a.index, a.name, a.op, a.canonical, a.category, a.precision,
                              a.emulated, tuple(a.outputs), tuple(a.inputs), tuple(a.errors),
-                             tuple(a.added), tuple(a.nonfinite)) for a in self._ops.values())
+                             tuple(a.added), tuple(a.nonfinite), a.layer)
+                    for a in self._ops.values())
         needed = (scale_for_gradients(self._last_fp32_grads, self.dtype, self.max_scale,
                                       FLUSH_THRESHOLD)
                   if self._last_fp32_grads and self.dtype == "float16" else None)

@@ -14,6 +14,7 @@ class Session:
     inside the ``with`` block when the doctor saw nothing."""
 
     no_step: ClassVar[str]
+    can_replay: ClassVar[bool] = False  # the backend keeps its steps and overrides replay
     policy: Policy
     steps: int
     _recorder: Recorder
@@ -24,6 +25,19 @@ class Session:
             raise RuntimeError(f"the doctor saw no step: {self.no_step}")
         return self._recorder.report()
 
+    def replay(self, policy: Policy) -> DoctorReport:
+        """The report of the recorded steps run again under ``policy`` (a backend that keeps
+        its steps overrides this and sets ``can_replay``)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot replay its steps")
+
     def recommendation(self) -> Recommendation:
-        """The policy with the findings applied, as data and as TOML (``.write(path)``)."""
-        return recommend(self.report(), self.policy)
+        """The narrowest fix that a replay of the recorded steps shows to work, as data and
+        as TOML (``.write(path)``); computed once per number of steps seen (each candidate
+        costs a replay)."""
+        cached = getattr(self, "_recommended", None)
+        if cached is not None and cached[0] == self.steps:
+            return cached[1]
+        report = self.report()
+        rec = recommend(report, self.policy, replay=self.replay if self.can_replay else None)
+        self._recommended = (self.steps, rec)
+        return rec

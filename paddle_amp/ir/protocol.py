@@ -145,6 +145,7 @@ class ValuesIR(Protocol):
     def guarding(self) -> ContextManager: ...  # entered with a guard's scope (``guard``)
     def in_guard(self, op: Any) -> bool: ...  # built inside fp16_guard or bf16_guard
     def var_names(self, op: Any) -> AbstractSet[str]: ...  # what it reads and writes
+    def instance_names(self, op: Any) -> tuple[str, ...]: ...  # what layer rules match
     def is_control_flow(self, op: Any) -> bool: ...
     def control_flow_slots(self, op: Any) -> list[Slot]: ...  # its inputs, what its blocks read
     def is_cast(self, op: Any) -> bool: ...
@@ -233,6 +234,8 @@ class DoctorIR(Protocol):
     def inserted_cast(self, op: Any) -> bool: ...  # a cast the rewrite inserted (not the user's)
     def fetchable(self, clone: Any, name: str) -> bool: ...  # a floating tensor a run can fetch
     def fetch_list(self, clone: Any, names: list) -> list: ...  # what exe.run fetches by
+    def copy_with(self, loss: Any) -> tuple: ...  # (a copy of the program, loss in it)
+    def replaying(self) -> ContextManager: ...  # static mode in this IR, for building a copy
 
 
 @runtime_checkable

@@ -234,3 +234,122 @@ def test_bf16_keeps_the_range_that_overflowed_in_fp16():
     gemms = [r for r in bf16.ops if r.op == "FullyConnected"]
     assert gemms and all(r.precision == "bfloat16" and not r.emulated for r in gemms)
     assert gemms[0].outputs[0].max_abs > 65504  # past fp16's range, within bf16's
+
+
+# -- the narrowest fix: four Dense layers (tests/doctor_planted.py: LAYERED) --------------------
+
+def _layered(kind, policy=None, hybridize=True, doctor_steps=0, steps=2):
+    """(doctor or None, trainer, [skipped per step]) of ``steps`` training steps of a layered
+    planted model, the first ``doctor_steps`` inside the doctor."""
+    amp.init(policy=policy or P.policy(kind))
+    net, loss_fn = P.mxnet_layered(kind, hybridize)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 1e-3})
+    amp.init_trainer(trainer)
+    dr = doctor(net, loss_fn, trainer) if doctor_steps else None
+    skipped = []
+    for s in range(steps):
+        x, y, _ = P.layered_arrays(kind, s)
+        x, y = mx.nd.array(x), mx.nd.array(y)
+        if dr is not None and s == 0:
+            dr.__enter__()
+        with autograd.record():
+            loss = loss_fn(net(x), y)
+            with amp.scale_loss(loss, trainer) as scaled:
+                autograd.backward(scaled)
+        trainer.step(1)
+        skipped.append(amp.last_step_skipped(trainer))
+        if dr is not None and s == doctor_steps - 1:
+            dr.__exit__(None, None, None)
+    return dr, trainer, skipped
+
+
+def _fp32_nans(kind, hybridize, steps):
+    """How many of the steps have a non-finite loss or gradient in float32 (the bar)."""
+    amp.reset()
+    amp.init(policy="O0")
+    net, loss_fn = P.mxnet_layered(kind, hybridize)
+    bad = 0
+    for s in range(steps):
+        x, y, _ = P.layered_arrays(kind, s)
+        with autograd.record():
+            loss = loss_fn(net(mx.nd.array(x)), mx.nd.array(y))
+        loss.backward()
+        grads = [p.grad().asnumpy() for p in net.collect_params().values()]
+        bad += not (np.isfinite(loss.asnumpy()).all() and all(np.isfinite(g).all()
+                                                              for g in grads))
+    amp.reset()
+    return bad
+
+
+@pytest.mark.parametrize("hybridize", [True, False], ids=["hybridized", "imperative"])
+def test_one_overflowing_layer_is_named_and_only_it_moves_to_fp32(hybridize, tmp_path):
+    dr, _, skipped = _layered("layer_overflow", hybridize=hybridize, doctor_steps=2)
+    assert skipped == [True, True]  # the planted overflow, under plain O1
+    rep = dr.report()
+    first = rep.findings()[0]
+    assert (first.kind, first.name, first.canonical) == ("overflow", "dense2_fwd", "linear")
+    assert rep.op_named("dense2_fwd").layer_name == "dense2"
+    rec = dr.recommendation()
+    assert rec.policy.mxnet_layers.fp32 == {"dense2"} and rec.policy.layers.fp32 == set()
+    assert rec.policy.ops == P.policy("layer_overflow").ops  # no op type moves
+    assert rec.verified and rec.keeps == ("3 of 4 linear ops stay fp16",)
+    assert rec.tried[0] == ("keep 'dense2' in float32", True, rec.verification)
+    assert "# Keeps: 3 of 4 linear ops stay fp16." in rec.toml and "# Verified:" in rec.toml
+    assert "keep 'dense2' in float32" in str(rec) and "verified:" in str(rec)
+    path = tmp_path / "fix.toml"
+    rec.write(path)
+    amp.reset()
+    _, trainer, skipped = _layered("layer_overflow", policy=str(path), hybridize=hybridize,
+                                   steps=4)
+    assert sum(skipped) == 0 == _fp32_nans("layer_overflow", hybridize, 4)
+    # and under the file the doctor finds nothing left, with the other three layers low
+    amp.reset()
+    dr, _, _ = _layered("layer_overflow", policy=str(path), hybridize=hybridize,
+                        doctor_steps=2)
+    again = dr.report()
+    assert again.overflow_steps == 0 and again.findings() == []
+    assert [r.name for r in again.ops if r.lowered and r.canonical == "linear"] == \
+        ["dense0_fwd", "dense1_fwd", "dense3_fwd"]
+
+
+@pytest.mark.parametrize("hybridize", [True, False], ids=["hybridized", "imperative"])
+def test_a_backward_only_overflow_is_fixed_by_the_loss_scale_alone(hybridize, tmp_path):
+    dr, _, skipped = _layered("layer_backward", hybridize=hybridize, doctor_steps=2)
+    assert skipped == [True, True]
+    rep = dr.report()
+    assert rep.steps[0].scale == 2 ** 16 and not any(s.first_forward for s in rep.steps)
+    assert rep.findings()[0].kind == "backward_overflow"
+    rec = dr.recommendation()
+    before = P.policy("layer_backward")
+    assert rec.policy.replace(loss_scale=before.loss_scale) == before  # no op, no layer moves
+    assert rec.policy.loss_scale.scale < 2 ** 15 and rec.verified
+    assert rec.keeps == ("no op moves: every op that ran fp16 still does",)
+    assert rec.fix.endswith("no op moves")
+    path = tmp_path / "fix.toml"
+    rec.write(path)
+    amp.reset()
+    _, trainer, skipped = _layered("layer_backward", policy=str(path), hybridize=hybridize,
+                                   steps=4)
+    assert sum(skipped) == 0 == _fp32_nans("layer_backward", hybridize, 4)
+
+
+@pytest.mark.parametrize("hybridize", [True, False], ids=["hybridized", "imperative"])
+def test_a_precision_loss_in_one_layer_is_named_and_only_it_moves(hybridize, tmp_path):
+    dr, _, skipped = _layered("layer_precision", hybridize=hybridize, doctor_steps=2)
+    rep = dr.report()
+    assert rep.overflow_steps == 0 and skipped == [False, False]  # no overflow: precision
+    (first,) = [f for f in rep.findings() if f.action]
+    assert (first.kind, first.name) == ("precision", "dense2_fwd")
+    assert rep.op_named("dense2_fwd").added[0] > 0.1
+    rec = dr.recommendation()
+    assert rec.policy.mxnet_layers.fp32 == {"dense2"} and rec.policy.ops == \
+        P.policy("layer_precision").ops
+    assert rec.verified and rec.keeps == ("3 of 4 linear ops stay fp16",)
+    path = tmp_path / "fix.toml"
+    rec.write(path)
+    amp.reset()
+    dr, _, _ = _layered("layer_precision", policy=str(path), hybridize=hybridize,
+                        doctor_steps=2)
+    again = dr.report()
+    fixed = again.op_named("dense2_fwd")
+    assert again.findings() == [] and fixed.added[0] == 0.0 and fixed.errors[0] < 1e-2

@@ -176,3 +176,85 @@ def test_bf16_keeps_the_range_that_overflowed_in_fp16():
     matmuls = [r for r in rep.ops if r.canonical == "matmul"]
     assert matmuls and all(r.precision == "bfloat16" and not r.emulated for r in matmuls)
     assert matmuls[0].outputs[0].max_abs > 65504  # past fp16's range, within bf16's
+
+
+# -- the narrowest fix: four fc layers (tests/doctor_planted.py: LAYERED), in this IR -----------
+
+def _layered(kind, policy=None, doctor_steps=0, steps=2):
+    """(doctor or None, [skipped steps so far, per step]) of ``steps`` training steps of a
+    layered planted program, the first ``doctor_steps`` inside the doctor."""
+    main, loss, opt, exe = P.paddle_layered(kind, policy)
+    dr = doctor(opt, exe) if doctor_steps else None
+    skipped, losses = [], []
+    for s in range(steps):
+        if dr is not None and s == 0:
+            dr.__enter__()
+        (value,) = exe.run(main, feed=P.paddle_layered_feed(kind, s), fetch_list=[loss])
+        losses.append(float(np.asarray(value)))
+        if policy != "O0":
+            skipped.append(opt.loss_scale().skipped_steps)
+        if dr is not None and s == doctor_steps - 1:
+            dr.__exit__(None, None, None)
+    return dr, skipped, losses
+
+
+def test_one_overflowing_layer_is_named_and_only_it_moves_to_fp32(tmp_path):
+    dr, skipped, _ = _layered("layer_overflow", doctor_steps=2)
+    assert skipped == [1, 2]  # the planted overflow, under plain O1
+    rep = dr.report()
+    first = rep.findings()[0]
+    assert (first.kind, first.canonical) == ("overflow", "matmul")
+    assert rep.op_named(first.name).layer_name == "dense2"
+    rec = dr.recommendation()
+    assert rec.policy.paddle_layers.fp32 == {"dense2"} and rec.policy.layers.fp32 == set()
+    assert rec.policy.ops == P.policy("layer_overflow").ops  # no op type moves
+    assert rec.verified and rec.keeps == ("3 of 4 matmul ops stay fp16",)
+    assert rec.tried[0] == ("keep 'dense2' in float32", True, rec.verification)
+    assert "# Keeps: 3 of 4 matmul ops stay fp16." in rec.toml
+    path = tmp_path / "fix.toml"
+    rec.write(path)
+    _, skipped, losses = _layered("layer_overflow", policy=str(path), steps=4)
+    _, _, fp32 = _layered("layer_overflow", policy="O0", steps=4)
+    assert skipped == [0, 0, 0, 0] and np.isfinite(fp32).all()
+    np.testing.assert_allclose(losses, fp32, rtol=2e-2)
+    dr, _, _ = _layered("layer_overflow", policy=str(path), doctor_steps=2)
+    again = dr.report()
+    assert again.overflow_steps == 0 and again.findings() == []
+    assert [r.layer_name for r in again.ops if r.lowered and r.canonical == "matmul"] == \
+        ["dense0", "dense1", "dense3"]
+
+
+def test_a_backward_only_overflow_is_fixed_by_the_loss_scale_alone(tmp_path):
+    dr, skipped, _ = _layered("layer_backward", doctor_steps=2)
+    assert skipped == [1, 2]
+    rep = dr.report()
+    assert rep.steps[0].scale == 2 ** 16 and not any(s.first_forward for s in rep.steps)
+    assert rep.findings()[0].kind == "backward_overflow"
+    rec = dr.recommendation()
+    before = P.policy("layer_backward")
+    assert rec.policy.replace(loss_scale=before.loss_scale) == before  # no op, no layer moves
+    assert rec.policy.loss_scale.scale < 2 ** 15 and rec.verified
+    assert rec.keeps == ("no op moves: every op that ran fp16 still does",)
+    path = tmp_path / "fix.toml"
+    rec.write(path)
+    _, skipped, _ = _layered("layer_backward", policy=str(path), steps=4)
+    assert skipped == [0, 0, 0, 0]
+
+
+def test_a_precision_loss_in_one_layer_is_named_and_only_it_moves(tmp_path):
+    dr, skipped, _ = _layered("layer_precision", doctor_steps=2)
+    rep = dr.report()
+    assert rep.overflow_steps == 0 and skipped == [0, 0]  # no overflow: precision
+    (first,) = [f for f in rep.findings() if f.action]
+    assert first.kind == "precision" and rep.op_named(first.name).layer_name == "dense2"
+    rec = dr.recommendation()
+    assert rec.policy.paddle_layers.fp32 == {"dense2"}
+    assert rec.policy.ops == P.policy("layer_precision").ops
+    assert rec.verified and rec.keeps == ("3 of 4 matmul ops stay fp16",)
+    path = tmp_path / "fix.toml"
+    rec.write(path)
+    dr, _, _ = _layered("layer_precision", policy=str(path), doctor_steps=2)
+    again = dr.report()
+    assert again.findings() == []
+    (fixed,) = [r for r in again.ops if r.layer_name == "dense2" and r.canonical == "matmul"]
+    assert not fixed.lowered and fixed.added[0] == 0.0 and fixed.errors[0] < 1e-2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from paddle.base import core
 
+from .probe import static_mode
 from .values import is_forward
 
 
@@ -82,6 +83,15 @@ class Doctor:
 
     def end_backward(self, params_grads: list) -> None:
         """Nothing: every op carries its role."""
+
+    def replaying(self):
+        """Static mode in this IR, restored after: the doctor's replay builds a copy."""
+        return static_mode()
+
+    def copy_with(self, loss) -> tuple:
+        """(a copy of this program, ``loss`` in it): what the doctor replays fixes on."""
+        copy = self.program.clone()
+        return copy, copy.global_block().var(loss.name)
 
     def float32_twin(self, clone):
         return float32_twin(clone)

@@ -44,7 +44,7 @@ def onednn_attrs(op=None) -> dict:
 @functools.lru_cache(maxsize=None)
 def _known_attrs() -> frozenset[str]:
     """Which oneDNN attribute spellings this Paddle's legacy ops carry (read off a matmul_v2)."""
-    with _static():
+    with static_mode():
         block = paddle.static.Program().global_block()
         x = block.create_var(name="x", dtype="float32", shape=[1, 1])
         op = block.append_op(type="matmul_v2", inputs={"X": [x], "Y": [x]},
@@ -61,7 +61,7 @@ def _cast(block, src, dst, onednn: bool = True) -> None:
 
 
 @contextlib.contextmanager
-def _static():
+def static_mode():
     """Static mode in the legacy IR (``OldIrGuard``; Paddle 2.6 has no other), restored after,
     with its own unique names (a probe never shifts the user's)."""
     dynamic = paddle.in_dynamic_mode()
@@ -92,7 +92,7 @@ class LegacyProbe:
         this CPU, a dtype the kernel refuses) is the answer False, never raised."""
         inputs, outputs, attrs = recipe
         try:
-            with _static(), stderr_silenced():
+            with static_mode(), stderr_silenced():
                 main, startup = paddle.static.Program(), paddle.static.Program()
                 with paddle.static.program_guard(main, startup):
                     fetch = _build(main.global_block(), op, inputs, outputs, attrs, backward,
@@ -112,7 +112,7 @@ class LegacyProbe:
         of primitive oneDNN's log shows, the float32 values back), or None where that fails."""
         from ...onednn_log import executed, onednn_log
         try:
-            with _static(), stderr_silenced(), onednn_log() as log:
+            with static_mode(), stderr_silenced(), onednn_log() as log:
                 main = paddle.static.Program()
                 block = main.global_block()
                 v = {n: block.create_var(name=f"probe_{n}", dtype=d, shape=list(x.shape))
@@ -138,7 +138,7 @@ class LegacyProbe:
         def build(main, startup, low: bool, backward: bool):
             return _timed(main, startup, op, inputs, attrs, backward, dtype if low else None,
                           onednn, cast_in)
-        with _static(), stderr_silenced():
+        with static_mode(), stderr_silenced():
             return cost_of(build, training)
 
 

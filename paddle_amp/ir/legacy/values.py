@@ -145,6 +145,14 @@ class Values:
     def var_names(self, op) -> set:
         return set(op.input_arg_names + op.output_arg_names)
 
+    def instance_names(self, op) -> tuple[str, ...]:
+        """The names the policy's layer rules match ``op`` by: its output vars
+        (``dense2.tmp_0``), the parameters it reads (``dense2.w_0``) and its name scope."""
+        scope = (op.attr("op_namescope") or "").strip("/") if op.has_attr("op_namescope") \
+            else ""
+        return (*op.output_arg_names, *(n for n in op.input_arg_names if self.is_param(n)),
+                *((scope,) if scope else ()))
+
     def is_control_flow(self, op) -> bool:
         return op.has_attr("sub_block")
 

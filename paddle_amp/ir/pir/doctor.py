@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from typing import Optional
 
+import paddle
+
 from . import opnames
+from .probe import static_mode
 from .values import value_dtype
 
 
@@ -169,6 +172,16 @@ class Doctor:
         """PIR ops carry no role: the backward is what the parameters' gradients are made by
         (and the ops between), after the forward."""
         self._grads = {g.id: p.name for p, g in params_grads if g is not None}
+
+    def replaying(self):
+        """Static mode in this IR, restored after: the doctor's replay builds a copy."""
+        return static_mode()
+
+    def copy_with(self, loss) -> tuple:
+        """(a copy of this program, ``loss`` in it): what the doctor replays fixes on."""
+        mapping = paddle.pir.IrMapping()
+        copy = self.program.clone(mapping)
+        return copy, mapping.look_up(loss)
 
     def doctor_ops(self) -> tuple:
         """The ops after the last parameter gradient's maker (the loss scaling and the

@@ -55,7 +55,7 @@ _TIMED = ("matmul_v2", "matmul", "conv2d")
 
 
 @contextlib.contextmanager
-def _static():
+def static_mode():
     """Static mode in PIR (``IrGuard``), restored after, with its own unique names."""
     dynamic = paddle.in_dynamic_mode()
     paddle.enable_static()
@@ -87,7 +87,7 @@ class PirProbe:
         if not self.available() or op not in _CALLS:
             return False
         try:
-            with _static(), stderr_silenced():
+            with static_mode(), stderr_silenced():
                 main, startup = paddle.static.Program(), paddle.static.Program()
                 with paddle.static.program_guard(main, startup):
                     feeds, xs = {}, []
@@ -137,7 +137,7 @@ class PirProbe:
                 if backward:
                     paddle.static.gradients([loss], list(params.values()))
             return loss
-        with _static(), stderr_silenced():
+        with static_mode(), stderr_silenced():
             return cost_of(build, training)
 
 

@@ -189,6 +189,17 @@ class Values:
     def var_names(self, op) -> set:
         return {_name(v) for v in list(op.operands_source()) + list(op.results())} - {None}
 
+    def instance_names(self, op) -> tuple[str, ...]:
+        """The names the policy's layer rules match ``op`` by: the parameters it reads
+        (``dense2.w_0``: what PIR keeps of a layer's name, as the legacy IR's
+        ``instance_names`` also gives), its named results, and its ``struct_name``. PIR
+        keeps no other value name and no name scope (PIR_NOTES P12)."""
+        params = [_name(v) for v in op.operands_source()
+                  if v.initialized() and self.is_param(v)]
+        results = [_name(v) for v in op.results()]
+        struct = op.attrs().get("struct_name") if op.has_attr("struct_name") else None
+        return tuple(n for n in (*results, *params, struct) if isinstance(n, str) and n)
+
     def is_control_flow(self, op) -> bool:
         return bool(op.num_regions())
 

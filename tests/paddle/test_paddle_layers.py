@@ -1,0 +1,71 @@
+"""Per-layer precision in Paddle, in this IR (AMP_TEST_IR): Policy.paddle_layers keeps the ops
+of one fc layer (by the parameters they read) in float32 and its siblings low;
+custom_black_varnames says the same in the policy; a name matching nothing warns."""
+import warnings
+
+import numpy as np
+import paddle
+import pytest
+
+import paddle_amp
+from amp_adapters import LayerLists, Policy, UnmatchedLayerWarning
+
+
+@pytest.fixture(autouse=True)
+def static():
+    paddle.enable_static()
+    with paddle.static.scope_guard(paddle.static.Scope()):
+        yield
+    paddle.disable_static()
+
+
+def _build(**decorate):
+    """Three fc layers ``dense0``..``dense2`` (parameters ``dense<i>.w_0``/``.b_0``), decorated
+    with ``decorate``; returns (the decorated optimizer, {op decision rows})."""
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+        h = paddle.static.data("x", [4, 8], "float32")
+        for i in range(3):
+            h = paddle.static.nn.fc(h, 8, name=f"dense{i}",
+                                    weight_attr=paddle.ParamAttr(name=f"dense{i}.w_0"),
+                                    bias_attr=paddle.ParamAttr(name=f"dense{i}.b_0"))
+        loss = paddle.mean(h)
+        opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), emulate=True, **decorate)
+        opt.minimize(loss)
+    rows = [(d.op, d.precision, d.layer) for d in paddle_amp.cast_report(main).decisions
+            if d.canonical in ("matmul", "add")]
+    return opt, rows
+
+
+def _matmuls(rows):
+    return [(prec, layer) for op, prec, layer in rows if op in ("mul", "matmul_v2")]
+
+
+def test_a_layer_rule_keeps_one_fc_layer_fp32_and_the_others_low():
+    _, plain = _build(policy="O1")
+    assert [p for p, _ in _matmuls(plain)] == ["float16"] * 3
+    _, rows = _build(policy=Policy.preset("O1", paddle_layers=LayerLists(fp32={"dense1"})))
+    assert _matmuls(rows) == [("float16", None), ("float32", "dense1"), ("float16", None)]
+    # the bias add of dense1 reads dense1.b_0: the same layer
+    assert [layer for op, _, layer in rows if op == "elementwise_add"][1] == "dense1"
+
+
+def test_custom_black_varnames_and_a_policy_file_agree(tmp_path):
+    lists = paddle_amp.AutoMixedPrecisionLists(custom_black_varnames=["dense2.w_0"])
+    opt, by_lists = _build(amp_lists=lists)
+    assert opt.policy.paddle_layers.fp32 == {"dense2.w_0"}
+    path = tmp_path / "p.toml"
+    path.write_text('preset = "paddle-native"\n[layers.paddle]\nfp32 = ["dense2.w_0"]\n')
+    _, by_file = _build(policy=str(path))
+    assert [p for _, p, _ in by_file] == [p for _, p, _ in by_lists]
+    assert _matmuls(by_file)[2] == ("float32", "dense2.w_0")
+
+
+def test_a_layer_matching_nothing_warns_with_the_closest_names():
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        _build(policy=Policy.preset("O1", paddle_layers=LayerLists(fp32={"dens1"})))
+    msgs = [str(x.message) for x in w if issubclass(x.category, UnmatchedLayerWarning)]
+    assert len(msgs) == 1 and msgs[0].startswith(
+        "layer 'dens1' of the policy matches no op of the program rewritten; the closest "
+        "names it has: 'dense1'")
