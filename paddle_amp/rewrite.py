@@ -188,6 +188,9 @@ class Rewriter:
         self._cast_of: dict[tuple, Any] = {}
         self._origin: dict = {}  # key of a cast's output -> the value it casts
         self._rounded: set = set()
+        # key of a value -> (its ``_cast_of`` key, the cast's output key or None) for each
+        # cast or round of it cached, so ``_forget`` touches only what a write made stale
+        self._cached_from: dict = {}
         self._moved_params: set = set()  # keys of parameters' values moved by reshape & co.
         decisions = []
         with contextlib.closing(ir.forward_ops()) as ops:
@@ -237,6 +240,7 @@ class Rewriter:
         if key not in self._cast_of:
             out = self._cast_of[key] = ir.cast(before, src, target, plain)
             self._origin[ir.key(out)] = src
+            self._cached_from.setdefault(key[0], []).append((key, ir.key(out)))
         return self._cast_of[key]
 
     def _round(self, ir: ProgramIR, before, value):
@@ -249,14 +253,17 @@ class Rewriter:
         if (k, "round") not in self._cast_of:
             out = self._cast_of[(k, "round")] = ir.round(before, value, self.policy.dtype)
             self._rounded.add(ir.key(out))
+            self._cached_from.setdefault(k, []).append(((k, "round"), None))
         return self._cast_of[(k, "round")]
 
     def _forget(self, ir: ProgramIR, keys: AbstractSet) -> None:
-        """Drop cached casts of values that were overwritten."""
-        for key in [k for k in self._cast_of if k[0] in keys]:
-            del self._cast_of[key]
-        for cast in [c for c, src in self._origin.items() if ir.key(src) in keys]:
-            del self._origin[cast]
+        """Drop cached casts of values that were overwritten (through ``_cached_from``: a
+        scan of every cache per op made the walk quadratic)."""
+        for key in keys:
+            for cached, out in self._cached_from.pop(key, ()):
+                self._cast_of.pop(cached, None)
+                if out is not None:
+                    self._origin.pop(out, None)
         self._rounded -= set(keys)
 
     def _outputs(self, ir: ProgramIR, op, slots: list[Slot], d: OpDecision) -> None:

@@ -27,3 +27,4 @@ class LegacyProgram(Values, Writing, Masters, Scaling, Doctor):
         self.cursor: Optional[Cursor] = None  # the walk's, on the op it yields
         self._startup_block = None  # where the update's constants are filled
         self._read: Optional[set] = None  # (``is_output``)
+        self._walk_readers: Optional[tuple] = None  # (``result_uses``)

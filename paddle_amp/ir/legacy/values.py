@@ -106,6 +106,7 @@ class Values:
     def prepare(self, use_guard, black_varnames) -> None:
         """Nothing to check: the guard is a name scope, every var has a name."""
         self._read = None  # the names the program's ops read (``is_output``)
+        self._walk_readers = None  # the forward readers of each var (``result_uses``)
 
     def forward_ops(self) -> Iterator:
         """Each forward op, with the walk's ``Cursor`` on it (``self.cursor``) while the caller
@@ -175,8 +176,17 @@ class Values:
                 for p in self.block.all_parameters()}
 
     def result_uses(self, op, forced, shape_of) -> tuple[ParamUse, ...]:
-        readers, use = self._uses(forced, shape_of)
-        at = next(i for i, o in enumerate(self._forward_list()) if o is op)
+        """The readers are mapped once per walk (``prepare``), at its first question: the
+        ops after the walk's op are not rewritten yet, and the casts put in before it never
+        read its results, so the map answers as a new one would (one per op made O2's walk
+        quadratic)."""
+        if self._walk_readers is None:
+            forward = self._forward_list()
+            self._walk_readers = (self._readers(forward),
+                                  {id(o): i for i, o in enumerate(forward)})
+        readers, index = self._walk_readers
+        use = self._use(readers, forced, shape_of)
+        at = index[id(op)]
         return tuple(use(j, reader, s) for out in op.output_arg_names
                      for j, reader, s in readers.get(out, ()) if j > at)
 
@@ -186,12 +196,22 @@ class Values:
     def _uses(self, forced, shape_of):
         """({var name: [(index, forward op, slot) reading it]}, use(index, op, slot) ->
         ``ParamUse``, listing the later readers of an op that only moves values)."""
+        readers = self._readers(self._forward_list())
+        return readers, self._use(readers, forced, shape_of)
+
+    @staticmethod
+    def _readers(forward: list) -> dict[str, list[tuple[int, object, str]]]:
+        """{var name: [(index, forward op, slot) reading it]} over the ops ``forward``."""
         readers: dict[str, list[tuple[int, object, str]]] = {}
-        for i, op in enumerate(self._forward_list()):
+        for i, op in enumerate(forward):
             for slot in op.input_names:
                 for name in op.input(slot):
                     readers.setdefault(name, []).append((i, op, slot))
+        return readers
 
+    def _use(self, readers: dict, forced, shape_of):
+        """use(index, op, slot) -> ``ParamUse``, listing the later readers (in ``readers``)
+        of an op that only moves values."""
         def use(i: int, op, slot: str) -> ParamUse:
             reason = CONTROL_FLOW if op.has_attr("sub_block") else forced(op)
             attrs = self.attrs(op)
@@ -201,7 +221,7 @@ class Values:
                              for j, reader, s in readers.get(out, ()) if j > i)
             return ParamUse(op.type, attrs, slot, reason, then, shape_of(op))
 
-        return readers, use
+        return use
 
     def end_forward(self) -> None:
         """Nothing: every op carries its role (forward, backward, optimize)."""

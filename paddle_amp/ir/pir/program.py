@@ -29,3 +29,4 @@ class PirProgram(Values, Writing, Masters, Scaling, Doctor):
         self._grad_names: dict = {}
         self._grads: dict = {}  # grad value id -> parameter name, once the backward is built
         self._inserted_at: set[int] = set()
+        self._top: Optional[frozenset[int]] = None  # (``result_uses``)

@@ -120,6 +120,7 @@ class Values:
         name: a guard that recorded nothing, or a black var name that names nothing, would
         silently mean nothing, so each is an error."""
         self._guarded = guarded_ops(self.program) if use_guard else frozenset()
+        self._top = None  # the ids of the global block's ops (``result_uses``)
         if use_guard and not self._guarded:
             raise AmpConfigError(
                 "use_fp16_guard/use_bf16_guard/use_amp_guard is set, but no op of this PIR "
@@ -220,7 +221,12 @@ class Values:
                 for param in _parameters(self.program)}
 
     def result_uses(self, op, forced, shape_of) -> tuple[ParamUse, ...]:
-        top = {o.id() for o in self.block.ops}
+        """The global block's ops are listed once per walk (``prepare``), at its first
+        question: the casts the walk puts in never read a result not yet decided (one
+        listing per op made O2's walk quadratic)."""
+        if self._top is None:
+            self._top = frozenset(o.id() for o in self.block.ops)
+        top = self._top
         return tuple(use for result in op.results() for reader in result.all_used_ops()
                      if self._forward is None or reader.id() in self._forward
                      for use in self._param_uses(reader, result, top, forced, shape_of))
