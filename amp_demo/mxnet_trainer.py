@@ -13,8 +13,7 @@ from amp_adapters.timing import ratio_of
 from mxnet_amp import cast_report, init, init_trainer, loss_scale, reset, scale_loss
 
 from .data import DigitsData, evaluate
-from .result import OnStep, TrainResult, mode_label
-from .speed import summary
+from .result import OnStep, TrainResult, gemm_summary, mode_label
 
 
 def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float = 1.0,
@@ -124,7 +123,7 @@ def speed_row(policy: str, width: int, batch: int, layers: int, budget_s: float)
     ratio, spread = ratio_of(lambda: step(*low, True), lambda: step(*fp32, False),
                              warmup=3, budget_s=budget_s)
     decisions = cast_report(low[0]).decisions
-    return {"ratio": ratio, "spread": spread, **summary(decisions, {"FullyConnected"})}
+    return {"ratio": ratio, "spread": spread, **gemm_summary(decisions, {"FullyConnected"})}
 
 
 # -- the doctor's demo models (amp_demo.doctor_models: the planted problems) -------------------

@@ -13,8 +13,7 @@ from amp_adapters.timing import ratio_of
 from paddle_amp import cast_report, decorate
 
 from .data import DigitsData, evaluate
-from .result import OnStep, TrainResult, mode_label
-from .speed import summary
+from .result import OnStep, TrainResult, gemm_summary, mode_label
 
 
 def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float = 1.0,
@@ -129,7 +128,7 @@ def speed_row(policy: str, width: int, batch: int, layers: int, budget_s: float)
     main, low = program(policy)
     ratio, spread = ratio_of(low, fp32, warmup=3, budget_s=budget_s)
     decisions = cast_report(main).decisions
-    return {"ratio": ratio, "spread": spread, **summary(decisions, {"matmul_v2", "mul"})}
+    return {"ratio": ratio, "spread": spread, **gemm_summary(decisions, {"matmul_v2", "mul"})}
 
 
 # -- the doctor's demo models (amp_demo.doctor_models: the planted problems) -------------------

@@ -38,3 +38,12 @@ def mode_label(policy: Policy, emulated: bool, fell_back: bool = False) -> str:
         return "fp32"
     return f"{short_name(policy.dtype)} {policy.level}" + \
         (" (emulated)" if emulated else " (fp32 fallback)" if fell_back else "")
+
+
+def gemm_summary(decisions, gemm_ops) -> dict:
+    """The speed table's row (``speed``): how many GEMMs ran in bf16, and those measured speed
+    kept float32 with their ratio."""
+    gemms = [d for d in decisions if d.op in gemm_ops]
+    kept = [f"{d.op} {d.speed:.2f}x" for d in gemms if d.kernel_refused and d.speed]
+    return {"low": sum(d.run_dtype == "bfloat16" for d in gemms), "gemms": len(gemms),
+            "kept": kept}

@@ -81,14 +81,6 @@ def format_rows(result: Sequence[SpeedRow]) -> str:
     return "\n".join(lines + notes)
 
 
-def summary(decisions, gemm_ops) -> dict:
-    """How many GEMMs ran in bf16, and those speed kept float32 with their measured ratio."""
-    gemms = [d for d in decisions if d.op in gemm_ops]
-    kept = [f"{d.op} {d.speed:.2f}x" for d in gemms if d.kernel_refused and d.speed]
-    return {"low": sum(d.run_dtype == "bfloat16" for d in gemms), "gemms": len(gemms),
-            "kept": kept}
-
-
 def main(argv: Sequence[str]) -> int:
     """``python -m amp_demo.speed FRAMEWORK POLICY``: one row, as a JSON line."""
     from amp_adapters.quiet import quiet_frameworks

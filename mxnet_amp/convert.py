@@ -42,7 +42,7 @@ from ._mx import declared as with_dtypes
 from ._mx import dtype_name, mx_dtype
 from .config import PolicyLike, init_policy
 from .graph import nodes, rewrite
-from .kernels import note_native_speed
+from .speed import note_native_speed
 from .report import block_context
 from .traced import block_graph, traced_shapes
 

@@ -22,6 +22,7 @@ from amp_adapters.dtypes import FLOAT_DTYPES as FLOATS
 
 from ._mx import cast, declared, dtype_name, graph_shapes, input_names, mx_dtype, unpatched
 from .kernels import device_profile, log_fallback
+from .speed import costs
 
 @dataclass(frozen=True)
 class Node:
@@ -82,7 +83,8 @@ def _device(ctx: Optional[mx.Context], policy: Policy,
     plan for another machine, name a profile measured there: ``Policy.profile``)."""
     if ctx is None and policy.speed == "measured" and policy.enabled:
         ctx = mx.cpu()
-    return None if ctx is None else device_profile(ctx, policy, training=training)
+    return None if ctx is None else device_profile(ctx, policy, training,
+                                                   costs(policy, ctx, training))
 
 
 def _entry_shapes(sym: mx.sym.Symbol, device: Optional[DeviceProfile],

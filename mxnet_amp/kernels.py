@@ -16,18 +16,16 @@ would crash the first training step.
 from __future__ import annotations
 
 import collections.abc
-import logging
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import mxnet as mx
 from mxnet import autograd
 from mxnet import ndarray as nd
 
 from amp_adapters import OpDecision, Policy
-from amp_adapters.device import DeviceProfile
+from amp_adapters.device import CostLookup, DeviceProfile
 from amp_adapters.fallback import FallbackNotices
 from amp_adapters.quiet import stderr_silenced
-from amp_adapters.speedbook import SpeedBook, machine
 
 from ._mx import cast, dtype_name, unpatched
 
@@ -166,65 +164,15 @@ class KernelSet(collections.abc.Set):
         return sum(1 for _ in self)
 
 
-def device_profile(ctx: mx.Context, policy: Policy, training: bool) -> DeviceProfile:
+def device_profile(ctx: mx.Context, policy: Policy, training: bool,
+                   costs: Optional[CostLookup] = None) -> DeviceProfile:
     """What ``ctx``'s device runs in ``policy.dtype`` (``amp_adapters.device``): the ops
     whose kernel runs there, forward and, for ``training``, backward (probed lazily,
-    ``KernelSet``); under ``policy.speed == "measured"``, their cost there at a shape class
-    (``speed_book``: the policy's saved profile, this machine's cache, or timed now by
-    ``speed.measure`` on ``ctx``, host syncs included). MXNet picks oneDNN by itself, so no
-    op needs a route asked for."""
-    costs = speed_book(ctx, policy).for_training(training) \
-        if policy.speed == "measured" and policy.enabled else None
+    ``KernelSet``); ``costs``: the measured-speed lookup (``speed.costs``, under
+    ``Policy.speed == "measured"``). MXNet picks oneDNN by itself, so no op needs a route
+    asked for."""
     return DeviceProfile(KernelSet(ctx, policy.dtype, backward=training),
                          training=training, costs=costs)
-
-
-_books: dict[tuple, SpeedBook] = {}
-
-
-def speed_book(ctx: mx.Context, policy: Policy) -> SpeedBook:
-    """The one ``SpeedBook`` of this process for ``policy``'s dtype and saved profile on
-    ``ctx``'s device type (framework "mxnet", this MXNet's version); its measurements run
-    on ``ctx``."""
-    key = (policy.dtype, policy.profile, ctx.device_type)
-    if key not in _books:
-        from .speed import measurer  # speed imports this module
-        here = machine(gpu=None if ctx.device_type == "cpu" else f"mxnet {ctx.device_type}")
-        _books[key] = SpeedBook("mxnet", mx.__version__, policy.dtype,
-                                measurer(ctx, policy.dtype), profile=policy.profile,
-                                here=here)
-    return _books[key]
-
-
-# what issue 31 measured for MXNet 1.9.1's native bf16 (MLP, CNN) where oneDNN emulates bf16
-TYPICAL_EMULATED_BF16 = "2.0-2.9x"
-
-
-def note_native_speed(policy: Policy, training: bool) -> None:
-    """Say once per process, in one line, when the native's decisions (``policy``, what
-    ``init``/``convert_*`` run without ``policy=``) run an op slower than float32 here,
-    known without timing (``amp_adapters.native_speed``): by the CPU's flags and the
-    oneDNN ISA caps, or from this machine's speed cache. No probe, no host sync."""
-    from amp_adapters import effective_lists
-    from amp_adapters.native_speed import native_slowdown, say_once
-    if not policy.enabled:
-        return
-    ops = frozenset(effective_lists(policy, "mxnet")["lower"])
-    say_once(logging.getLogger("mxnet_amp"),
-             native_slowdown("mxnet_amp", "mxnet", mx.__version__, policy.dtype, ops,
-                             training, TYPICAL_EMULATED_BF16))
-
-
-def install_speed_book(book: SpeedBook, policy: Policy, device_type: str = "cpu") -> None:
-    """Use ``book`` for ``policy`` on ``device_type`` from now on (a profile given as data:
-    a book whose ``measure`` is another timer, or a fixed answer in a test)."""
-    _books[(policy.dtype, policy.profile, device_type)] = book
-
-
-def forget_speed_books() -> None:
-    """Drop this process's books (``reset``): the next plan reads the profile and the cache
-    again (``AMP_ADAPTERS_CACHE`` as it is then); nothing measured is lost, it is on disk."""
-    _books.clear()
 
 
 _notices = FallbackNotices("mxnet_amp")

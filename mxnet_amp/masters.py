@@ -43,6 +43,7 @@ from amp_adapters.policy import PolicyLike, resolve_policy
 from .graph import nodes
 from .active import active_policy
 from .kernels import device_profile, has_mp_update
+from .speed import costs
 from .report import block_context
 
 def master_update(dtype: str, ctx: mx.Context) -> str:
@@ -98,7 +99,8 @@ def cast_params(block: HybridBlock, num_inputs: int = 1, *,
         raise AmpConfigError(f"cast_params stores parameters low for level O2; the policy is "
                              f"level {chosen.level} (use policy='O2' or 'O2-bf16')")
     uses = param_uses(block, num_inputs)
-    device = device_profile(ctx or block_context(block), chosen, training=True)
+    ctx = ctx or block_context(block)
+    device = device_profile(ctx, chosen, True, costs(chosen, ctx, True))
     plan = plan_params(chosen, "mxnet", uses, device=device)
     params = block.collect_params()
     for name in sorted(plan.low):

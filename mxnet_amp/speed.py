@@ -24,6 +24,7 @@ and padding as "same": a shape class is an estimate of cost, not a replay of the
 """
 from __future__ import annotations
 
+import logging
 import math
 from typing import Callable, Optional, Sequence
 
@@ -31,13 +32,15 @@ import mxnet as mx
 from mxnet import autograd
 from mxnet import ndarray as nd
 
-from amp_adapters.device import Cost, ShapeClass
+from amp_adapters import Policy
+from amp_adapters.device import Cost, CostLookup, ShapeClass
+from amp_adapters.speedbook import SpeedBook, machine
 from amp_adapters.timing import ratio_of
 
 from amp_adapters.quiet import stderr_silenced
 
 from ._mx import _ND_AMP_CAST, mx_dtype, unpatched
-from .kernels import _drain
+from .kernels import _drain, device_profile
 
 Shapes = tuple[tuple[int, ...], ...]
 Call = Callable[[list], object]  # the op on its inputs (legacy or numpy-flavoured arrays)
@@ -213,19 +216,73 @@ def measurer(ctx: Optional[mx.Context], dtype: str) -> Callable[[str, ShapeClass
     return lambda op, shape, training: measure(op, shape, training, dtype=dtype, ctx=ctx)
 
 
+def costs(policy: Policy, ctx: mx.Context, training: bool) -> Optional[CostLookup]:
+    """``DeviceProfile.costs`` for ``policy`` on ``ctx``: a lookup in this process's book
+    (the policy's saved profile, this machine's cache, or timed now by ``measure`` on
+    ``ctx``, host syncs included) under measured speed, else None (nothing measured)."""
+    if not policy.enabled or policy.speed != "measured":
+        return None
+    return book(ctx, policy).for_training(training)
+
+
+_books: dict[tuple, SpeedBook] = {}
+
+
+def book(ctx: mx.Context, policy: Policy) -> SpeedBook:
+    """The one ``SpeedBook`` of this process for ``policy``'s dtype and saved profile on
+    ``ctx``'s device type (framework "mxnet", this MXNet's version); its measurements run
+    on ``ctx``."""
+    key = (policy.dtype, policy.profile, ctx.device_type)
+    if key not in _books:
+        here = machine(gpu=None if ctx.device_type == "cpu" else f"mxnet {ctx.device_type}")
+        _books[key] = SpeedBook("mxnet", mx.__version__, policy.dtype,
+                                measurer(ctx, policy.dtype), profile=policy.profile,
+                                here=here)
+    return _books[key]
+
+
+# what issue 31 measured for MXNet 1.9.1's native bf16 (MLP, CNN) where oneDNN emulates bf16
+TYPICAL_EMULATED_BF16 = "2.0-2.9x"
+
+
+def note_native_speed(policy: Policy, training: bool) -> None:
+    """Say once per process, in one line, when the native's decisions (``policy``, what
+    ``init``/``convert_*`` run without ``policy=``) run an op slower than float32 here,
+    known without timing (``amp_adapters.native_speed``): by the CPU's flags and the
+    oneDNN ISA caps, or from this machine's speed cache. No probe, no host sync."""
+    from amp_adapters import effective_lists
+    from amp_adapters.native_speed import native_slowdown, say_once
+    if not policy.enabled:
+        return
+    ops = frozenset(effective_lists(policy, "mxnet")["lower"])
+    say_once(logging.getLogger("mxnet_amp"),
+             native_slowdown("mxnet_amp", "mxnet", mx.__version__, policy.dtype, ops,
+                             training, TYPICAL_EMULATED_BF16))
+
+
+def install_speed_book(book: SpeedBook, policy: Policy, device_type: str = "cpu") -> None:
+    """Use ``book`` for ``policy`` on ``device_type`` from now on (a profile given as data:
+    a book whose ``measure`` is another timer, or a fixed answer in a test)."""
+    _books[(policy.dtype, policy.profile, device_type)] = book
+
+
+def forget_speed_books() -> None:
+    """Drop this process's books (``reset``): the next plan reads the profile and the cache
+    again (``AMP_ADAPTERS_CACHE`` as it is then); nothing measured is lost, it is on disk."""
+    _books.clear()
+
+
 def speed_probe(dtype: str):
     """``amp-adapters info --measure``'s answer for MXNet on this CPU (``speed_report``): the
     book ``policy="auto"`` reads, the device profiles, and a small and a large GEMM and a
     convolution as samples."""
-    from amp_adapters import Policy
     from amp_adapters.speed_report import Sample, SpeedProbe
 
-    from .kernels import device_profile, speed_book
     policy, ctx = Policy.preset("auto", dtype=dtype), mx.cpu()
     samples = tuple(Sample(op, ShapeClass.of(shapes), what) for op, shapes, what in (
         ("FullyConnected", [(64, 256), (256, 256), (256,)], "GEMM 64x256x256"),
         ("FullyConnected", [(64, 2048), (2048, 2048), (2048,)], "GEMM 64x2048x2048"),
         ("Convolution", [(16, 64, 56, 56), (64, 64, 3, 3), (64,)], "conv 3x3 64ch 56x56")))
-    return SpeedProbe("mxnet", "mxnet", speed_book(ctx, policy),
-                      device_profile(ctx, policy, True), device_profile(ctx, policy, False),
-                      samples)
+    return SpeedProbe("mxnet", "mxnet", book(ctx, policy),
+                      device_profile(ctx, policy, True, costs(policy, ctx, True)),
+                      device_profile(ctx, policy, False, costs(policy, ctx, False)), samples)

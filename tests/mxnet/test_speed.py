@@ -14,7 +14,8 @@ from amp_adapters import Policy
 from amp_adapters import native_speed
 from amp_adapters.device import Cost, ShapeClass
 from amp_adapters.speedbook import SpeedBook, machine, machine_id, ProfileFile, write_profile
-from mxnet_amp.kernels import has_kernel, install_speed_book
+from mxnet_amp.kernels import has_kernel
+from mxnet_amp.speed import install_speed_book
 from mxnet_amp.speed import measure, measurer
 
 needs_bf16 = pytest.mark.skipif(
