@@ -37,7 +37,9 @@ class ParamUse:
     ``fp16_guard``, a control-flow block, a black-listed variable); ``then``:
     for an op that only moves values (``oplists.passes_through``), the ops
     reading its result (None: not listed; the op is judged itself);
-    ``shape``: the shape class of the op's operands (``DeviceProfile`` rules and measured
+    ``instance``: the op instance's names, for the policy's layer rules (a layer kept in
+    float32 keeps the parameters only it reads in float32). ``shape``: the shape class of
+    the op's operands (``DeviceProfile`` rules and measured
     speed read it), so a parameter only a refused op reads is stored as that op runs.
     """
 
@@ -47,6 +49,7 @@ class ParamUse:
     force_fp32: Optional[str] = None
     then: Optional[tuple["ParamUse", ...]] = None
     shape: Optional[ShapeClass] = None
+    instance: Optional[tuple[str, ...]] = None
 
 
 @dataclass(frozen=True)
@@ -97,7 +100,8 @@ def _decide(policy: Policy, framework: str, consumers: tuple[ParamUse, ...],
     for use, via in _readers(framework, consumers, ()):
         d = plan_op(policy, framework, use.op, ("float32",), device=device, shape=use.shape,
                     attrs=use.attrs, force_fp32=use.force_fp32,
-                    input_names=None if use.slot is None else (use.slot,))
+                    input_names=None if use.slot is None else (use.slot,),
+                    instance=use.instance)
         through = f" through {', '.join(via)}" if via else ""
         if d.kept and d.kept[0]:
             return "float32", f"{use.op} keeps its {use.slot} input{through} in float32"

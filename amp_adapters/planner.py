@@ -445,7 +445,7 @@ def _computes_low(policy: Policy, framework: str, use: Any,
         return any(_computes_low(policy, framework, u, device) for u in use.then)
     d = plan_op(policy, framework, use.op, ("float32",), device=device, shape=use.shape,
                 attrs=use.attrs, force_fp32=use.force_fp32,
-                input_names=None if use.slot is None else (use.slot,))
+                input_names=None if use.slot is None else (use.slot,), instance=use.instance)
     return not (d.kept and d.kept[0]) and d.precision == policy.dtype
 
 

@@ -78,7 +78,8 @@ def param_uses(block: HybridBlock, num_inputs: int = 1) -> dict[str, list[ParamU
         for i, entry in enumerate(n.inputs):
             if entry in uses:
                 uses[entry].append(ParamUse(n.op, dict(n.attrs),
-                                            slots[i] if i < len(slots) else None))
+                                            slots[i] if i < len(slots) else None,
+                                            instance=(n.name,)))
     return uses
 
 

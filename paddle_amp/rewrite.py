@@ -122,7 +122,7 @@ class Rewriter:
                                                            ir.attrs(op)):
             return None
         return ir.result_uses(op, lambda o: self._forced_fp32(ir, o),
-                              lambda o: self._shape(ir, o))
+                              lambda o: self._shape(ir, o), lambda o: self._instance(ir, o))
 
     def _instance(self, ir: ProgramIR, op) -> Optional[tuple[str, ...]]:
         """``op``'s instance names for the policy's layer rules (``ProgramIR.instance_names``),
@@ -165,7 +165,7 @@ class Rewriter:
         its forward readers; an op in a control-flow block runs in float32."""
         ir = self._ir(program)
         uses = ir.param_uses(lambda op: self._forced_fp32(ir, op),
-                             lambda op: self._shape(ir, op))
+                             lambda op: self._shape(ir, op), lambda op: self._instance(ir, op))
         return plan_params(self.policy, "paddle", uses, device=self.device)
 
     def low_params(self, program, optimizer_type: Optional[str] = None) -> frozenset[str]:

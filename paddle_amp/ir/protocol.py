@@ -153,13 +153,16 @@ class ValuesIR(Protocol):
         """``op`` writes ``loss`` (None: no loss), or has a floating result and no op of the
         program reads any of its results: what a run fetches (``planner.output_fp32``)."""
     def param_uses(self, forced: Callable[[Any], Optional[str]],
-                   shape_of: Callable[[Any], Optional[ShapeClass]]
+                   shape_of: Callable[[Any], Optional[ShapeClass]],
+                   instance_of: Callable[[Any], Any] = ...
                    ) -> dict[str, list[ParamUse]]:
         """O2: how the forward ops read each parameter (``forced``: why an op runs fp32;
-        ``shape_of``: the shape class of its operands, ``ParamUse.shape``)."""
+        ``shape_of``: the shape class of its operands, ``ParamUse.shape``; ``instance_of``:
+        its names for the policy's layer rules, ``ParamUse.instance``)."""
 
     def result_uses(self, op: Any, forced: Callable[[Any], Optional[str]],
-                    shape_of: Callable[[Any], Optional[ShapeClass]]
+                    shape_of: Callable[[Any], Optional[ShapeClass]],
+                    instance_of: Callable[[Any], Any] = ...
                     ) -> tuple[ParamUse, ...]:
         """How the forward ops after ``op`` read its results, as ``param_uses`` lists a
         parameter's readers (O2: an op that only moves values is judged with them)."""

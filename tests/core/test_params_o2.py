@@ -120,3 +120,16 @@ def test_pass_through_ops_are_canonical_and_move_values_only():
     assert {"reshape", "transpose"} <= pass_through_ops() <= canonical_ops()
     assert passes_through("paddle", "reshape2") and passes_through("mxnet", "transpose")
     assert not passes_through("paddle", "elementwise_add")
+
+
+def test_a_layer_kept_float32_keeps_the_parameters_only_it_reads_float32():
+    """O2 stores a parameter low only where every reader computes low: a reader a layer rule
+    keeps in float32 keeps its weight float32 (no cast up per use), the other layer's goes low."""
+    from amp_adapters import ParamUse
+    from amp_adapters.layers import LayerLists
+    policy = O2.replace(layers=LayerLists(fp32=frozenset({"dense2"})))
+    uses = {"dense1_weight": [ParamUse("FullyConnected", slot="weight", instance=("dense1_fwd",))],
+            "dense2_weight": [ParamUse("FullyConnected", slot="weight", instance=("dense2_fwd",))]}
+    plan = plan_params(policy, "mxnet", uses)
+    assert plan.dtypes == {"dense1_weight": "float16", "dense2_weight": "float32"}
+    assert "layer 'dense2'" in plan.reasons["dense2_weight"]

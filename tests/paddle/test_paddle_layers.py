@@ -69,3 +69,15 @@ def test_a_layer_matching_nothing_warns_with_the_closest_names():
     assert len(msgs) == 1 and msgs[0].startswith(
         "layer 'dens1' of the policy matches no op of the program rewritten; the closest "
         "names it has: 'dense1'")
+
+
+def test_under_o2_a_layer_kept_fp32_keeps_its_weight_fp32():
+    """O2 stores a weight low only where every reader computes low: the layer a rule keeps in
+    float32 reads its own weight in float32 (stored so, no cast up each step); the others'
+    go low."""
+    opt, rows = _build(policy=Policy.preset("O2", paddle_layers=LayerLists(fp32={"dense1"})))
+    assert _matmuls(rows)[1] == ("float32", "dense1")
+    plan = opt._param_plan
+    assert plan.dtypes["dense1.w_0"] == "float32" and "layer 'dense1'" in \
+        plan.reasons["dense1.w_0"]
+    assert plan.dtypes["dense0.w_0"] == plan.dtypes["dense2.w_0"] == "float16"

@@ -170,12 +170,12 @@ class Values:
         return not self._read.intersection(outs) and any(
             self.dtype(n) in FLOAT_DTYPES for n in outs)
 
-    def param_uses(self, forced, shape_of) -> dict[str, list[ParamUse]]:
-        readers, use = self._uses(forced, shape_of)
+    def param_uses(self, forced, shape_of, instance_of=lambda op: None) -> dict[str, list[ParamUse]]:
+        readers, use = self._uses(forced, shape_of, instance_of)
         return {p.name: [use(i, op, slot) for i, op, slot in readers.get(p.name, ())]
                 for p in self.block.all_parameters()}
 
-    def result_uses(self, op, forced, shape_of) -> tuple[ParamUse, ...]:
+    def result_uses(self, op, forced, shape_of, instance_of=lambda op: None) -> tuple[ParamUse, ...]:
         """The readers are mapped once per walk (``prepare``), at its first question: the
         ops after the walk's op are not rewritten yet, and the casts put in before it never
         read its results, so the map answers as a new one would (one per op made O2's walk
@@ -185,7 +185,7 @@ class Values:
             self._walk_readers = (self._readers(forward),
                                   {id(o): i for i, o in enumerate(forward)})
         readers, index = self._walk_readers
-        use = self._use(readers, forced, shape_of)
+        use = self._use(readers, forced, shape_of, instance_of)
         at = index[id(op)]
         return tuple(use(j, reader, s) for out in op.output_arg_names
                      for j, reader, s in readers.get(out, ()) if j > at)
@@ -193,11 +193,11 @@ class Values:
     def _forward_list(self) -> list:
         return [op for op in self.block.ops if is_forward(op) and op.type not in _IO_OPS]
 
-    def _uses(self, forced, shape_of):
+    def _uses(self, forced, shape_of, instance_of):
         """({var name: [(index, forward op, slot) reading it]}, use(index, op, slot) ->
         ``ParamUse``, listing the later readers of an op that only moves values)."""
         readers = self._readers(self._forward_list())
-        return readers, self._use(readers, forced, shape_of)
+        return readers, self._use(readers, forced, shape_of, instance_of)
 
     @staticmethod
     def _readers(forward: list) -> dict[str, list[tuple[int, object, str]]]:
@@ -209,7 +209,7 @@ class Values:
                     readers.setdefault(name, []).append((i, op, slot))
         return readers
 
-    def _use(self, readers: dict, forced, shape_of):
+    def _use(self, readers: dict, forced, shape_of, instance_of):
         """use(index, op, slot) -> ``ParamUse``, listing the later readers (in ``readers``)
         of an op that only moves values."""
         def use(i: int, op, slot: str) -> ParamUse:
@@ -219,7 +219,7 @@ class Values:
             if reason is None and passes_through("paddle", op.type, attrs):
                 then = tuple(use(j, reader, s) for out in op.output_arg_names
                              for j, reader, s in readers.get(out, ()) if j > i)
-            return ParamUse(op.type, attrs, slot, reason, then, shape_of(op))
+            return ParamUse(op.type, attrs, slot, reason, then, shape_of(op), instance_of(op))
 
         return use
 
