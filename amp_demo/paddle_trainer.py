@@ -155,8 +155,14 @@ def doctor_program(kind, policy=None, optimizer=None):
             pred = paddle.nn.functional.relu(x @ p["w1"]) @ p["w2"]
         d = pred - label
         loss = paddle.mean(d * d) * FACTOR[kind]
-        opt = decorate(optimizer or paddle.optimizer.SGD(1e-3),
-                                  policy=policy or doctor_policy(kind))
+    return _minimized(main, startup, loss, optimizer, policy or doctor_policy(kind))
+
+
+def _minimized(main, startup, loss, optimizer, policy):
+    """(main, loss, the decorated optimizer, an executor): ``loss`` minimized under
+    ``policy`` by ``optimizer`` (default SGD 1e-3), the startup run, ``amp_init`` called."""
+    with paddle.static.program_guard(main, startup):
+        opt = decorate(optimizer or paddle.optimizer.SGD(1e-3), policy=policy)
         opt.minimize(loss)
     exe = paddle.static.Executor(paddle.CPUPlace())
     exe.run(startup)
@@ -186,13 +192,7 @@ def layered_program(kind, policy=None, optimizer=None):
                 h = paddle.nn.functional.layer_norm(h, [w.shape[1]])
         d = h - label
         loss = paddle.mean(d * d) * LAYERED_FACTOR[kind]
-        opt = decorate(optimizer or paddle.optimizer.SGD(1e-3),
-                       policy=policy or doctor_policy(kind))
-        opt.minimize(loss)
-    exe = paddle.static.Executor(paddle.CPUPlace())
-    exe.run(startup)
-    opt.amp_init(paddle.CPUPlace())
-    return main, loss, opt, exe
+    return _minimized(main, startup, loss, optimizer, policy or doctor_policy(kind))
 
 
 def layered_feed(kind, step):

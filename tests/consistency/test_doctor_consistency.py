@@ -18,14 +18,14 @@ P = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(P)
 
 
-def _mxnet(kind):
+def _mxnet(kind, model=P.mxnet_model, arrays=P.arrays):
     mxnet_amp.init(policy=P.policy(kind))
-    net, loss_fn = P.mxnet_model(kind)
+    net, loss_fn = model(kind)
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 1e-3})
     mxnet_amp.init_trainer(trainer)
     with mx_doctor(net, loss_fn, trainer) as dr:
         for s in range(2):
-            x, y, _ = P.arrays(kind, s)
+            x, y, _ = arrays(kind, s)
             with autograd.record():
                 loss = loss_fn(net(mx.nd.array(x)), mx.nd.array(y))
                 with mxnet_amp.scale_loss(loss, trainer) as scaled:
@@ -35,12 +35,12 @@ def _mxnet(kind):
     return dr
 
 
-def _paddle(kind):
+def _paddle(kind, model=P.paddle_model, feed=P.paddle_feed):
     with paddle.static.scope_guard(paddle.static.Scope()):
-        main, loss, opt, exe = P.paddle_model(kind)
+        main, loss, opt, exe = model(kind)
         with pd_doctor(opt, exe) as dr:
             for s in range(2):
-                exe.run(main, feed=P.paddle_feed(kind, s), fetch_list=[loss])
+                exe.run(main, feed=feed(kind, s), fetch_list=[loss])
     paddle.disable_static()
     return dr
 
@@ -77,36 +77,9 @@ def test_the_same_planted_model_gives_the_same_finding(kind):
         assert first.canonical == P.PLANTED_CANONICAL[kind] and rm.op_named(first.name).index == 0
 
 
-def _mxnet_layered(kind):
-    mxnet_amp.init(policy=P.policy(kind))
-    net, loss_fn = P.mxnet_layered(kind)
-    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 1e-3})
-    mxnet_amp.init_trainer(trainer)
-    with mx_doctor(net, loss_fn, trainer) as dr:
-        for s in range(2):
-            x, y, _ = P.layered_arrays(kind, s)
-            with autograd.record():
-                loss = loss_fn(net(mx.nd.array(x)), mx.nd.array(y))
-                with mxnet_amp.scale_loss(loss, trainer) as scaled:
-                    autograd.backward(scaled)
-            trainer.step(1)
-    mxnet_amp.reset()
-    return dr
-
-
-def _paddle_layered(kind):
-    with paddle.static.scope_guard(paddle.static.Scope()):
-        main, loss, opt, exe = P.paddle_layered(kind)
-        with pd_doctor(opt, exe) as dr:
-            for s in range(2):
-                exe.run(main, feed=P.paddle_layered_feed(kind, s), fetch_list=[loss])
-    paddle.disable_static()
-    return dr
-
-
 @pytest.mark.parametrize("kind", P.LAYERED)
 def test_the_layered_models_get_the_same_fix_by_name(kind):
-    m, p = _mxnet_layered(kind).recommendation(), _paddle_layered(kind).recommendation()
+    m, p = _mxnet(kind, P.mxnet_layered, P.layered_arrays).recommendation(), _paddle(kind, P.paddle_layered, P.paddle_layered_feed).recommendation()
     assert m.verified and p.verified
     assert m.policy.mxnet_layers.fp32 == p.policy.paddle_layers.fp32 == \
         (set() if kind == "layer_backward" else {"dense2"})
