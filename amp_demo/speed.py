@@ -73,8 +73,8 @@ def format_rows(result: Sequence[SpeedRow]) -> str:
         table.append((r.framework, r.policy, f"{r.ratio:.2f}x (+-{r.spread:.2f})",
                       f"{r.low} of {r.gemms}"))
         if r.kept:
-            notes.append(f"  {r.framework} {r.policy}: kept float32, measured slower in "
-                         f"bf16 here: {', '.join(r.kept)}")
+            notes.append(f"  {r.framework} {r.policy}: kept float32, not measured faster in "
+                         f"bf16 here (bf16/fp32, casts included): {', '.join(r.kept)}")
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in table]
     lines.insert(1, "  ".join("-" * w for w in widths))
