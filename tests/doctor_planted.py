@@ -33,3 +33,15 @@ def paddle_layered(kind, policy=None, optimizer=None):
 def paddle_layered_feed(kind, step):
     from amp_demo.paddle_trainer import layered_feed
     return layered_feed(kind, step)
+
+
+def check_scale_only_fix(rep, rec):
+    """What every framework's doctor says of the planted backward-only overflow at scale
+    2**16 with a finite forward: the fix is the loss scale, no op and no layer moves, and
+    the replay verified it."""
+    assert rep.steps[0].scale == 2 ** 16 and not any(s.first_forward for s in rep.steps)
+    assert rep.findings()[0].kind == "backward_overflow"
+    before = policy("layer_backward")
+    assert rec.policy.replace(loss_scale=before.loss_scale) == before  # no op, no layer moves
+    assert rec.policy.loss_scale.scale < 2 ** 15 and rec.verified
+    assert rec.keeps == ("no op moves: every op that ran fp16 still does",)
