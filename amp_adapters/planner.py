@@ -61,8 +61,9 @@ class OpDecision:
     which the device profile refuses (slower than float32 here, by rule or measured; the
     reason says why): a choice made for speed, not a missing kernel, so it is logged as
     INFO. ``layer``: the ``Policy.layers`` pattern that decided this instance's category
-    (None: its op type's lists did). ``speed``: the measured ratio of its low kernel's time to float32's (casts
-    included) where measured speed decided (``Policy.speed == "measured"``), else None.
+    (None: its op type's lists did). ``speed``: the measured ratio of its low kernel's
+    time to float32's (casts included) where measured speed decided (``Policy.speed ==
+    "measured"``), else None.
     """
 
     op: str
@@ -287,9 +288,10 @@ def plan_op(policy: Policy, framework: str, op: str,
     framework infers from the op reading it, as MXNet's native conversion
     leaves it), for ``_free_inputs``. ``instance``: the name(s) of this op instance
     (a node name, its block or layer, its output variables), which the policy's layer
-    rules (``Policy.layers``) match: a rule wins over the op type's lists. A refused op runs as where there is no kernel,
-    with the refusal as its reason (emulated under ``emulate=True``: the policy asked for
-    low-precision numerics, and rounding costs less than the slow kernel). An
+    rules (``Policy.layers``) match: a rule wins over the op type's lists. A refused op
+    runs as where there is no kernel, with the refusal as its reason (emulated under
+    ``emulate=True``: the policy asked for low-precision numerics, and rounding costs less
+    than the slow kernel). An
     ``UNKNOWN`` input counts as float32 for the decision. An op with a float64 input
     is left alone: AMP does not touch float64 computations. ``readers``: for an op that
     only moves values (``oplists.pass_through_ops``), the ops reading its results

@@ -326,7 +326,8 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
         attrs = {k: v for k, v in kwargs.items() if not isinstance(v, _TENSORS)}
         attrs.update((name, a) for name, a in zip(arg_names, args)  # attributes by position
                      if not isinstance(a, (_TENSORS, list, tuple)))
-        d = plan_op(policy, "mxnet", op, dtypes, device=device_profile(ctx, policy, True, costs(policy, ctx, True)),
+        device = device_profile(ctx, policy, True, costs(policy, ctx, True))
+        d = plan_op(policy, "mxnet", op, dtypes, device=device,
                     shape=shape, attrs=attrs, input_names=names,
                     instance=_blocks.names if layered else None)
         if d.emulated or d.fell_back:

@@ -79,7 +79,8 @@ def test_the_same_planted_model_gives_the_same_finding(kind):
 
 @pytest.mark.parametrize("kind", P.LAYERED)
 def test_the_layered_models_get_the_same_fix_by_name(kind):
-    m, p = _mxnet(kind, P.mxnet_layered, P.layered_arrays).recommendation(), _paddle(kind, P.paddle_layered, P.paddle_layered_feed).recommendation()
+    m = _mxnet(kind, P.mxnet_layered, P.layered_arrays).recommendation()
+    p = _paddle(kind, P.paddle_layered, P.paddle_layered_feed).recommendation()
     assert m.verified and p.verified
     assert m.policy.mxnet_layers.fp32 == p.policy.paddle_layers.fp32 == \
         (set() if kind == "layer_backward" else {"dense2"})

@@ -170,12 +170,14 @@ class Values:
         return not self._read.intersection(outs) and any(
             self.dtype(n) in FLOAT_DTYPES for n in outs)
 
-    def param_uses(self, forced, shape_of, instance_of=lambda op: None) -> dict[str, list[ParamUse]]:
+    def param_uses(self, forced, shape_of, instance_of=lambda op: None
+                   ) -> dict[str, list[ParamUse]]:
         readers, use = self._uses(forced, shape_of, instance_of)
         return {p.name: [use(i, op, slot) for i, op, slot in readers.get(p.name, ())]
                 for p in self.block.all_parameters()}
 
-    def result_uses(self, op, forced, shape_of, instance_of=lambda op: None) -> tuple[ParamUse, ...]:
+    def result_uses(self, op, forced, shape_of, instance_of=lambda op: None
+                    ) -> tuple[ParamUse, ...]:
         """The readers are mapped once per walk (``prepare``), at its first question: the
         ops after the walk's op are not rewritten yet, and the casts put in before it never
         read its results, so the map answers as a new one would (one per op made O2's walk

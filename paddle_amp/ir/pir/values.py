@@ -214,13 +214,16 @@ class Values:
         return all(r.use_empty() for r in results) and any(
             value_dtype(r) in FLOAT_DTYPES for r in results)
 
-    def param_uses(self, forced, shape_of, instance_of=lambda op: None) -> dict[str, list[ParamUse]]:
+    def param_uses(self, forced, shape_of, instance_of=lambda op: None
+                   ) -> dict[str, list[ParamUse]]:
         top = {op.id() for op in self.block.ops}
         return {param.name: [use for user in param.all_used_ops()
-                             for use in self._param_uses(user, param, top, forced, shape_of, instance_of)]
+                             for use in self._param_uses(user, param, top, forced, shape_of,
+                                                         instance_of)]
                 for param in _parameters(self.program)}
 
-    def result_uses(self, op, forced, shape_of, instance_of=lambda op: None) -> tuple[ParamUse, ...]:
+    def result_uses(self, op, forced, shape_of, instance_of=lambda op: None
+                    ) -> tuple[ParamUse, ...]:
         """The global block's ops are listed once per walk (``prepare``), at its first
         question: the casts the walk puts in never read a result not yet decided (one
         listing per op made O2's walk quadratic)."""
@@ -229,7 +232,8 @@ class Values:
         top = self._top
         return tuple(use for result in op.results() for reader in result.all_used_ops()
                      if self._forward is None or reader.id() in self._forward
-                     for use in self._param_uses(reader, result, top, forced, shape_of, instance_of))
+                     for use in self._param_uses(reader, result, top, forced, shape_of,
+                                                 instance_of))
 
     def _param_uses(self, user, param, top: frozenset, forced, shape_of,
                     instance_of) -> list[ParamUse]:
@@ -248,7 +252,8 @@ class Values:
         if why is None and passes_through("paddle", legacy, attrs):  # judged by its readers
             then = tuple(use for result in user.results() for reader in result.all_used_ops()
                          if self._forward is None or reader.id() in self._forward
-                         for use in self._param_uses(reader, result, top, forced, shape_of, instance_of))
+                         for use in self._param_uses(reader, result, top, forced, shape_of,
+                                                 instance_of))
         return [ParamUse(legacy, attrs, slot, why, then, shape_of(user), instance_of(user))
                 for slot in slots or [None]]
 
