@@ -47,6 +47,7 @@ from . import patching, scaling
 from ._mx import dtype_name, unpatched
 from .active import active_policy
 from .graph import nodes, plan_graph, rewrite
+from .kernels import KernelSet
 from .report import block_context
 
 _CASTS = ("amp_cast", "amp_multicast")
@@ -136,6 +137,11 @@ class Doctor(Session):
         self.steps += 1
 
     can_replay = True
+
+    def bf16_kernels(self) -> KernelSet:
+        """The ops with a bfloat16 kernel, forward and backward, on the net's device (probed
+        lazily: the doctor's bfloat16 candidate asks for the ops the report ran low)."""
+        return KernelSet(block_context(self.net), "bfloat16", backward=True)
 
     def replay(self, policy: Policy) -> DoctorReport:
         """The report of the recorded steps run again, each on the batch and parameters it

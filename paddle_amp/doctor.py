@@ -167,6 +167,14 @@ class Doctor(Session):
         self.steps += 1
 
 
+    def bf16_kernels(self):
+        """The ops with a bfloat16 kernel, forward and backward, on the device the program
+        runs on, in its IR (for the doctor's bfloat16 candidate)."""
+        from .env import current_device
+        from .kernels import lowp_kernels
+        return lowp_kernels(current_device(), "bfloat16",
+                            ir.of(self.optimizer._fp32_source[0]).probe)
+
     def replay(self, policy: Policy) -> DoctorReport:
         """The report of the recorded steps run again, each on the feed and parameters it had,
         under ``policy``: a copy of the program as it was before the rewrite (kept by

@@ -8,7 +8,12 @@ fixes in the order of how much of the model they keep in the low dtype:
         the recorded float32 backward values in range (and the gradients above
         flush, where the report says which scale they need);
     (b) the op instances the findings name, by layer (``Policy.<framework>_layers``);
-    (c) an op type, only where most of its low instances need it (``Policy.ops``).
+    (c) an op type, only where most of its low instances need it (``Policy.ops``); before
+        it, where the problem is range (an overflow or a flush, not a precision loss) and
+        every op the report ran in float16 has a bfloat16 kernel here (``bf16_kernels``,
+        the backend's answer), the same model in bfloat16: every op stays low, with
+        float32's range and no loss scale. Which fix a model gets then depends on the
+        device, as it should: a CPU without those kernels gets the op type.
 
 The last one, every flagged op type, is kept as a fallback for when none of the
 others passes. ``passes`` says whether a replay of the recorded steps under a
@@ -21,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Mapping, Optional
+from typing import AbstractSet, Mapping, Optional
 
 from ..dtypes import SHORT_NAMES
 from ..layers import LayerLists
@@ -38,7 +43,8 @@ SCALE_HEADROOM = 4.0
 
 @dataclass(frozen=True)
 class Candidate:
-    """One fix: ``kind`` (``loss_scale`` | ``layers`` | ``ops`` | ``all_ops``), the ``policy``
+    """One fix: ``kind`` (``loss_scale`` | ``layers`` | ``bf16`` | ``ops`` | ``all_ops``), the
+    ``policy``
     with it applied, each change's reason by policy-file table (``reasons``, for the TOML),
     ``what`` it does in one line and the op instances it moves to float32 (``moved``)."""
 
@@ -105,9 +111,32 @@ def _type_counts(report: DoctorReport) -> dict[str, int]:
     return counts
 
 
-def candidates(report: DoctorReport, policy: Policy) -> list[Candidate]:
+RANGE_KINDS = ("overflow", "backward_overflow", "underflow")  # bf16's range cures these
+
+
+def _bf16(report: DoctorReport, policy: Policy,
+          bf16_kernels: Optional[AbstractSet[str]]) -> Optional[Candidate]:
+    """The model in bfloat16, where range is the problem and bf16 runs every op the report
+    ran in float16 (a kernel for each, here); None otherwise."""
+    if report.dtype != "float16" or bf16_kernels is None:
+        return None
+    kinds = {f.kind for f in report.findings()}
+    low = {r.op for r in report.ops if r.lowered}
+    if not kinds & set(RANGE_KINDS) or not low or not all(op in bf16_kernels for op in low):
+        return None
+    why = ("the problem is range, not precision, and every op that ran float16 has a "
+           "bfloat16 kernel here: bfloat16 has float32's range, so nothing overflows or "
+           "flushes and no loss scale is needed")
+    return Candidate("bf16", policy.replace(dtype="bfloat16", loss_scale=None),
+                     {"dtype": {"dtype": why}},
+                     "run the model in bfloat16 (float32's range; no loss scale)")
+
+
+def candidates(report: DoctorReport, policy: Policy,
+               bf16_kernels: Optional[AbstractSet[str]] = None) -> list[Candidate]:
     """The fixes to try, narrowest first (module docstring). A scale change the findings
-    ask for (gradient underflow) is part of every candidate."""
+    ask for (gradient underflow) is part of every candidate. ``bf16_kernels``: the op
+    names with a bfloat16 kernel here, training (None: no bfloat16 candidate)."""
     fw = report.framework
     base, base_why = policy, {}
     for f in report.findings():
@@ -126,8 +155,9 @@ def candidates(report: DoctorReport, policy: Policy) -> list[Candidate]:
         out.append(Candidate("loss_scale", base, {"init_scale": base_why},
                              f"start the loss scale at {base.loss_scale.scale:g}; no op moves"))
     found = _instance_findings(report)
+    bf16 = _bf16(report, policy, bf16_kernels)
     if not found:
-        return out
+        return out + ([bf16] if bf16 else [])
     layers = {}
     for f, layer in found:
         layers.setdefault(layer, f.reason)
@@ -141,6 +171,8 @@ def candidates(report: DoctorReport, policy: Policy) -> list[Candidate]:
         out.append(Candidate("layers", _with_scale(c.policy, scale),
                              {**c.reasons, "init_scale": out[0].reasons["init_scale"]},
                              f"{c.what}, and start the loss scale at {scale:g}", moved))
+    if bf16:
+        out.append(bf16)
     counts = _type_counts(report)
     flagged: dict[str, list[tuple[Finding, str]]] = {}
     for f, layer in found:
@@ -165,7 +197,7 @@ def rescaled(candidate: Candidate, replay: DoctorReport) -> Optional[Candidate]:
     backward pass only (its forward passes finite: the fix held there) at a scale that
     ``backward_scale`` can lower; None otherwise. Tried right after the candidate: moving
     an op to float32 can leave its large values to the backward pass of the next one."""
-    if candidate.kind == "loss_scale":
+    if candidate.kind in ("loss_scale", "bf16"):
         return None
     scale = backward_scale(replay)
     if scale is None:
@@ -217,6 +249,8 @@ def keeps(report: DoctorReport, replay: DoctorReport, candidate: Candidate) -> t
     before = {r.name: r for r in report.ops}
     low_after = {r.index for r in replay.ops if r.lowered}  # by execution order: a backend
     # may name an instance by its position among ops and casts, which a fix changes
+    if candidate.kind == "bf16":
+        return (f"every op that ran {short} runs bf16 (float32's range)",)
     if not candidate.moved:
         return (f"no op moves: every op that ran {short} still does",)
     types = sorted({before[m].canonical or before[m].op for m in candidate.moved if m in before})

@@ -16,7 +16,7 @@ import json
 import math
 import tomllib
 from dataclasses import dataclass
-from typing import Callable, Mapping, Optional
+from typing import AbstractSet, Callable, Mapping, Optional
 
 from ..layers import LAYER_CATEGORIES
 from ..oplists import CATEGORIES
@@ -78,13 +78,13 @@ class Recommendation:
 Replay = Callable[[Policy], DoctorReport]
 
 
-def recommend(report: DoctorReport, policy: Policy,
-              replay: Optional[Replay] = None) -> Recommendation:
+def recommend(report: DoctorReport, policy: Policy, replay: Optional[Replay] = None,
+              bf16_kernels: Optional[AbstractSet[str]] = None) -> Recommendation:
     """The fix for the report's findings, applied to ``policy``, and its TOML.
 
     With ``replay`` (the backend re-running the recorded steps under a policy, giving
     that run's report), the candidate fixes (``candidates``: the loss scale alone, the
-    named layers, an op type) are replayed narrowest first and the first clean one is
+    named layers, bfloat16 where ``bf16_kernels`` run every low op, an op type) are replayed narrowest first and the first clean one is
     recommended, with what it keeps low; if none is, the widest, marked not verified. A
     candidate whose replay overflows in the backward pass only is tried again at a lower
     initial scale (``rescaled``) before the next.
@@ -94,7 +94,7 @@ def recommend(report: DoctorReport, policy: Policy,
         return _by_findings(report, policy, findings)
     tried: list[tuple[str, bool, str]] = []
     chosen = None
-    for first in candidates(report, policy):
+    for first in candidates(report, policy, bf16_kernels):
         c: Optional[Candidate] = first
         while c is not None:
             rerun = replay(c.policy)

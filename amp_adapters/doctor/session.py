@@ -1,7 +1,7 @@
 """``Session``: what every backend's doctor answers once it has seen steps, written once."""
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import AbstractSet, ClassVar, Optional
 
 from ..policy import Policy
 from .recommend import Recommendation, recommend
@@ -30,6 +30,11 @@ class Session:
         its steps overrides this and sets ``can_replay``)."""
         raise NotImplementedError(f"{type(self).__name__} cannot replay its steps")
 
+    def bf16_kernels(self) -> Optional[AbstractSet[str]]:
+        """The op names with a bfloat16 kernel (forward and backward) on the device the
+        model runs on, for the bfloat16 candidate (None: the backend does not say)."""
+        return None
+
     def recommendation(self) -> Recommendation:
         """The narrowest fix that a replay of the recorded steps shows to work, as data and
         as TOML (``.write(path)``); computed once per number of steps seen (each candidate
@@ -38,6 +43,7 @@ class Session:
         if cached is not None and cached[0] == self.steps:
             return cached[1]
         report = self.report()
-        rec = recommend(report, self.policy, replay=self.replay if self.can_replay else None)
+        rec = recommend(report, self.policy, replay=self.replay if self.can_replay else None,
+                        bf16_kernels=self.bf16_kernels())
         self._recommended = (self.steps, rec)
         return rec

@@ -6,6 +6,8 @@ from pathlib import Path
 import mxnet as mx
 import paddle
 import pytest
+
+from amp_adapters.doctor import recommend
 from mxnet import autograd, gluon
 
 import mxnet_amp
@@ -68,7 +70,9 @@ def test_the_same_planted_model_gives_the_same_finding(kind):
     rm, rp = m.report(), p.report()
     assert [_finding(rm, f) for f in rm.findings()] == [_finding(rp, f) for f in rp.findings()]
     assert rm.findings(), "the planted problem must be found"
-    assert _equivalent(m.recommendation(), p.recommendation())
+    # the bf16 candidate reads each framework's kernels here (MXNet 1.9.1 has no bf16 dot,
+    # Paddle a bf16 matmul): the fixed candidates are compared, with none offered
+    assert _equivalent(*(recommend(dr.report(), dr.policy, dr.replay) for dr in (m, p)))
     assert [s.overflow for s in rm.steps] == [s.overflow for s in rp.steps]
     assert [(r.canonical, r.precision, r.emulated) for r in rm.ops] == \
         [(r.canonical, r.precision, r.emulated) for r in rp.ops]

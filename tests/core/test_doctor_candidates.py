@@ -149,3 +149,21 @@ def test_keeps_counts_by_execution_order():
     replay = _clean(BASE.replace(mxnet_layers=BASE.mxnet_layers.with_fp32({"dense2"})))
     (c, *_) = candidates(rep, BASE)
     assert keeps(rep, replay, c) == ("3 of 4 linear ops stay fp16",)
+
+
+def test_bf16_is_a_candidate_where_range_is_the_problem_and_bf16_runs_every_low_op():
+    """After the named layers, before an op type (it keeps every op low): the same model in
+    bf16 (float32's range, no loss scale), only where every op the report ran in fp16 has a
+    bf16 kernel here; never for a precision loss."""
+    cands = candidates(_four(), BASE, bf16_kernels={"FullyConnected"})
+    assert [c.kind for c in cands] == ["layers", "bf16", "all_ops"]
+    bf16 = cands[1]
+    assert bf16.policy == BASE.replace(dtype="bfloat16", loss_scale=None)
+    rec = recommend(_four(), BASE, bf16_kernels={"FullyConnected"},
+                    replay=lambda p: _clean(p) if p.dtype == "bfloat16" else _four())
+    assert rec.verified and rec.fix == bf16.what and rec.policy.dtype == "bfloat16"
+    assert Policy.from_dict(tomllib.loads(rec.toml)) == rec.policy
+    assert rec.keeps == ("every op that ran fp16 runs bf16 (float32's range)",)
+    assert [c.kind for c in candidates(_four(), BASE, bf16_kernels=set())] == \
+        ["layers", "all_ops"]  # a low op without a bf16 kernel here
+    assert [c.kind for c in candidates(_four(), BASE)] == ["layers", "all_ops"]  # not asked

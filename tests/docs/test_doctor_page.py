@@ -49,11 +49,13 @@ def transcripts():
 
 def amp_adapters(argv, cwd):
     """``amp-adapters ARGV`` as a user runs it (the installed subcommands), with this checkout
-    first on the path."""
+    first on the path, on a CPU without bf16 kernels as the page says (oneDNN limited to
+    AVX2: where bf16 runs, the doctor tries the model in bf16 before an op type)."""
     r = subprocess.run([sys.executable, "-m", "amp_adapters.cli", *argv], cwd=cwd,
                        capture_output=True, text=True, timeout=300,
-                       env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                           filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+                       env={**os.environ, "DNNL_MAX_CPU_ISA": "AVX2",
+                            "ONEDNN_MAX_CPU_ISA": "AVX2", "PYTHONPATH": os.pathsep.join(
+                                filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     return r.stdout
 

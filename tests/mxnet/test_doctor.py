@@ -347,3 +347,22 @@ def test_a_precision_loss_in_one_layer_is_named_and_only_it_moves(hybridize, tmp
     again = dr.report()
     fixed = again.op_named("dense2_fwd")
     assert again.findings() == [] and fixed.added[0] == 0.0 and fixed.errors[0] < 1e-2
+
+
+def test_bf16_is_a_candidate_whose_replay_has_no_overflow_where_this_cpu_runs_it():
+    """The planted forward overflow in one layer: on a CPU whose bf16 kernels run every op the
+    model ran in fp16, the same model in bf16 is a candidate (after the layer), and its
+    replay of the recorded steps overflows nowhere (float32's range)."""
+    from amp_adapters.doctor.candidates import candidates, passes
+    from mxnet_amp.kernels import has_kernel
+    if not has_kernel("FullyConnected", mx.cpu(), "bfloat16", backward=True):
+        pytest.skip("no bfloat16 FullyConnected kernel here (oneDNN needs AVX-512)")
+    dr, _, _ = _layered("layer_overflow", doctor_steps=2)
+    try:
+        found = [c for c in candidates(dr.report(), dr.policy, dr.bf16_kernels())
+                 if c.kind == "bf16"]
+        assert len(found) == 1 and found[0].policy.dtype == "bfloat16"
+        replay = dr.replay(found[0].policy)
+        assert not replay.overflow_steps and passes(replay)[0]
+    finally:
+        amp.reset()

@@ -252,3 +252,19 @@ def test_a_precision_loss_in_one_layer_is_named_and_only_it_moves(tmp_path):
     assert again.findings() == []
     (fixed,) = [r for r in again.ops if r.layer_name == "dense2" and r.canonical == "matmul"]
     assert not fixed.lowered and fixed.added[0] == 0.0 and fixed.errors[0] < 1e-2
+
+
+def test_bf16_is_a_candidate_whose_replay_has_no_overflow_where_this_cpu_runs_it():
+    """As in MXNet: on a CPU whose bf16 kernels run every op the program ran in fp16, the
+    same program in bf16 is a candidate, and its replay of the recorded steps overflows
+    nowhere."""
+    from amp_adapters.doctor.candidates import candidates, passes
+    dr, _, _ = _layered("layer_overflow", doctor_steps=2)
+    kernels = dr.bf16_kernels()
+    missing = sorted(r.op for r in dr.report().ops if r.lowered and r.op not in kernels)
+    if missing:
+        pytest.skip(f"no bfloat16 kernel here for {missing} (oneDNN needs AVX-512)")
+    found = [c for c in candidates(dr.report(), dr.policy, kernels) if c.kind == "bf16"]
+    assert len(found) == 1 and found[0].policy.dtype == "bfloat16"
+    replay = dr.replay(found[0].policy)
+    assert not replay.overflow_steps and passes(replay)[0]
