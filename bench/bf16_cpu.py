@@ -108,7 +108,8 @@ def mxnet_inference_rows() -> list[str]:
         net, x = _mx_block(model)
         theirs = native.convert_hybrid_block(net, target_dtype="bfloat16", ctx=mx.cpu())
         mine = ours.convert_hybrid_block(net, target_dtype="bfloat16", ctx=mx.cpu())
-        auto = ours.convert_hybrid_block(net, policy="auto", ctx=mx.cpu())
+        auto = ours.convert_hybrid_block(net, policy="auto", ctx=mx.cpu(),
+                                         input_shapes={"data": x.shape})
         stats = interleaved({"fp32": lambda: net(x).wait_to_read(),
                              "native": lambda: theirs(x).wait_to_read(),
                              "ours": lambda: mine(x).wait_to_read(),
