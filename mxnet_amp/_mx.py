@@ -15,7 +15,7 @@ import inspect
 import json
 import threading
 import warnings
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 import mxnet as mx

@@ -20,9 +20,9 @@ from typing import AbstractSet, Callable, Mapping, Optional
 
 from ..layers import LAYER_CATEGORIES
 from ..oplists import CATEGORIES
-from ..policy import PRESETS, OpLists, Policy
+from ..policy import OpLists, Policy
 from ..policyfile import STATE_FIELDS
-from ..scaler import DynamicLossScale, NoOpLossScale, StaticLossScale
+from ..scaler import DynamicLossScale, NoOpLossScale
 from .candidates import Candidate, _moved_ops, _with_scale, candidates, keeps, passes, rescaled
 from .report import DoctorReport, Finding
 

@@ -4,7 +4,6 @@ built from records here; the replay is a function of the policy (what a backend'
 import math
 import tomllib
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -5,7 +5,6 @@ import json
 import warnings
 
 import numpy as np
-import pytest
 import mxnet as mx
 from mxnet import gluon
 

@@ -3,7 +3,6 @@ of one fc layer (by the parameters they read) in float32 and its siblings low;
 custom_black_varnames says the same in the policy; a name matching nothing warns."""
 import warnings
 
-import numpy as np
 import paddle
 import pytest
 
