@@ -275,50 +275,50 @@ def plugin_commands() -> dict[str, Register]:
 
 @subcommand
 def _add_info(sub: "argparse._SubParsersAction") -> None:
-    """``info``: what this machine runs in low precision (``fallback.info_text``)."""
+    """``info``: what this machine runs in low precision (``fallback.info_text``), and with
+    ``--measure`` how fast (``_measured``)."""
     def run(args: argparse.Namespace) -> int:
         from .fallback import info_text
-        from .quiet import quiet_frameworks
-        quiet_frameworks()  # before the backends import their framework
         print(info_text(dtypes=args.dtype or LOW_DTYPES), flush=True)
         if args.measure or args.save:
             _measured(args.dtype or ["bfloat16"], args.save, args.refresh)
         return 0
-    p = sub.add_parser("info", help="which ops have real low-precision kernels here, per "
-                                    "installed framework, and what AMP does with the others")
-    p.add_argument("--dtype", action="append", choices=LOW_DTYPES,
-                   help="only this dtype (repeatable; default: float16 and bfloat16)")
-    _speed_arguments(p, "also time ")
-    p.set_defaults(handler=run)
+    p = _speed_parser(sub, "info", "which ops have real low-precision kernels here, per "
+                      "installed framework, and what AMP does with the others",
+                      "only this dtype (repeatable; default: float16 and bfloat16)", run)
+    p.add_argument("--measure", action="store_true",
+                   help="also time the ops the lists lower, low against float32 (forward and "
+                        "training step, casts included), and say what policy 'auto' decides")
 
 
 @subcommand
 def _add_profile(sub: "argparse._SubParsersAction") -> None:
     """``profile``: measure here and write the profile file a policy names."""
     def run(args: argparse.Namespace) -> int:
-        from .quiet import quiet_frameworks
-        quiet_frameworks()
         _measured(args.dtype or ["bfloat16"], args.save, args.refresh)
         return 0
-    p = sub.add_parser("profile", help="time the ops AMP lowers, low against float32, on this "
-                                       "machine, and save the profile a policy can name")
-    p.add_argument("--dtype", action="append", choices=LOW_DTYPES,
-                   help="the low dtype (default: bfloat16)")
-    _speed_arguments(p, "")
-    p.set_defaults(handler=run, measure=True)
+    _speed_parser(sub, "profile", "time the ops AMP lowers, low against float32, on this "
+                  "machine, and save the profile a policy can name",
+                  "the low dtype (default: bfloat16)", run)
 
 
-def _speed_arguments(p: argparse.ArgumentParser, also: str) -> None:
-    if also:
-        p.add_argument("--measure", action="store_true",
-                       help="also time the ops the lists lower, low against float32 "
-                            "(forward and training step, casts included), and say what "
-                            "policy 'auto' decides")
+def _speed_parser(sub: "argparse._SubParsersAction", name: str, what: str, dtype_help: str,
+                  run: Callable[[argparse.Namespace], int]) -> argparse.ArgumentParser:
+    """``info``'s and ``profile``'s parser: ``--dtype``, ``--save``, ``--refresh``; ``run``
+    after the frameworks' log noise is off (before a backend imports its framework)."""
+    def handler(args: argparse.Namespace) -> int:
+        from .quiet import quiet_frameworks
+        quiet_frameworks()
+        return run(args)
+    p = sub.add_parser(name, help=what)
+    p.add_argument("--dtype", action="append", choices=LOW_DTYPES, help=dtype_help)
     p.add_argument("--save", metavar="PATH",
-                   help=f"{also}write every measurement of this machine to PATH, a profile "
-                        f"file a policy names (profile = \"PATH\")")
+                   help="write every measurement of this machine to PATH, a profile file a "
+                        "policy names (profile = \"PATH\")")
     p.add_argument("--refresh", action="store_true",
                    help="measure again what this machine's speed cache already holds")
+    p.set_defaults(handler=handler)
+    return p
 
 
 def _measured(dtypes: Sequence[str], save: Optional[str], refresh: bool) -> None:
