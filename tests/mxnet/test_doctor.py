@@ -263,6 +263,14 @@ def _layered(kind, policy=None, hybridize=True, doctor_steps=0, steps=2):
     return dr, trainer, skipped
 
 
+def _trained_under(rec, kind, hybridize, tmp_path):
+    """(the file ``rec`` wrote, [skipped] of 4 training steps of ``kind`` under it)."""
+    path = tmp_path / "fix.toml"
+    rec.write(path)
+    amp.reset()
+    return path, _layered(kind, policy=str(path), hybridize=hybridize, steps=4)[2]
+
+
 def _fp32_nans(kind, hybridize, steps):
     """How many of the steps have a non-finite loss or gradient in float32 (the bar)."""
     amp.reset()
@@ -296,11 +304,7 @@ def test_one_overflowing_layer_is_named_and_only_it_moves_to_fp32(hybridize, tmp
     assert rec.tried[0] == ("keep 'dense2' in float32", True, rec.verification)
     assert "# Keeps: 3 of 4 linear ops stay fp16." in rec.toml and "# Verified:" in rec.toml
     assert "keep 'dense2' in float32" in str(rec) and "verified:" in str(rec)
-    path = tmp_path / "fix.toml"
-    rec.write(path)
-    amp.reset()
-    _, trainer, skipped = _layered("layer_overflow", policy=str(path), hybridize=hybridize,
-                                   steps=4)
+    path, skipped = _trained_under(rec, "layer_overflow", hybridize, tmp_path)
     assert sum(skipped) == 0 == _fp32_nans("layer_overflow", hybridize, 4)
     # and under the file the doctor finds nothing left, with the other three layers low
     amp.reset()
@@ -319,11 +323,7 @@ def test_a_backward_only_overflow_is_fixed_by_the_loss_scale_alone(hybridize, tm
     rec = dr.recommendation()
     P.check_scale_only_fix(dr.report(), rec)
     assert rec.fix.endswith("no op moves")
-    path = tmp_path / "fix.toml"
-    rec.write(path)
-    amp.reset()
-    _, trainer, skipped = _layered("layer_backward", policy=str(path), hybridize=hybridize,
-                                   steps=4)
+    _, skipped = _trained_under(rec, "layer_backward", hybridize, tmp_path)
     assert sum(skipped) == 0 == _fp32_nans("layer_backward", hybridize, 4)
 
 
