@@ -99,3 +99,18 @@ def say_once(logger: logging.Logger, line: Optional[str]) -> bool:
         _said.add(key)
     logger.warning("%s", line)
     return True
+
+
+def note(who: str, policy, framework: str, version: str, typical: str,
+         training: bool) -> bool:
+    """Say ``native_slowdown``'s line once per process (``say_once`` on ``who``'s logger)
+    when ``policy`` holds the native's decisions (``defaults == "native"``: what a drop-in
+    runs without ``policy=``); ``framework`` names the profile entries (``"paddle-pir"``),
+    whose op lists are the framework's own. True if a line was logged. No probe, no host
+    sync."""
+    from .planner import effective_lists
+    if not policy.enabled or policy.defaults != "native":
+        return False
+    ops = frozenset(effective_lists(policy, framework.split("-")[0])["lower"])
+    return say_once(logging.getLogger(who), native_slowdown(
+        who, framework, version, policy.dtype, ops, training, typical))

@@ -24,7 +24,6 @@ and padding as "same": a shape class is an estimate of cost, not a replay of the
 """
 from __future__ import annotations
 
-import logging
 import math
 from typing import Callable, Optional, Sequence
 
@@ -33,6 +32,7 @@ from mxnet import autograd
 from mxnet import ndarray as nd
 
 from amp_adapters import Policy
+from amp_adapters.native_speed import note
 from amp_adapters.device import Cost, CostLookup, ShapeClass
 from amp_adapters.speedbook import SpeedBook, machine
 from amp_adapters.timing import ratio_of
@@ -246,18 +246,9 @@ TYPICAL_EMULATED_BF16 = "2.0-2.9x"
 
 
 def note_native_speed(policy: Policy, training: bool) -> None:
-    """Say once per process, in one line, when the native's decisions (``policy``, what
-    ``init``/``convert_*`` run without ``policy=``) run an op slower than float32 here,
-    known without timing (``amp_adapters.native_speed``): by the CPU's flags and the
-    oneDNN ISA caps, or from this machine's speed cache. No probe, no host sync."""
-    from amp_adapters import effective_lists
-    from amp_adapters.native_speed import native_slowdown, say_once
-    if not policy.enabled:
-        return
-    ops = frozenset(effective_lists(policy, "mxnet")["lower"])
-    say_once(logging.getLogger("mxnet_amp"),
-             native_slowdown("mxnet_amp", "mxnet", mx.__version__, policy.dtype, ops,
-                             training, TYPICAL_EMULATED_BF16))
+    """Say once per process when the native's decisions run an op slower than float32 here
+    (``amp_adapters.native_speed.note``)."""
+    note("mxnet_amp", policy, "mxnet", mx.__version__, TYPICAL_EMULATED_BF16, training)
 
 
 def install_speed_book(book: SpeedBook, policy: Policy, device_type: str = "cpu") -> None:

@@ -28,6 +28,7 @@ import numpy as np
 import paddle
 
 from amp_adapters import Policy
+from amp_adapters.native_speed import note
 from amp_adapters.device import Cost, CostLookup, ShapeClass
 from amp_adapters.speedbook import SpeedBook
 
@@ -163,18 +164,7 @@ TYPICAL_EMULATED_BF16 = "1.0-1.3x"
 
 
 def note_native_speed(policy: Policy, probe: Probe, training: bool) -> None:
-    """Say once per process, in one line, when the native's decisions (``policy`` with the
-    native lists: ``decorate``/``decorate_bf16``/the rewrites without ``policy=``) run an op
-    slower than float32 here, known without timing (``amp_adapters.native_speed``): by the
-    CPU's flags and the oneDNN ISA caps, or from this machine's speed cache. No probe, no
-    host sync."""
-    import logging
-
-    from amp_adapters import effective_lists
-    from amp_adapters.native_speed import native_slowdown, say_once
-    if not policy.enabled or policy.defaults != "native":
-        return
-    ops = frozenset(effective_lists(policy, "paddle")["lower"])
-    say_once(logging.getLogger("paddle_amp"),
-             native_slowdown("paddle_amp", framework(probe), paddle.__version__, policy.dtype,
-                             ops, training, TYPICAL_EMULATED_BF16))
+    """Say once per process when the native's decisions run an op slower than float32 here
+    (``amp_adapters.native_speed.note``), for a program in ``probe``'s IR."""
+    note("paddle_amp", policy, framework(probe), paddle.__version__, TYPICAL_EMULATED_BF16,
+         training)
