@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import AbstractSet, Callable, Optional, Sequence
 
-ROUTES = ("onednn", "plain", "none")
+SPEEDS = ("fixed", "measured")  # Policy.speed: the lists decide alone, or only if faster here
 MARGIN = 0.05  # a low kernel must beat float32 by 5%, beyond its measured spread
 UNKNOWN_DIM = 64  # an unknown dimension (a static graph's batch) is measured at this size
 

@@ -88,11 +88,6 @@ class LayerLists:
         names = frozenset(names)
         return LayerLists(fp32=self.fp32 | names, lower=self.lower - names)
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any], where: str = "LayerLists",
-                  path: str = "layers") -> "LayerLists":
-        return cls(**check_layer_lists(d, where, path))
-
 
 def check_layer_lists(value: Any, where: str, path: str) -> dict[str, frozenset[str]]:
     """One ``[layers]`` / ``[layers.<framework>]`` table as ``LayerLists`` keyword arguments:

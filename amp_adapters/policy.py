@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
+from .device import SPEEDS
 from .dtypes import POLICY_DTYPES as DTYPES
 from .dtypes import dtype_name
 from .errors import (AmpConfigError, ConflictingOpError, UnknownChoiceError, UnknownOpError,
@@ -27,7 +28,6 @@ from .scaler import (LOSS_SCALE_KINDS, DynamicLossScale, LossScale, NoOpLossScal
 from .loss_scale import FIELDS, LossScaleConfig, LossScaleState
 
 LEVELS = ("O0", "O1", "O2", "OD")
-SPEEDS = ("fixed", "measured")  # the lists decide alone, or a low kernel must be faster here
 DEFAULTS = ("shared", "native")  # the shared canonical lists, or each native's own defaults
 
 # A conditional-fp32 rule, as in mxnet.contrib.amp: (op, attribute, values that force fp32).

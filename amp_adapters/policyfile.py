@@ -18,6 +18,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
+from .device import SPEEDS
 from .dtypes import dtype_name
 from .errors import AmpConfigError, close_matches
 from .layers import LAYER_CATEGORIES, check_layer_lists
@@ -226,7 +227,7 @@ def check_policy_dict(d: Any, where: str, presets: Mapping[str, Any], dtypes: tu
     if "emulate" in d:
         out["emulate"] = _bool(d["emulate"], where, "emulate")
     if "speed" in d:
-        out["speed"] = _string(d["speed"], where, "speed", ("fixed", "measured"))
+        out["speed"] = _string(d["speed"], where, "speed", SPEEDS)
     if "profile" in d:
         out["profile"] = _string(d["profile"], where, "profile")
     if "ops" in d:

@@ -226,7 +226,6 @@ class SpeedBook:
         self.cache_path = Path(cache) if cache is not None else \
             cache_dir() / f"profile-{machine_id(self.here)}.json"
         self.cache = self._read_cache()
-        self.measured_now: dict[tuple, Cost] = {}
 
     def _check_saved(self, path: str) -> None:
         saved = self.saved
@@ -266,8 +265,6 @@ class SpeedBook:
             return self.saved.entries[k]
         if k in self.cache.entries:
             return self.cache.entries[k]
-        if k in self.measured_now:
-            return self.measured_now[k]
         if self.saved is not None:
             _warn_once(f"missing:{k}", f"amp_adapters: the profile file has no entry for "
                        f"{op} at {shape.key} ({k[2]}): measured here")
@@ -277,7 +274,6 @@ class SpeedBook:
             cost = Cost(error=f"{type(e).__name__}: {e}"[:200])
         if cost is None:
             return None
-        self.measured_now[k] = cost
         self.cache.entries[k] = cost
         self._save_cache()
         return cost
@@ -287,8 +283,7 @@ class SpeedBook:
         key is measured once; what this process measured wins)."""
         on_disk = None if self.refresh else self._read_cache()
         if on_disk is not None:
-            self.cache.entries = {**on_disk.entries, **self.cache.entries,
-                                  **self.measured_now}
+            self.cache.entries = {**on_disk.entries, **self.cache.entries}
         try:
             write_profile(self.cache_path, self.cache)
         except OSError as e:
