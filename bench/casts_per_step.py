@@ -92,7 +92,7 @@ def paddle_rows() -> list[str]:
     native_believes = mock.patch.object(
         fp16_lists, "_get_sys_unsupported_list",
         lambda dtype: ("GPU", set(), every_op))
-    ours_believes = mock.patch("paddle_amp.decorator.device_profile",
+    ours_believes = mock.patch("paddle_amp.speed.device_profile",
                                lambda device, dtype, pir=False, training=True, costs=None:
                                DeviceProfile(every_op))
 

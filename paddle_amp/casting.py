@@ -17,12 +17,10 @@ from amp_adapters.dtypes import dtype_name
 from . import ir as program_ir
 from .config import native_policy
 from .env import DTYPE_OF, current_device, from_low, to_low
-from .kernels import device_profile
 from .lists import check_amp_dtype, check_lists
 from .report import record
 from .rewrite import Rewriter
-from .speed import costs as measured_costs
-from .speed import note_native_speed
+from .speed import note_native_speed, profile
 
 
 
@@ -40,9 +38,7 @@ def cast_model(program, amp_lists=None, use_guard: bool = True, dtype: str = "fl
     policy = native_policy(lists, dtype, level.upper(), use_promote)
     device, probe = current_device(), program_ir.of(program).probe
     note_native_speed(policy, probe, training=False)
-    profile = device_profile(device, dtype, probe, training=False,
-                             costs=measured_costs(policy, device, probe, False))
-    rewriter = Rewriter(policy, profile, use_guard, frozenset(lists.black_varnames or ()))
+    rewriter = Rewriter(policy, profile(policy, device, probe, False), use_guard, frozenset(lists.black_varnames or ()))
     low = rewriter.low_params(program)
     rewriter.set_low_params(program, low)
     record(program, rewriter.rewrite(program))

@@ -28,14 +28,12 @@ from .config import resolve_decorate
 from .env import current_device, expected_place, require_static
 from .fp16_utils import update_role_var_grad  # noqa: F401 (a native name)
 from .function_overload import FunctionType, overload  # noqa: F401 (native names)
-from .kernels import device_profile
 from .lists import AutoMixedPrecisionLists, check_amp_dtype, check_lists  # noqa: F401
 from .masters import EMULATED_LABEL, NATIVE_LABEL, MasterWeights
 from .report import cast_report, record
 from .rewrite import Rewriter
 from .scaling import LossScaling, resolve_ring_id
-from .speed import costs as measured_costs
-from .speed import note_native_speed
+from .speed import note_native_speed, profile
 
 logger = logging.getLogger("paddle_amp")
 
@@ -83,10 +81,8 @@ class OptimizerWithMixedPrecision:
                             self._use_guard, self._black_varnames)
         device = current_device()
         note_native_speed(self.policy, ir.probe, training=True)
-        return Rewriter(self.policy, device_profile(
-            device, self.policy.dtype, ir.probe, training=True,
-            costs=measured_costs(self.policy, device, ir.probe, True)),
-            self._use_guard, self._black_varnames)
+        return Rewriter(self.policy, profile(self.policy, device, ir.probe, True),
+                        self._use_guard, self._black_varnames)
 
     def backward(self, loss, startup_program=None, parameter_list=None, no_grad_set=None,
                  callbacks=None):
@@ -227,9 +223,8 @@ class OptimizerWithMixedPrecision:
                 self.policy.level == "O2" or use_fp16_test):
             # the same kernels, fresh notices; no gradient here, so no slow one to keep off,
             # and measured speed is the forward's
-            device = dataclasses.replace(self._rewriter.device.for_inference(), costs=(
-                measured_costs(self.policy, current_device(), program_ir.of(test_program).probe,
-                               False)))
+            device = profile(self.policy, current_device(), program_ir.of(test_program).probe,
+                             False)
             rewriter = dataclasses.replace(self._rewriter, device=device, loss=None)
             with paddle.static.program_guard(test_program):
                 rewriter.set_low_params(test_program, self._low_params)

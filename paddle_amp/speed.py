@@ -29,7 +29,7 @@ import paddle
 
 from amp_adapters import Policy
 from amp_adapters.native_speed import note
-from amp_adapters.device import Cost, CostLookup, ShapeClass
+from amp_adapters.device import Cost, CostLookup, DeviceProfile, ShapeClass
 from amp_adapters.speedbook import SpeedBook
 
 from .ir.protocol import Probe
@@ -47,6 +47,14 @@ def costs(policy: Policy, device: str, probe: Probe, training: bool) -> Optional
     # only what a timer can build is looked up: a book keeps no "cannot be measured", so
     # it would ask (and a saved profile would warn of a missing entry) at every lookup
     return lambda op, shape: lookup(op, shape) if measurable(op, shape) else None
+
+
+def profile(policy: Policy, device: str, probe: Probe, training: bool) -> DeviceProfile:
+    """The device profile a rewrite under ``policy`` plans on: the kernels of ``device`` in
+    ``probe``'s IR (``kernels.device_profile``), with the measured-speed lookup where the
+    policy measures (``costs``)."""
+    return device_profile(device, policy.dtype, probe, training,
+                          costs(policy, device, probe, training))
 
 
 def measurable(op: str, shape: ShapeClass) -> bool:
@@ -153,10 +161,8 @@ def speed_probe(dtype: str):
         ("conv2d", [(16, 64, 56, 56), (64, 64, 3, 3)], "conv 3x3 64ch 56x56")))
     policy = Policy.preset("auto", dtype=dtype)
     return SpeedProbe(framework(probe), "paddle", book(device, dtype, None, probe),
-                      device_profile(device, dtype, probe, True,
-                                     costs(policy, device, probe, True)),
-                      device_profile(device, dtype, probe, False,
-                                     costs(policy, device, probe, False)), samples)
+                      profile(policy, device, probe, True),
+                      profile(policy, device, probe, False), samples)
 
 
 # what issue 31 measured for Paddle's native bf16 (MLP, CNN) where oneDNN emulates bf16

@@ -205,7 +205,7 @@ def test_a_cnn_trains_in_bf16_where_a_kernel_runs_else_fp32(static, make):
 def test_rewrite_program_bf16_marks_what_the_kernels_send_to_onednn(static, monkeypatch):
     mlp()
     monkeypatch.setattr(
-        "paddle_amp.casting.device_profile",
+        "paddle_amp.speed.device_profile",
         lambda device, dtype, probe, training=True, costs=None: DeviceProfile(
             kernels.plain_kernels(device, dtype) | ONEDNN_HERE, ONEDNN_HERE))
     rewrite_program_bf16(static.main)

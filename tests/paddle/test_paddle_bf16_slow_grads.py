@@ -73,7 +73,7 @@ def test_inference_rewrites_keep_every_kernel(static, monkeypatch):
     lowers the Linear on 3-D input as the native does."""
     block()
     monkeypatch.setattr(
-        "paddle_amp.casting.device_profile",
+        "paddle_amp.speed.device_profile",
         lambda device, dtype, probe, training=True, costs=None: DeviceProfile(
             kernels.plain_kernels(device, dtype) | ONEDNN_HERE, ONEDNN_HERE))
     paddle_amp.bf16.rewrite_program_bf16(static.main)
@@ -160,7 +160,7 @@ def test_a_test_program_rewritten_by_amp_init_keeps_every_kernel(static, monkeyp
     gradient: the instances training keeps off a slow gradient run bf16 there, as the native
     runs them (and as rewrite_program_bf16 does)."""
     monkeypatch.setattr(
-        "paddle_amp.decorator.device_profile",
+        "paddle_amp.speed.device_profile",
         lambda device, dtype, probe, training=True, costs=None: DeviceProfile(
             kernels.plain_kernels(device, dtype) | ONEDNN_HERE, ONEDNN_HERE,
             frozenset({"elementwise_add"}) if training else frozenset(), training=training))

@@ -101,7 +101,7 @@ def test_amp_init_converts_each_low_param_once(static, monkeypatch):
     """Planned as on a GPU (our kernel query says every kernel exists), O2 declares the fc
     weights bf16 and amp_init converts them in the scope; a second amp_init (or one after
     loading an O2 checkpoint) must not convert bf16 bits again."""
-    monkeypatch.setattr("paddle_amp.decorator.device_profile",
+    monkeypatch.setattr("paddle_amp.speed.device_profile",
                         lambda device, dtype, probe, training=True, costs=None: DeviceProfile(None))
     _, loss = _layernorm_model()
     opt = paddle_amp.decorate(paddle.optimizer.Momentum(0.05, multi_precision=True),

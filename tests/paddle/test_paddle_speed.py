@@ -50,11 +50,11 @@ def fake_books(monkeypatch, measure):
     return made
 
 
-def onednn_cpu(monkeypatch, module="decorator"):
+def onednn_cpu(monkeypatch):
     """The profile of a CPU whose oneDNN runs the MLP's ops in bf16, with the costs the
     caller passes (the planner reads them; the kernels are not this CPU's)."""
     monkeypatch.setattr(
-        f"paddle_amp.{module}.device_profile",
+        "paddle_amp.speed.device_profile",
         lambda device, dtype, probe, training=True, costs=None: DeviceProfile(
             kernels.plain_kernels(device, dtype) | ONEDNN_HERE, ONEDNN_HERE, training=training,
             costs=costs))
