@@ -50,6 +50,7 @@ def mxnet_rows() -> list[str]:
     from consistency_models import MODELS, mxnet_block
     from mxnet_amp._mx import registry
     from mxnet_amp.graph import rewrite
+    from amp_adapters.device import DeviceProfile
 
     rows = []
     for name in MODELS:
@@ -57,7 +58,7 @@ def mxnet_rows() -> list[str]:
         inputs, sym = net._cached_graph
         params = {p.name: "float32" for p in net.collect_params().values()}
         known = {**params, **{i.name: "float32" for i in inputs}}
-        ours = rewrite(sym, known, O1, mx.cpu(), kernels=registry())
+        ours = rewrite(sym, known, O1, mx.cpu(), device=DeviceProfile(registry()))
         theirs = native.convert_symbol(sym, target_dtype="float16",
                                        data_names=[i.name for i in inputs])
         (n_ours, w_ours), (n_theirs, w_theirs) = _mx_counts(ours, params), \
@@ -93,7 +94,7 @@ def paddle_rows() -> list[str]:
         fp16_lists, "_get_sys_unsupported_list",
         lambda dtype: ("GPU", set(), every_op))
     ours_believes = mock.patch("paddle_amp.speed.device_profile",
-                               lambda device, dtype, pir=False, training=True, costs=None:
+                               lambda device, dtype, probe=None, training=True, costs=None:
                                DeviceProfile(every_op))
 
     def build(name, decorate):
