@@ -56,8 +56,7 @@ def nodes(sym: mx.sym.Symbol) -> Iterator[Node]:
 
 
 def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy,
-          device: Optional[DeviceProfile],
-          force_fp32: Optional[str] = None, params: AbstractSet[str] = frozenset(),
+          device: Optional[DeviceProfile], params: AbstractSet[str] = frozenset(),
           free: Optional[list[bool]] = None,
           shapes: Optional[Mapping[str, Optional[tuple]]] = None) -> OpDecision:
     """The core's decision for node ``n`` given its input dtypes (non-floats count as None);
@@ -69,7 +68,7 @@ def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy,
     shape = None if shapes is None else ShapeClass.of(
         [shapes.get(e) for e, d in zip(n.inputs, dtypes) if d is None or d in FLOATS])
     return plan_op(policy, "mxnet", n.op, [d if d in FLOATS else None for d in dtypes],
-                   device=device, shape=shape, attrs=n.attrs, force_fp32=force_fp32,
+                   device=device, shape=shape, attrs=n.attrs,
                    input_names=input_names(n.op),
                    param_inputs=[e in params for e in n.inputs] if params else None,
                    free=free, instance=n.name)
@@ -110,13 +109,12 @@ def plan_graph(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     """
     bare = mx.sym.load_json(sym.tojson())  # tojson() drops amp_cast/amp_multicast nodes
     device = _device(ctx, policy, training)
-    return _rewrite(bare, known, policy, ctx, frozenset(), device, {},
+    return _rewrite(bare, known, policy, ctx, device, {},
                     frozenset(), frozenset(), entry_shapes=_entry_shapes(bare, device, shapes))[3]
 
 
 def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
             ctx: Optional[mx.Context],
-            excluded: frozenset[str] = frozenset(),
             device: Optional[DeviceProfile] = None,
             optional_params: AbstractSet[str] = frozenset(),
             keep_casts: bool = False,
@@ -164,13 +162,13 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     device = _device(ctx, policy) if device is None else device
     heads = _float32_heads(sym, {k: v for k, v in known.items() if k not in free_params})
     entry_shapes = _entry_shapes(sym, device, shapes)
-    out, uses, took, plan = _rewrite(sym, known, policy, ctx, excluded, device, {}, params,
+    out, uses, took, plan = _rewrite(sym, known, policy, ctx, device, {}, params,
                                      free_params, heads, entry_shapes)
     declared = {p: next(iter(u)) for p, u in uses.items()
                 if (p in optional_params or p in took) and len(u) == 1
                 and next(iter(u)) in LOW_DTYPES}
     if declared:  # again, with those parameters already in their low dtype
-        out, _, _, plan = _rewrite(sym, {**known, **declared}, policy, ctx, excluded, device,
+        out, _, _, plan = _rewrite(sym, {**known, **declared}, policy, ctx, device,
                                    declared, params, free_params, heads, entry_shapes)
     if ctx is not None:
         for d in plan:
@@ -193,7 +191,7 @@ def _float32_heads(sym: mx.sym.Symbol, known: Mapping[str, str]) -> frozenset[st
                      if h not in inputs and (t is None or dtype_name(t) == "float32"))
 
 
-def _rewrite(sym, known, policy, ctx, excluded, device, low_params, params, free_params,
+def _rewrite(sym, known, policy, ctx, device, low_params, params, free_params,
              float32_heads=frozenset(), entry_shapes=None):
     """``rewrite`` proper (``float32_heads``: the outputs handed back in float32); also
     returns {parameter: the dtypes its consumers read it in} ("raw" when one reads it
@@ -231,7 +229,6 @@ def _rewrite(sym, known, policy, ctx, excluded, device, low_params, params, free
             ins = list(n.inputs)
             free = [e in free_params for e in ins]
             d = _plan(n, [dtype.get(e) for e in ins], policy, device,
-                      force_fp32="excluded by the caller" if n.name in excluded else None,
                       params=params, free=free, shapes=entry_shapes)
             takes = [f and d.category == "follow" and c is None and not r and not k
                      and n.op not in ("amp_cast", "amp_multicast")  # a user's cast reads as cast
