@@ -20,7 +20,7 @@ from typing import Iterable, Mapping, Optional
 
 from .device import DeviceProfile, ShapeClass
 from .oplists import passes_through
-from .planner import plan_op
+from .planner import plan_reader
 from .policy import Policy
 
 
@@ -98,10 +98,7 @@ def _decide(policy: Policy, framework: str, consumers: tuple[ParamUse, ...],
         return "float32", "no forward op reads it"
     emulated = False
     for use, via in _readers(framework, consumers, ()):
-        d = plan_op(policy, framework, use.op, ("float32",), device=device, shape=use.shape,
-                    attrs=use.attrs, force_fp32=use.force_fp32,
-                    input_names=None if use.slot is None else (use.slot,),
-                    instance=use.instance)
+        d = plan_reader(policy, framework, use, device)
         through = f" through {', '.join(via)}" if via else ""
         if d.kept and d.kept[0]:
             return "float32", f"{use.op} keeps its {use.slot} input{through} in float32"

@@ -445,10 +445,18 @@ def _computes_low(policy: Policy, framework: str, use: Any,
     if use.force_fp32 is None and use.then is not None and \
             passes_through(framework, use.op, use.attrs):
         return any(_computes_low(policy, framework, u, device) for u in use.then)
-    d = plan_op(policy, framework, use.op, ("float32",), device=device, shape=use.shape,
-                attrs=use.attrs, force_fp32=use.force_fp32,
-                input_names=None if use.slot is None else (use.slot,), instance=use.instance)
+    d = plan_reader(policy, framework, use, device)
     return not (d.kept and d.kept[0]) and d.precision == policy.dtype
+
+
+def plan_reader(policy: Policy, framework: str, use: Any,
+                device: Optional[DeviceProfile]) -> OpDecision:
+    """``plan_op`` for the op ``use`` (a ``ParamUse``) reading one float32 value in its slot:
+    what O2's parameter plan and the shape-only-op rule ask of a reader."""
+    return plan_op(policy, framework, use.op, ("float32",), device=device, shape=use.shape,
+                   attrs=use.attrs, force_fp32=use.force_fp32,
+                   input_names=None if use.slot is None else (use.slot,),
+                   instance=use.instance)
 
 
 def _params_down(low: str, given: tuple[Optional[str], ...], params: tuple[bool, ...]) -> bool:
