@@ -19,13 +19,12 @@ reads of ``/proc/cpuinfo``, the environment and one file; no framework, no host 
 from __future__ import annotations
 
 import logging
-import threading
 from pathlib import Path
 from typing import AbstractSet, Mapping, Optional
 
 from .errors import AmpConfigError
 from .isa import why_emulated
-from .speedbook import cache_dir, describe, machine, machine_id, read_profile
+from .speedbook import cache_dir, describe, machine, machine_id, read_profile, warn_once
 
 OPT_IN = 'policy="auto"'
 
@@ -83,21 +82,10 @@ def native_slowdown(who: str, framework: str, version: str, dtype: str, ops: Abs
             + tail)
 
 
-_said: set[str] = set()
-_lock = threading.Lock()
-
-
 def say_once(logger: logging.Logger, line: Optional[str]) -> bool:
-    """Log ``line`` (a WARNING) unless this process already said it; True if logged."""
-    if not line:
-        return False
-    key = line.split(":", 1)[0] + "|native-slowdown"
-    with _lock:
-        if key in _said:
-            return False
-        _said.add(key)
-    logger.warning("%s", line)
-    return True
+    """Log ``line`` (a WARNING) unless this process already said one for its drop-in (the
+    line's prefix; ``speedbook.warn_once``); True if logged."""
+    return bool(line) and warn_once(line.split(":", 1)[0] + "|native-slowdown", line, logger)
 
 
 def note(who: str, policy, framework: str, version: str, typical: str,

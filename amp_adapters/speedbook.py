@@ -198,12 +198,15 @@ _warned: set[str] = set()
 _lock = threading.Lock()
 
 
-def _warn_once(key: str, message: str) -> None:
+def warn_once(key: str, message: str, logger: logging.Logger = log) -> bool:
+    """Log ``message`` as a WARNING on ``logger`` unless this process already did for ``key``;
+    True if logged (the one once-per-process rule of measured speed's messages)."""
     with _lock:
         if key in _warned:
-            return
+            return False
         _warned.add(key)
-    log.warning("%s", message)
+    logger.warning("%s", message)
+    return True
 
 
 class SpeedBook:
@@ -238,7 +241,7 @@ class SpeedBook:
                 f"{self.framework} {self.version} is installed: its timings do not hold "
                 f"for this version; measure again (`amp-adapters profile --save {path}`)")
         if machine_id(saved.machine) != machine_id(self.here):
-            _warn_once(f"machine:{path}", f"amp_adapters: profile file {path!r} was measured "
+            warn_once(f"machine:{path}", f"amp_adapters: profile file {path!r} was measured "
                        f"on {describe(saved.machine)}; this machine is {describe(self.here)}: "
                        f"its decisions are replayed as saved, not re-measured")
 
@@ -248,7 +251,7 @@ class SpeedBook:
         try:
             got = read_profile(self.cache_path)
         except AmpConfigError as e:  # a broken cache is measured again, not an error
-            _warn_once(f"cache:{self.cache_path}", f"amp_adapters: ignoring the speed cache "
+            warn_once(f"cache:{self.cache_path}", f"amp_adapters: ignoring the speed cache "
                        f"({e})")
             return ProfileFile(self.here)
         return got if machine_id(got.machine) == machine_id(self.here) else \
@@ -266,7 +269,7 @@ class SpeedBook:
         if k in self.cache.entries:
             return self.cache.entries[k]
         if self.saved is not None:
-            _warn_once(f"missing:{k}", f"amp_adapters: the profile file has no entry for "
+            warn_once(f"missing:{k}", f"amp_adapters: the profile file has no entry for "
                        f"{op} at {shape.key} ({k[2]}): measured here")
         try:
             cost = self.measure(op, shape, training)
@@ -287,7 +290,7 @@ class SpeedBook:
         try:
             write_profile(self.cache_path, self.cache)
         except OSError as e:
-            _warn_once(f"write:{self.cache_path.parent}", f"amp_adapters: cannot write the "
+            warn_once(f"write:{self.cache_path.parent}", f"amp_adapters: cannot write the "
                        f"speed cache in {self.cache_path.parent} ({e.strerror or e}): "
                        f"measurements stay in memory for this process; set "
                        f"AMP_ADAPTERS_CACHE to a writable directory to keep them")

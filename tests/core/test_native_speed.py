@@ -3,6 +3,7 @@ without timing (the CPU's flags and oneDNN's ISA caps as data, a speed cache on 
 import logging
 
 from amp_adapters import native_speed as ns
+from amp_adapters import speedbook
 from amp_adapters.device import Cost
 from amp_adapters.isa import cap, why_emulated
 from amp_adapters.speedbook import ProfileFile, write_profile
@@ -46,7 +47,7 @@ def test_a_measured_profile_on_disk_names_the_op_and_its_ratio(tmp_path):
 
 
 def test_said_once_per_process(monkeypatch, caplog):
-    monkeypatch.setattr(ns, "_said", set())
+    monkeypatch.setattr(speedbook, "_warned", set())
     log = logging.getLogger("x_amp")
     with caplog.at_level(logging.WARNING, logger="x_amp"):
         assert ns.say_once(log, "x_amp: slower") and not ns.say_once(log, "x_amp: slower")

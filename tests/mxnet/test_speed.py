@@ -11,7 +11,7 @@ from mxnet import autograd, gluon
 
 import mxnet_amp as amp
 from amp_adapters import Policy
-from amp_adapters import native_speed
+from amp_adapters import speedbook
 from amp_adapters.device import Cost, ShapeClass
 from amp_adapters.speedbook import SpeedBook, machine, machine_id, ProfileFile, write_profile
 from mxnet_amp.kernels import has_kernel
@@ -154,7 +154,7 @@ def test_a_crash_while_timing_keeps_the_op_in_float32():
 
 
 def test_the_native_decisions_slower_here_are_said_once(cache, monkeypatch, caplog):
-    monkeypatch.setattr(native_speed, "_said", set())
+    monkeypatch.setattr(speedbook, "_warned", set())
     here = machine()
     write_profile(cache / f"profile-{machine_id(here)}.json", ProfileFile(here, {
         ("mxnet", mx.__version__, "bfloat16+train", "FullyConnected", "64x2048;2048x2048"):
@@ -169,7 +169,7 @@ def test_the_native_decisions_slower_here_are_said_once(cache, monkeypatch, capl
     assert "FullyConnected 2.50x" in lines[0] and 'policy="auto"' in lines[0]
     caplog.clear()
     amp.reset()
-    monkeypatch.setattr(native_speed, "_said", set())
+    monkeypatch.setattr(speedbook, "_warned", set())
     with caplog.at_level(logging.WARNING, logger="mxnet_amp"):
         amp.init(policy="O1-bf16")  # a policy given: the user chose; nothing said
     assert not [r for r in caplog.records if "native bfloat16" in r.getMessage()]

@@ -219,14 +219,14 @@ def test_the_native_decisions_slower_here_are_said_once(static, caplog, tmp_path
     a second decorate says nothing more."""
     import logging
 
-    from amp_adapters import native_speed
+    from amp_adapters import speedbook
     from amp_adapters.device import Cost
     from amp_adapters.speedbook import ProfileFile, cache_dir, machine, machine_id, write_profile
     from paddle_amp import ir
     from paddle_amp.speed import framework
 
     monkeypatch.setenv("AMP_ADAPTERS_CACHE", str(tmp_path))
-    monkeypatch.setattr(native_speed, "_said", set())
+    monkeypatch.setattr(speedbook, "_warned", set())
     m = machine()
     write_profile(cache_dir() / f"profile-{machine_id(m)}.json", ProfileFile(m, {
         (framework(ir.of(static.main).probe), paddle.__version__, "bfloat16+train", op,
