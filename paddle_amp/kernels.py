@@ -53,10 +53,9 @@ from amp_adapters.device import CostLookup, DeviceProfile
 
 from . import ir as program_ir
 from .env import VARTYPE_OF, from_low, to_low
-from .ir.protocol import Probe
+from .ir.protocol import ONEDNN_DTYPE, Probe
 from .onednn_log import executed, onednn_log
 
-ONEDNN_DTYPE = "bfloat16"  # the one low dtype oneDNN runs on a CPU
 
 
 def _probe(probe: Optional[Probe]) -> Probe:

@@ -83,6 +83,9 @@ class StateOps(ArrayOps[Any], Protocol):
         """Make the state var ``dst`` hold ``new`` (nothing when ``new`` is ``dst``)."""
 
 
+ONEDNN_DTYPE = "bfloat16"  # the one low dtype oneDNN runs on a CPU (what a probe tries)
+
+
 class Probe(Protocol):
     """One IR's device probe: tiny programs of that IR, built and run once on the CPU, that
     answer ``kernels``' questions (the recipes and the assembly live there; only the

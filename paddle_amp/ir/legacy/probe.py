@@ -21,9 +21,9 @@ from amp_adapters.device import Cost
 from amp_adapters.quiet import stderr_silenced
 
 from ...env import to_low
+from ..protocol import ONEDNN_DTYPE
 from ..timed import cost_of
 
-ONEDNN_DTYPE = "bfloat16"  # the one low dtype oneDNN runs on a CPU
 
 
 def onednn_attrs(op=None) -> dict:

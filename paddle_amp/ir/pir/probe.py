@@ -19,9 +19,9 @@ from paddle.base import unique_name
 from amp_adapters.device import Cost
 from amp_adapters.quiet import stderr_silenced
 
+from ..protocol import ONEDNN_DTYPE
 from ..timed import cost_of
 
-ONEDNN_DTYPE = "bfloat16"
 
 
 def _matmul(i: dict, a: dict):
