@@ -15,7 +15,8 @@ Three rules live here and nowhere else:
 - ``speed_refusal``: under measured speed, an op runs low only where its measured ratio
   to float32, plus its spread, is below ``1 - margin`` (noise never tips a decision);
 - ``ShapeClass.of``: shapes are rounded up to powers of two, so nearby sizes share one
-  measurement.
+  measurement; a dimension of at most ``EXACT_UP_TO`` is kept (a 3x3 convolution is
+  not timed as a 4x4 one: a window's size changes the algorithm, not only the work).
 
 Pure values, no framework, no host sync.
 """
@@ -28,6 +29,7 @@ from typing import AbstractSet, Callable, Optional, Sequence
 SPEEDS = ("fixed", "measured")  # Policy.speed: the lists decide alone, or only if faster here
 MARGIN = 0.05  # a low kernel must beat float32 by 5%, beyond its measured spread
 UNKNOWN_DIM = 64  # an unknown dimension (a static graph's batch) is measured at this size
+EXACT_UP_TO = 8  # dimensions this small (a 3x3 window, a few channels) are kept as they are
 
 Shape = Optional[tuple[Optional[int], ...]]  # None: unknown rank; a None dim: unknown size
 
@@ -35,14 +37,16 @@ Shape = Optional[tuple[Optional[int], ...]]  # None: unknown rank; a None dim: u
 def _round_up(n: Optional[int]) -> Optional[int]:
     if n is None or n < 1:
         return None
+    if n <= EXACT_UP_TO:
+        return int(n)
     return 1 << (int(n) - 1).bit_length()
 
 
 @dataclass(frozen=True)
 class ShapeClass:
-    """The shapes of an op's floating operands, each dimension rounded up to a power of two
-    (None: unknown), and the rank of its result: what a measurement and the broadcast rule
-    key on."""
+    """The shapes of an op's floating operands, each dimension above ``EXACT_UP_TO`` rounded
+    up to a power of two (None: unknown), and the rank of its result: what a measurement
+    and the broadcast rule key on."""
 
     operands: tuple[Shape, ...] = ()
     result_rank: Optional[int] = None

@@ -328,7 +328,7 @@ class _Target:
 
     dtype: Optional[str]
     reason: str
-    by_inputs: bool = False  # promote/follow: the widest input decided
+    by_inputs: bool = False  # promote/follow: its inputs decided (not a speed choice)
     leave: bool = False      # O0, or a float64 input: AMP does nothing to this op
 
 
@@ -400,7 +400,7 @@ def _target(policy: Policy, cat: Category, given: tuple[Optional[str], ...],
     if cat.category == "promote" and _params_down(low, given, params):
         return _Target(low, cat.reason + f"; its float32 inputs are parameters: cast down to "
                        f"{low} once per step, instead of each {low} activation up (the "
-                       f"result carries {low} rounding either way)")
+                       f"result carries {low} rounding either way)", by_inputs=True)
     return _Target(widest(dtypes), cat.reason, by_inputs=True)
 
 
@@ -476,12 +476,17 @@ def _on_device(policy: Policy, op: str, t: _Target, device: Optional[DeviceProfi
                shape: Optional[ShapeClass]) -> _Run:
     """Rule: an op that would run low without a kernel here, or whose kernel the device
     profile refuses (by rule at this shape, or under measured speed as not faster than
-    float32), runs in float32 (or is emulated when the policy asks for it)."""
+    float32), runs in float32 (or is emulated when the policy asks for it).
+
+    Measured speed judges what the lists *choose* to lower; an op that only follows its
+    low inputs (``_Target.by_inputs``: relu after a bf16 GEMM) is not a choice: running it
+    in float32 would add a cast up and one back down around it, and its low kernel's
+    existence is all it needs."""
     low = policy.dtype
     if not (policy.enabled and t.dtype == low and device is not None):
         return _Run(t.dtype, t.reason)
-    cost = device.cost(op, shape) if policy.speed == "measured" and device.has_kernel(op) \
-        else None
+    chosen = policy.speed == "measured" and not t.by_inputs
+    cost = device.cost(op, shape) if chosen and device.has_kernel(op) else None
     refused = device.refusal(op, shape, low) if device.has_kernel(op) and not (
         cost is not None and cost.error) else None
     speed = None
@@ -491,8 +496,8 @@ def _on_device(policy: Policy, op: str, t: _Target, device: Optional[DeviceProfi
         if refused is None:
             return _Run(t.dtype, t.reason + f"; measured faster here ({speed:.2f}x float32, "
                         f"casts included)", speed=speed)
-    elif refused is None and cost is None and policy.speed == "measured" and \
-            device.costs is not None and device.has_kernel(op):
+    elif refused is None and cost is None and chosen and device.costs is not None and \
+            device.has_kernel(op):
         # measured speed lowers only what was measured faster: never slower than float32
         refused = (f"float32: not measured here (no timing for {op} at "
                    f"{shape.key if shape is not None and shape.operands else 'unknown shapes'})"

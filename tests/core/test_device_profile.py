@@ -7,7 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from amp_adapters import AmpConfigError, Policy, UnknownChoiceError, plan_op
-from amp_adapters.device import MARGIN, Cost, DeviceProfile, ShapeClass, speed_refusal
+from amp_adapters.device import (EXACT_UP_TO, MARGIN, Cost, DeviceProfile, ShapeClass,
+                                 speed_refusal)
 
 F32, BF16 = "float32", "bfloat16"
 AUTO = Policy.preset("auto")
@@ -73,6 +74,23 @@ def test_an_op_that_cannot_be_measured_stays_float32_under_measured_speed():
     assert d.run_dtype == BF16
 
 
+@pytest.mark.parametrize("op, given", [("Activation", (BF16,)),  # follow: relu after a GEMM
+                                       ("elemwise_add", (BF16, BF16))])  # promote
+def test_an_op_that_follows_its_low_inputs_is_no_speed_choice(op, given):
+    """Measured speed judges what the lists choose to lower; relu after a bf16 GEMM follows
+    it on its kernel, unmeasured (float32 would cast up and back down around it), and a slow
+    measurement of it is not asked for; without a kernel it still runs float32."""
+    def boom(op_, shape):
+        raise AssertionError(f"measured {op_}, which only follows its inputs")
+    act = ShapeClass.of([(64, 2048)] * len(given))
+    d = plan_op(AUTO, "mxnet", op, given, device=DeviceProfile(
+        {op}, costs=boom, training=True), shape=act, attrs={"act_type": "relu"})
+    assert (d.run_dtype, d.kernel_refused, d.speed) == (BF16, False, None)
+    d = plan_op(AUTO, "mxnet", op, given, device=DeviceProfile(frozenset(), costs=boom),
+                shape=act, attrs={"act_type": "relu"})
+    assert d.run_dtype == F32 and d.lacks_kernel
+
+
 def test_an_op_without_a_kernel_is_not_measured():
     def boom(op, shape):
         raise AssertionError("measured an op with no kernel")
@@ -103,7 +121,7 @@ def test_a_profile_refuses_a_broadcast_gradient_only_in_training():
 
 @given(st.lists(st.one_of(st.none(), st.lists(st.one_of(st.none(), st.integers(-1, 5000)),
                                               max_size=4)), max_size=4))
-def test_shape_classes_round_up_to_powers_of_two(shapes):
+def test_shape_classes_round_up_to_powers_of_two_above_small_dims(shapes):
     sc = ShapeClass.of(shapes, result_rank=3)
     for raw, got in zip(shapes, sc.operands):
         if raw is None:
@@ -112,6 +130,8 @@ def test_shape_classes_round_up_to_powers_of_two(shapes):
         for d, r in zip(raw, got):
             if d is None or d < 1:
                 assert r is None
+            elif d <= EXACT_UP_TO:
+                assert r == d  # a 3x3 window stays 3x3
             else:
                 assert r >= d and r & (r - 1) == 0 and r < 2 * d
     assert ShapeClass.of(shapes, 3).key == sc.key  # a pure function of the shapes
