@@ -7,7 +7,10 @@ operand runs a reference implementation) and, under ``Policy.speed == "measured"
 from a ``costs`` lookup (``speedbook.SpeedBook``) that times an op in the low dtype,
 its casts included, against float32 at the shapes the model uses.
 
-Three rules live here and nowhere else:
+Four rules live here and nowhere else:
+
+- ``auto_dtype``: the low dtype a device type runs fast, which the preset ``"auto"``
+  takes: float16 on a GPU, bfloat16 on anything else (a CPU);
 
 - ``DeviceProfile.refusal``: an op whose low gradient sums a broadcast operand (one of
   fewer dimensions than the result) on a reference implementation here is kept off its
@@ -26,12 +29,29 @@ import math
 from dataclasses import dataclass
 from typing import AbstractSet, Callable, Optional, Sequence
 
+GPU = "gpu"  # the device type whose fast low dtype is float16 (auto_dtype)
 SPEEDS = ("fixed", "measured")  # Policy.speed: the lists decide alone, or only if faster here
 MARGIN = 0.05  # a low kernel must beat float32 by 5%, beyond its measured spread
 UNKNOWN_DIM = 64  # an unknown dimension (a static graph's batch) is measured at this size
 EXACT_UP_TO = 8  # dimensions this small (a 3x3 window, a few channels) are kept as they are
 
 Shape = Optional[tuple[Optional[int], ...]]  # None: unknown rank; a None dim: unknown size
+
+
+def auto_dtype(device_type: str) -> str:
+    """The low dtype ``device_type`` runs fast: ``"float16"`` on a GPU (every CUDA GPU with
+    tensor cores runs fp16 GEMMs; bf16 only from Ampere on), ``"bfloat16"`` on anything
+    else (a CPU: oneDNN has bf16 kernels, its fp16 ones are few or missing). What the preset
+    ``"auto"`` runs in where no dtype is given (``policy.preset_fields``).
+
+    ``device_type`` is the framework's own answer, in any case, with or without an index:
+    ``"cpu"``, ``"gpu"``, MXNet's ``Context.device_type``, Paddle's ``"gpu:0"`` or
+    ``"GPU"``. The GPU branch is the rule only: no GPU ran it here."""
+    if not isinstance(device_type, str) or not device_type.strip():
+        raise TypeError(f"device_type must be a device type such as 'cpu' or 'gpu' (or "
+                        f"'gpu:0'), got {device_type!r}")
+    kind = device_type.strip().lower().split(":", 1)[0]
+    return "float16" if kind == GPU else "bfloat16"
 
 
 def _round_up(n: Optional[int]) -> Optional[int]:

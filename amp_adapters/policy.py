@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
-from .device import SPEEDS
+from .device import SPEEDS, auto_dtype
 from .dtypes import POLICY_DTYPES as DTYPES
 from .dtypes import dtype_name
 from .errors import (AmpConfigError, ConflictingOpError, UnknownChoiceError, UnknownOpError,
@@ -299,23 +299,28 @@ class Policy:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def preset(cls, name: str, **changes: Any) -> "Policy":
+    def preset(cls, name: str, *, device_type: Optional[str] = None,
+               **changes: Any) -> "Policy":
         """A named policy: O0, O1, O1-bf16, O2, O2-bf16, mxnet-native, paddle-native, auto
-        (``changes`` override its fields)."""
-        check_choice("preset", name, PRESETS)
-        return cls(**{**PRESETS[name], **changes})
+        (``changes`` override its fields). ``device_type``: the device ``"auto"`` picks its
+        dtype for (``preset_fields``; None: a CPU); an explicit ``dtype=`` wins."""
+        return cls(**{**preset_fields(name, device_type), **changes})
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str = "policy",
-                  base: "Optional[str | Path]" = None) -> "Policy":
+                  base: "Optional[str | Path]" = None, *,
+                  device_type: Optional[str] = None) -> "Policy":
         """A policy from the structure of a policy file (see ``from_file``).
 
         The whole structure is checked first (``policyfile.check_policy_dict``): a
         wrong type, an unknown key or value is an ``AmpConfigError`` naming
         ``where``, the key path and the value, and nothing is built. A relative
-        ``profile`` path is read from the folder of ``base`` (the policy file)."""
+        ``profile`` path is read from the folder of ``base`` (the policy file). ``preset =
+        "auto"`` takes its dtype for ``device_type`` (``preset_fields``) unless the file
+        says ``dtype``."""
         checked = check_policy_dict(d, where, PRESETS, DTYPES, LEVELS, _LOSS_SCALE_FIELDS)
-        kw: dict[str, Any] = dict(PRESETS[checked.pop("preset")]) if "preset" in checked else {}
+        kw: dict[str, Any] = (preset_fields(checked.pop("preset"), device_type)
+                              if "preset" in checked else {})
         ops = checked.pop("ops", {})
         for fw in FRAMEWORKS:
             if fw in ops:
@@ -340,7 +345,8 @@ class Policy:
             raise AmpConfigError(f"{where}: {e}") from None
 
     @classmethod
-    def from_file(cls, path: "str | Path") -> "Policy":
+    def from_file(cls, path: "str | Path", *,
+                  device_type: Optional[str] = None) -> "Policy":
         """Load a TOML policy file; one file drives both frameworks.
 
         ```toml
@@ -364,9 +370,10 @@ class Policy:
 
         Every problem (no such file, not UTF-8, not TOML, a duplicate key, a wrong
         type or name) is an ``AmpConfigError`` naming the file and the key.
+        ``device_type``: the device ``preset = "auto"`` picks its dtype for (``preset_fields``).
         """
         data, where = read_toml(path)
-        return cls.from_dict(data, where=where, base=path)
+        return cls.from_dict(data, where=where, base=path, device_type=device_type)
 
 
 _LOSS_SCALE_FIELDS = {kind: dataclass_fields(c) for kind, c in LOSS_SCALE_KINDS.items()}
@@ -381,26 +388,46 @@ PRESETS: dict[str, dict[str, Any]] = {
     # what a drop-in uses without policy= (the two names are one policy value)
     "mxnet-native": {"dtype": "float16", "level": "O1", "defaults": "native"},
     "paddle-native": {"dtype": "float16", "level": "O1", "defaults": "native"},
-    # the low dtype a CPU runs (bf16), O1 lists, and only where it was measured faster here
-    "auto": {"dtype": "bfloat16", "level": "O1", "speed": "measured"},
+    # the low dtype this device runs fast (device.auto_dtype: fp16 on a GPU, bf16 on a CPU;
+    # preset_fields sets it), O1 lists, and only where it was measured faster here
+    "auto": {"level": "O1", "speed": "measured"},
 }
+AUTO = "auto"  # the preset whose dtype is the device's (preset_fields)
+
+
+def preset_fields(name: str, device_type: Optional[str] = None) -> dict[str, Any]:
+    """The fields of preset ``name`` on a device of ``device_type``: ``PRESETS[name]``, and
+    for ``"auto"`` the dtype that device runs fast (``device.auto_dtype``: float16 on a GPU,
+    bfloat16 on a CPU). None: the device is not known, taken as a CPU (the core has no
+    framework to ask; each backend passes its own answer). The one place the preset
+    ``"auto"`` gets its dtype: ``Policy.preset``, a policy file's ``preset = "auto"`` and
+    ``resolve_policy`` all come here, and a dtype given beside it wins."""
+    check_choice("preset", name, PRESETS)
+    fields = dict(PRESETS[name])
+    if name == AUTO:
+        fields["dtype"] = auto_dtype("cpu" if device_type is None else device_type)
+    return fields
 
 PolicyLike = Union[Policy, str, "os.PathLike[str]"]
 
 
-def resolve_policy(policy: "PolicyLike", **changes: Any) -> Policy:
+def resolve_policy(policy: "PolicyLike", *, device_type: Optional[str] = None,
+                   **changes: Any) -> Policy:
     """THE front door for ``policy=`` in every backend: a ``Policy``, a preset name
     (``"O1"``, ``"mxnet-native"``...) or a TOML policy file path; ``changes``
-    (e.g. ``dtype=...``) are applied on top. Anything else is an error that says
-    what is accepted."""
+    (e.g. ``dtype=...``) are applied on top. ``device_type``: the device the policy runs
+    on, as the backend's framework answers it (``"cpu"``, ``"gpu"``, ``"gpu:0"``; None: a
+    CPU), which the preset ``"auto"`` (by name, or a file's ``preset``) takes its dtype
+    from (``preset_fields``); a ``Policy`` object, a file's ``dtype`` or ``dtype=`` here
+    win. Anything else is an error that says what is accepted."""
     if isinstance(policy, Policy):
         resolved = policy
     elif isinstance(policy, (str, os.PathLike)):
         text = os.fspath(policy)
-        if text in PRESETS:
-            resolved = Policy.preset(text)
+        if text in PRESETS:  # changes before construction: a dtype= gets its own loss scale
+            return Policy.preset(text, device_type=device_type, **changes)
         elif text.endswith(".toml") or os.path.sep in text or os.path.exists(text):
-            resolved = Policy.from_file(text)
+            resolved = Policy.from_file(text, device_type=device_type)
         else:
             hint = str(UnknownChoiceError("preset", text, tuple(PRESETS)))
             raise AmpConfigError(f"policy file {text!r} does not exist, and it is no preset "
