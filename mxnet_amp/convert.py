@@ -13,7 +13,8 @@ workflow). Where a device is known (``convert_hybrid_block``'s ``ctx``, default:
 the block's own context, where the native defaults to gpu(0); or an explicit
 ``ctx=``), an op without a low-precision kernel there stays float32 (warned once).
 Under measured speed (``policy="auto"``, or ``speed = "measured"``) a speed belongs to a
-device, so the plan is for one: the ``ctx`` given, else this machine's CPU (the conversion
+device, so the plan is for one: the ``ctx`` given, else this machine's CPU, and ``auto``
+runs the low dtype that device runs fast (float16 on a GPU, bfloat16 on a CPU; the conversion
 a user runs with ``auto`` is for where it runs; to convert for another machine, name a
 profile measured there, ``Policy(profile=...)``, whose costs then decide). Each op is
 measured for inference at the shape class MXNet infers from ``input_shapes=`` (and the
@@ -101,8 +102,9 @@ def _names(value: Optional[Sequence[str]], what: str) -> Optional[list[str]]:
 
 
 def _convert_policy(target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops, policy,
-                    emulate):
-    """``init_policy`` with the native ``convert_symbol``'s list checks."""
+                    emulate, ctx):
+    """``init_policy`` with the native ``convert_symbol``'s list checks, for the device the
+    graph is planned for (``ctx``, else this machine's CPU, as ``graph`` plans it)."""
     target_dtype_ops = _names(target_dtype_ops, "target_dtype_ops")
     fp32_ops = _names(fp32_ops, "fp32_ops")
     if policy is None:
@@ -119,7 +121,7 @@ def _convert_policy(target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_o
                 f"change them anyway, pass policy= with Policy.mxnet_ops)")
     try:
         return init_policy(target_dtype, target_dtype_ops, conditional_fp32_ops, fp32_ops,
-                           policy=policy, emulate=emulate)
+                           policy=policy, emulate=emulate, ctx=ctx or mx.cpu())
     except ConflictingOpError as e:
         raise ConvertListError(str(e)) from e
 
@@ -161,8 +163,9 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
     declared ``__dtype__``); the other inputs are parameters, which
     ``cast_optional_params`` may declare low precision. ``ctx`` (default: none, a
     device-free transform) makes the plan device-aware: ops without a low-precision
-    kernel on it stay float32. ``policy="auto"`` (measured speed): an op stays float32 where
-    its low kernel is not measured faster, on ``ctx`` or else this machine's CPU, at the
+    kernel on it stay float32. ``policy="auto"``: the low dtype ``ctx`` runs fast (float16
+    on a GPU, bfloat16 on a CPU; no ``ctx``: this machine's CPU), and an op stays float32
+    where its low kernel is not measured faster there, at the
     shapes inferred from ``input_shapes`` ({input: shape}; unknown batch: measured at
     ``UNKNOWN_DIM``).
     """
@@ -174,7 +177,7 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
     excluded_sym_names = _names(excluded_sym_names, "excluded_sym_names")
     data_names = _names(data_names, "data_names")
     pol = _convert_policy(target_dtype, target_dtype_ops, fp32_ops, conditional_fp32_ops,
-                          policy, emulate)
+                          policy, emulate, ctx)
     if policy is None:  # the native's decisions: say if they are slower than float32 here
         note_native_speed(pol, training=False)
     if excluded_sym_names:
@@ -230,7 +233,8 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
     """A SymbolBlock running the hybridized ``block``'s graph in mixed precision, for inference.
 
     The block must have been hybridized and run once. ``ctx`` defaults to the
-    block's own context (the native defaults to gpu(0)); ``policy="auto"`` measures there,
+    block's own context (the native defaults to gpu(0)); ``policy="auto"`` runs its fast
+    low dtype (float16 on a GPU, bfloat16 on a CPU) and measures there,
     for inference, at the shapes the block was traced with under ``init`` (else the batch
     at ``UNKNOWN_DIM``, the rest inferred from its parameters). With
     ``cast_optional_params`` the parameters that only feed low-precision ops are

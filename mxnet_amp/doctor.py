@@ -41,11 +41,12 @@ from amp_adapters.doctor import DoctorReport, Recorder
 from amp_adapters.doctor.session import Session
 from amp_adapters.dtypes import FLOAT_DTYPES
 from amp_adapters.layers import matches, warn_unmatched
-from amp_adapters.policy import PolicyLike, resolve_policy
+from amp_adapters.policy import PolicyLike
 
 from . import patching, scaling
 from ._mx import dtype_name, unpatched
 from .active import active_policy
+from .config import user_policy
 from .graph import nodes, plan_graph, rewrite
 from .kernels import KernelSet
 from .report import block_context
@@ -65,7 +66,7 @@ class Doctor(Session):
             if not isinstance(block, HybridBlock):
                 raise TypeError(f"mxnet_amp.doctor: {what} must be a gluon HybridBlock (it is "
                                 f"traced once for the analysis), got {type(block).__name__}")
-        chosen = resolve_policy(policy) if policy is not None else active_policy()
+        chosen = user_policy(policy) if policy is not None else active_policy()  # as init
         if chosen is None or not chosen.enabled:
             raise RuntimeError("mxnet_amp.doctor: call mxnet_amp.init(...) first: the doctor "
                                "examines the graph that init's policy gives your model")

@@ -39,7 +39,8 @@ from amp_adapters import AmpConfigError, ParamPlan, ParamUse, Policy, plan_param
 from amp_adapters.dtypes import LOW_DTYPES
 
 from ._mx import _BF16, _ND_AMP_CAST, cast, dtype_name, input_names, unpatched
-from amp_adapters.policy import PolicyLike, resolve_policy
+from amp_adapters.policy import PolicyLike
+from .config import user_policy
 from .graph import nodes
 from .active import active_policy
 from .kernels import device_profile, has_mp_update
@@ -92,7 +93,8 @@ def cast_params(block: HybridBlock, num_inputs: int = 1, *,
     data inputs ``block`` takes. Call after ``initialize`` and before the first
     training step (a Trainer made before is fine). A parameter already low stays.
     """
-    chosen = resolve_policy(policy) if policy is not None else active_policy()
+    chosen = (user_policy(policy, ctx or block_context(block)) if policy is not None
+              else active_policy())
     if chosen is None:
         raise RuntimeError("no AMP policy: call mxnet_amp.init(policy='O2') first or pass "
                            "policy=")

@@ -10,11 +10,12 @@ import mxnet as mx
 from mxnet.gluon import HybridBlock
 
 from amp_adapters import CastReport, Policy
-from amp_adapters.policy import PolicyLike, resolve_policy
+from amp_adapters.policy import PolicyLike
 from amp_adapters.report import GraphCasts
 
 from ._mx import dtype_name
 from .active import active_policy
+from .config import user_policy
 from .graph import plan_graph
 from .kernels import summarize_fallbacks
 from .traced import block_graph, traced_shapes, traced_without_amp
@@ -50,7 +51,8 @@ def cast_report(block: HybridBlock, *, policy: Optional[PolicyLike] = None,
     float32 for lack of a kernel, or is emulated, says so in its ``reason``. The casts
     are counted in the traced graph, the one that runs (``GraphCasts``).
     """
-    chosen = resolve_policy(policy) if policy is not None else active_policy()
+    chosen = (user_policy(policy, ctx or block_context(block)) if policy is not None
+              else active_policy())
     if chosen is None:
         raise RuntimeError("no AMP policy: call mxnet_amp.init() first or pass policy=")
     inputs, sym = block_graph(block)
