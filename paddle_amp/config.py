@@ -20,6 +20,7 @@ from amp_adapters.dtypes import LOW_DTYPES, low_dtype
 from amp_adapters.errors import check_flag
 from amp_adapters.policy import PolicyLike, default_loss_scale, resolve_policy
 
+from .env import current_device
 from .lists import check_lists, known_ops
 
 logger = logging.getLogger("paddle_amp")
@@ -111,7 +112,9 @@ def resolve_decorate(amp_lists=None, level="O1", dtype="float16", master_grad=Fa
     Without ``policy`` the decisions are the installed native's (preset
     ``paddle-native`` plus ``amp_lists``' live sets, read now) at ``level``;
     the loss-scaling arguments, defaulted per overload, map onto
-    ``DynamicLossScale.from_paddle``."""
+    ``DynamicLossScale.from_paddle``. ``policy="auto"`` (by name or a file's preset) runs
+    the low dtype of the device programs run on now (``env.current_device``, as
+    ``paddle.set_device`` says): float16 on a GPU, bfloat16 on a CPU."""
     old = overload(use_pure_fp16, use_fp16_guard, use_bf16)
     given = dict(init_loss_scaling=init_loss_scaling, incr_every_n_steps=incr_every_n_steps,
                  decr_every_n_nan_or_inf=decr_every_n_nan_or_inf, incr_ratio=incr_ratio,
@@ -136,7 +139,8 @@ def resolve_decorate(amp_lists=None, level="O1", dtype="float16", master_grad=Fa
     if level not in LEVELS:
         raise UnknownChoiceError("level", level, LEVELS)
     if policy is not None:
-        policy = resolve_policy(policy)
+        # the preset "auto" runs the low dtype of the device programs run on (fp16 on a GPU)
+        policy = resolve_policy(policy, device_type=current_device())
         if amp_lists is not None and policy.dtype in LOW_DTYPES:
             dtype = policy.dtype
     lists = check_lists(amp_lists, dtype)
