@@ -36,8 +36,8 @@ def faster(op, shape, training):
 
 
 def _net():
-    net = gluon.nn.HybridSequential()
-    net.add(gluon.nn.Dense(8, in_units=4))
+    net = gluon.nn.HybridSequential(prefix="auto_")  # named: Gluon's global counter, which
+    net.add(gluon.nn.Dense(8, in_units=4, prefix="auto_fc_"))  # other tests' names use, stays
     net.initialize(ctx=mx.cpu())
     net.hybridize()
     net(mx.nd.ones((2, 4)))
