@@ -136,10 +136,15 @@ def _fit_mul(shapes: tuple) -> Optional[tuple[dict, dict]]:
 
 
 def _fit_conv(shapes: tuple) -> Optional[tuple[dict, dict]]:
+    """The operands in either order (the legacy IR lists a conv2d's slots by name, Filter
+    before Input; PIR as called): the filter is the one whose window fits in the other's
+    image and whose channels divide its channels into groups."""
     if len(shapes) != 2 or len(shapes[0]) != 4 or len(shapes[1]) != 4:
         return None
-    x, w = shapes
-    if x[1] % w[1] or w[0] % (x[1] // w[1]):
+    for x, w in (shapes, shapes[::-1]):
+        if w[2] <= x[2] and w[3] <= x[3] and not x[1] % w[1] and not w[0] % (x[1] // w[1]):
+            break
+    else:
         return None
     return {"Input": x, "Filter": w}, {
         "strides": [1, 1], "paddings": [w[2] // 2, w[3] // 2], "dilations": [1, 1],

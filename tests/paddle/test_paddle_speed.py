@@ -185,6 +185,11 @@ def test_shapes_become_the_op_that_fits_them():
     conv = speed.fit("conv2d", ((64, 32, 32, 32), (64, 32, 4, 4)))[1]
     assert (conv["groups"], conv["paddings"]) == (1, [2, 2])
     assert speed.fit("conv2d", ((64, 3, 8, 8), (8, 2, 3, 3))) is None
+    # the legacy IR lists a conv2d's slots by name (Filter, Input): the same conv, not a
+    # 64x64 window over a 3x3 image
+    image, window = (32, 64, 64, 64), (64, 64, 3, 3)
+    assert speed.fit("conv2d", (window, image)) == speed.fit("conv2d", (image, window))
+    assert speed.fit("conv2d", (window, image))[0] == {"Input": image, "Filter": window}
     assert speed.fit("matmul_v2", ((2, 4, 8), (3, 8, 4))) is None  # batches do not broadcast
     assert speed.framework(ir.LegacyProgram.probe) == "paddle"
     assert speed.framework(ir.PirProgram.probe) == "paddle-pir"
