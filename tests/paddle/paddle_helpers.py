@@ -6,7 +6,11 @@ import os
 
 import numpy as np
 import paddle
+import pytest
 
+from paddle_amp import speed
+
+_BOOKS = speed.book  # the process's speed books, whatever a test puts in ``speed.book``
 
 # Our own state vars: they move on every step by design; everything else persistable is
 # parameters and optimizer state, which a skipped step must leave bit-identical.
@@ -141,3 +145,13 @@ def white_list_model():
     out = paddle.static.nn.fc(c, 1)
     diff = out - y
     return paddle.mean(diff * diff)
+
+
+@pytest.fixture
+def own_speed_cache(tmp_path, monkeypatch):
+    """Every speed book the test makes reads and writes a cache of its own, and is made
+    afresh (a test may replace ``speed.book``: the process's books are cleared by name)."""
+    monkeypatch.setenv("AMP_ADAPTERS_CACHE", str(tmp_path / "cache"))
+    _BOOKS.cache_clear()
+    yield
+    _BOOKS.cache_clear()

@@ -18,7 +18,7 @@ from amp_adapters import Policy
 from amp_adapters.device import Cost, DeviceProfile, ShapeClass
 from amp_adapters.speedbook import SpeedBook
 from paddle_amp import ir, kernels, speed
-from paddle_helpers import batch, is_pir, mlp
+from paddle_helpers import batch, is_pir, mlp, own_speed_cache  # noqa: F401 (a fixture)
 
 BF16 = "bfloat16"
 GEMMS = ("mul", "matmul_v2")  # what paddle.static.nn.fc builds: 2.6 mul, 3.x matmul_v2
@@ -27,13 +27,7 @@ FAST, SLOW = Cost(0.5, 0.01, 0.6, 0.01), Cost(2.5, 0.02, 2.4, 0.02)
 BOOKS = speed.book  # the process's books (a test may replace ``speed.book``)
 
 
-@pytest.fixture(autouse=True)
-def own_cache(tmp_path, monkeypatch):
-    """Every book of this file reads and writes a cache of its own, and is made afresh."""
-    monkeypatch.setenv("AMP_ADAPTERS_CACHE", str(tmp_path / "cache"))
-    BOOKS.cache_clear()
-    yield
-    BOOKS.cache_clear()
+pytestmark = pytest.mark.usefixtures("own_speed_cache")
 
 
 def fake_books(monkeypatch, measure):
