@@ -45,7 +45,7 @@ class Counts:
     kills_in_save: int = 0      # killed after "save k began" was seen, before "ended"
     torn_saves_left: int = 0    # a killed save left its temp folder behind
     started: int = 0            # processes that got as far as loading (printed START)
-    clear_errors: int = 0       # resumes that found no complete checkpoint and said so
+    clear_errors: int = 0       # loads that found no complete checkpoint, said so, started at 0
     exact_resumes: int = 0      # resumes whose loaded state matched the reference
     completed_runs: int = 0
     processes: int = 0
@@ -209,8 +209,7 @@ def _chain(zygote: Zygote, d: Path, n: int, ref: dict[int, str], kills: int,
                     if kind == "FRESH":
                         assert committed == 0, (f"the save of step {committed} completed, but "
                                                 f"the resume found no checkpoint: {words}")
-                        counts.clear_errors += 1
-                        fresh = True
+                        fresh = True  # counted at its START: a kill may land in between
                     elif kind == "START":
                         start = int(words[1])
                         counts.started += 1
@@ -219,6 +218,7 @@ def _chain(zygote: Zygote, d: Path, n: int, ref: dict[int, str], kills: int,
                         assert committed <= start <= hi, (start, committed, hi)
                         assert words[2] == ref[start], f"the resume at step {start} is not exact"
                         counts.exact_resumes += start > 0
+                        counts.clear_errors += start == 0
                         committed, pending = start, None
                         target = rng.randint(start + 1, min(n, start + 3)) if start < n else n
                     elif kind == "F":
