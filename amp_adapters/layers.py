@@ -156,16 +156,10 @@ def layer_rule(tables: Sequence[tuple[str, LayerLists]],
     for table, lists in tables:
         if not lists:
             continue
-        best: Optional[LayerRule] = None
-        for cat in LAYER_CATEGORIES:
-            for pattern in getattr(lists, cat):
-                for name in names:
-                    if matches(pattern, name) and (best is None or len(pattern) > len(
-                            best.pattern) or (len(pattern) == len(best.pattern)
-                                              and pattern < best.pattern)):
-                        best = LayerRule(cat, pattern, table, name)
-        if best is not None:
-            return best
+        hits = [LayerRule(cat, pattern, table, name) for cat in LAYER_CATEGORIES
+                for pattern in getattr(lists, cat) for name in names if matches(pattern, name)]
+        if hits:  # the longest pattern; a tie goes to the first in alphabetical order
+            return min(hits, key=lambda r: (-len(r.pattern), r.pattern))
     return None
 
 
@@ -174,11 +168,11 @@ def unmatched(patterns: Iterable[str], names: Iterable[str],
     """[(pattern, the closest names the model has)] for each pattern covering none of
     ``names`` (the model's op instance names): what ``warn_unmatched`` reports."""
     names = sorted(set(names))
+    stems = sorted({st for nm in names for st in _stems(nm)})
     out = []
     for pattern in sorted(set(patterns)):
         if any(matches(pattern, name) for name in names):
             continue
-        stems = sorted({st for nm in names for st in _stems(nm)})
         out.append((pattern, close_matches(pattern, stems, n) or stems[:n]))
     return out
 
