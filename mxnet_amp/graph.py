@@ -21,8 +21,8 @@ from amp_adapters.dtypes import AMP_DTYPES, FLOAT_RANK, LOW_DTYPES, widest
 from amp_adapters.dtypes import FLOAT_DTYPES as FLOATS
 
 from ._mx import cast, declared, dtype_name, graph_shapes, input_names, mx_dtype, unpatched
-from .kernels import device_profile, log_fallback
-from .speed import costs
+from .kernels import log_fallback
+from .speed import profile
 
 @dataclass(frozen=True)
 class Node:
@@ -82,8 +82,7 @@ def _device(ctx: Optional[mx.Context], policy: Policy,
     plan for another machine, name a profile measured there: ``Policy.profile``)."""
     if ctx is None and policy.speed == "measured" and policy.enabled:
         ctx = mx.cpu()
-    return None if ctx is None else device_profile(ctx, policy, training,
-                                                   costs(policy, ctx, training))
+    return None if ctx is None else profile(ctx, policy, training)
 
 
 def _entry_shapes(sym: mx.sym.Symbol, device: Optional[DeviceProfile],

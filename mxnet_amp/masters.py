@@ -43,8 +43,8 @@ from amp_adapters.policy import PolicyLike
 from .config import user_policy
 from .graph import nodes
 from .active import active_policy
-from .kernels import device_profile, has_mp_update
-from .speed import costs
+from .kernels import has_mp_update
+from .speed import profile
 from .report import block_context
 
 def master_update(dtype: str, ctx: mx.Context) -> str:
@@ -103,7 +103,7 @@ def cast_params(block: HybridBlock, num_inputs: int = 1, *,
                              f"level {chosen.level} (use policy='O2' or 'O2-bf16')")
     uses = param_uses(block, num_inputs)
     ctx = ctx or block_context(block)
-    device = device_profile(ctx, chosen, True, costs(chosen, ctx, True))
+    device = profile(ctx, chosen, True)
     plan = plan_params(chosen, "mxnet", uses, device=device)
     params = block.collect_params()
     for name in sorted(plan.low):

@@ -51,8 +51,8 @@ from .active import active_policy, set_policy
 from .config import init_policy
 from . import traced
 from .traced import traced_shapes
-from .kernels import device_profile, forget_fallback_logs, log_fallback
-from .speed import costs, forget_speed_books, note_native_speed
+from .kernels import forget_fallback_logs, log_fallback
+from .speed import forget_speed_books, note_native_speed, profile
 from .scaling import forget_loss_output_trainer, loss_output_scale
 
 logger = logging.getLogger("mxnet_amp")
@@ -326,7 +326,7 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
         attrs = {k: v for k, v in kwargs.items() if not isinstance(v, _TENSORS)}
         attrs.update((name, a) for name, a in zip(arg_names, args)  # attributes by position
                      if not isinstance(a, (_TENSORS, list, tuple)))
-        device = device_profile(ctx, policy, True, costs(policy, ctx, True))
+        device = profile(ctx, policy, True)
         d = plan_op(policy, "mxnet", op, dtypes, device=device,
                     shape=shape, attrs=attrs, input_names=names,
                     instance=_blocks.names if layered else None)

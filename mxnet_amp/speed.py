@@ -33,7 +33,7 @@ from mxnet import ndarray as nd
 
 from amp_adapters import Policy
 from amp_adapters.native_speed import note
-from amp_adapters.device import Cost, CostLookup, ShapeClass
+from amp_adapters.device import Cost, CostLookup, DeviceProfile, ShapeClass
 from amp_adapters.speedbook import SpeedBook, machine
 from amp_adapters.timing import ratio_of
 
@@ -225,6 +225,13 @@ def costs(policy: Policy, ctx: mx.Context, training: bool) -> Optional[CostLooku
     return book(ctx, policy).for_training(training)
 
 
+def profile(ctx: mx.Context, policy: Policy, training: bool) -> DeviceProfile:
+    """The device profile a plan under ``policy`` on ``ctx`` reads: the kernels
+    (``kernels.device_profile``), with the measured-speed lookup where the policy measures
+    (``costs``). As ``paddle_amp.speed.profile``."""
+    return device_profile(ctx, policy, training, costs(policy, ctx, training))
+
+
 _books: dict[tuple, SpeedBook] = {}
 
 
@@ -275,5 +282,4 @@ def speed_probe(dtype: str):
         ("FullyConnected", [(64, 2048), (2048, 2048), (2048,)], "GEMM 64x2048x2048"),
         ("Convolution", [(16, 64, 56, 56), (64, 64, 3, 3), (64,)], "conv 3x3 64ch 56x56")))
     return SpeedProbe("mxnet", "mxnet", book(ctx, policy),
-                      device_profile(ctx, policy, True, costs(policy, ctx, True)),
-                      device_profile(ctx, policy, False, costs(policy, ctx, False)), samples)
+                      profile(ctx, policy, True), profile(ctx, policy, False), samples)
