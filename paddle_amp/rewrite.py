@@ -78,6 +78,8 @@ class Rewriter:
 
     def __post_init__(self) -> None:
         self._notices = FallbackNotices("paddle_amp")  # each op type warns once per decorate
+        self._instances: set = set()  # names layer rules were matched against, since the last
+        # rewrite's unmatched-rule warning (a rule naming any var of the program is no typo)
 
     def _ir(self, program) -> ProgramIR:
         ir = program_ir.of(program)
@@ -129,8 +131,8 @@ class Rewriter:
         noted for ``warn_unmatched``; None (nothing to match) without layer rules."""
         if not self.policy.layer_patterns("paddle"):
             return None
-        names = ir.instance_names(op)  # a rule naming any var of the program is no typo
-        self.__dict__.setdefault("_instances", set()).update(names, ir.var_names(op))
+        names = ir.instance_names(op)
+        self._instances.update(names, ir.var_names(op))
         return names
 
     def _shape(self, ir: ProgramIR, op, slots: Optional[list[Slot]] = None
@@ -211,8 +213,9 @@ class Rewriter:
                     self._note_moved_params(ir, op, slots)
         self._notices.summarize("paddle_amp: program", decisions, _DEVICE)
         if self.policy.enabled and self.policy.layer_patterns("paddle"):
-            warn_unmatched(self.policy.layer_patterns("paddle"),
-                           self.__dict__.pop("_instances", ()), "the program rewritten")
+            warn_unmatched(self.policy.layer_patterns("paddle"), self._instances,
+                           "the program rewritten")
+        self._instances = set()
         return CastReport("paddle", tuple(decisions))
 
     def _inputs(self, ir: ProgramIR, op, slots: list[Slot], d: OpDecision) -> None:
