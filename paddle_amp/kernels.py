@@ -108,12 +108,6 @@ def onednn_kernels(device: str, dtype: str, probe: Optional[Probe] = None) -> fr
     return ops | ({"cast"} if probe.onednn_casts and casts_on_onednn(probe) else frozenset())
 
 
-@functools.lru_cache(maxsize=None)
-def _trains(op: str, cast_in: str, probe: Probe) -> bool:
-    """``op``'s recipe trains in bf16 behind casts of route ``cast_in`` from float32."""
-    return probe.runs(op, _RECIPES[op], True, cast_in=cast_in)
-
-
 def trains_behind_casts(op: str, probe: Optional[Probe] = None) -> bool:
     """Whether ``op`` (one of the recipes) trains in bf16 behind the casts a rewrite puts in
     front of it here (oneDNN's where casts go there, else, or for the ops of
@@ -124,7 +118,7 @@ def trains_behind_casts(op: str, probe: Optional[Probe] = None) -> bool:
     probe = _probe(probe)
     onednn = probe.onednn_casts and casts_on_onednn(probe) and \
         op not in refuse_onednn_casts(probe)
-    return _trains(op, "onednn" if onednn else "plain", probe)
+    return runs_onednn_bf16(op, True, probe, cast_in="onednn" if onednn else "plain")
 
 
 @functools.lru_cache(maxsize=None)
@@ -162,7 +156,8 @@ def refuse_onednn_casts(probe: Optional[Probe] = None) -> frozenset[str]:
     if not probe.onednn_casts:
         return frozenset()
     return frozenset(op for op in _RECIPES if runs_onednn_bf16(op, backward=True, probe=probe)
-                     and not _trains(op, "onednn", probe) and _trains(op, "plain", probe))
+                     and not runs_onednn_bf16(op, True, probe, cast_in="onednn")
+                     and runs_onednn_bf16(op, True, probe, cast_in="plain"))
 
 
 @functools.lru_cache(maxsize=None)
@@ -230,13 +225,15 @@ _BROADCAST_RECIPES: dict[str, _Recipe] = {
 
 
 @functools.lru_cache(maxsize=None)
-def runs_onednn_bf16(op: str, backward: bool = False, probe: Optional[Probe] = None) -> bool:
+def runs_onednn_bf16(op: str, backward: bool = False, probe: Optional[Probe] = None,
+                     cast_in: Optional[str] = None) -> bool:
     """Whether ``op`` (one of the recipes) runs in bfloat16 on oneDNN on this CPU, and its
     gradient too with ``backward``: its recipe run once by ``probe`` (a legacy program with
-    the native's oneDNN attributes; a PIR program, whose executor picks the kernel itself).
-    An error (no primitive for this CPU, a dtype the kernel refuses) is the answer False,
-    never raised."""
-    return _probe(probe).runs(op, _RECIPES[op], backward)
+    the native's oneDNN attributes; a PIR program, whose executor picks the kernel itself),
+    on bf16 inputs, or with ``cast_in`` ("onednn" or "plain") behind such casts from
+    float32. An error (no primitive for this CPU, a dtype the kernel refuses) is the answer
+    False, never raised."""
+    return _probe(probe).runs(op, _RECIPES[op], backward, cast_in=cast_in)
 
 
 @functools.lru_cache(maxsize=None)
