@@ -24,15 +24,19 @@ def test_anything_else_runs_bfloat16(device):
     assert auto_dtype(device) == "bfloat16"
 
 
-@given(st.text())
-def test_the_rule_is_total_over_device_names(device):
-    """Any non-empty name is a device type: only a GPU (any case, any index) is float16."""
-    if not device.strip():
-        with pytest.raises(TypeError, match="device_type"):
-            auto_dtype(device)
-        return
-    gpu = device.strip().lower().split(":", 1)[0] == "gpu"
-    assert auto_dtype(device) == ("float16" if gpu else "bfloat16")
+@given(st.text(), st.sampled_from(["gpu", "GPU", "Gpu"]), st.integers(0, 64))
+def test_the_rule_is_total_over_device_names(device, gpu, index):
+    """Any name is an answer or a TypeError, never another dtype; a GPU with any index, in
+    any case, is float16; a name that does not start with a GPU's is bfloat16."""
+    try:
+        got = auto_dtype(device)
+    except TypeError:
+        assert not device.strip()
+    else:
+        assert got in ("float16", "bfloat16")
+        if not device.strip().lower().startswith("gpu"):
+            assert got == "bfloat16"
+    assert auto_dtype(f"{gpu}:{index}") == auto_dtype(f" {gpu} ") == "float16"
 
 
 @pytest.mark.parametrize("bad", [None, 0, "", "  ", ["gpu"]])
