@@ -80,8 +80,7 @@ class Doctor(Session):
         self._handles: list = []
         self._pending: Optional[tuple] = None
         self._busy = False
-        self._emulated = False
-        self._steps: list[tuple] = []  # (feed copy, scale, graph without casts, input names)
+        self._steps: list[tuple] = []  # (feed copy, graph without casts, input names)
         self._layers: tuple[str, ...] = ()
         self.steps = 0
 
@@ -133,7 +132,7 @@ class Doctor(Session):
                            [n.name for n in nodes(amp_sym) if n.op not in ("null", *_CASTS)],
                            "the model the doctor examines", stacklevel=5)
         bare = mx.sym.load_json(amp_sym.tojson())  # the same graph, AMP casts taken out
-        self._steps.append(({k: v.copy() for k, v in feed.items()}, scale, bare, names))
+        self._steps.append(({k: v.copy() for k, v in feed.items()}, bare, names))
         self._record(self._recorder, self.policy, amp_sym, bare, feed, scale, names)
         self.steps += 1
 
@@ -152,7 +151,7 @@ class Doctor(Session):
         rec = Recorder("mxnet", policy.dtype, emulated=False,
                        max_scale=getattr(policy.loss_scale, "max_scale", 2.0 ** 24))
         start = float(getattr(policy.loss_scale, "scale", 1.0))
-        for feed, _, bare, names in self._steps:
+        for feed, bare, names in self._steps:
             known = {n: dtype_name(v.dtype) for n, v in feed.items()}
             ctx = block_context(self.net)
             params = frozenset(feed) - set(names)
@@ -167,12 +166,7 @@ class Doctor(Session):
         ctx = block_context(self.net)
         known = {n: dtype_name(v.dtype) for n, v in feed.items()}
         plan = plan_graph(amp_sym, known, policy, ctx)
-        emulated = any(d.emulated for d in plan)
-        if rec is self._recorder:
-            self._emulated = self._emulated or emulated
-            rec.emulated = self._emulated
-        else:
-            rec.emulated = rec.emulated or emulated
+        rec.emulated = rec.emulated or any(d.emulated for d in plan)
         amp_vals, amp_grads, order, amp_bwd = _run(amp_sym, feed, scale)
         ref_vals, ref_grads, _, ref_bwd = _run(ref_sym, feed, scale)
         rec.begin_step(scale)
