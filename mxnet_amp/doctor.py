@@ -127,7 +127,7 @@ class Doctor(Session):
         params.update({n: p.data() for n, p in self.loss_fn.collect_params().items()})
         feed = {**dict(zip(names, (*data, *labels))), **params}
         if not self._steps:
-            self._layers = _block_names(self.net, self.loss_fn)
+            self._layers = patching.block_names(self.net, self.loss_fn)
             warn_unmatched(self.policy.layer_patterns("mxnet"),
                            [n.name for n in nodes(amp_sym) if n.op not in ("null", *_CASTS)],
                            "the model the doctor examines", stacklevel=5)
@@ -230,18 +230,6 @@ def doctor(net: HybridBlock, loss_fn: HybridBlock, trainer: Any = None, *,
     ``net`` with ``loss_fn`` (see the module docstring); ``trainer`` (optional) gives the
     current loss scale and has its state restored on exit."""
     return Doctor(net, loss_fn, trainer, policy=policy, max_steps=max_steps)
-
-
-def _block_names(*blocks: Any) -> tuple[str, ...]:
-    """The names of ``blocks`` and every block under them (the names the policy's layer
-    rules match an op call by: ``patching._named_call``)."""
-    out, todo = set(), list(blocks)
-    while todo:
-        b = todo.pop()
-        if b.name:
-            out.add(b.name)
-        todo.extend(b._children.values())
-    return tuple(sorted(out))
 
 
 def _layer_of(node: str, blocks: tuple[str, ...]) -> str:

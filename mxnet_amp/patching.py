@@ -507,6 +507,18 @@ _layer_names: set[str] = set()    # the node and block names of every graph trac
 _layer_warned: set[str] = set()   # the layer patterns warned about (once each)
 
 
+def block_names(*blocks: Any) -> tuple[str, ...]:
+    """The names of ``blocks`` and every block under them, sorted (the names the policy's
+    layer rules match an op call by: ``_named_call``)."""
+    out, todo = set(), list(blocks)
+    while todo:
+        b = todo.pop()
+        if b.name:
+            out.add(b.name)
+        todo.extend(b._children.values())
+    return tuple(sorted(out))
+
+
 def _check_layers(block: Any) -> None:
     """After a trace under a policy with layer rules: warn once per pattern that matches no
     node or block name of any graph traced so far (``UnmatchedLayerWarning``, with the
@@ -516,11 +528,7 @@ def _check_layers(block: Any) -> None:
     patterns = policy.layer_patterns("mxnet") - _layer_warned if policy is not None else ()
     if not patterns or not block._cached_graph:
         return
-    todo = [block]
-    while todo:
-        b = todo.pop()
-        _layer_names.add(b.name)
-        todo.extend(b._children.values())
+    _layer_names.update(block_names(block))
     _layer_names.update(n["name"] for n in json.loads(block._cached_graph[1].tojson())["nodes"]
                         if n["op"] != "null")
     missing = warn_unmatched(patterns, _layer_names - {""},
