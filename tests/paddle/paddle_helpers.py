@@ -155,3 +155,12 @@ def own_speed_cache(tmp_path, monkeypatch):
     _BOOKS.cache_clear()
     yield
     _BOOKS.cache_clear()
+
+
+@pytest.fixture
+def static_in_own_scope():
+    """Static mode and a scope of the test's own (its programs build their own guards)."""
+    paddle.enable_static()
+    with paddle.static.scope_guard(paddle.static.Scope()):
+        yield
+    paddle.disable_static()

@@ -12,6 +12,7 @@ import pytest
 import paddle_amp
 from amp_adapters import OpLists, Policy
 from paddle_amp.doctor import doctor
+from paddle_helpers import static_in_own_scope  # noqa: F401 (a fixture)
 
 _spec = importlib.util.spec_from_file_location(
     "doctor_planted", Path(__file__).resolve().parents[1] / "doctor_planted.py")
@@ -21,12 +22,7 @@ _spec.loader.exec_module(P)
 IR = __import__("os").environ.get("AMP_TEST_IR", "legacy")
 
 
-@pytest.fixture(autouse=True)
-def fresh_scope():
-    paddle.enable_static()
-    with paddle.static.scope_guard(paddle.static.Scope()):
-        yield
-    paddle.disable_static()
+pytestmark = pytest.mark.usefixtures("static_in_own_scope")
 
 
 def _doctor(kind, policy=None, steps=2, optimizer=None):

@@ -8,14 +8,10 @@ import pytest
 
 import paddle_amp
 from amp_adapters import LayerLists, Policy, UnmatchedLayerWarning
+from paddle_helpers import static_in_own_scope  # noqa: F401 (a fixture)
 
 
-@pytest.fixture(autouse=True)
-def static():
-    paddle.enable_static()
-    with paddle.static.scope_guard(paddle.static.Scope()):
-        yield
-    paddle.disable_static()
+pytestmark = pytest.mark.usefixtures("static_in_own_scope")
 
 
 def _build(**decorate):
