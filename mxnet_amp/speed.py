@@ -34,6 +34,7 @@ from mxnet import ndarray as nd
 from amp_adapters import Policy
 from amp_adapters.native_speed import note
 from amp_adapters.device import Cost, CostLookup, DeviceProfile, ShapeClass
+from amp_adapters.measure_process import call
 from amp_adapters.speedbook import SpeedBook, machine
 from amp_adapters.timing import ratio_of
 
@@ -212,8 +213,24 @@ def _run(call: Call, inputs: list, dtype: Optional[str], backward: bool) -> Call
 
 def measurer(ctx: Optional[mx.Context], dtype: str) -> Callable[[str, ShapeClass, bool],
                                                                  Optional[Cost]]:
-    """``measure`` bound to a device and a dtype: a ``SpeedBook``'s ``measure``."""
-    return lambda op, shape, training: measure(op, shape, training, dtype=dtype, ctx=ctx)
+    """``measure`` bound to a device and a dtype, run in the measuring child process
+    (``amp_adapters.measure_process``: timing here would leave this process's memory
+    changed for the model): a ``SpeedBook``'s ``measure``."""
+    ctx = ctx or mx.cpu()
+
+    def remote(op: str, shape: ShapeClass, training: bool) -> Optional[Cost]:
+        if recipe(op, shape) is None:
+            return None  # known here: no child started for it
+        return call("mxnet_amp.speed:measure_on", op, shape.operands, shape.result_rank,
+                    training, dtype, ctx.device_type, ctx.device_id)
+    return remote
+
+
+def measure_on(op: str, operands: list, result_rank: Optional[int], training: bool,
+               dtype: str, device_type: str, device_id: int) -> Optional[Cost]:
+    """``measure`` with its arguments as JSON values: what ``measurer`` calls in the child."""
+    shape = ShapeClass(tuple(None if s is None else tuple(s) for s in operands), result_rank)
+    return measure(op, shape, training, dtype=dtype, ctx=mx.Context(device_type, device_id))
 
 
 def costs(policy: Policy, ctx: mx.Context, training: bool) -> Optional[CostLookup]:

@@ -30,8 +30,10 @@ import paddle
 from amp_adapters import Policy
 from amp_adapters.native_speed import note
 from amp_adapters.device import Cost, CostLookup, DeviceProfile, ShapeClass
+from amp_adapters.measure_process import call
 from amp_adapters.speedbook import SpeedBook
 
+from .ir import probe_named
 from .ir.protocol import Probe
 from .kernels import device_profile
 
@@ -93,8 +95,19 @@ def timer(device: str, dtype: str, probe: Probe):
         if profile.route("cast") == "onednn":
             cast_in = "plain" if op in profile.plain_casts_before else "onednn"
         inputs, attrs = fitted
-        return probe.time(op, inputs, attrs, training, dtype, route == "onednn", cast_in)
+        # timed in the measuring child (``amp_adapters.measure_process``): timing here would
+        # leave this process's memory changed for the model
+        return call("paddle_amp.speed:time_on", probe.name, op, inputs, attrs, training,
+                    dtype, route == "onednn", cast_in)
     return measure
+
+
+def time_on(ir_name: str, op: str, inputs: dict, attrs: dict, training: bool, dtype: str,
+            onednn: bool, cast_in: Optional[str]) -> Cost:
+    """``Probe.time`` of the IR named ``ir_name`` with its arguments as JSON values: what
+    ``timer`` calls in the child."""
+    return probe_named(ir_name).time(op, {k: tuple(v) for k, v in inputs.items()}, attrs,
+                                     training, dtype, onednn, cast_in)
 
 
 def fit(op: str, shapes: tuple) -> Optional[tuple[dict, dict]]:

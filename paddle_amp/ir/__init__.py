@@ -51,6 +51,14 @@ def value_types() -> tuple:
     return (framework.Variable, *_pir("Value"))
 
 
+def probe_named(name: str) -> Probe:
+    """The probe of the IR called ``name`` (``Probe.name``: "legacy" or "pir")."""
+    probes = {p.name: p for p in (LegacyProgram.probe, PirProgram.probe)}
+    if name not in probes:
+        raise ValueError(f"no program IR named {name!r}; expected one of {sorted(probes)}")
+    return probes[name]
+
+
 def default_probe() -> Probe:
     """The probe asked where no program is at hand (the list objects' kernel sets, ``info``):
     the legacy IR's, whose answers are the native's vocabulary on every Paddle."""
@@ -59,5 +67,6 @@ def default_probe() -> Probe:
 
 __all__ = ["BF16_GUARD_SCOPE", "CONTROL_FLOW", "DoctorIR", "FP16_GUARD_SCOPE", "GUARD_SCOPES",
            "LegacyProgram", "MastersIR", "PirProgram", "Probe", "ProgramIR", "ScalingIR", "Slot",
-           "StateOps", "ValuesIR", "WritingIR", "default_probe", "kind", "of", "program_types",
+           "StateOps", "ValuesIR", "WritingIR", "default_probe", "kind", "of", "probe_named",
+           "program_types",
            "value_types"]
