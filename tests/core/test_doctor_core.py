@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from amp_adapters import OpLists, Policy
 from amp_adapters.doctor import (Recorder, flush_fraction, policy_toml, range_stats, recommend,
-                                 relative_error, scale_for_gradients)
+                                 relative_error, scale_ceiling, scale_for_gradients)
+from amp_adapters.loss_scale import LossScaleConfig
 
 finite32 = st.floats(allow_nan=False, allow_infinity=False, width=32)
 
@@ -43,6 +44,20 @@ def test_scale_for_gradients_is_the_smallest_power_of_two_that_keeps_them():
     s = scale_for_gradients([g], "float16", 2.0 ** 24)
     assert flush_fraction(g, s, "float16") == 0 and flush_fraction(g, s / 2, "float16") == 1
     assert scale_for_gradients([np.full(3, 1e-20)], "float16", 2.0 ** 24) is None
+
+
+def test_the_scale_ceiling_is_a_dynamic_scales_own_else_the_core_default():
+    """The highest scale the doctor proposes: what a dynamic scale may grow to, else (a static
+    scale, none: no growth) a dynamic scale's default ceiling, as the core defines it, which
+    both backends' doctors take from here."""
+    assert scale_ceiling(Policy(loss_scale=LossScaleConfig(max_scale=2.0 ** 20))
+                         .loss_scale_config) == 2.0 ** 20
+    default = LossScaleConfig().max_scale
+    for kind in ("static", "none"):
+        config = LossScaleConfig(kind=kind, init_scale=1.0, min_scale=0.0, max_scale=math.inf)
+        assert scale_ceiling(config) == default
+    assert scale_ceiling(Policy.preset("O1-bf16").loss_scale_config) == default
+    assert Recorder("mxnet", "float16", emulated=False).max_scale == default
 
 
 def test_relative_error():
