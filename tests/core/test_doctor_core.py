@@ -130,6 +130,25 @@ def test_the_recommendation_loads_back_unchanged(base, tmp_path):
     assert "# overflow: dot output reaches" in text and "# precision: sum" in text
 
 
+def test_every_fix_says_why_it_starts_the_loss_scale_higher():
+    """The scale the underflowing gradients need is part of every fix, with its reason as
+    the comment of init_scale, whichever fix it is (the loss scale alone, a layer, an op
+    type); without a replay the recommendation is the widest fix, by the same code."""
+    from amp_adapters.doctor.candidates import candidates
+    policy = Policy.preset("O1", emulate=True)
+    rep = _planted_report()
+    fixes = candidates(rep, policy)
+    assert [c.kind for c in fixes] == ["loss_scale", "layers", "ops"]
+    for c in fixes:
+        line = next(x for x in policy_toml(c.policy, c.reasons).splitlines()
+                    if x.startswith("init_scale"))
+        assert line.startswith("init_scale = 524288   # underflow: at loss scale 65536"), c.kind
+    unverified = recommend(rep, policy)
+    assert unverified.policy == fixes[-1].policy
+    assert unverified.toml.split("\n[", 1)[1] == policy_toml(fixes[-1].policy,
+                                                           fixes[-1].reasons).split("\n[", 1)[1]
+
+
 op_names = st.sampled_from(["matmul", "sum", "exp", "softmax", "relu", "gelu", "add"])
 
 
