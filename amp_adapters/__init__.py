@@ -20,6 +20,7 @@ Files:
                   the ArrayOps vocabulary (NumpyOps here), check_guard, strict state dicts
     scaler.py     DynamicLossScale / StaticLossScale / NoOpLossScale: config + state views
     policyfile.py reading and checking a policy file's structure (before anything is built)
+    configcheck.py the one form of a config error; tables, unknown keys, lists of names
     toml_duplicates.py which key a policy file gives twice, and the line of each giving
     checkpoint.py atomic, verified checkpoint folders (the backends' save/load_checkpoint)
     report.py     CastReport: decisions per op and the graph's casts; print(report) is the table

@@ -23,8 +23,9 @@ from __future__ import annotations
 import fnmatch
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Optional, Sequence, Union
 
+from .configcheck import check_keys, check_name_list, check_table, fail
 from .errors import AmpConfigError, close_matches
 
 LAYER_CATEGORIES = ("fp32", "lower")
@@ -35,29 +36,35 @@ _GLOB = "*?["
 Instance = Union[str, Sequence[str], None]
 
 
-def _fail(where: str, path: str, value: Any, what: str) -> AmpConfigError:
-    shown = repr(value)
-    if len(shown) > 60:
-        shown = shown[:57] + "..."
-    return AmpConfigError(f"{where}: {path} = {shown}: {what}")
-
-
 def check_layer_names(value: Any, where: str, path: str) -> frozenset[str]:
     """A list of layer name patterns (any collection but a string or mapping), each a
     non-empty string without spaces."""
-    if isinstance(value, str):
-        raise _fail(where, path, value, f"must be a list of layer names; write [{value!r}]")
-    if isinstance(value, Mapping) or not isinstance(value, Iterable):
-        raise _fail(where, path, value, "must be a list of layer names (op instance names "
-                    "or their prefixes), e.g. ['dense2']")
-    out = []
-    for i, name in enumerate(value):
-        if not isinstance(name, str) or not name or name != name.strip() or " " in name:
-            raise _fail(where, f"{path}[{i}]", name, "must be a layer name (a non-empty "
-                        "string without spaces: an op instance's name or a prefix of it, "
-                        "e.g. 'dense2')")
-        out.append(name)
-    return frozenset(out)
+    return frozenset(_layer_names(value, where, path))
+
+
+def _layer_names(value: Any, where: str, path: str) -> list[str]:
+    return check_name_list(
+        value, where, path, "layer names", "'dense2'",
+        "a layer name (a non-empty string without spaces: an op instance's name or a prefix "
+        "of it, e.g. 'dense2')", valid=lambda n: bool(n) and n == n.strip() and " " not in n,
+        means=" (op instance names or their prefixes)")
+
+
+def _one_precision(fp32: Iterable[str], lower: Iterable[str], where: str,
+                   path: Optional[str]) -> None:
+    """The rule between the two lists: a layer runs in one precision, so no pattern is in
+    both (the first such, alphabetically, is named). ``path``: the table's key path in a
+    policy file, where ``lower`` is the file's list (the error names the entry's key and
+    position); None for ``LayerLists``' own fields."""
+    both = sorted(frozenset(fp32) & frozenset(lower))
+    if not both:
+        return
+    if path is None:
+        raise AmpConfigError(f"{where}: layer {both[0]!r} is listed in both fp32 and lower; "
+                             f"keep it in one list")
+    raise fail(where, f"{path}.lower[{list(lower).index(both[0])}]", both[0],
+               f"already listed in {path}.fp32; a layer runs in one precision: keep it in "
+               f"one list")
 
 
 @dataclass(frozen=True)
@@ -72,10 +79,7 @@ class LayerLists:
         for cat in LAYER_CATEGORIES:
             object.__setattr__(self, cat, check_layer_names(getattr(self, cat), "LayerLists",
                                                             cat))
-        both = sorted(self.fp32 & self.lower)
-        if both:
-            raise AmpConfigError(f"LayerLists: layer {both[0]!r} is listed in both fp32 and "
-                                 f"lower; keep it in one list")
+        _one_precision(self.fp32, self.lower, "LayerLists", None)
 
     def __bool__(self) -> bool:
         return bool(self.fp32 or self.lower)
@@ -92,23 +96,12 @@ class LayerLists:
 def check_layer_lists(value: Any, where: str, path: str) -> dict[str, frozenset[str]]:
     """One ``[layers]`` / ``[layers.<framework>]`` table as ``LayerLists`` keyword arguments:
     only ``fp32`` and ``lower``, lists of names, no name in both."""
-    if not isinstance(value, Mapping):
-        raise _fail(where, path, value, f"must be a table ([{path}] with fp32 = [...], "
-                    f"lower = [...])")
-    for key in value:
-        if key not in LAYER_CATEGORIES:
-            hits = close_matches(str(key), LAYER_CATEGORIES)
-            hint = f"; did you mean {', '.join(map(repr, hits))}?" if hits else ""
-            raise AmpConfigError(f"{where}: unknown key {key!r} in {path}{hint} (allowed: "
-                                 f"{', '.join(LAYER_CATEGORIES)})")
-    out = {cat: check_layer_names(value[cat], where, f"{path}.{cat}")
-           for cat in LAYER_CATEGORIES if cat in value}
-    both = sorted(out.get("fp32", frozenset()) & out.get("lower", frozenset()))
-    if both:
-        i = list(value["lower"]).index(both[0])
-        raise _fail(where, f"{path}.lower[{i}]", both[0], f"already listed in {path}.fp32; "
-                    f"a layer runs in one precision: keep it in one list")
-    return out
+    d = check_table(value, where, path, f"[{path}] with fp32 = [...], lower = [...]")
+    check_keys(d, LAYER_CATEGORIES, where, path)
+    given = {cat: _layer_names(d[cat], where, f"{path}.{cat}")
+             for cat in LAYER_CATEGORIES if cat in d}
+    _one_precision(given.get("fp32", ()), given.get("lower", ()), where, path)
+    return {cat: frozenset(names) for cat, names in given.items()}
 
 
 def matches(pattern: str, name: str) -> bool:

@@ -28,6 +28,10 @@ from .policy import Policy
 
 UNKNOWN = "unknown"  # a floating input whose dtype is known only at run time (traced symbol)
 
+# the grounds on which a device profile refuses a kernel it has (``OpDecision.refusal``):
+# slower by a rule of the profile, not measured faster, or measured speed without a timing
+REFUSALS = ("rule", "measured", "unmeasured")
+
 
 @dataclass(frozen=True)
 class Category:
@@ -57,13 +61,15 @@ class OpDecision:
     except the slots in ``kept_outputs`` the same way. ``kept_outputs``: output
     slots the table keeps fp32 (never declared low, never rounded).
     ``fell_back``: the op would run in ``low_dtype`` but has no kernel here,
-    so it runs in float32 (a backend logs that once). ``kernel_refused``: it has one,
-    which the device profile refuses (slower than float32 here, by rule or measured; the
-    reason says why): a choice made for speed, not a missing kernel, so it is logged as
-    INFO. ``layer``: the ``Policy.layers`` pattern that decided this instance's category
-    (None: its op type's lists did). ``speed``: the measured ratio of its low kernel's
-    time to float32's (casts included) where measured speed decided (``Policy.speed ==
-    "measured"``), else None.
+    so it runs in float32 (a backend logs that once). ``refusal``: it has one, which the
+    device profile refuses, and on what grounds (``REFUSALS``): ``"rule"`` (slower than
+    float32 here by a rule of the profile, ``DeviceProfile.refusal``), ``"measured"`` (not
+    measured faster, ``device.speed_refusal``) or ``"unmeasured"`` (measured speed, but no
+    timing for it); the reason says why in words. A choice made for speed, not a missing
+    kernel (``kernel_refused``), so it is logged as INFO. ``layer``: the ``Policy.layers``
+    pattern that decided this instance's category (None: its op type's lists did).
+    ``speed``: the measured ratio of its low kernel's time to float32's (casts included)
+    where measured speed decided (``Policy.speed == "measured"``), else None.
     """
 
     op: str
@@ -82,9 +88,14 @@ class OpDecision:
     round_outputs: bool = False
     kept_outputs: tuple[str, ...] = ()
     kernel_checked: bool = False  # the device's kernels were asked (else: no device given)
-    kernel_refused: bool = False
+    refusal: Optional[str] = None  # why the device refused its kernel: one of REFUSALS
     speed: Optional[float] = None
     layer: Optional[str] = None  # the layer pattern (Policy.layers...) that decided it
+
+    @property
+    def kernel_refused(self) -> bool:
+        """It has a low kernel here, which the device profile refused (``refusal``)."""
+        return self.refusal is not None
 
     @property
     def lacks_kernel(self) -> bool:
@@ -319,7 +330,7 @@ def plan_op(policy: Policy, framework: str, op: str,
                       round_inputs=round_inputs, round_outputs=run.emulated,
                       kept_outputs=load_table(framework).keep_fp32_outputs.get(op, ()),
                       kernel_checked=device is not None and device.kernels is not None,
-                      kernel_refused=run.refused, speed=run.speed, layer=layer)
+                      refusal=run.refusal, speed=run.speed, layer=layer)
 
 
 @dataclass(frozen=True)
@@ -340,7 +351,7 @@ class _Run:
     reason: str
     emulated: bool = False
     fell_back: bool = False
-    refused: bool = False  # the device profile refused the kernel this op has here
+    refusal: Optional[str] = None  # why the device refused the kernel it has (REFUSALS)
     speed: Optional[float] = None  # measured low/float32 ratio, where speed decided
 
 
@@ -489,9 +500,10 @@ def _on_device(policy: Policy, op: str, t: _Target, device: Optional[DeviceProfi
     cost = device.cost(op, shape) if chosen and device.has_kernel(op) else None
     refused = device.refusal(op, shape, low) if device.has_kernel(op) and not (
         cost is not None and cost.error) else None
+    kind = "rule" if refused is not None else None  # OpDecision.refusal: REFUSALS
     speed = None
     if refused is None and cost is not None and not cost.error:
-        refused = speed_refusal(cost, device.training, low)
+        refused, kind = speed_refusal(cost, device.training, low), "measured"
         speed = cost.ratio(device.training)[0]
         if refused is None:
             return _Run(t.dtype, t.reason + f"; measured faster here ({speed:.2f}x float32, "
@@ -499,6 +511,7 @@ def _on_device(policy: Policy, op: str, t: _Target, device: Optional[DeviceProfi
     elif refused is None and cost is None and chosen and device.costs is not None and \
             device.has_kernel(op):
         # measured speed lowers only what was measured faster: never slower than float32
+        kind = "unmeasured"
         refused = (f"float32: not measured here (no timing for {op} at "
                    f"{shape.key if shape is not None and shape.operands else 'unknown shapes'})"
                    f", and measured speed lowers only what was measured faster")
@@ -509,11 +522,11 @@ def _on_device(policy: Policy, op: str, t: _Target, device: Optional[DeviceProfi
                       f"({cost.error})")
     if policy.emulate:
         return _Run("float32", t.reason + f"; EMULATED {low}: {why}, so it computes in float32 "
-                    f"on values rounded through {low}", emulated=True, refused=bool(refused),
+                    f"on values rounded through {low}", emulated=True, refusal=kind,
                     speed=speed)
     return _Run("float32", t.reason + f"; {why}" + ("" if why.startswith("float32:") else
                                                    ": runs in float32"),
-                fell_back=True, refused=bool(refused), speed=speed)
+                fell_back=True, refusal=kind, speed=speed)
 
 
 def _input_actions(policy: Policy, cat: Category, given: tuple[Optional[str], ...],

@@ -16,11 +16,12 @@ import math
 import re
 import tomllib
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 from .device import SPEEDS
+from .configcheck import check_keys, check_name_list, check_table, did_you_mean, fail
 from .dtypes import dtype_name
-from .errors import AmpConfigError, close_matches
+from .errors import AmpConfigError
 from .layers import LAYER_CATEGORIES, check_layer_lists
 from .loss_scale.config import KINDS
 from .loss_scale.state import FIELDS
@@ -38,60 +39,26 @@ STATE_FIELDS = FIELDS
 _FLOAT_MAX = 1.7976931348623157e308
 
 
-def _fail(where: str, path: str, value: Any, what: str) -> AmpConfigError:
-    shown = ("true" if value else "false") if isinstance(value, bool) else repr(value)
-    if len(shown) > 60:
-        shown = shown[:57] + "..."
-    return AmpConfigError(f"{where}: {path} = {shown}: {what}")
-
-
-def _did_you_mean(name: str, known: Any) -> str:
-    hits = close_matches(str(name), known)
-    return f"; did you mean {', '.join(map(repr, hits))}?" if hits else ""
-
-
-def _keys(d: Mapping[str, Any], allowed: tuple[str, ...], where: str, path: str) -> None:
-    for key in d:
-        if key not in allowed:
-            raise AmpConfigError(
-                f"{where}: unknown key {key!r} in {path or 'the top level'}"
-                f"{_did_you_mean(key, allowed)} (allowed: {', '.join(allowed)})")
-
-
-def _table(value: Any, where: str, path: str, example: str) -> dict:
-    if not isinstance(value, Mapping):
-        raise _fail(where, path, value, f"must be a table ({example})")
-    return dict(value)
-
-
 def _string(value: Any, where: str, path: str, choices: Optional[tuple] = None) -> str:
     if not isinstance(value, str):
         allowed = f" (one of {', '.join(map(repr, choices))})" if choices else ""
-        raise _fail(where, path, value, f"must be a string{allowed}")
+        raise fail(where, path, value, f"must be a string{allowed}")
     if choices is not None and value not in choices:
-        raise _fail(where, path, value, f"must be one of {', '.join(map(repr, choices))}"
-                    f"{_did_you_mean(value, choices)}")
+        raise fail(where, path, value, f"must be one of {', '.join(map(repr, choices))}"
+                    f"{did_you_mean(value, choices)}")
     return value
 
 
 def _bool(value: Any, where: str, path: str) -> bool:
     if not isinstance(value, bool):
-        raise _fail(where, path, value, "must be true or false")
+        raise fail(where, path, value, "must be true or false")
     return value
 
 
 def check_names(value: Any, where: str, path: str) -> list[str]:
     """A list of op names (any collection but a string), each a non-empty string."""
-    if isinstance(value, str):
-        raise _fail(where, path, value, f"must be a list of op names; write [{value!r}]")
-    if isinstance(value, Mapping) or not isinstance(value, Iterable):
-        raise _fail(where, path, value, "must be a list of op names, e.g. ['softmax']")
-    out = []
-    for i, name in enumerate(value):
-        if not isinstance(name, str) or not name:
-            raise _fail(where, f"{path}[{i}]", name, "must be an op name (a non-empty string)")
-        out.append(name)
-    return out
+    return check_name_list(value, where, path, "op names", "'softmax'",
+                           "an op name (a non-empty string)")
 
 
 def framework_name_hint(name: str) -> str:
@@ -110,34 +77,34 @@ def check_rule(value: Any, where: str, path: str) -> tuple[str, str, tuple[str, 
     """A conditional-fp32 rule ({op, attr, values} or (op, attr, [values])) as a tuple."""
     example = "{ op = 'LeakyReLU', attr = 'act_type', values = ['gelu'] }"
     if isinstance(value, Mapping):
-        _keys(value, RULE_KEYS, where, path)
+        check_keys(value, RULE_KEYS, where, path)
         missing = [k for k in RULE_KEYS if k not in value]
         if missing:
-            raise _fail(where, path, dict(value), f"needs the keys {', '.join(missing)}, "
+            raise fail(where, path, dict(value), f"needs the keys {', '.join(missing)}, "
                         f"e.g. {example}")
         op, attr, values = value["op"], value["attr"], value["values"]
     elif isinstance(value, (list, tuple)) and len(value) == 3:
         op, attr, values = value
     else:
-        raise _fail(where, path, value, f"must be a rule {example}")
+        raise fail(where, path, value, f"must be a rule {example}")
     op = _string(op, where, f"{path}.op")
     attr = _string(attr, where, f"{path}.attr")
     if isinstance(values, str):
-        raise _fail(where, f"{path}.values", values,
+        raise fail(where, f"{path}.values", values,
                     f"must be a list of attribute values; write [{values!r}]")
     if not isinstance(values, (list, tuple)) or not values:
-        raise _fail(where, f"{path}.values", values,
+        raise fail(where, f"{path}.values", values,
                     "must be a non-empty list of attribute values, e.g. ['gelu']")
     for i, v in enumerate(values):
         if not isinstance(v, str):
-            raise _fail(where, f"{path}.values[{i}]", v, "must be a string")
+            raise fail(where, f"{path}.values[{i}]", v, "must be a string")
     return op, attr, tuple(values)
 
 
 def check_op_lists(value: Any, where: str, path: str, canonical: bool) -> dict[str, Any]:
     """One ``[ops]`` / ``[ops.<framework>]`` table as ``OpLists`` keyword arguments."""
-    d = _table(value, where, path, f"[{path}] with lower = [...], fp32 = [...]")
-    _keys(d, OPS_KEYS, where, path)
+    d = check_table(value, where, path, f"[{path}] with lower = [...], fp32 = [...]")
+    check_keys(d, OPS_KEYS, where, path)
     out: dict[str, Any] = {}
     seen: dict[str, str] = {}
     known = canonical_ops()
@@ -147,25 +114,25 @@ def check_op_lists(value: Any, where: str, path: str, canonical: bool) -> dict[s
         names = check_names(d[cat], where, f"{path}.{cat}")
         for i, name in enumerate(names):
             if canonical and name not in known:
-                raise _fail(where, f"{path}.{cat}[{i}]", name,
-                            f"unknown canonical op{_did_you_mean(name, known)}."
+                raise fail(where, f"{path}.{cat}[{i}]", name,
+                            f"unknown canonical op{did_you_mean(name, known)}."
                             f"{framework_name_hint(name)}")
             if seen.get(name, cat) != cat:
-                raise _fail(where, f"{path}.{cat}[{i}]", name,
+                raise fail(where, f"{path}.{cat}[{i}]", name,
                             f"already listed in {path}.{seen[name]}; keep an op in one list")
             seen[name] = cat
         out[cat] = frozenset(names)
     if "conditional_fp32" in d:
         rules = d["conditional_fp32"]
         if not isinstance(rules, (list, tuple)):
-            raise _fail(where, f"{path}.conditional_fp32", rules, "must be a list of rules")
+            raise fail(where, f"{path}.conditional_fp32", rules, "must be a list of rules")
         out["conditional_fp32"] = tuple(
             check_rule(r, where, f"{path}.conditional_fp32[{i}]") for i, r in enumerate(rules))
         if canonical:
             for i, (op, _, _) in enumerate(out["conditional_fp32"]):
                 if op not in known:
-                    raise _fail(where, f"{path}.conditional_fp32[{i}].op", op,
-                                f"unknown canonical op{_did_you_mean(op, known)}."
+                    raise fail(where, f"{path}.conditional_fp32[{i}].op", op,
+                                f"unknown canonical op{did_you_mean(op, known)}."
                                 f"{framework_name_hint(op)}")
     if "replace" in d:
         out["replace"] = _bool(d["replace"], where, f"{path}.replace")
@@ -185,20 +152,20 @@ def check_loss_scale(value: Any, where: str, fields_of: Mapping[str, tuple[str, 
 
     ``fields_of``: {kind: the loss-scale dataclass's field names}. Returns the
     table with ``kind`` set and ``init_scale`` still named so (the scaler maps it)."""
-    d = _table(value, where, path, "[loss_scale] with kind = 'dynamic', init_scale = 65536")
+    d = check_table(value, where, path, "[loss_scale] with kind = 'dynamic', init_scale = 65536")
     kind = _string(d.pop("kind", "dynamic"), where, f"{path}.kind", LOSS_SCALE_KINDS)
     allowed = loss_scale_keys(kind, fields_of[kind])
-    _keys(d, allowed, where, f"{path} (kind {kind!r})")
+    check_keys(d, allowed, where, f"{path} (kind {kind!r})")
     for key, v in d.items():
         if key == "max_scale" and v == "inf":
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise _fail(where, f"{path}.{key}", v, "must be a number"
+            raise fail(where, f"{path}.{key}", v, "must be a number"
                         + (" (or 'inf')" if key == "max_scale" else ""))
         if isinstance(v, int) and abs(v) > _FLOAT_MAX:
-            raise _fail(where, f"{path}.{key}", v, "is out of range (larger than any float)")
+            raise fail(where, f"{path}.{key}", v, "is out of range (larger than any float)")
         if isinstance(v, float) and math.isnan(v):
-            raise _fail(where, f"{path}.{key}", v, "must be a number, not nan")
+            raise fail(where, f"{path}.{key}", v, "must be a number, not nan")
     return {"kind": kind, **d}
 
 
@@ -208,8 +175,8 @@ def check_policy_dict(d: Any, where: str, presets: Mapping[str, Any], dtypes: tu
 
     ``ops`` comes back as {"ops": kwargs, "mxnet": kwargs, "paddle": kwargs} of
     ``OpLists`` keyword arguments; everything else keeps its key."""
-    d = _table(d, where, "policy", "a mapping of policy keys")
-    _keys(d, TOP_KEYS, where, "")
+    d = check_table(d, where, "policy", "a mapping of policy keys")
+    check_keys(d, TOP_KEYS, where, "")
     out: dict[str, Any] = {}
     if "preset" in d:
         out["preset"] = _string(d["preset"], where, "preset", tuple(presets))
@@ -220,8 +187,8 @@ def check_policy_dict(d: Any, where: str, presets: Mapping[str, Any], dtypes: tu
         except AmpConfigError:
             name = None
         if name not in dtypes:
-            raise _fail(where, "dtype", d["dtype"], f"must be one of "
-                        f"{', '.join(map(repr, dtypes))}{_did_you_mean(d['dtype'], dtypes)}")
+            raise fail(where, "dtype", d["dtype"], f"must be one of "
+                        f"{', '.join(map(repr, dtypes))}{did_you_mean(d['dtype'], dtypes)}")
     if "level" in d:
         out["level"] = _string(d["level"], where, "level", tuple(levels))
     if "emulate" in d:
@@ -231,7 +198,7 @@ def check_policy_dict(d: Any, where: str, presets: Mapping[str, Any], dtypes: tu
     if "profile" in d:
         out["profile"] = _string(d["profile"], where, "profile")
     if "ops" in d:
-        ops = _table(d["ops"], where, "ops", "[ops] with lower = [...], fp32 = [...]")
+        ops = check_table(d["ops"], where, "ops", "[ops] with lower = [...], fp32 = [...]")
         out["ops"] = {fw: check_op_lists(ops.pop(fw), where, f"ops.{fw}", canonical=False)
                       for fw in FRAMEWORKS if fw in ops}
         out["ops"]["ops"] = check_op_lists(ops, where, "ops", canonical=True)
@@ -246,20 +213,21 @@ def check_layers(value: Any, where: str) -> dict[str, dict[str, frozenset[str]]]
     """The ``[layers]`` table: {"layers": kwargs, "mxnet": kwargs, "paddle": kwargs} of
     ``LayerLists`` keyword arguments. A sub-table names a framework (``[layers.mxnet]``);
     one under another name, or nested deeper, is an error naming its key."""
-    d = _table(value, where, "layers", "[layers] with fp32 = [...], lower = [...]")
+    d = check_table(value, where, "layers", "[layers] with fp32 = [...], lower = [...]")
     out: dict[str, dict[str, frozenset[str]]] = {}
     for key in list(d):
         if isinstance(d[key], Mapping):
             if key not in FRAMEWORKS:
                 raise AmpConfigError(
-                    f"{where}: [layers.{key}]: {key!r} is no framework{_did_you_mean(key, FRAMEWORKS)} "
+                    f"{where}: [layers.{key}]: {key!r} is no framework"
+                    f"{did_you_mean(key, FRAMEWORKS)} "
                     f"(a layers table is [layers] for names both frameworks share, or "
                     f"[layers.{'] / [layers.'.join(FRAMEWORKS)}] for one framework's names)")
             out[key] = check_layer_lists(d.pop(key), where, f"layers.{key}")
         elif key in FRAMEWORKS:
-            raise _fail(where, f"layers.{key}", d[key],
+            raise fail(where, f"layers.{key}", d[key],
                         f"must be a table ([layers.{key}] with fp32 = [...], lower = [...])")
-    _keys(d, (*LAYER_CATEGORIES, *FRAMEWORKS), where, "layers")
+    check_keys(d, (*LAYER_CATEGORIES, *FRAMEWORKS), where, "layers")
     out["layers"] = check_layer_lists(d, where, "layers")
     return out
 

@@ -116,12 +116,11 @@ class CastReport:
 def _how(d: OpDecision) -> str:
     """How an op planned low ran, for the "runs in" cell (``OpDecision.execution``): on a
     real kernel of this device, emulated, in float32 for lack of a usable kernel, or in
-    float32 where its kernel is slower here (refused: by rule or measured; the reason says
-    which); nothing when no device was asked (a device-free plan) or the op was not planned
-    low."""
+    float32 where its kernel is slower here (``OpDecision.refusal``: by a rule of the
+    profile, or measured), or kept float32 where measured speed has no timing for it;
+    nothing when no device was asked (a device-free plan) or the op was not planned low."""
     if d.execution == "fell back" and d.kernel_refused:
-        return " (slower here)" if d.speed is not None or "slower" in d.reason else \
-            " (kept float32)"
+        return " (kept float32)" if d.refusal == "unmeasured" else " (slower here)"
     return {"kernel": " (real kernel)", "emulated": f" (emulated {d.low_dtype})",
             "fell back": f" (no usable {d.low_dtype} kernel)"}.get(d.execution or "", "")
 

@@ -37,7 +37,7 @@ from mxnet import autograd
 from mxnet.gluon import HybridBlock
 
 from amp_adapters import Policy
-from amp_adapters.doctor import DoctorReport, Recorder
+from amp_adapters.doctor import DoctorReport, Recorder, scale_ceiling
 from amp_adapters.doctor.session import Session
 from amp_adapters.dtypes import FLOAT_DTYPES
 from amp_adapters.layers import matches, warn_unmatched
@@ -76,7 +76,7 @@ class Doctor(Session):
         self.net, self.loss_fn, self.trainer, self.policy = net, loss_fn, trainer, chosen
         self.max_steps = max_steps
         self._recorder = Recorder("mxnet", chosen.dtype, emulated=False,
-                                  max_scale=getattr(chosen.loss_scale, "max_scale", 2.0 ** 24))
+                                  max_scale=scale_ceiling(chosen.loss_scale_config))
         self._handles: list = []
         self._pending: Optional[tuple] = None
         self._busy = False
@@ -149,7 +149,7 @@ class Doctor(Session):
         initial loss scale (a fix must hold from the first step, as in a new run; Paddle's
         replay does the same). Nothing of the model or the trainer is touched."""
         rec = Recorder("mxnet", policy.dtype, emulated=False,
-                       max_scale=getattr(policy.loss_scale, "max_scale", 2.0 ** 24))
+                       max_scale=scale_ceiling(policy.loss_scale_config))
         start = float(getattr(policy.loss_scale, "scale", 1.0))
         for feed, bare, names in self._steps:
             known = {n: dtype_name(v.dtype) for n, v in feed.items()}

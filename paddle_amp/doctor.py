@@ -32,7 +32,7 @@ import numpy as np
 import paddle
 
 from amp_adapters import Policy
-from amp_adapters.doctor import DoctorReport, Recorder
+from amp_adapters.doctor import DoctorReport, Recorder, scale_ceiling
 from amp_adapters.doctor.session import Session
 
 from . import ir
@@ -59,9 +59,8 @@ class Doctor(Session):
         self.scope = scope or paddle.static.global_scope()
         self.policy = optimizer.policy
         self.max_steps = max_steps
-        ls = self.policy.loss_scale
         self._recorder = Recorder("paddle", self.policy.dtype, emulated=False,
-                                  max_scale=getattr(ls, "max_scale", 2.0 ** 24))
+                                  max_scale=scale_ceiling(self.policy.loss_scale_config))
         self._steps: list[tuple[dict, dict]] = []  # (feed, parameters): for replay
         self._params = frozenset(p.name for p in program.global_block().all_parameters())
         # O2 stores parameters low (amp_init converts them once): not replayed here

@@ -13,10 +13,10 @@ report the same findings for the same model:
     session.py    Session: the report and the recommendation every backend's doctor gives
 """
 from .recommend import Recommendation, policy_toml, recommend
-from .report import DoctorReport, Finding, OpRecord, Recorder, StepRecord
+from .report import DoctorReport, Finding, OpRecord, Recorder, StepRecord, scale_ceiling
 from .stats import (DTYPE_LIMITS, DtypeLimits, Range, flush_fraction, range_stats, relative_error,
                     scale_for_gradients)
 
 __all__ = ["DTYPE_LIMITS", "DtypeLimits", "DoctorReport", "Finding", "OpRecord",
            "Range", "Recommendation", "Recorder", "StepRecord", "flush_fraction", "policy_toml",
-           "range_stats", "recommend", "relative_error", "scale_for_gradients"]
+           "range_stats", "recommend", "relative_error", "scale_ceiling", "scale_for_gradients"]

@@ -92,6 +92,25 @@ def backward_scale(report: DoctorReport) -> Optional[float]:
     return scale if scale >= floor else None
 
 
+def _at_needed_scale(report: DoctorReport, policy: Policy) -> tuple[Policy, dict]:
+    """``policy`` at the initial loss scale the findings ask for (gradient underflow), and
+    that change's reason by policy-file table (``Candidate.reasons``); ``policy`` and no
+    reason when they ask for none. Every fix starts from it."""
+    for f in report.findings():
+        if f.action == "loss_scale" and f.value is not None:
+            return _with_scale(policy, f.value), {"init_scale": {"init_scale": f.reason}}
+    return policy, {}
+
+
+def _by_op_type(found: list[tuple[Finding, str]]) -> dict[str, list[tuple[Finding, str]]]:
+    """The (finding, layer) pairs of ``found`` by op type (canonical, else the framework's),
+    in order: what ``_by_type`` moves."""
+    flagged: dict[str, list[tuple[Finding, str]]] = {}
+    for f, layer in found:
+        flagged.setdefault(f.canonical or f.op or "", []).append((f, layer))
+    return flagged
+
+
 def _instance_findings(report: DoctorReport) -> list[tuple[Finding, str]]:
     """(finding, the layer name of its instance) for each finding that moves an instance."""
     out = []
@@ -138,10 +157,7 @@ def candidates(report: DoctorReport, policy: Policy,
     ask for (gradient underflow) is part of every candidate. ``bf16_kernels``: the op
     names with a bfloat16 kernel here, training (None: no bfloat16 candidate)."""
     fw = report.framework
-    base, base_why = policy, {}
-    for f in report.findings():
-        if f.action == "loss_scale" and f.value is not None:
-            base, base_why = _with_scale(policy, f.value), {"init_scale": f.reason}
+    base, base_why = _at_needed_scale(report, policy)
     out: list[Candidate] = []
     scale = backward_scale(report)
     if scale is not None:
@@ -152,7 +168,7 @@ def candidates(report: DoctorReport, policy: Policy,
                              {"init_scale": {"init_scale": why}},
                              f"start the loss scale at {scale:g}; no op moves"))
     if base != policy and not out:  # the scale the gradients need, alone
-        out.append(Candidate("loss_scale", base, {"init_scale": base_why},
+        out.append(Candidate("loss_scale", base, base_why,
                              f"start the loss scale at {base.loss_scale.scale:g}; no op moves"))
     found = _instance_findings(report)
     bf16 = _bf16(report, policy, bf16_kernels)
@@ -174,9 +190,7 @@ def candidates(report: DoctorReport, policy: Policy,
     if bf16:
         out.append(bf16)
     counts = _type_counts(report)
-    flagged: dict[str, list[tuple[Finding, str]]] = {}
-    for f, layer in found:
-        flagged.setdefault(f.canonical or f.op or "", []).append((f, layer))
+    flagged = _by_op_type(found)
     most = {t: fs for t, fs in flagged.items() if len(fs) > counts.get(t, 0) / 2}
     if most and len(most) == len(flagged):
         out.append(_by_type(report, base, base_why, flagged, "ops"))
@@ -213,6 +227,9 @@ def rescaled(candidate: Candidate, replay: DoctorReport) -> Optional[Candidate]:
 
 def _by_type(report: DoctorReport, base: Policy, base_why: Mapping,
              flagged: Mapping[str, list[tuple[Finding, str]]], kind: str) -> Candidate:
+    """``base`` with each op type of ``flagged`` (``_by_op_type``) moved to fp32, for the
+    reason of its first finding: canonical types under ``[ops]``, the framework's own
+    names under ``[ops.<framework>]``."""
     canonical = {t: fs[0][0].reason for t, fs in flagged.items() if fs[0][0].canonical}
     own = {t: fs[0][0].reason for t, fs in flagged.items() if not fs[0][0].canonical}
     changes: dict = {}

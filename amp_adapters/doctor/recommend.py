@@ -18,12 +18,13 @@ import tomllib
 from dataclasses import dataclass
 from typing import AbstractSet, Callable, Mapping, Optional
 
-from ..layers import LAYER_CATEGORIES
+from ..layers import LAYER_CATEGORIES, LayerLists
 from ..oplists import CATEGORIES
 from ..policy import OpLists, Policy
 from ..policyfile import STATE_FIELDS
 from ..scaler import DynamicLossScale, NoOpLossScale
-from .candidates import Candidate, _moved_ops, _with_scale, candidates, keeps, passes, rescaled
+from .candidates import (Candidate, _at_needed_scale, _by_op_type, _by_type, _instance_findings,
+                         candidates, keeps, passes, rescaled)
 from .report import DoctorReport, Finding
 
 
@@ -134,29 +135,12 @@ def _checked(text: str, policy: Policy) -> str:
 def _by_findings(report: DoctorReport, policy: Policy,
                  findings: tuple[Finding, ...]) -> Recommendation:
     """Every finding applied as it says (each flagged op type to fp32, the loss scale it
-    asks for), not verified: the recommendation of a backend that cannot replay."""
-    canonical: dict[str, str] = {}
-    own: dict[str, str] = {}
-    scale: Optional[float] = None
-    for f in findings:
-        if f.action == "fp32":
-            (canonical if f.canonical else own).setdefault(f.canonical or f.op, f.reason)
-        elif f.action == "loss_scale":
-            scale, scale_reason = f.value, f.reason
-    changes: dict = {}
-    if canonical:
-        changes["ops"] = _moved_ops(policy.ops, canonical)
-    if own:
-        changes[f"{report.framework}_ops"] = _moved_ops(policy.framework_ops(report.framework),
-                                                        own)
-    new = policy.replace(**changes) if changes else policy
-    if scale is not None:
-        new = _with_scale(new, scale)
-    reasons = {"ops": canonical, f"{report.framework}_ops": own}
-    if scale is not None:
-        reasons["init_scale"] = {"init_scale": scale_reason}
-    text = policy_toml(new, reasons, header=_header(report), notes=_notes(findings))
-    return Recommendation(new, _checked(text, new), findings)
+    asks for), not verified: the recommendation of a backend that cannot replay. It is the
+    candidates' widest fix (every flagged type), taken without a replay."""
+    base, base_why = _at_needed_scale(report, policy)
+    c = _by_type(report, base, base_why, _by_op_type(_instance_findings(report)), "all_ops")
+    text = policy_toml(c.policy, c.reasons, header=_header(report), notes=_notes(findings))
+    return Recommendation(c.policy, _checked(text, c.policy), findings)
 
 
 def _header(report: DoctorReport) -> list[str]:
@@ -200,19 +184,7 @@ def policy_toml(policy: Policy, reasons: Mapping[str, Mapping[str, str]] = {},
         out.append(f"# suggestion: dtype = \"bfloat16\"   # {note}")
     for table, key in (("ops", "ops"), ("ops.mxnet", "mxnet_ops"), ("ops.paddle", "paddle_ops")):
         lists: OpLists = getattr(policy, key)
-        why = reasons.get(key, {})
-        body = []
-        for cat in CATEGORIES:
-            names = sorted(getattr(lists, cat))
-            if not names:
-                continue
-            if not any(n in why for n in names):
-                body.append(f"{cat} = [{', '.join(map(_q, names))}]")
-                continue
-            body.append(f"{cat} = [")
-            for n in names:
-                body.append(f"  {_q(n)},   # {why[n]}" if n in why else f"  {_q(n)},")
-            body.append("]")
+        body = _list_lines(lists, CATEGORIES, reasons.get(key, {}))
         if lists.conditional_fp32:
             rules = ", ".join(f"{{ op = {_q(o)}, attr = {_q(a)}, values = "
                               f"[{', '.join(map(_q, v))}] }}" for o, a, v in
@@ -224,20 +196,27 @@ def policy_toml(policy: Policy, reasons: Mapping[str, Mapping[str, str]] = {},
             out += ["", f"[{table}]", *body]
     for table, key in (("layers", "layers"), ("layers.mxnet", "mxnet_layers"),
                        ("layers.paddle", "paddle_layers")):
-        layers = getattr(policy, key)
-        why = reasons.get(key, {})
-        body = []
-        for cat in LAYER_CATEGORIES:
-            names = sorted(getattr(layers, cat))
-            if names and not any(n in why for n in names):
-                body.append(f"{cat} = [{', '.join(map(_q, names))}]")
-            elif names:
-                body += [f"{cat} = [", *(f"  {_q(n)},   # {why[n]}" if n in why else
-                                         f"  {_q(n)}," for n in names), "]"]
+        body = _list_lines(getattr(policy, key), LAYER_CATEGORIES, reasons.get(key, {}))
         if body:
             out += ["", f"[{table}]", *body]
     out += ["", "[loss_scale]", *_loss_scale_lines(policy, reasons.get("init_scale", {}))]
     return "\n".join(out) + "\n"
+
+
+def _list_lines(lists: "OpLists | LayerLists", categories: tuple[str, ...],
+                why: Mapping[str, str]) -> list[str]:
+    """``<category> = [...]`` for each non-empty list of ``categories`` (op lists or layer
+    lists), names sorted: on one line, or one name a line where ``why`` has a reason for
+    one of them (the reason as the line's comment)."""
+    body = []
+    for cat in categories:
+        names = sorted(getattr(lists, cat))
+        if names and not any(n in why for n in names):
+            body.append(f"{cat} = [{', '.join(map(_q, names))}]")
+        elif names:
+            body += [f"{cat} = [", *(f"  {_q(n)},   # {why[n]}" if n in why else
+                                     f"  {_q(n)}," for n in names), "]"]
+    return body
 
 
 def _loss_scale_lines(policy: Policy, why: Mapping[str, str]) -> list[str]:

@@ -14,6 +14,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from ..dtypes import SHORT_NAMES
+from ..loss_scale.config import DEFAULT_MAX_SCALE, LossScaleConfig
 from .stats import (Range, flush_fraction, limits, peak, range_stats, relative_error,
                     significant)
 
@@ -22,6 +23,14 @@ from .stats import (Range, flush_fraction, limits, peak, range_stats, relative_e
 ERROR_THRESHOLD = 1e-2
 # A gradient underflows when more than this fraction of its non-zero values flush to zero.
 FLUSH_THRESHOLD = 0.01
+
+
+def scale_ceiling(config: LossScaleConfig) -> float:
+    """The highest loss scale the doctor may propose for underflowing gradients under a
+    policy's loss-scale ``config`` (a ``Recorder``'s ``max_scale``): a dynamic scale's
+    ``max_scale``, which it never grows past; a static scale, or none, has no ceiling of its
+    own, so a dynamic scale's default one (``DEFAULT_MAX_SCALE``)."""
+    return config.max_scale if config.kind == "dynamic" else DEFAULT_MAX_SCALE
 
 
 @dataclass(frozen=True)
@@ -105,7 +114,7 @@ class DoctorReport:
     emulated: bool
     ops: tuple[OpRecord, ...]
     steps: tuple[StepRecord, ...]
-    max_scale: float = 2.0 ** 24
+    max_scale: float = DEFAULT_MAX_SCALE
 
     def op_named(self, name: str) -> OpRecord:
         """The record of the op instance ``name`` (as the report names it); else KeyError."""
@@ -289,7 +298,7 @@ class Recorder:
     """
 
     def __init__(self, framework: str, dtype: str, emulated: bool,
-                 max_scale: float = 2.0 ** 24) -> None:
+                 max_scale: float = DEFAULT_MAX_SCALE) -> None:
         self.framework, self.dtype, self.emulated, self.max_scale = (framework, dtype, emulated,
                                                                      max_scale)
         self._ops: dict[str, _OpAcc] = {}

@@ -16,6 +16,7 @@ from ..errors import AmpConfigError, check_choice
 from .checks import f32, real, scale_value, whole
 
 KINDS = ("dynamic", "static", "none")
+DEFAULT_MAX_SCALE = 2.0**24  # a dynamic scale's growth ceiling unless one is given
 # What only a dynamic scale reads: a static scale or none keeps them at their defaults.
 DYNAMIC_ONLY = ("growth_factor", "backoff_factor", "growth_interval", "hysteresis")
 
@@ -44,7 +45,7 @@ class LossScaleConfig:
     growth_interval: int = 2000
     hysteresis: int = 1
     min_scale: float = 1.0
-    max_scale: float = 2.0**24
+    max_scale: float = DEFAULT_MAX_SCALE
     max_consecutive_skips: Optional[int] = 64
     max_skip_fraction: Optional[float] = None
     skip_window: int = 1000

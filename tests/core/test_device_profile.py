@@ -178,3 +178,26 @@ def test_the_report_says_slower_here_apart_from_no_kernel():
     assert "float32 (slower here)" in rows[0] and "float32: slower here (2.50x" in rows[0]
     assert "(no usable bfloat16 kernel)" in rows[1]
     assert "bfloat16 (real kernel)" in rows[2] and "measured faster here (0.50x" in rows[2]
+
+
+def test_the_report_reads_the_refusal_kind_not_the_reason_words():
+    """"(slower here)" comes from ``OpDecision.refusal``, not from words in the reason: a
+    refusal by the profile's rule says it whatever its reason's wording, and an op kept
+    float32 for want of a timing does not, even when a layer named "slower..." decided it."""
+    import dataclasses
+
+    from amp_adapters import CastReport
+    from amp_adapters.layers import LayerLists
+    seq = ShapeClass.of([(8, 16, 32), (32, 64)], result_rank=3)
+    slow = DeviceProfile({"matmul_v2"}, slow_broadcast_grads={"matmul_v2"}, training=True)
+    by_rule = plan_op(Policy.preset("O1-bf16"), "paddle", "matmul_v2", (F32, F32),
+                      device=slow, shape=seq)
+    assert (by_rule.run_dtype, by_rule.refusal, by_rule.speed) == (F32, "rule", None)
+    reworded = dataclasses.replace(by_rule, reason="kept off its reference-kernel gradient")
+    unmeasured = plan_op(AUTO.replace(layers=LayerLists(lower={"slower_head"})), "mxnet", *FC,
+                         device=measured(None), shape=MLP, instance="slower_head_fwd")
+    assert (unmeasured.refusal, unmeasured.kernel_refused) == ("unmeasured", True)
+    assert "slower_head" in unmeasured.reason
+    rows = CastReport("x", (by_rule, reworded, unmeasured)).format().splitlines()[-3:]
+    assert "float32 (slower here)" in rows[0] and "float32 (slower here)" in rows[1]
+    assert "float32 (kept float32)" in rows[2] and "(slower here)" not in rows[2]

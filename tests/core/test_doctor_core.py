@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from amp_adapters import OpLists, Policy
 from amp_adapters.doctor import (Recorder, flush_fraction, policy_toml, range_stats, recommend,
-                                 relative_error, scale_for_gradients)
+                                 relative_error, scale_ceiling, scale_for_gradients)
+from amp_adapters.loss_scale import LossScaleConfig
 
 finite32 = st.floats(allow_nan=False, allow_infinity=False, width=32)
 
@@ -43,6 +44,20 @@ def test_scale_for_gradients_is_the_smallest_power_of_two_that_keeps_them():
     s = scale_for_gradients([g], "float16", 2.0 ** 24)
     assert flush_fraction(g, s, "float16") == 0 and flush_fraction(g, s / 2, "float16") == 1
     assert scale_for_gradients([np.full(3, 1e-20)], "float16", 2.0 ** 24) is None
+
+
+def test_the_scale_ceiling_is_a_dynamic_scales_own_else_the_core_default():
+    """The highest scale the doctor proposes: what a dynamic scale may grow to, else (a static
+    scale, none: no growth) a dynamic scale's default ceiling, as the core defines it, which
+    both backends' doctors take from here."""
+    assert scale_ceiling(Policy(loss_scale=LossScaleConfig(max_scale=2.0 ** 20))
+                         .loss_scale_config) == 2.0 ** 20
+    default = LossScaleConfig().max_scale
+    for kind in ("static", "none"):
+        config = LossScaleConfig(kind=kind, init_scale=1.0, min_scale=0.0, max_scale=math.inf)
+        assert scale_ceiling(config) == default
+    assert scale_ceiling(Policy.preset("O1-bf16").loss_scale_config) == default
+    assert Recorder("mxnet", "float16", emulated=False).max_scale == default
 
 
 def test_relative_error():
@@ -113,6 +128,25 @@ def test_the_recommendation_loads_back_unchanged(base, tmp_path):
     assert loaded.loss_scale.scale == 2.0 ** 19
     text = path.read_text()
     assert "# overflow: dot output reaches" in text and "# precision: sum" in text
+
+
+def test_every_fix_says_why_it_starts_the_loss_scale_higher():
+    """The scale the underflowing gradients need is part of every fix, with its reason as
+    the comment of init_scale, whichever fix it is (the loss scale alone, a layer, an op
+    type); without a replay the recommendation is the widest fix, by the same code."""
+    from amp_adapters.doctor.candidates import candidates
+    policy = Policy.preset("O1", emulate=True)
+    rep = _planted_report()
+    fixes = candidates(rep, policy)
+    assert [c.kind for c in fixes] == ["loss_scale", "layers", "ops"]
+    for c in fixes:
+        line = next(x for x in policy_toml(c.policy, c.reasons).splitlines()
+                    if x.startswith("init_scale"))
+        assert line.startswith("init_scale = 524288   # underflow: at loss scale 65536"), c.kind
+    unverified = recommend(rep, policy)
+    assert unverified.policy == fixes[-1].policy
+    assert unverified.toml.split("\n[", 1)[1] == policy_toml(fixes[-1].policy,
+                                                           fixes[-1].reasons).split("\n[", 1)[1]
 
 
 op_names = st.sampled_from(["matmul", "sum", "exp", "softmax", "relu", "gelu", "add"])

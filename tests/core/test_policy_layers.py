@@ -128,6 +128,42 @@ def test_an_instance_in_both_lists_is_an_error_naming_it(fp32, data, fw):
         LayerLists(fp32=fp32, lower=[both])
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.lists(_NAME, max_size=4), st.lists(_NAME, max_size=4))
+def test_a_file_table_and_layer_lists_refuse_the_same_layers_in_both(fp32, lower):
+    """One rule for the two lists, wherever they come from: a file's table and LayerLists
+    refuse exactly the same overlaps, naming the same layer (the first alphabetically), and
+    build the same lists otherwise."""
+    both = sorted(set(fp32) & set(lower))
+    if not both:
+        assert Policy.from_dict({"layers": {"fp32": fp32, "lower": lower}}).layers == \
+            LayerLists(fp32=fp32, lower=lower)
+        return
+    with pytest.raises(AmpConfigError, match=re.escape(
+            f"layers.lower[{lower.index(both[0])}] = {both[0]!r}: already listed in "
+            f"layers.fp32; a layer runs in one precision")):
+        Policy.from_dict({"layers": {"fp32": fp32, "lower": lower}})
+    with pytest.raises(AmpConfigError, match=f"layer {both[0]!r} is listed in both"):
+        LayerLists(fp32=fp32, lower=lower)
+
+
+@pytest.mark.parametrize("layers,ops", [
+    ({"fp32": [True]}, {"lower": [True]}),
+    ({"fp32": "dense2"}, {"lower": "dense2"}),
+    ({"fp32": 3}, {"lower": 3}),
+])
+def test_layer_and_op_lists_refuse_a_wrong_value_in_the_same_form(layers, ops):
+    """The [layers] and [ops] tables check with the same helpers: a wrong value is shown the
+    same way (a bool as TOML writes it) after the same key path, with what is accepted."""
+    with pytest.raises(AmpConfigError) as lay:
+        Policy.from_dict({"layers": layers})
+    with pytest.raises(AmpConfigError) as op:
+        Policy.from_dict({"ops": ops})
+    shown = lambda e: str(e.value).split(": ")[1]  # noqa: E731 (the "path = value" part)
+    assert shown(lay).replace("layers.fp32", "") == shown(op).replace("ops.lower", "")
+    assert "must be a" in str(lay.value) and "must be a" in str(op.value)
+
+
 @pytest.mark.parametrize("d,msg", [
     ({"layers": {"tensorflow": {"fp32": ["a"]}}}, "[layers.tensorflow]: 'tensorflow' is no "
      "framework"),
