@@ -10,21 +10,22 @@ process that read the answer from the cache. So a backend's measurement runs her
 child process: one per environment, started at the first measurement and kept until
 this process exits (the parent waits for each answer: nothing of it runs meanwhile).
 
-``call("package.module:function", *args)`` runs ``function(*args)`` there and returns
-its result; arguments and results are JSON values, or a ``Cost`` (sent as its fields).
-The child is ``python -m amp_adapters.measure_process``, with this process's
-``sys.path`` and environment (so the same oneDNN ISA limits): it reads a JSON request
-per line and answers one per line on a private descriptor (what a framework prints goes
-to stderr). A call that raises there raises ``MeasureError`` here with the exception's
-type and message; a child that dies (a kernel that aborts or segfaults) fails that call
-with its signal and the last line it printed, and the next call starts another. A
-process that cannot start one (no ``sys.executable``) warns once and measures in itself.
+``call(server, fn, *args)`` runs ``fn(*args)`` there and returns its result; arguments
+and results are JSON values, or a ``Cost`` (sent as its fields). ``server`` is the
+backend's child module (``mxnet_amp.speed_child``, ``paddle_amp.speed_child``), run as
+``python -m server`` with this process's ``sys.path`` and environment (so the same
+oneDNN ISA limits); it hands the functions it serves to ``serve``, which reads a JSON
+request per line and answers one per line on a private descriptor (what a framework
+prints goes to stderr). A call that raises there raises ``MeasureError`` here with the
+exception's type and message; a child that dies (a kernel that aborts or segfaults)
+fails that call with its signal and the last line it printed, and the next call starts
+another. A process that cannot start one (no ``sys.executable``) warns once and calls
+``fn`` in itself.
 """
 from __future__ import annotations
 
 import atexit
 import dataclasses
-import importlib
 import json
 import os
 import select
@@ -33,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from .device import Cost
 from .speedbook import ISA_ENV, warn_once
@@ -59,18 +60,13 @@ def _decode(answer: Mapping[str, Any]) -> Any:
     return answer["value"]
 
 
-def _resolve(fn: str):
-    module, _, name = fn.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
 class _Child:
     """One child process and its pipes; ``ask`` sends a request and waits for its answer."""
 
-    def __init__(self, env: Mapping[str, str]):
+    def __init__(self, server: str, env: Mapping[str, str]):
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "amp_adapters.measure_process"], env=dict(env),
+            [sys.executable, "-m", server], env=dict(env),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr)
         self.pending = b""
 
@@ -130,14 +126,15 @@ def _child_env(extra: Mapping[str, str]) -> dict:
     return {**os.environ, **extra, "PYTHONPATH": os.pathsep.join(dict.fromkeys(path))}
 
 
-def call(fn: str, *args: Any, env: Optional[Mapping[str, str]] = None) -> Any:
-    """``fn(*args)`` in this process's measuring child for the environment ``os.environ``
-    updated by ``env`` (started now if there is none); its result (``MeasureError``:
-    it raised there, or the child died). Blocks until the answer (host syncs: the
-    child's)."""
+def call(server: str, fn: Callable, *args: Any, env: Optional[Mapping[str, str]] = None) -> Any:
+    """``fn(*args)`` in this process's child ``server`` (a module that ``serve``s ``fn``)
+    for the environment ``os.environ`` updated by ``env``, started now if there is none;
+    its result (``MeasureError``: it raised there, or the child died). Blocks until the
+    answer (host syncs: the child's)."""
     extra = dict(env or {})
     # a child per what changes a timing (the oneDNN ISA limits, ``env``), not per variable
-    key = (os.getpid(), tuple(os.environ.get(k) for k in ISA_ENV), tuple(sorted(extra.items())))
+    key = (os.getpid(), server, tuple(os.environ.get(k) for k in ISA_ENV),
+           tuple(sorted(extra.items())))
     with _lock:
         child = _children.get(key)
         if child is not None and child.proc.poll() is not None:
@@ -148,9 +145,9 @@ def call(fn: str, *args: Any, env: Optional[Mapping[str, str]] = None) -> Any:
                 warn_once("measure_process", "amp_adapters: no Python executable to start a "
                           "measuring process (sys.executable is empty): measuring in this "
                           "process")
-                return _resolve(fn)(*args)
-            child = _children[key] = _Child(_child_env(extra))
-        return _decode(child.ask({"fn": fn, "args": list(args)}))
+                return fn(*args)
+            child = _children[key] = _Child(server, _child_env(extra))
+        return _decode(child.ask({"fn": fn.__name__, "args": list(args)}))
 
 
 @atexit.register
@@ -163,20 +160,19 @@ def close_all() -> None:
             del _children[key]
 
 
-def _serve() -> None:
-    """The child: answer each request line on the original stdout, which nothing else
-    writes to (the framework's prints go to stderr)."""
+def serve(*functions: Callable) -> None:
+    """A child's loop (a server module's ``__main__``): answer each request for one of
+    ``functions`` (by name) on the original stdout, which nothing else writes to (what
+    the framework prints goes to stderr), until stdin ends (the parent closed it, or
+    died)."""
+    served = {f.__name__: f for f in functions}
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     for line in sys.stdin:
         request = json.loads(line)
         try:
-            answer = _encode(_resolve(request["fn"])(*request["args"]))
+            answer = _encode(served[request["fn"]](*request["args"]))
         except Exception as e:  # noqa: BLE001 - sent to the parent, which raises it
             answer = {"error": f"{type(e).__name__}: {e}"}
         answers.write(json.dumps(answer) + "\n")
-
-
-if __name__ == "__main__":
-    _serve()

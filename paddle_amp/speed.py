@@ -97,8 +97,8 @@ def timer(device: str, dtype: str, probe: Probe):
         inputs, attrs = fitted
         # timed in the measuring child (``amp_adapters.measure_process``): timing here would
         # leave this process's memory changed for the model
-        return call("paddle_amp.speed:time_on", probe.name, op, inputs, attrs, training,
-                    dtype, route == "onednn", cast_in)
+        return call("paddle_amp.speed_child", time_on, probe.name, op, inputs, attrs,
+                    training, dtype, route == "onednn", cast_in)
     return measure
 
 

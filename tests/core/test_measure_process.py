@@ -1,6 +1,8 @@
 """The measuring child process: a call runs in another process with this one's environment and
 path, answers its result (a ``Cost`` included), raises what failed there, survives what a
 framework prints, and a child that dies fails one call, names how, and is replaced."""
+import copy
+import math
 import os
 
 import pytest
@@ -9,8 +11,16 @@ from hypothesis import strategies as st
 
 from amp_adapters import measure_process
 from amp_adapters.device import Cost
-from amp_adapters.measure_process import MeasureError, call
+from amp_adapters.measure_process import MeasureError
+from amp_adapters.measure_process import call as call_in
 from amp_adapters.speedbook import ISA_ENV
+
+
+SERVER = "measure_child_fns"  # this folder's child module
+
+
+def call(fn, *args, **kw):
+    return call_in(SERVER, fn, *args, **kw)
 
 
 @pytest.fixture(autouse=True)
@@ -21,55 +31,55 @@ def own_children():
 
 
 def test_a_call_runs_in_another_process_which_is_kept():
-    child = call("os:getpid")
+    child = call(os.getpid)
     assert child != os.getpid()
-    assert call("os:getpid") == child  # one child per environment, kept between calls
+    assert call(os.getpid) == child  # one child per environment, kept between calls
 
 
 def test_the_child_has_this_process_environment_and_the_extra_one(monkeypatch):
     monkeypatch.setenv("AMP_ADAPTERS_TEST_MARK", "here")
-    assert call("os:getenv", "AMP_ADAPTERS_TEST_MARK") == "here"
-    assert call("os:getenv", "FLAGS_X", env={"FLAGS_X": "1"}) == "1"
+    assert call(os.getenv, "AMP_ADAPTERS_TEST_MARK") == "here"
+    assert call(os.getenv, "FLAGS_X", env={"FLAGS_X": "1"}) == "1"
 
 
 def test_a_onednn_limit_set_later_gets_its_own_child(monkeypatch):
     """A child measures under the ISA limits of the moment (what its timings are keyed by)."""
     monkeypatch.delenv(ISA_ENV[1], raising=False)
-    first = call("os:getpid")
+    first = call(os.getpid)
     monkeypatch.setenv(ISA_ENV[1], "AVX2")
-    assert call("os:getenv", ISA_ENV[1]) == "AVX2"
-    assert call("os:getpid") != first
+    assert call(os.getenv, ISA_ENV[1]) == "AVX2"
+    assert call(os.getpid) != first
 
 
 def test_a_cost_comes_back_as_a_cost():
-    got = call("amp_adapters.device:Cost", 1.5, 0.01, 2.0, 0.02)
+    got = call(Cost, 1.5, 0.01, 2.0, 0.02)
     assert got == Cost(forward=1.5, forward_spread=0.01, train=2.0, train_spread=0.02)
 
 
 def test_an_exception_there_raises_here_with_its_type_and_message():
     with pytest.raises(MeasureError, match=r"ValueError: math domain error"):
-        call("math:sqrt", -1)
-    assert call("math:sqrt", 4) == 2.0  # the child lives on
+        call(math.sqrt, -1)
+    assert call(math.sqrt, 4) == 2.0  # the child lives on
 
 
 def test_what_the_measured_code_prints_does_not_break_the_answers():
-    assert call("builtins:print", "a line a framework prints on stdout") is None
-    assert call("math:sqrt", 9) == 3.0
+    assert call(print, "a line a framework prints on stdout") is None
+    assert call(math.sqrt, 9) == 3.0
 
 
-@pytest.mark.parametrize("how, said", [("os:abort", "signal SIGABRT"),
-                                       ("os:_exit", "exit code 3")])
+@pytest.mark.parametrize("how, said", [(os.abort, "signal SIGABRT"),
+                                       (os._exit, "exit code 3")])
 def test_a_child_that_dies_fails_the_call_and_the_next_call_gets_a_new_one(how, said):
-    before = call("os:getpid")
+    before = call(os.getpid)
     with pytest.raises(MeasureError, match=f"the measuring process ended \\({said}\\)"):
-        call(how, *([3] if how == "os:_exit" else []))
-    assert call("os:getpid") != before
+        call(how, *([3] if how is os._exit else []))
+    assert call(os.getpid) != before
 
 
 def test_the_last_line_a_dying_child_printed_is_in_the_error():
-    call("builtins:print", "terminate called after throwing an instance of 'dnnl::error'")
+    call(print, "terminate called after throwing an instance of 'dnnl::error'")
     with pytest.raises(MeasureError, match=r"SIGABRT\): terminate called after throwing"):
-        call("os:abort")
+        call(os.abort)
 
 
 @settings(max_examples=20, deadline=None)
@@ -79,4 +89,4 @@ def test_the_last_line_a_dying_child_printed_is_in_the_error():
                     st.dictionaries(st.text(max_size=8), inner, max_size=4), max_leaves=12))
 def test_json_values_make_the_round_trip(value):
     """Arguments and results are JSON values: what goes in comes back (``copy.copy`` there)."""
-    assert call("copy:copy", value) == value
+    assert call(copy.copy, value) == value

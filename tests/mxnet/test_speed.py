@@ -3,6 +3,7 @@ a saved profile replays it, the real timer runs on the real framework (its value
 asserted), a crash while timing is "no kernel", and the native's slowdown is said once."""
 import logging
 import math
+import os
 
 import mxnet as mx
 import numpy as np
@@ -11,7 +12,7 @@ from mxnet import autograd, gluon
 
 import mxnet_amp as amp
 from amp_adapters import Policy
-from amp_adapters import speedbook
+from amp_adapters import measure_process, speedbook
 from amp_adapters.device import Cost, ShapeClass
 from amp_adapters.speedbook import SpeedBook, machine, machine_id, ProfileFile, write_profile
 from mxnet_amp.kernels import has_kernel
@@ -126,6 +127,19 @@ def test_the_real_timer_gives_finite_ratios_for_training_and_inference():
     assert math.isfinite(cost.train) and cost.train > 0 and cost.error is None
     assert measure("FullyConnected", shape, False, budget_s=0.01).train is None
     assert measure("_npi_einsum", ShapeClass.of([(4, 4), (4, 4)]), False) is None  # no recipe
+
+
+@needs_bf16
+def test_the_book_times_in_the_measuring_child_not_in_this_process(cache):
+    """Timing allocates a model's sizes; done here it left the training process slower
+    (``amp_adapters.measure_process``), so the book's measurement runs in the child."""
+    measure_process.close_all()
+    book = SpeedBook("mxnet", mx.__version__, "bfloat16", measurer(mx.cpu(), "bfloat16"))
+    cost = book.lookup("FullyConnected", ShapeClass.of([(8, 64), (64, 64), (64,)]), True)
+    assert cost is not None and cost.error is None and math.isfinite(cost.train)
+    children = [c for key, c in measure_process._children.items()
+                if key[1] == "mxnet_amp.speed_child" and c.proc.poll() is None]
+    assert len(children) == 1 and children[0].proc.pid != os.getpid()
 
 
 def test_an_op_that_fails_while_timed_is_no_kernel_and_does_not_raise(cache):

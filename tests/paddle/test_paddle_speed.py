@@ -8,13 +8,14 @@ never raise. The kernel set is given explicitly (what a CPU with ``avx512_bf16``
 where only the plan is checked; a step runs only where this CPU runs the bf16 GEMM.
 """
 import math
+import os
 
 import numpy as np
 import paddle
 import pytest
 
 import paddle_amp
-from amp_adapters import Policy
+from amp_adapters import Policy, measure_process
 from amp_adapters.device import Cost, DeviceProfile, ShapeClass
 from amp_adapters.speedbook import SpeedBook
 from paddle_amp import ir, kernels, speed
@@ -164,6 +165,10 @@ def test_the_real_timer_answers_a_ratio_or_an_error(static, training):
     assert isinstance(got, Cost) and got.error is None, got  # a kernel that runs: a ratio
     assert math.isfinite(got.forward) and got.forward > 0
     assert (got.train is not None and math.isfinite(got.train)) == training
+    # timed in the measuring child (timing here left the training process slower)
+    assert [c.proc.pid for key, c in measure_process._children.items()
+            if key[1] == "paddle_amp.speed_child" and c.proc.poll() is None] not in ([], [
+                os.getpid()])
     assert measure("relu", ShapeClass.of([(4, 4)], 2), training) is None  # no recipe
     assert measure(gemm, ShapeClass.of([(4, 3), (5, 6)], 2), training) is None  # no fit
     assert measure(gemm, ShapeClass.of([None, (4, 4)], 2), training) is None  # unknown rank
