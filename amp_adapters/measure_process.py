@@ -69,6 +69,7 @@ class _Child:
             [sys.executable, "-m", server], env=dict(env),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr)
         self.pending = b""
+        self.timed_out = False
 
     def ask(self, request: dict) -> dict:
         assert self.proc.stdin is not None
@@ -88,6 +89,7 @@ class _Child:
         while b"\n" not in self.pending:
             ready, _, _ = select.select([fd], [], [], ANSWER_TIMEOUT_S)
             if not ready:
+                self.timed_out = True
                 self.proc.kill()
                 return None
             chunk = os.read(fd, 1 << 16)
@@ -99,6 +101,8 @@ class _Child:
 
     def _death(self) -> str:
         code = self.proc.wait()
+        if self.timed_out:
+            return f"the measuring process did not answer in {ANSWER_TIMEOUT_S:g} s"
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         self.stderr.seek(0)
         lines = [ln for ln in self.stderr.read().decode(errors="replace").splitlines()
@@ -121,20 +125,19 @@ _children: dict[tuple, _Child] = {}
 _lock = threading.Lock()
 
 
-def _child_env(extra: Mapping[str, str]) -> dict:
+def _child_env() -> dict:
+    """This environment, with this process's ``sys.path`` (the child imports what we do)."""
     path = [os.path.abspath(p or os.curdir) for p in sys.path]
-    return {**os.environ, **extra, "PYTHONPATH": os.pathsep.join(dict.fromkeys(path))}
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(path))}
 
 
-def call(server: str, fn: Callable, *args: Any, env: Optional[Mapping[str, str]] = None) -> Any:
-    """``fn(*args)`` in this process's child ``server`` (a module that ``serve``s ``fn``)
-    for the environment ``os.environ`` updated by ``env``, started now if there is none;
-    its result (``MeasureError``: it raised there, or the child died). Blocks until the
+def call(server: str, fn: Callable, *args: Any) -> Any:
+    """``fn(*args)`` in this process's child ``server`` (a module that ``serve``s ``fn``),
+    started now if there is none for the oneDNN ISA limits in ``os.environ`` now; its
+    result (``MeasureError``: it raised there, or the child died). Blocks until the
     answer (host syncs: the child's)."""
-    extra = dict(env or {})
-    # a child per what changes a timing (the oneDNN ISA limits, ``env``), not per variable
-    key = (os.getpid(), server, tuple(os.environ.get(k) for k in ISA_ENV),
-           tuple(sorted(extra.items())))
+    # a child per what changes a timing (the ISA limits), not per environment variable
+    key = (os.getpid(), server, tuple(os.environ.get(k) for k in ISA_ENV))
     with _lock:
         child = _children.get(key)
         if child is not None and child.proc.poll() is not None:
@@ -146,7 +149,7 @@ def call(server: str, fn: Callable, *args: Any, env: Optional[Mapping[str, str]]
                           "measuring process (sys.executable is empty): measuring in this "
                           "process")
                 return fn(*args)
-            child = _children[key] = _Child(server, _child_env(extra))
+            child = _children[key] = _Child(server, _child_env())
         return _decode(child.ask({"fn": fn.__name__, "args": list(args)}))
 
 
