@@ -28,7 +28,7 @@ import atexit
 import dataclasses
 import json
 import os
-import select
+import queue
 import signal
 import subprocess
 import sys
@@ -60,16 +60,31 @@ def _decode(answer: Mapping[str, Any]) -> Any:
     return answer["value"]
 
 
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return str(number)
+
+
 class _Child:
-    """One child process and its pipes; ``ask`` sends a request and waits for its answer."""
+    """One child process and its pipes; ``ask`` sends a request and waits for its answer
+    (a reader thread hands the child's lines over, so a wait can time out on every OS)."""
 
     def __init__(self, server: str, env: Mapping[str, str]):
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", server], env=dict(env),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr)
-        self.pending = b""
+        self.lines: "queue.Queue[bytes]" = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
         self.timed_out = False
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(b"")  # end of output: the child is gone
 
     def ask(self, request: dict) -> dict:
         assert self.proc.stdin is not None
@@ -78,32 +93,20 @@ class _Child:
             self.proc.stdin.flush()
         except OSError:
             pass  # it died: the read below says how
-        line = self._read_line()
-        if line is None:
+        try:
+            line = self.lines.get(timeout=ANSWER_TIMEOUT_S)
+        except queue.Empty:
+            self.timed_out, line = True, b""
+            self.proc.kill()
+        if not line:
             raise MeasureError(self._death())
         return json.loads(line)
-
-    def _read_line(self) -> Optional[bytes]:
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        while b"\n" not in self.pending:
-            ready, _, _ = select.select([fd], [], [], ANSWER_TIMEOUT_S)
-            if not ready:
-                self.timed_out = True
-                self.proc.kill()
-                return None
-            chunk = os.read(fd, 1 << 16)
-            if not chunk:
-                return None
-            self.pending += chunk
-        line, _, self.pending = self.pending.partition(b"\n")
-        return line
 
     def _death(self) -> str:
         code = self.proc.wait()
         if self.timed_out:
             return f"the measuring process did not answer in {ANSWER_TIMEOUT_S:g} s"
-        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        how = f"signal {_signal_name(-code)}" if code < 0 else f"exit code {code}"
         self.stderr.seek(0)
         lines = [ln for ln in self.stderr.read().decode(errors="replace").splitlines()
                  if ln.strip()]
