@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from amp_adapters import AmpConfigError, Policy, UnknownChoiceError, plan_op
-from amp_adapters.device import (EXACT_UP_TO, MARGIN, Cost, DeviceProfile, ShapeClass,
-                                 speed_refusal)
+from amp_adapters.device import (EXACT_UP_TO, MARGIN, TRAIN_MARGIN, Cost, DeviceProfile,
+                                 ShapeClass, speed_refusal)
 
 F32, BF16 = "float32", "bfloat16"
 AUTO = Policy.preset("auto")
@@ -100,11 +100,14 @@ def test_an_op_without_a_kernel_is_not_measured():
 
 @given(ratio=st.floats(0.01, 10), spread=st.floats(0, 2), training=st.booleans())
 def test_low_only_beyond_the_margin_and_the_noise(ratio, spread, training):
-    """The rule: low iff ratio + spread < 1 - MARGIN. A tie or a win within noise keeps
-    float32, which is never slower than itself."""
+    """The rule: low iff ratio + spread < 1 - margin (a training step's wider). A tie or a
+    win within noise keeps float32, which is never slower than itself."""
     cost = Cost(ratio, spread, ratio, spread)
     why = speed_refusal(cost, training, BF16)
-    assert (why is None) == (ratio + spread < 1 - MARGIN)
+    assert (why is None) == (ratio + spread < 1 - (TRAIN_MARGIN if training else MARGIN))
+    # a forward-only measurement read for training is judged as a forward
+    forward_only = speed_refusal(Cost(ratio, spread), training, BF16)
+    assert (forward_only is None) == (ratio + spread < 1 - MARGIN)
     if why is not None:
         assert why.startswith("float32: ")
         assert ("slower here" in why) == (ratio >= 1.0)
