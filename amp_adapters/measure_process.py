@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping
 
 from .device import Cost
 from .speedbook import ISA_ENV, warn_once
