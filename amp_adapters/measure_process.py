@@ -25,7 +25,6 @@ another. A process that cannot start one (no ``sys.executable``) warns once and 
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import json
 import os
 import queue
@@ -48,7 +47,7 @@ class MeasureError(RuntimeError):
 
 def _encode(value: Any) -> Any:
     if isinstance(value, Cost):
-        return {"cost": dataclasses.asdict(value)}
+        return {"cost": value.to_dict()}  # the fields a profile file keeps, as it keeps them
     return {"value": value}
 
 
