@@ -34,6 +34,9 @@ Files:
     layers.py     per-layer precision: op instances kept fp32 or run low, by name pattern
     doctor/       the numerics doctor's core: range stats, findings, the recommended policy TOML
 """
+import os as _os
+
+from . import isa as _isa
 from .dtypes import LOW_DTYPES, dtype_name
 from .errors import (AmpConfigError, CheckpointError, ConflictingOpError, NotSupportedError,
                      OverflowGuardError, UnknownChoiceError, UnknownOpError)
@@ -46,6 +49,10 @@ from .loss_scale import LossScaleConfig, LossScaleState
 from .report import CastReport, compare, kernel_differences, policy_disagreements
 from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale,
                      loss_scale_from_config, loss_scale_from_parts, loss_scale_from_state_dict)
+
+# AMP_ADAPTERS_CPU=avx2|avx512_core: run as that CPU class (isa.simulated): oneDNN limited to
+# match in this process, for a framework whose oneDNN has not started yet, and its children
+_os.environ.update(_isa.onednn_env())
 
 __version__ = "0.2.0"  # the one place: setup.cfg reads it (version = attr: ...)
 

@@ -10,11 +10,21 @@ Three classes, each with its known cost (measured: docs/bf16.md):
   float32;
 - ``"none"``: no AVX-512 in use (or a cap below it): no oneDNN bf16 kernel at all.
 
-A pure reading of ``speedbook.machine()``; no framework, no host sync.
+The project can run *as* a lower class than the CPU has: ``AMP_ADAPTERS_CPU=avx2`` or
+``=avx512_core`` (``simulated``). ``machine()`` then reports the CPU without the flags that
+class lacks, and the oneDNN limit that matches it (``onednn_env``), which every measuring
+child and the test suite's own process get before a framework loads. Every expectation
+about the CPU, in the library and in its tests, reads this class, never a CPU's name nor a
+framework's cpuid answer (Paddle's ``supports_bfloat16`` cannot be made to simulate).
+
+A pure reading of ``speedbook.machine()`` and the environment; no framework, no host sync.
 """
 from __future__ import annotations
 
+import os
 from typing import Mapping, Optional
+
+from .errors import AmpConfigError
 
 # oneDNN's ISA names, lowest first (a cap names one of them)
 ORDER = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
@@ -22,6 +32,56 @@ ORDER = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX
          "ALL")
 _NATIVE, _AVX512 = ORDER.index("AVX512_CORE_BF16"), ORDER.index("AVX512_CORE")
 AVX512_CORE_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512dq")  # oneDNN's avx512_core
+ISA_ENV = ("DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA")  # MXNet's oneDNN 2.x, Paddle's 3.x
+SIMULATE_ENV = "AMP_ADAPTERS_CPU"
+# a CPU class the project can run as -> the oneDNN limit that keeps it there
+SIMULATED = {"avx2": "AVX2", "avx512_core": "AVX512_CORE"}
+
+
+def simulated(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
+    """The CPU class ``AMP_ADAPTERS_CPU`` asks the project to run as (``"avx2"``: no
+    AVX-512; ``"avx512_core"``: AVX-512 without bf16 instructions), or None: as it is."""
+    env = os.environ if environ is None else environ
+    value = env.get(SIMULATE_ENV, "").strip().lower()
+    if not value:
+        return None
+    if value not in SIMULATED:
+        raise AmpConfigError(
+            f"{SIMULATE_ENV}={env[SIMULATE_ENV]!r} is not a CPU class amp-adapters can run "
+            f"as: use {' or '.join(sorted(SIMULATED))} (avx2: no AVX-512, no oneDNN bf16 "
+            f"kernel; avx512_core: AVX-512 without bf16 instructions, bf16 emulated), or "
+            f"unset it to run as this CPU is")
+    return value
+
+
+def onednn_env(environ: Optional[Mapping[str, str]] = None) -> dict[str, str]:
+    """The oneDNN ISA limits (``DNNL_MAX_CPU_ISA``, ``ONEDNN_MAX_CPU_ISA``) that keep oneDNN
+    in the simulated class, for a process about to load a framework; a lower limit the
+    environment already sets is kept. Empty when nothing is simulated."""
+    env = os.environ if environ is None else environ
+    kind = simulated(env)
+    if kind is None:
+        return {}
+    want = SIMULATED[kind]
+    out = {}
+    for k in ISA_ENV:
+        have = env.get(k, "").upper()
+        keep = have in ORDER and ORDER.index(have) <= ORDER.index(want)
+        out[k] = env[k] if keep else want
+    return out
+
+
+def simulate(m: Mapping, environ: Optional[Mapping[str, str]] = None) -> dict:
+    """``machine()``'s answer ``m`` as the simulated class sees it: without the flags that
+    class lacks, with its oneDNN limits, and the class named (``"simulated"``); ``m`` as it
+    is when nothing is simulated."""
+    kind = simulated(environ)
+    if kind is None:
+        return dict(m)
+    lacks = ("avx512", "amx") if kind == "avx2" else ("avx512_bf16", "avx512_fp16", "amx")
+    flags = [f for f in m.get("flags", ()) if not f.startswith(lacks)]
+    return {**m, "flags": flags, "isa": {**m.get("isa", {}), **onednn_env(environ)},
+            "simulated": kind}
 
 
 def cap(m: Mapping) -> Optional[tuple[str, str]]:
@@ -61,6 +121,8 @@ def describe_bf16(m: Mapping) -> str:
         or "no AVX-512"
     limit = cap(m)
     by = f"; oneDNN limited to {limit[1]} by {limit[0]}" if limit else ""
+    if m.get("simulated"):
+        by += f"; run as the CPU class {m['simulated']} ({SIMULATE_ENV})"
     kind = bf16_class(m)
     what = {"native": "oneDNN runs bfloat16 natively (avx512_bf16)",
             "emulated": "oneDNN runs bfloat16 without bf16 instructions: emulated, typically "

@@ -36,7 +36,8 @@ import threading
 from typing import Any, Callable, Mapping
 
 from .device import Cost
-from .speedbook import ISA_ENV, warn_once
+from .isa import ISA_ENV, onednn_env
+from .speedbook import warn_once
 
 ANSWER_TIMEOUT_S = 600.0  # one call: an import and a timing budget take seconds; a hang ends
 
@@ -128,9 +129,10 @@ _lock = threading.Lock()
 
 
 def _child_env() -> dict:
-    """This environment, with this process's ``sys.path`` (the child imports what we do)."""
+    """This environment, with this process's ``sys.path`` (the child imports what we do) and
+    the oneDNN limits of the simulated CPU class (``isa.onednn_env``)."""
     path = [os.path.abspath(p or os.curdir) for p in sys.path]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(path))}
+    return {**os.environ, **onednn_env(), "PYTHONPATH": os.pathsep.join(dict.fromkeys(path))}
 
 
 def call(server: str, fn: Callable, *args: Any) -> Any:
@@ -139,7 +141,8 @@ def call(server: str, fn: Callable, *args: Any) -> Any:
     result (``MeasureError``: it raised there, or the child died). Blocks until the
     answer (host syncs: the child's)."""
     # a child per what changes a timing (the ISA limits), not per environment variable
-    key = (os.getpid(), server, tuple(os.environ.get(k) for k in ISA_ENV))
+    limits = {**os.environ, **onednn_env()}
+    key = (os.getpid(), server, tuple(limits.get(k) for k in ISA_ENV))
     with _lock:
         child = _children.get(key)
         if child is not None and child.proc.poll() is not None:

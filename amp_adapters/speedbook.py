@@ -41,10 +41,10 @@ from typing import Any, Callable, Mapping, Optional
 
 from .device import Cost, ShapeClass
 from .errors import AmpConfigError
+from .isa import ISA_ENV, simulate
 
 FORMAT = 1
 FORMAT_KEY = "amp_adapters_profile"
-ISA_ENV = ("DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA")
 _FLAGS = re.compile(r"\b(avx512[a-z_0-9]*|amx[a-z_0-9]*|avx2|fma|f16c|avx_vnni)\b")
 _ENTRY_KEYS = ("framework", "version", "dtype", "op", "shape")
 _COST_KEYS = ("forward", "forward_spread", "train", "train_spread", "error")
@@ -58,16 +58,17 @@ def machine(cpuinfo: str = "/proc/cpuinfo", gpu: Optional[str] = None,
             environ: Optional[Mapping[str, str]] = None) -> dict:
     """What makes one machine's timings differ from another's: the CPU model and the flags
     that decide its low-precision kernels, the GPU's name (a backend's, None on a CPU), and
-    the oneDNN ISA limits set in the environment."""
+    the oneDNN ISA limits set in the environment; as the simulated CPU class sees it
+    (``isa.simulate``: ``AMP_ADAPTERS_CPU``)."""
     env = os.environ if environ is None else environ
     try:
         text = Path(cpuinfo).read_text()
     except OSError:
         text = ""
     model = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
-    return {"cpu": model.group(1).strip() if model else "unknown",
-            "flags": sorted(set(_FLAGS.findall(text))), "gpu": gpu,
-            "isa": {k: env[k] for k in ISA_ENV if env.get(k)}}
+    return simulate({"cpu": model.group(1).strip() if model else "unknown",
+                     "flags": sorted(set(_FLAGS.findall(text))), "gpu": gpu,
+                     "isa": {k: env[k] for k in ISA_ENV if env.get(k)}}, env)
 
 
 def machine_id(m: Mapping[str, Any]) -> str:
