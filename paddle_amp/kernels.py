@@ -16,7 +16,9 @@ Two kinds of kernel count (``plain_kernels`` | ``onednn_kernels``):
   its own probe (``casts_on_onednn``; legacy IR only), and then means: the casts the
   rewrite inserts between float32 and bf16 go to oneDNN (``ProgramIR.use_onednn_casts``),
   but those in front of an op that trains only behind plain ones (``plain_cast_readers``).
-  They need a CPU with AVX-512 (``core.supports_bfloat16``, a cheap gate) and a oneDNN
+  They need a CPU with AVX-512 (the project's device truth, ``amp_adapters.isa.bf16_class``,
+  a cheap gate that honours a simulated class, which Paddle's cpuid answer
+  ``core.supports_bfloat16`` cannot) and a oneDNN
   that uses it (a bf16 add that runs, forward and backward, ``GATE``; it fails where
   ``ONEDNN_MAX_CPU_ISA=AVX2`` keeps oneDNN off AVX-512, and then no oneDNN bf16 op
   counts). Where it has them, each op with a recipe is run once, forward and backward,
@@ -50,6 +52,8 @@ import numpy as np
 from paddle.base import core
 
 from amp_adapters.device import CostLookup, DeviceProfile
+from amp_adapters.isa import bf16_class
+from amp_adapters.speedbook import machine
 
 from . import ir as program_ir
 from .env import VARTYPE_OF, from_low, to_low
@@ -96,7 +100,7 @@ def onednn_kernels(device: str, dtype: str, probe: Optional[Probe] = None) -> fr
     bfloat16 on a CPU that supports it; ``cast`` where the IR can send casts there and
     their own probe ran (``casts_on_onednn``)."""
     probe = _probe(probe)
-    if device != "CPU" or dtype != ONEDNN_DTYPE or not core.supports_bfloat16() \
+    if device != "CPU" or dtype != ONEDNN_DTYPE or bf16_class(machine()) == "none" \
             or not runs_onednn_bf16(GATE, backward=True, probe=probe):
         return frozenset()
     registered = _registered(device, dtype, onednn=True)
