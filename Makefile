@@ -18,7 +18,22 @@ PYTHON313 ?= $(shell tools/find_python 3.13)
 VENV313 := .venv-paddle3-py313
 PY313 := $(VENV313)/bin/python
 
-.PHONY: demo test docs dist test-paddle3 test-paddle3-py311 test-paddle3-py313 bench bench-paddle3 clean
+# The tests whose expectation depends on what the CPU runs (kernels, bf16, speed, the doctor,
+# the demo, reports): make test-cpu-classes runs them again as an AVX2 CPU and as an AVX-512
+# CPU without bf16 instructions (AMP_ADAPTERS_CPU: the device truth answers as that class and
+# oneDNN is limited to match, here and in every child).
+DEVICE_TESTS := tests/core/test_cpu_class.py tests/core/test_fallback_info.py \
+	tests/core/test_native_speed.py tests/mxnet/test_speed.py tests/mxnet/test_auto_device.py \
+	tests/mxnet/test_bench_bf16.py tests/mxnet/test_bf16_convert.py tests/mxnet/test_device.py \
+	tests/mxnet/test_doctor.py tests/mxnet/test_frozen_weight.py tests/mxnet/test_kernel_table.py \
+	tests/paddle/test_paddle_auto_device.py tests/paddle/test_paddle_bf16.py \
+	tests/paddle/test_paddle_bf16_dropin.py tests/paddle/test_paddle_bf16_guard.py \
+	tests/paddle/test_paddle_bf16_slow_grads.py tests/paddle/test_paddle_kernels_behind_casts.py \
+	tests/paddle/test_paddle_speed.py tests/paddle/test_paddle_doctor.py tests/demo \
+	tests/consistency/test_cast_reports.py tests/docs/test_doctor_page.py
+CPU_CLASSES := avx2 avx512_core
+
+.PHONY: demo test test-cpu-classes docs dist test-paddle3 test-paddle3-py311 test-paddle3-py313 bench bench-paddle3 clean
 
 $(PY):
 	@test -n "$(PYTHON)" || { echo "make: $(NO_PYTHON311)" >&2; exit 1; }
@@ -57,6 +72,12 @@ demo: $(VENV)/.demo-installed
 
 test: $(VENV)/.test-installed
 	$(PY) -m pytest -q
+
+test-cpu-classes: $(VENV)/.test-installed
+	set -e; for cls in $(CPU_CLASSES); do \
+		echo "== the device-dependent tests as a CPU of class $$cls (AMP_ADAPTERS_CPU)"; \
+		AMP_ADAPTERS_CPU=$$cls $(PY) -m pytest -q $(DEVICE_TESTS); \
+	done
 
 # The documentation site (MkDocs; the API reference from the docstrings), strict: a broken
 # link, a missing reference or an unknown anchor fails. Opens as $(SITE)/index.html.

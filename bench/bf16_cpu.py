@@ -28,7 +28,7 @@ import subprocess
 import sys
 import textwrap
 
-from amp_adapters.isa import describe_bf16
+from amp_adapters.isa import bf16_class, describe_bf16
 from amp_adapters.speedbook import machine
 
 MODELS = ("MLP 4x2048", "CNN 3x3 64ch 56x56", "Transformer block")
@@ -319,8 +319,10 @@ def paddle_rows() -> list[str]:
     Paddle 3: the native has no PIR branch)."""
     import paddle
 
-    why = _why_not("paddle.base.core.supports_bfloat16() is False")
-    native_runs = paddle.base.core.supports_bfloat16()
+    # the native asks Paddle's cpuid (supports_bfloat16), which a simulated CPU class
+    # (AMP_ADAPTERS_CPU) cannot change: the project's device truth decides first
+    native_runs = bf16_class(machine()) != "none" and paddle.base.core.supports_bfloat16()
+    why = _why_not("no oneDNN bfloat16 here, or paddle.base.core.supports_bfloat16() is False")
     irs = [("legacy IR", False)] + ([("PIR", True)] if int(paddle.__version__[0]) >= 3 else [])
     rows = []
     for name, pir in irs:
@@ -328,9 +330,12 @@ def paddle_rows() -> list[str]:
             for mode in MODES:
                 native = "-" if pir else (_child(_PADDLE_STEP, "native", "0", model, mode)
                                           if native_runs else why)
-                auto = _child(_PADDLE_STEP, "ours", "1" if pir else "0", model, mode, "auto") \
-                    if mode == "training" else "-"
-                if _ours_gemm(model, pir):
+                gemm = _ours_gemm(model, pir)
+                # without a bf16 kernel auto lowers nothing: its program is the float32 one
+                auto = "-" if mode != "training" else (
+                    _child(_PADDLE_STEP, "ours", "1" if pir else "0", model, mode, "auto")
+                    if gemm else "not timed: no bf16 kernel here, so auto stays float32")
+                if gemm:
                     ours = _child(_PADDLE_STEP, "ours", "1" if pir else "0", model, mode)
                 else:
                     ours = why if not native_runs else (

@@ -17,7 +17,8 @@ import pytest
 import paddle_amp
 from amp_adapters import Policy, measure_process
 from amp_adapters.device import Cost, DeviceProfile, ShapeClass
-from amp_adapters.speedbook import SpeedBook
+from amp_adapters.isa import describe_bf16
+from amp_adapters.speedbook import SpeedBook, machine
 from paddle_amp import ir, kernels, speed
 from paddle_helpers import batch, is_pir, mlp, own_speed_cache  # noqa: F401 (a fixture)
 
@@ -153,22 +154,40 @@ def test_an_eval_program_is_planned_by_its_forward_cost(static, monkeypatch):
 
 # -- the real timer -------------------------------------------------------------------------
 
+def _speed_children():
+    return [c.proc.pid for key, c in measure_process._children.items()
+            if key[1] == "paddle_amp.speed_child" and c.proc.poll() is None]
+
+
+def _gemm_runs_low(program, training):
+    return kernels.device_profile("CPU", BF16, ir.of(program).probe, training).route(
+        "matmul_v2") != "none"
+
+
+@pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
+def test_without_a_bf16_kernel_the_real_timer_times_nothing(static, training):
+    if _gemm_runs_low(static.main, training):
+        pytest.skip(f"this CPU runs a bf16 matmul: the next test times it "
+                    f"({describe_bf16(machine())})")
+    measure_process.close_all()
+    measure = speed.timer("CPU", BF16, ir.of(static.main).probe)
+    assert measure("matmul_v2", ShapeClass.of([(-1, 32), (32, 32)], 2), training) is None
+    assert _speed_children() == []  # no child was started to time it
+
+
 @pytest.mark.parametrize("training", [False, True], ids=["inference", "training"])
 def test_the_real_timer_answers_a_ratio_or_an_error(static, training):
-    probe = ir.of(static.main).probe
-    measure = speed.timer("CPU", BF16, probe)
+    if not _gemm_runs_low(static.main, training):
+        pytest.skip(f"no oneDNN bf16 matmul here, nothing to time: the previous test "
+                    f"({describe_bf16(machine())})")
+    measure = speed.timer("CPU", BF16, ir.of(static.main).probe)
     gemm = "matmul_v2"
     got = measure(gemm, ShapeClass.of([(-1, 32), (32, 32)], 2), training)
-    if kernels.device_profile("CPU", BF16, probe, training).route(gemm) == "none":
-        assert got is None  # no bf16 kernel here: nothing to time
-        return
     assert isinstance(got, Cost) and got.error is None, got  # a kernel that runs: a ratio
     assert math.isfinite(got.forward) and got.forward > 0
     assert (got.train is not None and math.isfinite(got.train)) == training
     # timed in the measuring child (timing here left the training process slower)
-    assert [c.proc.pid for key, c in measure_process._children.items()
-            if key[1] == "paddle_amp.speed_child" and c.proc.poll() is None] not in ([], [
-                os.getpid()])
+    assert _speed_children() not in ([], [os.getpid()])
     assert measure("relu", ShapeClass.of([(4, 4)], 2), training) is None  # no recipe
     assert measure(gemm, ShapeClass.of([(4, 3), (5, 6)], 2), training) is None  # no fit
     assert measure(gemm, ShapeClass.of([None, (4, 4)], 2), training) is None  # unknown rank
