@@ -63,7 +63,7 @@ def describe_bf16(m: Mapping) -> str:
     by = f"; oneDNN limited to {limit[1]} by {limit[0]}" if limit else ""
     kind = bf16_class(m)
     what = {"native": "oneDNN runs bfloat16 natively (avx512_bf16)",
-            "emulated": "oneDNN runs bfloat16 without bf16 instructions: emulated, typically "
-                        "2-3x slower than float32",
+            "emulated": "oneDNN runs bfloat16 without bf16 instructions: emulated, often "
+                        "slower than float32 (`amp-adapters info --measure` times it here)",
             "none": "oneDNN runs no bfloat16 kernel here"}[kind]
     return f"CPU: {m.get('cpu')} ({flags}){by}: {what}"

@@ -454,7 +454,8 @@ class SpeedBook:
 
     def _answer(self, disk: ProfileFile, k: tuple) -> Any:
         """What ``disk`` answers for ``k``: a cost, None (a failure of the measuring, kept for
-        the processes started before its ``retry_after``: said once), or ``_MISS``. Under refresh only what was written since
+        the processes started before its ``retry_after``: said once), or ``_MISS``. Under
+        refresh only what was written since
         this book was made answers (another process's refresh: a sibling rank's)."""
         if k in self.mine.entries:  # measured here, but the cache could not keep it
             disk = self.mine

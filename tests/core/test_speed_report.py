@@ -68,7 +68,8 @@ def test_profile_refresh_measures_this_dtype_again_and_keeps_every_other_entry(
     model = ("mxnet", "1.9.1", "bfloat16+train", "FullyConnected", "64x512;512x512>2")
     kept = {("paddle", "2.6.2", "bfloat16", "mul", "64x8;8x16>2"): Cost(0.9, 0.01),
             ("mxnet", "1.9.1", "float16", "FullyConnected", GEMM.shape.key): Cost(1.4, 0.01)}
-    write_profile(tmp_path / "c.json", ProfileFile(here, {**kept, model: Cost(3.0, 0.0, 3.0, 0.0)}))
+    write_profile(tmp_path / "c.json",
+                  ProfileFile(here, {**kept, model: Cost(3.0, 0.0, 3.0, 0.0)}))
     monkeypatch.setenv("AMP_ADAPTERS_REFRESH", "0")  # the command sets it; undone after
     monkeypatch.setattr("amp_adapters.speed_report.installed",
                         lambda: {"mxnet": provider(tmp_path)})

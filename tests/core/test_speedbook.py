@@ -229,10 +229,10 @@ def test_a_failure_of_the_measuring_is_not_kept_and_a_later_process_measures_aga
     assert on_disk.costs() == {}  # no "no kernel" answer on disk
     failure, = on_disk.entries.values()
     assert failure.retry_after == 1000.0 + RETRY_AFTER_S
+    meanwhile = book(tmp_path, killed, clock=lambda: now[0])
     plan = plan_op(Policy.preset("auto"), "mxnet", "FullyConnected", ("float32",) * 3,
                    device=DeviceProfile({"FullyConnected"}, training=True,
-                                        costs=book(tmp_path, killed, clock=lambda: now[0]).for_training(True)),
-                   shape=MLP)
+                                        costs=meanwhile.for_training(True)), shape=MLP)
     assert plan.run_dtype == "float32" and not plan.lacks_kernel  # not measured, not "no kernel"
     works = Timer(Cost(0.5, 0.01, 0.6, 0.01))
     now[0] += RETRY_AFTER_S / 2  # another rank, started meanwhile: the same answer, no timing
