@@ -70,9 +70,16 @@ def rows(probe: SpeedProbe, dtype: str) -> list[SpeedRow]:
         inputs = ("float32",) * max(1, len(s.shape.operands))
         d = plan_op(auto, probe.lists, s.op, inputs, device=probe.training, shape=s.shape)
         decision = dtype if d.run_dtype == dtype else (
-            d.reason.rsplit("; ", 1)[-1] if d.fell_back else "float32 (the lists)")
+            _why(d.reason) if d.fell_back else "float32 (the lists)")
         out.append(SpeedRow(probe.framework, s, route, fwd, train, decision))
     return out
+
+
+def _why(reason: str) -> str:
+    """The last clause of a decision's reason: from its ``float32:`` verdict on (which may
+    hold a ``;`` itself), else after the last ``;``."""
+    at = reason.rfind("float32: ")
+    return reason[at:] if at >= 0 else reason.rsplit("; ", 1)[-1]
 
 
 def _ratio(cost: Optional[Cost], training: bool) -> str:

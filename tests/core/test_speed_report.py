@@ -80,3 +80,18 @@ def test_profile_refresh_measures_this_dtype_again_and_keeps_every_other_entry(
     assert entries[model] == Cost(2.2, 0.05, 2.5, 0.05)  # measured again by this timer
     assert {k[4] for k in entries if k[0] == "mxnet" and k[2] == "bfloat16"} == {
         SMALL.shape.key, GEMM.shape.key}
+
+
+def test_a_tie_within_the_spread_says_its_whole_verdict(tmp_path):
+    """A ratio whose spread could undo its win: the decision column gives the verdict with
+    its ratio, not the clause after its own semicolon."""
+    def make(dtype):
+        book = SpeedBook("mxnet", "1.9.1", dtype, lambda op, shape, training:
+                         Cost(0.9, 0.2, 0.87, 0.7), cache=tmp_path / "c.json",
+                         here={"cpu": "Test CPU", "flags": [], "gpu": None, "isa": {}})
+        kernels = frozenset({"FullyConnected"})
+        return SpeedProbe("mxnet", "mxnet", book,
+                          DeviceProfile(kernels, training=True, costs=book.for_training(True)),
+                          DeviceProfile(kernels, costs=book.for_training(False)), (GEMM,))
+    row = measure({"mxnet": make}, "bfloat16").splitlines()[2]
+    assert "float32: not faster here" in row and "0.87x +- 0.70" in row
