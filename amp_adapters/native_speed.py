@@ -50,7 +50,7 @@ def measured_slower(framework: str, version: str, dtype: str, ops: AbstractSet[s
         return []
     want = f"{dtype}{'+train' if training else ''}"
     out = []
-    for (fw, ver, dt, op, shape), cost in got.entries.items():
+    for (fw, ver, dt, op, shape), cost in got.costs().items():  # not a failed timing
         if (fw, ver, dt) != (framework, version, want) or op not in ops or cost.error:
             continue
         ratio = cost.ratio(training)[0]
