@@ -191,7 +191,9 @@ def measured_shape(shape: ShapeClass, batch: Optional[int] = None) -> ShapeClass
 
 
 def shape_of(key: str) -> ShapeClass:
-    """The shape class whose ``ShapeClass.key`` is ``key`` (a cache entry's ``shape``)."""
+    """The shape class whose ``ShapeClass.key`` is ``key`` (a cache entry's ``shape``); an
+    empty key is no operands (one lone scalar operand has that key too: no timed op takes
+    one)."""
     operands, _, rank = key.partition(">")
     parts = operands.split(";") if operands else []
     return ShapeClass(tuple(None if p == "?" else tuple(
@@ -329,13 +331,18 @@ def write_profile(path: "str | Path", profile: ProfileFile) -> None:
         raise
 
 
+_held = threading.local()  # the locks this thread holds (``locked`` is reentrant)
+
+
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[bool]:
     """Hold the advisory lock of ``path`` (``fcntl.flock`` on ``path`` + ``.lock``, made if
-    absent) while the block runs: other processes taking it wait. Yields False (and does
-    not wait) where no lock can be taken: a directory that cannot be written, no fcntl."""
-    if fcntl is None:
-        yield False
+    absent) while the block runs: other processes (and threads) taking it wait; this
+    thread may take it again inside. Yields False (and does not wait) where no lock can be
+    taken: a directory that cannot be written, no fcntl."""
+    held = _held.__dict__.setdefault("paths", set())
+    if fcntl is None or str(path) in held:
+        yield fcntl is not None
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -345,8 +352,10 @@ def locked(path: Path) -> Iterator[bool]:
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        held.add(str(path))
         yield True
     finally:
+        held.discard(str(path))
         os.close(fd)  # closing the descriptor releases the lock
 
 

@@ -7,13 +7,14 @@ import multiprocessing
 import os
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from amp_adapters import AmpConfigError, Policy, plan_op
 from amp_adapters.device import Cost, DeviceProfile, ShapeClass
 from amp_adapters import speedbook
 from amp_adapters.speedbook import (ISA_ENV, RETRY_AFTER_S, Failure, MeasuringFailed,
+                                    ProfileFile,
                                     SpeedBook, gpu_key, machine, machine_id, nvidia_gpu,
                                     parse_profile,
                                     read_profile, write_profile)
@@ -378,3 +379,58 @@ def test_a_gpu_is_keyed_by_its_name_and_compute_capability():
                        Answer("NVIDIA A100-SXM4-40GB, 8.0\n"))
     assert facts == ("NVIDIA A100-SXM4-40GB", "8.0") and asked[0][-2:] == ["-i", "1"]
     assert nvidia_gpu(0, run=lambda argv, **kw: Answer("", 9)) is None
+
+
+# -- the file's new fields and the shape key, as properties -----------------------------------
+
+DIMS = st.one_of(st.none(), st.integers(1, 5000))
+SHAPES = st.lists(st.one_of(st.none(), st.lists(DIMS, max_size=4)), max_size=4)
+
+
+@given(SHAPES, st.one_of(st.none(), st.integers(0, 6)), st.one_of(st.none(), DIMS))
+def test_a_key_reads_back_as_the_shape_class_it_was_measured_at(operands, rank, batch):
+    """What ``remeasure`` reads from a cache entry (a shape as measured: no unknown
+    dimension left; one lone scalar operand's key is empty, as no operands' is: no timed op
+    has one)."""
+    assume(operands != [[]])
+    shape = speedbook.measured_shape(ShapeClass.of(operands, rank), batch)
+    assert speedbook.shape_of(shape.key) == shape
+
+
+WHEN = st.floats(0, 4e9, allow_nan=False)
+KNOWN = st.one_of(
+    st.builds(Cost, st.floats(0.01, 9), st.floats(0, 1), st.one_of(st.none(), st.floats(0.01, 9)),
+              st.one_of(st.none(), st.floats(0, 1))),
+    st.builds(lambda e: Cost(error=e), st.text(max_size=20)),
+    st.builds(Failure, st.text(max_size=20), WHEN))
+
+
+@given(st.dictionaries(st.tuples(*[st.text(max_size=6)] * 5), st.tuples(KNOWN, st.one_of(
+    st.none(), WHEN)), max_size=5))
+def test_measurements_failures_and_times_make_the_round_trip(rows):
+    """What a cache keeps (a ratio, "no kernel", a failed timing with its retry time, when
+    each was measured) is read back as written."""
+    written = ProfileFile(HERE, {k: v for k, (v, _) in rows.items()},
+                          {k: t for k, (_, t) in rows.items() if t is not None})
+    back = parse_profile(json.loads(written.to_json()), "x")
+    assert back.measured_at == written.measured_at
+    for k, v in written.entries.items():
+        got = back.entries[k]
+        assert type(got) is type(v)
+        if isinstance(v, Failure) or v.error is not None:
+            assert got.error == v.error and getattr(got, "retry_after", None) == \
+                getattr(v, "retry_after", None)
+        else:
+            assert got == v
+
+
+def test_the_lock_is_taken_again_by_the_thread_that_holds_it(tmp_path):
+    """A lookup that measures holds the cache's lock; a second book on the same file asked
+    from inside (one process, two frameworks' books share a machine's file) does not wait
+    for itself."""
+    inner = book(tmp_path, Timer(Cost(0.7, 0.0)))
+    outer = book(tmp_path, lambda op, shape, training: (
+        inner.lookup("Convolution", MLP), Cost(0.6, 0.0))[1])
+    assert outer.lookup("FullyConnected", MLP).forward == 0.6
+    assert {k[3] for k in read_profile(tmp_path / "cache.json").entries} == {
+        "FullyConnected", "Convolution"}
