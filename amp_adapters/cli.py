@@ -316,7 +316,8 @@ def _speed_parser(sub: "argparse._SubParsersAction", name: str, what: str, dtype
                    help="write every measurement of this machine to PATH, a profile file a "
                         "policy names (profile = \"PATH\")")
     p.add_argument("--refresh", action="store_true",
-                   help="measure again what this machine's speed cache already holds")
+                   help="measure again what this machine's speed cache holds for the "
+                        "installed frameworks and this dtype (the other entries are kept)")
     p.set_defaults(handler=handler)
     return p
 

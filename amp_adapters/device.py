@@ -16,8 +16,12 @@ Four rules live here and nowhere else:
   fewer dimensions than the result) on a reference implementation here is kept off its
   low kernel in training;
 - ``speed_refusal``: under measured speed, an op runs low only where its measured ratio
-  to float32, plus its spread, is below ``1 - margin`` (noise never tips a decision; a
-  training step's margin is wider, ``TRAIN_MARGIN``);
+  to float32, plus its spread, is below ``1 - margin`` (a win within the spread of its
+  own timing never decides; the spread is one process's, and another process can time
+  the same op further off, so the margin makes a tip by noise rare, not impossible:
+  decisions agree because each key is measured once and kept; a training step's margin
+  is wider, ``TRAIN_MARGIN``). Only an op with a timing recipe in its backend has a
+  measured ratio; under measured speed any other op the lists lower stays float32;
 - ``ShapeClass.of``: shapes are rounded up to powers of two, so nearby sizes share one
   measurement; a dimension of at most ``EXACT_UP_TO`` is kept (a 3x3 convolution is
   not timed as a 4x4 one: a window's size changes the algorithm, not only the work).
@@ -146,7 +150,8 @@ def speed_refusal(cost: Optional[Cost], training: bool, dtype: str,
                   margin: Optional[float] = None) -> Optional[str]:
     """Why an op whose ``cost`` was measured stays float32 under measured speed, or None to
     run it low: only a ratio below ``1 - margin`` by more than its spread goes low, so a
-    tie, or a win that noise could undo, keeps float32 (which is never slower than itself).
+    tie, or a win its timing's spread could undo, keeps float32 (which is never slower than
+    itself).
     ``margin``: by default ``TRAIN_MARGIN`` for a training step's ratio, else ``MARGIN``."""
     if cost is None:
         return None
@@ -164,7 +169,7 @@ def speed_refusal(cost: Optional[Cost], training: bool, dtype: str,
     if ratio >= 1.0:
         return f"float32: slower here ({ratio:.2f}x float32 for its {dtype} {what}, casts " \
                f"included)"
-    return f"float32: not faster here beyond noise ({ratio:.2f}x +- {spread:.2f} for its " \
+    return f"float32: not faster here beyond its spread ({ratio:.2f}x +- {spread:.2f} for its " \
            f"{dtype} {what}, casts included; a low kernel must gain {margin:.0%})"
 
 

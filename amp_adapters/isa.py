@@ -125,7 +125,7 @@ def describe_bf16(m: Mapping) -> str:
         by += f"; run as the CPU class {m['simulated']} ({SIMULATE_ENV})"
     kind = bf16_class(m)
     what = {"native": "oneDNN runs bfloat16 natively (avx512_bf16)",
-            "emulated": "oneDNN runs bfloat16 without bf16 instructions: emulated, "
-                        "usually slower than float32 (amp-adapters info --measure times it)",
+            "emulated": "oneDNN runs bfloat16 without bf16 instructions: emulated, often "
+                        "slower than float32 (`amp-adapters info --measure` times it here)",
             "none": "oneDNN runs no bfloat16 kernel here"}[kind]
     return f"CPU: {m.get('cpu')} ({flags}){by}: {what}"

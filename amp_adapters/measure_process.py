@@ -14,12 +14,22 @@ this process exits (the parent waits for each answer: nothing of it runs meanwhi
 and results are JSON values, or a ``Cost`` (sent as its fields). ``server`` is the
 backend's child module (``mxnet_amp.speed_child``, ``paddle_amp.speed_child``), run as
 ``python -m server`` with this process's ``sys.path`` and environment (so the same
-oneDNN ISA limits); it hands the functions it serves to ``serve``, which reads a JSON
-request per line and answers one per line on a private descriptor (what a framework
-prints goes to stderr). A call that raises there raises ``MeasureError`` here with the
-exception's type and message; a child that dies (a kernel that aborts or segfaults)
-fails that call with its signal and the last line it printed, and the next call starts
-another. A process that cannot start one (no ``sys.executable``) warns once and calls
+oneDNN ISA limits and thread settings); it hands the functions it serves to ``serve``,
+which reads a JSON request per line and answers one per line on a private descriptor
+(what a framework prints goes to stderr).
+
+Two kinds of failure, told apart because only one is an answer about the op:
+
+- a call that raises there (the framework refused the op) raises ``MeasureError`` here
+  with the exception's type and message: the op's answer ("no kernel");
+- a failure of the measuring itself raises ``ChildFailed`` (a ``MeasureError`` and a
+  ``speedbook.MeasuringFailed``): the child died (a kernel that aborts or segfaults, or
+  the kernel's OOM killer: its signal and the last line it printed), did not answer in
+  ``ANSWER_TIMEOUT_S`` (it is ended), or could not start (``Popen`` failed: no memory,
+  no processes left). The speed book keeps that as no measurement, retried later. The
+  next call starts another child.
+
+A process that has no Python to start one (no ``sys.executable``) warns once and calls
 ``fn`` in itself.
 """
 from __future__ import annotations
@@ -36,14 +46,20 @@ import threading
 from typing import Any, Callable, Mapping
 
 from .device import Cost
-from .isa import ISA_ENV, onednn_env
-from .speedbook import warn_once
+from .isa import onednn_env
+from .speedbook import TIMING_ENV, MeasuringFailed, warn_once
 
 ANSWER_TIMEOUT_S = 600.0  # one call: an import and a timing budget take seconds; a hang ends
 
 
 class MeasureError(RuntimeError):
-    """A measurement failed in the child process (its exception, or the child died)."""
+    """A measurement failed in the child process: its exception (the op's answer), or, as
+    ``ChildFailed``, the child itself."""
+
+
+class ChildFailed(MeasureError, MeasuringFailed):
+    """The measuring child died, did not answer in time, or could not start: a failure of
+    the measuring, not of the op (``speedbook.MeasuringFailed``)."""
 
 
 def _encode(value: Any) -> Any:
@@ -73,9 +89,14 @@ class _Child:
 
     def __init__(self, server: str, env: Mapping[str, str]):
         self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", server], env=dict(env),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr)
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", server], env=dict(env),
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr)
+        except (OSError, ValueError, subprocess.SubprocessError) as e:
+            self.stderr.close()
+            raise ChildFailed(f"the measuring process could not start ({type(e).__name__}: "
+                              f"{e})") from None
         self.lines: "queue.Queue[bytes]" = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self.timed_out = False
@@ -99,7 +120,7 @@ class _Child:
             self.timed_out, line = True, b""
             self.proc.kill()
         if not line:
-            raise MeasureError(self._death())
+            raise ChildFailed(self._death())
         return json.loads(line)
 
     def _death(self) -> str:
@@ -137,12 +158,13 @@ def _child_env() -> dict:
 
 def call(server: str, fn: Callable, *args: Any) -> Any:
     """``fn(*args)`` in this process's child ``server`` (a module that ``serve``s ``fn``),
-    started now if there is none for the oneDNN ISA limits in ``os.environ`` now; its
-    result (``MeasureError``: it raised there, or the child died). Blocks until the
-    answer (host syncs: the child's)."""
-    # a child per what changes a timing (the ISA limits), not per environment variable
-    limits = {**os.environ, **onednn_env()}
-    key = (os.getpid(), server, tuple(limits.get(k) for k in ISA_ENV))
+    started now if there is none for the oneDNN ISA limits and thread settings in
+    ``os.environ`` now; its result (``MeasureError``: it raised there; ``ChildFailed``:
+    the child died, did not answer, or could not start). Blocks until the answer (host
+    syncs: the child's)."""
+    # a child per what changes a timing (``speedbook.TIMING_ENV``), not per variable
+    timing = {**os.environ, **onednn_env()}  # the simulated CPU class's limits included
+    key = (os.getpid(), server, tuple(timing.get(k) for k in TIMING_ENV))
     with _lock:
         child = _children.get(key)
         if child is not None and child.proc.poll() is not None:

@@ -12,9 +12,13 @@ so. ``native_slowdown`` answers without timing anything:
 - or from a profile already on disk: this machine's speed cache
   (``speedbook.SpeedBook``), where an op the native lowers was measured slower.
 
-The wording lives here so every backend says the same line, with the ratio and the one
-argument that opts in (``policy="auto"``). ``say_once`` logs it once per process. Pure
-reads of ``/proc/cpuinfo``, the environment and one file; no framework, no host sync.
+The wording lives here so every backend says the same line, with the one argument that
+opts in (``policy="auto"``). A ratio the line prints is one this machine's book measured;
+the rule alone prints none (what oneDNN's emulation costs differs by framework, op and
+shape: MXNet's GEMMs ran 2-3x slower, Paddle's whole steps 0.8-1.0x of float32, so a
+figure said without measuring would be wrong for one of them). ``say_once`` logs it
+once per process. Pure reads of ``/proc/cpuinfo``, the environment and one file; no
+framework, no host sync.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ def measured_slower(framework: str, version: str, dtype: str, ops: AbstractSet[s
                     training: bool, m: Mapping, cache: Optional[Path] = None
                     ) -> list[tuple[str, str, float]]:
     """(op, shape class, ratio) of the ``ops`` this machine's speed cache measured slower
-    than float32 beyond noise (``speed_refusal``, ratio >= 1), worst first; an absent or
+    than float32 (``speed_refusal``, ratio >= 1), worst first; an absent or
     unreadable cache, or one from another machine, says nothing."""
     path = cache or cache_dir() / f"profile-{machine_id(m)}.json"
     if not path.exists():
@@ -46,7 +50,7 @@ def measured_slower(framework: str, version: str, dtype: str, ops: AbstractSet[s
         return []
     want = f"{dtype}{'+train' if training else ''}"
     out = []
-    for (fw, ver, dt, op, shape), cost in got.entries.items():
+    for (fw, ver, dt, op, shape), cost in got.costs().items():  # not a failed timing
         if (fw, ver, dt) != (framework, version, want) or op not in ops or cost.error:
             continue
         ratio = cost.ratio(training)[0]
@@ -56,11 +60,11 @@ def measured_slower(framework: str, version: str, dtype: str, ops: AbstractSet[s
 
 
 def native_slowdown(who: str, framework: str, version: str, dtype: str, ops: AbstractSet[str],
-                    training: bool, typical: str, m: Optional[Mapping] = None,
+                    training: bool, m: Optional[Mapping] = None,
                     cache: Optional[Path] = None) -> Optional[str]:
     """One line when the native's ``dtype`` decisions (which lower ``ops``) run an op slower
-    than float32 on this machine, else None. ``typical``: the ratio the backend measured
-    on such CPUs (said when the rule, not a measurement, knows it); ``who``: the
+    than float32 on this machine (measured: the ratios, from this machine's speed cache),
+    or may (by rule, where oneDNN emulates bf16: no ratio), else None. ``who``: the
     drop-in's name, the line's prefix."""
     m = machine() if m is None else m
     slow = measured_slower(framework, version, dtype, ops, training, m, cache)
@@ -77,9 +81,9 @@ def native_slowdown(who: str, framework: str, version: str, dtype: str, ops: Abs
     why = why_emulated(m)
     if why is None:
         return None
-    return (f"{who}: {why}, so oneDNN emulates bfloat16 and the native bfloat16 decisions "
-            f"run {', '.join(sorted(ops))} slower than float32 (about {typical} its time)"
-            + tail)
+    return (f"{who}: {why}, so oneDNN emulates bfloat16, and the native bfloat16 decisions "
+            f"may run {', '.join(sorted(ops))} slower than float32 here (not measured yet: "
+            f"`amp-adapters info --measure` times them)" + tail)
 
 
 def say_once(logger: logging.Logger, line: Optional[str]) -> bool:
@@ -88,8 +92,7 @@ def say_once(logger: logging.Logger, line: Optional[str]) -> bool:
     return bool(line) and warn_once(line.split(":", 1)[0] + "|native-slowdown", line, logger)
 
 
-def note(who: str, policy, framework: str, version: str, typical: str,
-         training: bool) -> bool:
+def note(who: str, policy, framework: str, version: str, training: bool) -> bool:
     """Say ``native_slowdown``'s line once per process (``say_once`` on ``who``'s logger)
     when ``policy`` holds the native's decisions (``defaults == "native"``: what a drop-in
     runs without ``policy=``); ``framework`` names the profile entries (``"paddle-pir"``),
@@ -100,4 +103,4 @@ def note(who: str, policy, framework: str, version: str, typical: str,
         return False
     ops = frozenset(effective_lists(policy, framework.split("-")[0])["lower"])
     return say_once(logging.getLogger(who), native_slowdown(
-        who, framework, version, policy.dtype, ops, training, typical))
+        who, framework, version, policy.dtype, ops, training))

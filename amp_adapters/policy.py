@@ -167,8 +167,9 @@ class Policy:
 
     ``speed``: ``"fixed"`` (the lists decide, the same on every machine) or
     ``"measured"`` (an op the lists lower runs low only where its low kernel, casts
-    included, was measured faster than float32 on this machine, beyond noise:
-    ``device.speed_refusal``; the preset ``"auto"``). ``profile``: a saved profile file
+    included, was measured faster than float32 on this machine, by a margin beyond its
+    timing's spread: ``device.speed_refusal``; an op without a timing recipe is not
+    measured and stays float32; the preset ``"auto"``). ``profile``: a saved profile file
     (``amp-adapters profile --save``) whose measurements decide instead of this
     machine's, so the plan is the same on every rerun and every machine.
 

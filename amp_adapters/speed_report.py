@@ -70,9 +70,16 @@ def rows(probe: SpeedProbe, dtype: str) -> list[SpeedRow]:
         inputs = ("float32",) * max(1, len(s.shape.operands))
         d = plan_op(auto, probe.lists, s.op, inputs, device=probe.training, shape=s.shape)
         decision = dtype if d.run_dtype == dtype else (
-            d.reason.rsplit("; ", 1)[-1] if d.fell_back else "float32 (the lists)")
+            _why(d.reason) if d.fell_back else "float32 (the lists)")
         out.append(SpeedRow(probe.framework, s, route, fwd, train, decision))
     return out
+
+
+def _why(reason: str) -> str:
+    """The last clause of a decision's reason: from its ``float32:`` verdict on (which may
+    hold a ``;`` itself), else after the last ``;``."""
+    at = reason.rfind("float32: ")
+    return reason[at:] if at >= 0 else reason.rsplit("; ", 1)[-1]
 
 
 def _ratio(cost: Optional[Cost], training: bool) -> str:
@@ -111,16 +118,23 @@ def installed() -> dict[str, Provider]:
 def measure(providers: Mapping[str, Provider], dtype: str,
             save: "Optional[str | Path]" = None) -> str:
     """The report for every provider (a provider that fails says why in one line); with
-    ``save``, every measurement the books know is written there as a profile file."""
+    ``save``, every measurement the books know is written there as a profile file. A book
+    that refreshes (``amp-adapters profile --refresh``) also measures again the other keys
+    of its framework and dtype in this machine's cache (``SpeedBook.remeasure``: a model's
+    shapes); every other entry is kept."""
     out, entries = [], {}
     for name, provider in sorted(providers.items()):
         try:
             probe = provider(dtype)
             found = rows(probe, dtype)
+            again = probe.book.remeasure()
         except Exception as e:  # a backend's own failure is its line, not ours
             out.append(f"{name}: cannot measure ({type(e).__name__}: {e})")
             continue
         out.append(render(found, dtype))
+        if again:
+            out.append(f"{probe.framework}: measured again {again} more {dtype} entries of "
+                       f"this machine's cache (the shapes of models run here)")
         entries.update(probe.book.entries())
     if save is not None:
         write_profile(save, ProfileFile(machine(), entries))

@@ -35,7 +35,7 @@ from amp_adapters import Policy
 from amp_adapters.native_speed import note
 from amp_adapters.device import Cost, CostLookup, DeviceProfile, ShapeClass
 from amp_adapters.measure_process import call
-from amp_adapters.speedbook import SpeedBook, machine
+from amp_adapters.speedbook import SpeedBook, gpu_key, machine, nvidia_gpu, warn_once
 from amp_adapters.timing import ratio_of
 
 from amp_adapters.quiet import stderr_silenced
@@ -252,33 +252,45 @@ def profile(ctx: mx.Context, policy: Policy, training: bool) -> DeviceProfile:
 _books: dict[tuple, SpeedBook] = {}
 
 
+def here(ctx: mx.Context, facts: Optional[tuple[str, object]] = None) -> dict:
+    """The machine a measurement on ``ctx`` is keyed by (``speedbook.machine``): on a GPU,
+    its name and compute capability (``facts``, default what ``nvidia-smi`` says of
+    ``ctx``'s device: MXNet itself cannot tell); None on a CPU."""
+    if ctx.device_type in ("cpu", "cpu_pinned", "cpu_shared"):
+        return machine()
+    facts = facts or nvidia_gpu(ctx.device_id)
+    if facts is None:
+        warn_once(f"gpu-name:{ctx.device_id}", f"mxnet_amp: cannot read the name of GPU "
+                  f"{ctx.device_id} (nvidia-smi): its timings are kept as 'unknown GPU', "
+                  f"which another GPU model on this host would share")
+        facts = ("unknown GPU", "?")
+    return machine(gpu=gpu_key(facts[0], facts[1]))  # type: ignore[arg-type]
+
+
 def book(ctx: mx.Context, policy: Policy) -> SpeedBook:
     """The one ``SpeedBook`` of this process for ``policy``'s dtype and saved profile on
-    ``ctx``'s device type (framework "mxnet", this MXNet's version); its measurements run
-    on ``ctx``."""
-    key = (policy.dtype, policy.profile, ctx.device_type)
+    ``ctx`` (framework "mxnet", this MXNet's version, keyed by ``here(ctx)``); its
+    measurements run on ``ctx``, the device the model runs on."""
+    key = (policy.dtype, policy.profile, ctx.device_type, ctx.device_id)
     if key not in _books:
-        here = machine(gpu=None if ctx.device_type == "cpu" else f"mxnet {ctx.device_type}")
         _books[key] = SpeedBook("mxnet", mx.__version__, policy.dtype,
                                 measurer(ctx, policy.dtype), profile=policy.profile,
-                                here=here)
+                                here=here(ctx))
     return _books[key]
-
-
-# what issue 31 measured for MXNet 1.9.1's native bf16 (MLP, CNN) where oneDNN emulates bf16
-TYPICAL_EMULATED_BF16 = "2.0-2.9x"
 
 
 def note_native_speed(policy: Policy, training: bool) -> None:
     """Say once per process when the native's decisions run an op slower than float32 here
     (``amp_adapters.native_speed.note``)."""
-    note("mxnet_amp", policy, "mxnet", mx.__version__, TYPICAL_EMULATED_BF16, training)
+    note("mxnet_amp", policy, "mxnet", mx.__version__, training)
 
 
-def install_speed_book(book: SpeedBook, policy: Policy, device_type: str = "cpu") -> None:
-    """Use ``book`` for ``policy`` on ``device_type`` from now on (a profile given as data:
-    a book whose ``measure`` is another timer, or a fixed answer in a test)."""
-    _books[(policy.dtype, policy.profile, device_type)] = book
+def install_speed_book(book: SpeedBook, policy: Policy, device_type: str = "cpu",
+                       device_id: int = 0) -> None:
+    """Use ``book`` for ``policy`` on the device ``device_type`` ``device_id`` from now on (a
+    profile given as data: a book whose ``measure`` is another timer, or a fixed answer in
+    a test)."""
+    _books[(policy.dtype, policy.profile, device_type, device_id)] = book
 
 
 def forget_speed_books() -> None:

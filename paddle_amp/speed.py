@@ -17,6 +17,10 @@ measured at stride 1 and "same" padding. Shapes that fit no such op are not meas
 (None). The entries' framework is ``"paddle"`` for the legacy IR and ``"paddle-pir"`` for
 PIR: the two build different casts around the op (PIR has no oneDNN cast), so their
 timings are not each other's.
+
+The op is timed on the place the program runs on (``timing_place``: the CPU, or the GPU
+``paddle.set_device`` chose), and on a GPU the book is keyed by that GPU's name and
+compute capability (``gpu_of``).
 """
 from __future__ import annotations
 
@@ -31,7 +35,7 @@ from amp_adapters import Policy
 from amp_adapters.native_speed import note
 from amp_adapters.device import Cost, CostLookup, DeviceProfile, ShapeClass
 from amp_adapters.measure_process import call
-from amp_adapters.speedbook import SpeedBook
+from amp_adapters.speedbook import SpeedBook, gpu_key, machine
 
 from .ir import probe_named
 from .ir.protocol import Probe
@@ -66,12 +70,55 @@ def measurable(op: str, shape: ShapeClass) -> bool:
         and fit(op, shape.concrete()) is not None
 
 
-@functools.lru_cache(maxsize=None)
+Place = tuple  # ("CPUPlace",) or ("CUDAPlace", index): a place as JSON, for the child
+
+
+def timing_place(device: str, gpu_id: Optional[int] = None) -> Place:
+    """The place an op is timed on for a program on ``device`` ('CPU' or 'GPU'): the CPU, or
+    the GPU ``gpu_id`` (default: the one programs run on, ``paddle.set_device``)."""
+    if device == "CPU":
+        return ("CPUPlace",)
+    if gpu_id is None:
+        from .env import expected_place
+        place = expected_place()
+        gpu_id = place.get_device_id() if hasattr(place, "get_device_id") else \
+            place.gpu_device_id()
+    return ("CUDAPlace", int(gpu_id))
+
+
+def place_of(place: Place):
+    """The Paddle place ``timing_place`` names (built where it is timed: the child)."""
+    kinds = {"CPUPlace": paddle.CPUPlace, "CUDAPlace": paddle.CUDAPlace}
+    return kinds[place[0]](*place[1:])
+
+
+def gpu_of(place: Place, facts: Optional[tuple[str, object]] = None) -> Optional[str]:
+    """The machine's GPU for a measurement on ``place``: its name and compute capability
+    (``speedbook.gpu_key``; ``facts`` default Paddle's answer for the device), None on
+    the CPU."""
+    if place[0] == "CPUPlace":
+        return None
+    if facts is None:
+        cuda = paddle.device.cuda
+        facts = (cuda.get_device_name(place[1]), cuda.get_device_capability(place[1]))
+    return gpu_key(facts[0], facts[1])  # type: ignore[arg-type]
+
+
 def book(device: str, dtype: str, profile: Optional[str], probe: Probe) -> SpeedBook:
-    """The one ``SpeedBook`` per (device, dtype, profile file, IR) in this process (a
+    """The one ``SpeedBook`` per (place timed on, dtype, profile file, IR) in this process (a
     malformed profile file raises ``AmpConfigError`` here, before anything is rewritten)."""
+    return _book(timing_place(device), dtype, profile, probe)
+
+
+@functools.lru_cache(maxsize=None)
+def _book(place: Place, dtype: str, profile: Optional[str], probe: Probe) -> SpeedBook:
+    device = "CPU" if place[0] == "CPUPlace" else "GPU"
     return SpeedBook(framework(probe), paddle.__version__, dtype,
-                     timer(device, dtype, probe), profile=profile)
+                     timer(device, dtype, probe, place), profile=profile,
+                     here=machine(gpu=gpu_of(place)))
+
+
+book.cache_clear = _book.cache_clear  # type: ignore[attr-defined]  # tests: books afresh
 
 
 def framework(probe: Probe) -> str:
@@ -79,10 +126,13 @@ def framework(probe: Probe) -> str:
     return "paddle" if probe.name == "legacy" else f"paddle-{probe.name}"
 
 
-def timer(device: str, dtype: str, probe: Probe):
+def timer(device: str, dtype: str, probe: Probe, place: Optional[Place] = None):
     """``measure(op, shape, training) -> Optional[Cost]`` for ``SpeedBook``: ``op`` timed by
-    ``probe`` at ``shape`` on the routes the device profile gives it (None: an op without
-    a timing recipe, shapes that fit it not, or no low kernel here)."""
+    ``probe`` at ``shape`` on the routes the device profile gives it, on ``place``
+    (default ``timing_place(device)``) (None: an op without a timing recipe, shapes that
+    fit it not, or no low kernel here)."""
+    place = timing_place(device) if place is None else place
+
     def measure(op: str, shape: ShapeClass, training: bool) -> Optional[Cost]:
         if not measurable(op, shape):
             return None
@@ -98,16 +148,18 @@ def timer(device: str, dtype: str, probe: Probe):
         # timed in the measuring child (``amp_adapters.measure_process``): timing here would
         # leave this process's memory changed for the model
         return call("paddle_amp.speed_child", time_on, probe.name, op, inputs, attrs,
-                    training, dtype, route == "onednn", cast_in)
+                    training, dtype, route == "onednn", cast_in, list(place))
     return measure
 
 
 def time_on(ir_name: str, op: str, inputs: dict, attrs: dict, training: bool, dtype: str,
-            onednn: bool, cast_in: Optional[str]) -> Cost:
-    """``Probe.time`` of the IR named ``ir_name`` with its arguments as JSON values: what
-    ``timer`` calls in the child."""
+            onednn: bool, cast_in: Optional[str], place: Optional[list] = None) -> Cost:
+    """``Probe.time`` of the IR named ``ir_name`` with its arguments as JSON values, on
+    ``place`` (``timing_place``'s answer; default the CPU): what ``timer`` calls in the
+    child."""
     return probe_named(ir_name).time(op, {k: tuple(v) for k, v in inputs.items()}, attrs,
-                                     training, dtype, onednn, cast_in)
+                                     training, dtype, onednn, cast_in,
+                                     place=place_of(tuple(place or ("CPUPlace",))))
 
 
 def fit(op: str, shapes: tuple) -> Optional[tuple[dict, dict]]:
@@ -183,12 +235,7 @@ def speed_probe(dtype: str):
                       profile(policy, device, probe, False), samples)
 
 
-# what issue 31 measured for Paddle's native bf16 (MLP, CNN) where oneDNN emulates bf16
-TYPICAL_EMULATED_BF16 = "1.0-1.3x"
-
-
 def note_native_speed(policy: Policy, probe: Probe, training: bool) -> None:
     """Say once per process when the native's decisions run an op slower than float32 here
     (``amp_adapters.native_speed.note``), for a program in ``probe``'s IR."""
-    note("paddle_amp", policy, framework(probe), paddle.__version__, TYPICAL_EMULATED_BF16,
-         training)
+    note("paddle_amp", policy, framework(probe), paddle.__version__, training)

@@ -110,12 +110,12 @@ class Probe(Protocol):
         the float32 values back), or None (it failed, or ``onednn_casts`` is False)."""
 
     def time(self, op: str, inputs: Mapping[str, tuple[int, ...]], attrs: Mapping[str, Any],
-             training: bool, dtype: str, onednn: bool, cast_in: Optional[str]
-             ) -> Optional[Any]:
+             training: bool, dtype: str, onednn: bool, cast_in: Optional[str],
+             place: Any = None) -> Optional[Any]:
         """``amp_adapters.device.Cost`` of ``op`` on float32 parameters of the shapes
         ``inputs``, in ``dtype`` behind casts (route ``cast_in``), the op on oneDNN with
         ``onednn``, its result cast to float32, against the op in float32 (forward; with
-        ``training`` forward and backward too). None: an op it cannot build; a failure
+        ``training`` forward and backward too), on ``place`` (default the CPU). None: an op it cannot build; a failure
         raises (the caller records it as no kernel)."""
 
 

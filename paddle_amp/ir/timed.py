@@ -19,11 +19,12 @@ TIMING_BUDGET = {"warmup": 1, "min_pairs": 5, "budget_s": 0.1}
 Build = Callable[[Any, Any, bool, bool], Any]  # (main, startup, low, backward) -> the loss
 
 
-def cost_of(build: Build, training: bool) -> Cost:
+def cost_of(build: Build, training: bool, place: Any = None) -> Cost:
     """The low program's time over the float32 one's, forward and, with ``training``, forward
-    and backward (``Cost``). Raises what a build or a run raises."""
+    and backward (``Cost``), run on ``place`` (default the CPU: the place the program the
+    measurement is for runs on). Raises what a build or a run raises."""
     scope = paddle.static.Scope()
-    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe = paddle.static.Executor(paddle.CPUPlace() if place is None else place)
     progs = {}
     for low in (True, False):
         for backward in (False, True) if training else (False,):

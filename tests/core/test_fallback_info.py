@@ -47,9 +47,11 @@ def test_no_backend_says_so():
 def test_the_machine_reads_the_model_the_flags_and_the_isa_limits(tmp_path):
     f = tmp_path / "cpuinfo"
     f.write_text("model name\t: Test CPU\nflags : fpu sse avx2 avx512f avx512_bf16 amx_tile\n")
-    m = machine(str(f), environ={"DNNL_MAX_CPU_ISA": "AVX512_CORE"})
+    m = machine(str(f), environ={"DNNL_MAX_CPU_ISA": "AVX512_CORE", "OMP_NUM_THREADS": "1"},
+                ncpus=2)
     assert m == {"cpu": "Test CPU", "flags": ["amx_tile", "avx2", "avx512_bf16", "avx512f"],
-                 "gpu": None, "isa": {"DNNL_MAX_CPU_ISA": "AVX512_CORE"}}
+                 "gpu": None, "isa": {"DNNL_MAX_CPU_ISA": "AVX512_CORE"}, "cpus": 2,
+                 "threads": {"OMP_NUM_THREADS": "1"}}
     assert machine(str(tmp_path / "missing"), environ={})["flags"] == []
 
 

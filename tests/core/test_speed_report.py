@@ -57,3 +57,41 @@ def test_the_profile_command_needs_no_framework_to_start(capsys, tmp_path, monke
     assert main(["profile", "--save", str(tmp_path / "p.json")], commands={}) == 0
     out = capsys.readouterr().out
     assert "measured here (bfloat16" in out and "profile written to" in out
+
+
+def test_profile_refresh_measures_this_dtype_again_and_keeps_every_other_entry(
+        capsys, tmp_path, monkeypatch):
+    """``amp-adapters profile --refresh``: the samples and the models' keys of this dtype are
+    measured again; another framework's entries and another dtype's are kept as they were."""
+    from amp_adapters.speedbook import ProfileFile, write_profile
+    here = {"cpu": "Test CPU", "flags": [], "gpu": None, "isa": {}}
+    model = ("mxnet", "1.9.1", "bfloat16+train", "FullyConnected", "64x512;512x512>2")
+    kept = {("paddle", "2.6.2", "bfloat16", "mul", "64x8;8x16>2"): Cost(0.9, 0.01),
+            ("mxnet", "1.9.1", "float16", "FullyConnected", GEMM.shape.key): Cost(1.4, 0.01)}
+    write_profile(tmp_path / "c.json",
+                  ProfileFile(here, {**kept, model: Cost(3.0, 0.0, 3.0, 0.0)}))
+    monkeypatch.setenv("AMP_ADAPTERS_REFRESH", "0")  # the command sets it; undone after
+    monkeypatch.setattr("amp_adapters.speed_report.installed",
+                        lambda: {"mxnet": provider(tmp_path)})
+    assert main(["profile", "--refresh"], commands={}) == 0
+    assert "measured again 1 more bfloat16 entries" in capsys.readouterr().out
+    entries = read_profile(tmp_path / "c.json").entries
+    assert {k: entries[k] for k in kept} == kept
+    assert entries[model] == Cost(2.2, 0.05, 2.5, 0.05)  # measured again by this timer
+    assert {k[4] for k in entries if k[0] == "mxnet" and k[2] == "bfloat16"} == {
+        SMALL.shape.key, GEMM.shape.key}
+
+
+def test_a_tie_within_the_spread_says_its_whole_verdict(tmp_path):
+    """A ratio whose spread could undo its win: the decision column gives the verdict with
+    its ratio, not the clause after its own semicolon."""
+    def make(dtype):
+        book = SpeedBook("mxnet", "1.9.1", dtype, lambda op, shape, training:
+                         Cost(0.9, 0.2, 0.87, 0.7), cache=tmp_path / "c.json",
+                         here={"cpu": "Test CPU", "flags": [], "gpu": None, "isa": {}})
+        kernels = frozenset({"FullyConnected"})
+        return SpeedProbe("mxnet", "mxnet", book,
+                          DeviceProfile(kernels, training=True, costs=book.for_training(True)),
+                          DeviceProfile(kernels, costs=book.for_training(False)), (GEMM,))
+    row = measure({"mxnet": make}, "bfloat16").splitlines()[2]
+    assert "float32: not faster here" in row and "0.87x +- 0.70" in row

@@ -2,15 +2,24 @@
 machine, bad files refused with the file and the key, an unwritable cache measured in memory."""
 import json
 import logging
+import math
+import multiprocessing
+import os
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from amp_adapters import AmpConfigError, Policy, plan_op
 from amp_adapters.device import Cost, DeviceProfile, ShapeClass
-from amp_adapters.speedbook import (ISA_ENV, SpeedBook, machine, machine_id, parse_profile,
-                                    read_profile)
+from amp_adapters import speedbook
+from amp_adapters.speedbook import (ISA_ENV, RETRY_AFTER_S, Failure, MeasuringFailed,
+                                    ProfileFile,
+                                    SpeedBook, gpu_key, machine, machine_id, nvidia_gpu,
+                                    parse_profile,
+                                    read_profile, write_profile)
+
+import speedbook_procs
 from amp_adapters.timing import ratio_of, spread_of
 
 MLP = ShapeClass.of([(64, 2048), (2048, 2048), (2048,)], result_rank=2)
@@ -199,3 +208,229 @@ def test_two_books_sharing_a_cache_keep_each_others_entries(tmp_path):
     b.lookup("Convolution", MLP)  # b read the cache before a wrote it
     keys = {k[3] for k in read_profile(tmp_path / "cache.json").entries}
     assert keys == {"FullyConnected", "Convolution"}
+
+
+# -- issue 38 point 6: a failure is not a measurement; processes share one book --------------
+
+def test_a_failure_of_the_measuring_is_not_kept_and_a_later_process_measures_again(
+        tmp_path, caplog, monkeypatch):
+    """A child that timed out, was killed or could not start says nothing about the op: it
+    is not "no kernel"; processes started before its retry time (other ranks) plan it alike
+    (not measured: float32), and one started after measures it."""
+    monkeypatch.setattr(speedbook, "_warned", set())
+    now = [1000.0]
+    killed = Timer(MeasuringFailed("the measuring process ended (signal SIGKILL)"))
+    with caplog.at_level(logging.WARNING, logger="amp_adapters"):
+        assert book(tmp_path, killed, clock=lambda: now[0]).lookup(
+            "FullyConnected", MLP, True) is None
+    said = caplog.text
+    assert "signal SIGKILL" in said and "not kept as a measurement" in said
+    assert "measures it again" in said
+    on_disk = read_profile(tmp_path / "cache.json")
+    assert on_disk.costs() == {}  # no "no kernel" answer on disk
+    failure, = on_disk.entries.values()
+    assert failure.retry_after == 1000.0 + RETRY_AFTER_S
+    meanwhile = book(tmp_path, killed, clock=lambda: now[0])
+    plan = plan_op(Policy.preset("auto"), "mxnet", "FullyConnected", ("float32",) * 3,
+                   device=DeviceProfile({"FullyConnected"}, training=True,
+                                        costs=meanwhile.for_training(True)), shape=MLP)
+    assert plan.run_dtype == "float32" and not plan.lacks_kernel  # not measured, not "no kernel"
+    works = Timer(Cost(0.5, 0.01, 0.6, 0.01))
+    now[0] += RETRY_AFTER_S / 2  # another rank, started meanwhile: the same answer, no timing
+    assert book(tmp_path, works, clock=lambda: now[0]).lookup("FullyConnected", MLP,
+                                                              True) is None
+    assert works.calls == []
+    now[0] += RETRY_AFTER_S  # a later process measures it again, and keeps the measurement
+    assert book(tmp_path, works, clock=lambda: now[0]).lookup(
+        "FullyConnected", MLP, True) == works.cost
+    assert read_profile(tmp_path / "cache.json").costs() != {}
+
+
+def test_an_op_that_fails_in_the_child_is_kept_a_dying_child_is_not(tmp_path):
+    """The two failures of a real measuring child: the op raised there (an answer: kept as
+    no kernel), the child died (SIGABRT: no answer, kept only until its retry time)."""
+    from amp_adapters import measure_process
+
+    def raises(op, shape, training):
+        return measure_process.call("measure_child_fns", math.sqrt, -1)
+
+    def dies(op, shape, training):
+        return measure_process.call("measure_child_fns", os.abort)
+    try:
+        refused = book(tmp_path, raises).lookup("dot", MLP)
+        assert refused.error and "math domain error" in refused.error
+        assert book(tmp_path, dies).lookup("FullyConnected", MLP) is None
+    finally:
+        measure_process.close_all()
+    kept = read_profile(tmp_path / "cache.json").entries
+    assert isinstance(kept[book(tmp_path, dies).key("dot", MLP, False)], Cost)
+    assert isinstance(kept[book(tmp_path, dies).key("FullyConnected", MLP, False)], Failure)
+
+
+def test_refresh_measures_only_its_own_keys_and_keeps_every_other_entry(tmp_path):
+    first = book(tmp_path, Timer(Cost(0.6, 0.01)))
+    first.lookup("FullyConnected", MLP)
+    model = ShapeClass.of([(None, 512), (512, 512)], 2)  # a model's key, timed by a run
+    first.lookup("FullyConnected", model, True)
+    first.lookup("FullyConnected", MLP, True)
+    other = {("paddle", "2.6.2", "bfloat16", "mul", "64x8;8x16>2"): Cost(0.9, 0.01),
+             ("mxnet", "1.9.1", "float16", "FullyConnected", MLP.key): Cost(1.4, 0.01)}
+    disk = read_profile(tmp_path / "cache.json")
+    disk.entries.update(other)
+    write_profile(tmp_path / "cache.json", disk)
+    again = Timer(Cost(0.4, 0.01, 0.5, 0.01))
+    refresh = book(tmp_path, again, refresh=True)
+    assert refresh.lookup("FullyConnected", MLP) == again.cost  # measured again
+    assert refresh.lookup("FullyConnected", MLP) == again.cost and len(again.calls) == 1
+    assert refresh.remeasure() == 2  # the model's key and the training one: this dtype's
+    kept = read_profile(tmp_path / "cache.json").entries
+    assert {k: kept[k] for k in other} == other  # another framework, another dtype: kept
+    assert kept[refresh.key("FullyConnected", model, True)] == again.cost
+    assert len(kept) == 5
+
+
+def test_a_stale_copy_does_not_overwrite_what_another_process_measured_since(tmp_path):
+    """This process read the cache; another process then measured the GEMM again (a
+    refresh); this process's next write keeps the other's newer entry."""
+    calls = tmp_path / "calls"
+    cache = tmp_path / "cache.json"
+    here = speedbook_procs.rank_book(str(cache), str(calls), 0.6)
+    here.lookup("FullyConnected", MLP)  # measured here: 0.6
+    stale = speedbook_procs.rank_book(str(cache), str(calls), 0.7)  # read now, kept in memory
+    ctx = multiprocessing.get_context("spawn")
+    p = ctx.Process(target=speedbook_procs.refresh_one, args=(str(cache), str(calls), 0.9))
+    p.start()
+    p.join()
+    assert p.exitcode == 0
+    stale.lookup("Convolution", MLP)  # a write of this process's copy
+    kept = read_profile(cache).entries
+    assert kept[stale.key("FullyConnected", MLP, False)].forward == 0.9
+    assert kept[stale.key("Convolution", MLP, False)].forward == 0.7
+
+
+def test_ranks_on_one_host_measure_once_and_plan_alike(tmp_path):
+    """Two ranks make their books on one cache, then look the same GEMM up at once: one
+    measures (under the cache's lock), the other reads its answer, so both plan by the same
+    number though each one's own timer would answer differently."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier, answers = ctx.Barrier(2), ctx.Queue()
+    calls = tmp_path / "calls"
+    ranks = [ctx.Process(target=speedbook_procs.rank, args=(
+        str(tmp_path / "cache.json"), str(calls), forward, barrier, answers))
+        for forward in (0.5, 2.5)]
+    for p in ranks:
+        p.start()
+    got = [answers.get(timeout=300) for _ in ranks]
+    for p in ranks:
+        p.join()
+    assert [p.exitcode for p in ranks] == [0, 0]
+    assert got[0] == got[1] and got[0] in (0.5, 2.5)
+    assert len(calls.read_text().splitlines()) == 1  # measured once
+
+
+# -- the key names what changes speed: threads, CPUs, the batch measured, the GPU ----------
+
+@pytest.mark.parametrize("variable", ["OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                      "MXNET_CPU_WORKER_NTHREADS", "CPU_NUM",
+                                      "FLAGS_paddle_num_threads"])
+def test_the_machine_key_holds_the_thread_settings(variable):
+    one, four = machine(environ={variable: "1"}), machine(environ={variable: "4"})
+    assert one["threads"] == {variable: "1"}
+    assert machine_id(one) != machine_id(four) != machine_id(machine(environ={}))
+    assert f"{variable}=1" in speedbook.describe(one)
+
+
+def test_the_machine_key_holds_the_cpus_this_process_may_use():
+    assert machine(environ={})["cpus"] >= 1
+    assert machine_id(machine(environ={}, ncpus=2)) != machine_id(machine(environ={}, ncpus=8))
+
+
+def test_the_key_names_the_batch_an_unknown_dimension_was_measured_at(tmp_path):
+    open_batch = ShapeClass.of([(None, 2048), (2048, 2048)], 2)
+    timer = Timer(Cost(0.6, 0.01))
+    b = book(tmp_path, timer)
+    b.lookup("FullyConnected", open_batch)
+    assert timer.calls == [("FullyConnected", "64x2048;2048x2048>2", False)]
+    assert b.key("FullyConnected", open_batch, False)[4] == "64x2048;2048x2048>2"
+    # a batch of 64 given is the same measurement; the backend's real batch is its own key
+    b.lookup("FullyConnected", ShapeClass.of([(64, 2048), (2048, 2048)], 2))
+    assert len(timer.calls) == 1
+    told = SpeedBook("mxnet", "1.9.1", "bfloat16", timer, cache=tmp_path / "cache.json",
+                     here=HERE, batch=200)
+    told.lookup("FullyConnected", open_batch)
+    assert timer.calls[-1] == ("FullyConnected", "256x2048;2048x2048>2", False)
+    assert {k[4] for k in read_profile(tmp_path / "cache.json").entries} == {
+        "64x2048;2048x2048>2", "256x2048;2048x2048>2"}
+
+
+def test_a_gpu_is_keyed_by_its_name_and_compute_capability():
+    """A GPU profile given as data (no GPU here): two GPUs are two machines."""
+    a100 = machine(gpu=gpu_key("NVIDIA A100-SXM4-40GB", (8, 0)), environ={})
+    v100 = machine(gpu=gpu_key("Tesla V100-SXM2-16GB", "7.0"), environ={})
+    assert a100["gpu"] == "NVIDIA A100-SXM4-40GB (compute capability 8.0)"
+    assert machine_id(a100) != machine_id(v100)
+    assert "GPU NVIDIA A100-SXM4-40GB (compute capability 8.0)" in speedbook.describe(a100)
+
+    class Answer:
+        def __init__(self, stdout, returncode=0):
+            self.stdout, self.returncode = stdout, returncode
+    asked = []
+    facts = nvidia_gpu(1, run=lambda argv, **kw: asked.append(argv) or
+                       Answer("NVIDIA A100-SXM4-40GB, 8.0\n"))
+    assert facts == ("NVIDIA A100-SXM4-40GB", "8.0") and asked[0][-2:] == ["-i", "1"]
+    assert nvidia_gpu(0, run=lambda argv, **kw: Answer("", 9)) is None
+
+
+# -- the file's new fields and the shape key, as properties -----------------------------------
+
+DIMS = st.one_of(st.none(), st.integers(1, 5000))
+SHAPES = st.lists(st.one_of(st.none(), st.lists(DIMS, max_size=4)), max_size=4)
+
+
+@given(SHAPES, st.one_of(st.none(), st.integers(0, 6)), st.one_of(st.none(), DIMS))
+def test_a_key_reads_back_as_the_shape_class_it_was_measured_at(operands, rank, batch):
+    """What ``remeasure`` reads from a cache entry (a shape as measured: no unknown
+    dimension left; one lone scalar operand's key is empty, as no operands' is: no timed op
+    has one)."""
+    assume(operands != [[]])
+    shape = speedbook.measured_shape(ShapeClass.of(operands, rank), batch)
+    assert speedbook.shape_of(shape.key) == shape
+
+
+WHEN = st.floats(0, 4e9, allow_nan=False)
+KNOWN = st.one_of(
+    st.builds(Cost, st.floats(0.01, 9), st.floats(0, 1), st.one_of(st.none(), st.floats(0.01, 9)),
+              st.one_of(st.none(), st.floats(0, 1))),
+    st.builds(lambda e: Cost(error=e), st.text(max_size=20)),
+    st.builds(Failure, st.text(max_size=20), WHEN))
+
+
+@given(st.dictionaries(st.tuples(*[st.text(max_size=6)] * 5), st.tuples(KNOWN, st.one_of(
+    st.none(), WHEN)), max_size=5))
+def test_measurements_failures_and_times_make_the_round_trip(rows):
+    """What a cache keeps (a ratio, "no kernel", a failed timing with its retry time, when
+    each was measured) is read back as written."""
+    written = ProfileFile(HERE, {k: v for k, (v, _) in rows.items()},
+                          {k: t for k, (_, t) in rows.items() if t is not None})
+    back = parse_profile(json.loads(written.to_json()), "x")
+    assert back.measured_at == written.measured_at
+    for k, v in written.entries.items():
+        got = back.entries[k]
+        assert type(got) is type(v)
+        if isinstance(v, Failure) or v.error is not None:
+            assert got.error == v.error and getattr(got, "retry_after", None) == \
+                getattr(v, "retry_after", None)
+        else:
+            assert got == v
+
+
+def test_the_lock_is_taken_again_by_the_thread_that_holds_it(tmp_path):
+    """A lookup that measures holds the cache's lock; a second book on the same file asked
+    from inside (one process, two frameworks' books share a machine's file) does not wait
+    for itself."""
+    inner = book(tmp_path, Timer(Cost(0.7, 0.0)))
+    outer = book(tmp_path, lambda op, shape, training: (
+        inner.lookup("Convolution", MLP), Cost(0.6, 0.0))[1])
+    assert outer.lookup("FullyConnected", MLP).forward == 0.6
+    assert {k[3] for k in read_profile(tmp_path / "cache.json").entries} == {
+        "FullyConnected", "Convolution"}

@@ -187,3 +187,16 @@ def test_the_native_decisions_slower_here_are_said_once(cache, monkeypatch, capl
     with caplog.at_level(logging.WARNING, logger="mxnet_amp"):
         amp.init(policy="O1-bf16")  # a policy given: the user chose; nothing said
     assert not [r for r in caplog.records if "native bfloat16" in r.getMessage()]
+
+
+def test_a_gpu_book_is_keyed_by_the_gpus_name_and_compute_capability():
+    """A GPU profile given as data (no GPU here): each GPU model is its own machine in the
+    key, not every GPU "mxnet gpu"; a CPU has none."""
+    from mxnet_amp import speed
+    a100 = speed.here(mx.gpu(1), facts=("NVIDIA A100-SXM4-40GB", (8, 0)))
+    v100 = speed.here(mx.gpu(1), facts=("Tesla V100-SXM2-16GB", (7, 0)))
+    assert a100["gpu"] == "NVIDIA A100-SXM4-40GB (compute capability 8.0)"
+    assert machine_id(a100) != machine_id(v100)
+    assert speed.here(mx.cpu())["gpu"] is None
+    assert {**a100, "gpu": None} == speed.here(mx.cpu())  # the rest: this host
+

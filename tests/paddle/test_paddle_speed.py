@@ -80,10 +80,11 @@ def test_auto_lowers_a_gemm_only_where_it_was_measured_faster(static, monkeypatc
     for d in gemms:
         assert ("measured faster here" if lowered else "float32: slower here") in d.reason
         assert d.speed == pytest.approx(cost.train)
-    # asked at the model's shapes (the batch unknown), for a training step
+    # asked at the model's shapes (the unknown batch at the size it is measured at), for a
+    # training step
     assert {(op, training) for op, _, training in asked} == {(gemms[0].op, True)}  # GEMMs only
     shapes = {shape.key for op, shape, _ in asked if op in GEMMS}
-    assert "?x8;8x16>2" in shapes
+    assert "64x8;8x16>2" in shapes  # the key says which batch was measured (UNKNOWN_DIM)
 
 
 def test_without_measured_speed_nothing_is_measured(static, monkeypatch):
@@ -264,3 +265,30 @@ def test_the_native_decisions_slower_here_are_said_once(static, caplog, tmp_path
     lines = [r.getMessage() for r in caplog.records if "native bfloat16" in r.getMessage()]
     assert len(lines) == 1 and 'policy="auto"' in lines[0], lines
     assert "mul 2.50x" in lines[0] or "matmul_v2 2.50x" in lines[0], lines[0]
+
+
+def test_the_timer_times_on_the_place_the_program_runs_on():
+    """A program on the CPU is timed on a ``CPUPlace``; on a GPU, on that GPU (a
+    ``CUDAPlace`` of its index, built in the child: a CPU build of Paddle ends the process
+    when one is built, so here the place is checked as the child receives it)."""
+    assert speed.timing_place("CPU") == ("CPUPlace",)
+    assert isinstance(speed.place_of(speed.timing_place("CPU")), type(paddle.CPUPlace()))
+    assert speed.timing_place("GPU", 1) == ("CUDAPlace", 1)
+
+
+def test_the_timer_hands_the_child_its_place(static, monkeypatch):
+    sent = []
+    monkeypatch.setattr(speed, "call", lambda server, fn, *args: sent.append(args) or FAST)
+    onednn_cpu(monkeypatch)
+    measure = speed.timer("CPU", BF16, ir.of(static.main).probe, ("CUDAPlace", 1))
+    assert measure("matmul_v2", ShapeClass.of([(64, 32), (32, 32)], 2), True) == FAST
+    assert sent[-1][-1] == ["CUDAPlace", 1]
+
+
+def test_a_gpu_book_is_keyed_by_the_gpus_name_and_compute_capability():
+    from amp_adapters.speedbook import machine, machine_id
+    a100 = speed.gpu_of(("CUDAPlace", 0), facts=("NVIDIA A100-SXM4-40GB", (8, 0)))
+    v100 = speed.gpu_of(("CUDAPlace", 0), facts=("Tesla V100-SXM2-16GB", (7, 0)))
+    assert a100 == "NVIDIA A100-SXM4-40GB (compute capability 8.0)"
+    assert machine_id(machine(gpu=a100)) != machine_id(machine(gpu=v100))
+    assert speed.gpu_of(("CPUPlace",)) is None

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import paddle
@@ -127,7 +127,7 @@ class LegacyProbe:
         return {kind for kind, _ in executed(log)}, np.asarray(back, np.float32)
 
     def time(self, op: str, inputs: dict, attrs: dict, training: bool, dtype: str,
-             onednn: bool, cast_in: Optional[str]) -> Cost:
+             onednn: bool, cast_in: Optional[str], place: Any = None) -> Cost:
         """``op`` on float32 parameters of the shapes ``inputs`` ({slot: shape}) with
         ``attrs``, in ``dtype`` behind casts (``cast_in``: "onednn" or "plain") with a
         oneDNN cast of its result back to float32 where casts go there (and the oneDNN
@@ -139,7 +139,7 @@ class LegacyProbe:
             return _timed(main, startup, op, inputs, attrs, backward, dtype if low else None,
                           onednn, cast_in)
         with static_mode(), stderr_silenced():
-            return cost_of(build, training)
+            return cost_of(build, training, place)
 
 
 def _timed(main, startup, op: str, inputs: dict, attrs: dict, backward: bool,

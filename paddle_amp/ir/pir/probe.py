@@ -10,7 +10,7 @@ Each run is a host sync (a fetch).
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import paddle
@@ -115,7 +115,7 @@ class PirProbe:
         return None
 
     def time(self, op: str, inputs: dict, attrs: dict, training: bool, dtype: str,
-             onednn: bool, cast_in: Optional[str]) -> Optional[Cost]:
+             onednn: bool, cast_in: Optional[str], place: Any = None) -> Optional[Cost]:
         """``op`` on float32 parameters of the shapes ``inputs`` ({slot: shape}) with
         ``attrs``, in ``dtype`` behind casts and its result cast back to float32, against
         the op in float32: forward, and with ``training`` forward and backward too
@@ -138,7 +138,7 @@ class PirProbe:
                     paddle.static.gradients([loss], list(params.values()))
             return loss
         with static_mode(), stderr_silenced():
-            return cost_of(build, training)
+            return cost_of(build, training, place)
 
 
 PROBE = PirProbe()
