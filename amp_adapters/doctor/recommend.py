@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import tomllib
 from dataclasses import dataclass
 from typing import AbstractSet, Callable, Mapping, Optional
@@ -90,6 +91,7 @@ def recommend(report: DoctorReport, policy: Policy, replay: Optional[Replay] = N
     candidate whose replay overflows in the backward pass only is tried again at a lower
     initial scale (``rescaled``) before the next.
     Without it, every flagged op type moves to fp32 (a backend that cannot replay)."""
+    policy = portable(policy)  # the file names the same profile wherever it is saved
     findings = tuple(report.findings())
     if replay is None:
         return _by_findings(report, policy, findings)
@@ -165,21 +167,41 @@ def _base_preset(policy: Policy) -> Optional[str]:
     return None
 
 
+def portable(policy: Policy) -> Policy:
+    """``policy`` with its ``profile`` path made absolute: a policy file reads a relative
+    path from its own folder, so the file a writer gives names the same profile wherever it
+    is saved (``policy_toml`` writes this policy)."""
+    if policy.profile is None or os.path.isabs(policy.profile):
+        return policy
+    return policy.replace(profile=os.path.abspath(policy.profile))
+
+
 def policy_toml(policy: Policy, reasons: Mapping[str, Mapping[str, str]] = {},
                 header: tuple | list = (), notes: tuple | list = ()) -> str:
-    """``policy`` as a policy file; ``reasons[table][name]`` becomes the comment of that line
-    (tables: "ops", "mxnet_ops", "paddle_ops", "layers", "mxnet_layers", "paddle_layers",
-    "init_scale")."""
-    if policy.unlisted is not None or policy.native_version is not None:
-        raise ValueError("a policy with unlisted= or native_version= has no policy-file form")
+    """``policy`` as a policy file that loads back as ``portable(policy)`` (every field a
+    ``Policy`` has: ``speed`` and ``profile`` too, a ``replace`` that names lists,
+    ``unlisted``, ``native_version``, a loss scale without a skip limit);
+    ``reasons[table][name]`` becomes the comment of that line (tables: "ops", "mxnet_ops",
+    "paddle_ops", "layers", "mxnet_layers", "paddle_layers", "init_scale", "dtype")."""
+    policy = portable(policy)
     out = [f"# {h}" for h in header]
     preset = _base_preset(policy)
     if preset:
         out.append(f"preset = {_q(preset)}   # the native default lists")
-    out += [f"dtype = {_q(policy.dtype)}", f"level = {_q(policy.level)}",
+    dtype_why = reasons.get("dtype", {}).get("dtype")
+    out += [f"dtype = {_q(policy.dtype)}" + (f"   # {dtype_why}" if dtype_why else ""),
+            f"level = {_q(policy.level)}",
             f"emulate = {'true' if policy.emulate else 'false'}"
             + ("   # no low-precision kernel here: rounded at op boundaries, labelled EMULATED"
                if policy.emulate else "")]
+    if policy.speed != "fixed":
+        out.append(f"speed = {_q(policy.speed)}   # an op runs low only where measured faster")
+    if policy.profile is not None:
+        out.append(f"profile = {_q(policy.profile)}")
+    if policy.unlisted is not None:
+        out.append(f"unlisted = {_q(policy.unlisted)}   # the category of an op in no list")
+    if policy.native_version is not None:
+        out.append(f"native_version = {_q(policy.native_version)}")
     for note in notes:
         out.append(f"# suggestion: dtype = \"bfloat16\"   # {note}")
     for table, key in (("ops", "ops"), ("ops.mxnet", "mxnet_ops"), ("ops.paddle", "paddle_ops")):
@@ -190,8 +212,10 @@ def policy_toml(policy: Policy, reasons: Mapping[str, Mapping[str, str]] = {},
                               f"[{', '.join(map(_q, v))}] }}" for o, a, v in
                               lists.conditional_fp32)
             body.append(f"conditional_fp32 = [{rules}]")
-        if lists.replace:
+        if lists.replace is True:
             body.append("replace = true")
+        elif lists.replace:  # the default lists it replaces, and only those
+            body.append(f"replace = [{', '.join(map(_q, sorted(lists.replace)))}]")
         if body:
             out += ["", f"[{table}]", *body]
     for table, key in (("layers", "layers"), ("layers.mxnet", "mxnet_layers"),
@@ -233,6 +257,12 @@ def _loss_scale_lines(policy: Policy, why: Mapping[str, str]) -> list[str]:
         if f.name in STATE_FIELDS or f.name == "init_scale":
             continue
         value = getattr(ls, f.name)
-        if value != getattr(default, f.name) and value is not None:
+        if value == getattr(default, f.name):
+            continue
+        if value is None:  # a guard turned off (TOML has no null)
+            if f.name != "max_consecutive_skips":
+                raise ValueError(f"the loss scale's {f.name} = None has no policy-file form")
+            lines.append(f"{f.name} = false   # no limit")
+        else:
             lines.append(f"{f.name} = {_num(value)}")
     return lines
