@@ -38,6 +38,7 @@ from mxnet.gluon import HybridBlock
 
 from amp_adapters import Policy
 from amp_adapters.doctor import DoctorReport, Recorder, scale_ceiling
+from amp_adapters.doctor.bf16 import Bf16Speed
 from amp_adapters.doctor.session import Session
 from amp_adapters.dtypes import FLOAT_DTYPES
 from amp_adapters.layers import matches, warn_unmatched
@@ -142,6 +143,12 @@ class Doctor(Session):
         """The ops with a bfloat16 kernel, forward and backward, on the net's device (probed
         lazily: the doctor's bfloat16 candidate asks for the ops the report ran low)."""
         return KernelSet(block_context(self.net), "bfloat16", backward=True)
+
+    def bf16_speed(self) -> Bf16Speed:
+        """This CPU's bfloat16 class (the core's default), or, on a GPU, not emulated."""
+        if block_context(self.net).device_type == "gpu":
+            return Bf16Speed()
+        return super().bf16_speed()
 
     def replay(self, policy: Policy) -> DoctorReport:
         """The report of the recorded steps run again, each on the batch and parameters it

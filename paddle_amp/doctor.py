@@ -33,6 +33,7 @@ import paddle
 
 from amp_adapters import Policy
 from amp_adapters.doctor import DoctorReport, Recorder, scale_ceiling
+from amp_adapters.doctor.bf16 import Bf16Speed
 from amp_adapters.doctor.session import Session
 
 from . import ir
@@ -173,6 +174,11 @@ class Doctor(Session):
         from .kernels import lowp_kernels
         return lowp_kernels(current_device(), "bfloat16",
                             ir.of(self.optimizer._fp32_source[0]).probe)
+
+    def bf16_speed(self) -> Bf16Speed:
+        """This CPU's bfloat16 class (the core's default), or, on a GPU, not emulated."""
+        from .env import current_device
+        return Bf16Speed() if current_device() == "GPU" else super().bf16_speed()
 
     def replay(self, policy: Policy) -> DoctorReport:
         """The report of the recorded steps run again, each on the feed and parameters it had,

@@ -33,6 +33,8 @@ from ..layers import LayerLists
 from ..oplists import CATEGORIES
 from ..policy import OpLists, Policy
 from ..scaler import DynamicLossScale, StaticLossScale
+from .bf16 import Bf16Speed
+from .bf16 import refusal as bf16_refusal
 from .report import DoctorReport, Finding
 from .stats import limits
 
@@ -133,15 +135,18 @@ def _type_counts(report: DoctorReport) -> dict[str, int]:
 RANGE_KINDS = ("overflow", "backward_overflow", "underflow")  # bf16's range cures these
 
 
-def _bf16(report: DoctorReport, policy: Policy,
-          bf16_kernels: Optional[AbstractSet[str]]) -> Optional[Candidate]:
+def _bf16(report: DoctorReport, policy: Policy, bf16_kernels: Optional[AbstractSet[str]],
+          bf16_speed: Optional[Bf16Speed] = None) -> Optional[Candidate]:
     """The model in bfloat16, where range is the problem and bf16 runs every op the report
-    ran in float16 (a kernel for each, here); None otherwise."""
+    ran in float16 (a kernel for each, here) no slower than float32 where speed decides
+    (``bf16.refusal``); None otherwise."""
     if report.dtype != "float16" or bf16_kernels is None:
         return None
     kinds = {f.kind for f in report.findings()}
     low = {r.op for r in report.ops if r.lowered}
     if not kinds & set(RANGE_KINDS) or not low or not all(op in bf16_kernels for op in low):
+        return None
+    if any(bf16_refusal(op, policy, bf16_speed) for op in sorted(low)):
         return None
     why = ("the problem is range, not precision, and every op that ran float16 has a "
            "bfloat16 kernel here: bfloat16 has float32's range, so nothing overflows or "
@@ -152,10 +157,13 @@ def _bf16(report: DoctorReport, policy: Policy,
 
 
 def candidates(report: DoctorReport, policy: Policy,
-               bf16_kernels: Optional[AbstractSet[str]] = None) -> list[Candidate]:
+               bf16_kernels: Optional[AbstractSet[str]] = None,
+               bf16_speed: Optional[Bf16Speed] = None) -> list[Candidate]:
     """The fixes to try, narrowest first (module docstring). A scale change the findings
     ask for (gradient underflow) is part of every candidate. ``bf16_kernels``: the op
-    names with a bfloat16 kernel here, training (None: no bfloat16 candidate)."""
+    names with a bfloat16 kernel here, training (None: no bfloat16 candidate);
+    ``bf16_speed``: what is known of their speed here (``bf16.Bf16Speed``; None: a CPU
+    with native bf16 instructions, nothing measured)."""
     fw = report.framework
     base, base_why = _at_needed_scale(report, policy)
     out: list[Candidate] = []
@@ -171,7 +179,7 @@ def candidates(report: DoctorReport, policy: Policy,
         out.append(Candidate("loss_scale", base, base_why,
                              f"start the loss scale at {base.loss_scale.scale:g}; no op moves"))
     found = _instance_findings(report)
-    bf16 = _bf16(report, policy, bf16_kernels)
+    bf16 = _bf16(report, policy, bf16_kernels, bf16_speed)
     if not found:
         return out + ([bf16] if bf16 else [])
     layers = {}

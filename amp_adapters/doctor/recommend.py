@@ -26,6 +26,7 @@ from ..policyfile import STATE_FIELDS
 from ..scaler import DynamicLossScale, NoOpLossScale
 from .candidates import (Candidate, _at_needed_scale, _by_op_type, _by_type, _instance_findings,
                          candidates, keeps, passes, rescaled)
+from .bf16 import Bf16Speed
 from .report import DoctorReport, Finding
 
 
@@ -81,7 +82,8 @@ Replay = Callable[[Policy], DoctorReport]
 
 
 def recommend(report: DoctorReport, policy: Policy, replay: Optional[Replay] = None,
-              bf16_kernels: Optional[AbstractSet[str]] = None) -> Recommendation:
+              bf16_kernels: Optional[AbstractSet[str]] = None,
+              bf16_speed: Optional[Bf16Speed] = None) -> Recommendation:
     """The fix for the report's findings, applied to ``policy``, and its TOML.
 
     With ``replay`` (the backend re-running the recorded steps under a policy, giving
@@ -97,7 +99,7 @@ def recommend(report: DoctorReport, policy: Policy, replay: Optional[Replay] = N
         return _by_findings(report, policy, findings)
     tried: list[tuple[str, bool, str]] = []
     chosen = None
-    for first in candidates(report, policy, bf16_kernels):
+    for first in candidates(report, policy, bf16_kernels, bf16_speed):
         c: Optional[Candidate] = first
         while c is not None:
             rerun = replay(c.policy)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import AbstractSet, ClassVar, Optional
 
 from ..policy import Policy
+from .bf16 import Bf16Speed
 from .recommend import Recommendation, recommend
 from .report import DoctorReport, Recorder
 
@@ -35,6 +36,13 @@ class Session:
         model runs on, for the bfloat16 candidate (None: the backend does not say)."""
         return None
 
+    def bf16_speed(self) -> Bf16Speed:
+        """What is known of bfloat16's speed where the model runs, for the bfloat16
+        candidate (``bf16.refusal``): by default this CPU's class from the device's truth
+        (``isa.bf16_class``), nothing measured. A backend on another device overrides it."""
+        from ..speedbook import machine
+        return Bf16Speed.of_machine(machine())
+
     def recommendation(self) -> Recommendation:
         """The narrowest fix that a replay of the recorded steps shows to work, as data and
         as TOML (``.write(path)``); computed once per number of steps seen (each candidate
@@ -44,6 +52,6 @@ class Session:
             return cached[1]
         report = self.report()
         rec = recommend(report, self.policy, replay=self.replay if self.can_replay else None,
-                        bf16_kernels=self.bf16_kernels())
+                        bf16_kernels=self.bf16_kernels(), bf16_speed=self.bf16_speed())
         self._recommended = (self.steps, rec)
         return rec
