@@ -16,10 +16,11 @@ fixes in the order of how much of the model they keep in the low dtype:
         device, as it should: a CPU without those kernels gets the op type.
 
 The last one, every flagged op type, is kept as a fallback for when none of the
-others passes. ``passes`` says whether a replay of the recorded steps under a
-candidate (a ``DoctorReport`` the backend made by running the same steps under
-its policy) is clean: no overflow step and nothing left to change. ``keeps`` says
-what a fix keeps low ("3 of 4 linear ops stay float16"). Pure functions.
+others passes. The report they are built from is the derivation steps' only
+(``verify``). ``passes`` says whether the steps run under a candidate (its trial, a
+``DoctorReport`` the backend made by training under its policy) are clean: no
+overflow step and nothing left to change. ``keeps`` says what a fix keeps low ("3 of
+4 linear ops stay float16"). Pure functions.
 """
 from __future__ import annotations
 
@@ -252,19 +253,20 @@ def _by_type(report: DoctorReport, base: Policy, base_why: Mapping,
 
 
 def passes(replay: DoctorReport) -> tuple[bool, str]:
-    """Whether a replay of the recorded steps under a candidate is clean, and why (not)."""
+    """Whether the steps run under a candidate (its trial: ``verify``) are clean, and why
+    (not): no step overflows, nothing is left to change."""
     if replay.overflow_steps:
         first = next(s for s in replay.steps if s.overflow)
         where = (f"op {first.first_forward}" if first.first_forward else
                  f"the backward of {first.first_backward}" if first.first_backward else
                  f"the gradients of {', '.join(first.nonfinite_params)}")
-        return False, (f"{replay.overflow_steps} of {len(replay.steps)} replayed step(s) still "
+        return False, (f"{replay.overflow_steps} of {len(replay.steps)} step(s) under it still "
                        f"overflow (step {first.step}: {where} at scale {first.scale:g})")
     left = [f for f in replay.findings() if f.action in ("fp32", "loss_scale")]
     if left:
-        return False, f"the replay still finds: {left[0].reason}"
-    return True, (f"replayed {len(replay.steps)} recorded step(s) under it: no overflow, no "
-                  f"op adds a relative error above the report's margin")
+        return False, f"the steps under it still find: {left[0].reason}"
+    return True, (f"{len(replay.steps)} step(s) under it: no overflow, no op adds a "
+                  f"relative error above the report's margin")
 
 
 def keeps(report: DoctorReport, replay: DoctorReport, candidate: Candidate) -> tuple[str, ...]:

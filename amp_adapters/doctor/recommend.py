@@ -1,10 +1,11 @@
 """The doctor's recommendation as data: a policy TOML that ``policy=`` accepts unchanged.
 
 ``recommend(report, policy, replay)`` tries the candidate fixes
-(``candidates``: the loss scale alone, the named layers, an op type), narrowest
-first, replaying the recorded steps under each (``replay``, the backend's), and
-writes the first that passes as TOML with each change's reason as a comment, what
-it keeps low and that it was verified. Without a replay, every flagged op type
+(``candidates``: the loss scale alone, the named layers, an op type), derived from
+the first recorded steps, narrowest first, training under each (``replay``, the
+backend's trial) and judging it on steps held out of its derivation
+(``verify.verdict``), and writes the first that passes as TOML with each change's
+reason as a comment, what it keeps low, that it was verified and on how many steps. Without a replay, every flagged op type
 moves to fp32 (canonical ops to ``[ops] fp32``, the framework's own names to
 ``[ops.<framework>] fp32``). The text is checked by loading it back with the core's loader: what
 ``Policy.from_file`` reads is exactly ``Recommendation.policy``.
@@ -25,9 +26,10 @@ from ..policy import OpLists, Policy
 from ..policyfile import STATE_FIELDS
 from ..scaler import DynamicLossScale, NoOpLossScale
 from .candidates import (Candidate, _at_needed_scale, _by_op_type, _by_type, _instance_findings,
-                         candidates, keeps, passes, rescaled)
+                         candidates, keeps, rescaled)
 from .bf16 import Bf16Speed
 from .report import DoctorReport, Finding
+from .verify import derived_steps, verdict
 
 
 @dataclass(frozen=True)
@@ -35,11 +37,13 @@ class Recommendation:
     """The doctor's recommendation (``recommendation()``): ``policy``, the policy the doctor
     ran under with the fix applied; ``toml``, that policy as a policy file with each
     change's reason as a comment (``Policy.from_file`` reads back exactly ``policy``); the
-    ``findings`` it answers. Where the backend replayed the recorded steps under the
-    candidate fixes (``candidates``, narrowest first): ``fix``, what the chosen one does;
-    ``verified``, whether its replay was clean, and ``verification`` why (or why none
-    passed); ``keeps``, what it keeps low ("3 of 4 linear ops stay float16"); ``tried``,
-    (fix, passed, why) for every candidate replayed."""
+    ``findings`` it answers. Where the backend trained under the candidate fixes
+    (``candidates``, narrowest first; ``verify``): ``fix``, what the chosen one does;
+    ``verified``, whether its trial passed (``verify.verdict``), and ``verification`` why
+    (or why none passed); ``held_out``, ``derived`` and ``updates``, on how many steps it
+    was verified, from how many derived, with how many optimizer updates (the file says
+    so too); ``keeps``, what it keeps low ("3 of 4 linear ops stay float16"); ``tried``,
+    (fix, passed, why) for every candidate tried."""
 
     policy: Policy
     toml: str
@@ -49,6 +53,9 @@ class Recommendation:
     verification: str = ""
     keeps: tuple[str, ...] = ()
     tried: tuple[tuple[str, bool, str], ...] = ()
+    held_out: int = 0    # the steps that verified it, held out of its derivation
+    derived: int = 0     # the steps it was derived from
+    updates: int = 0     # the optimizer updates of its trial
 
     @property
     def changed(self) -> bool:
@@ -59,7 +66,8 @@ class Recommendation:
         """The recommendation in words: the fix, what it keeps, whether it was verified."""
         if not self.fix:
             return "recommendation: no change" if not self.changed else \
-                "recommendation (not verified: this doctor cannot replay its steps)"
+                f"recommendation (not verified: " \
+                f"{self.verification or 'this doctor cannot replay its steps'})"
         lines = [f"recommendation: {self.fix}"]
         lines += [f"  keeps: {k}" for k in self.keeps]
         lines.append(f"  {'verified' if self.verified else 'NOT verified'}: "
@@ -86,42 +94,52 @@ def recommend(report: DoctorReport, policy: Policy, replay: Optional[Replay] = N
               bf16_speed: Optional[Bf16Speed] = None) -> Recommendation:
     """The fix for the report's findings, applied to ``policy``, and its TOML.
 
-    With ``replay`` (the backend re-running the recorded steps under a policy, giving
-    that run's report), the candidate fixes (``candidates``: the loss scale alone, the
-    named layers, bfloat16 where ``bf16_kernels`` run every low op, an op type) are replayed narrowest first and the first clean one is
-    recommended, with what it keeps low; if none is, the widest, marked not verified. A
-    candidate whose replay overflows in the backward pass only is tried again at a lower
-    initial scale (``rescaled``) before the next.
-    Without it, every flagged op type moves to fp32 (a backend that cannot replay)."""
+    With ``replay`` (the backend training under a policy from the recorded state over the
+    recorded batches, with optimizer updates: ``verify``), the candidate fixes
+    (``candidates``: the loss scale alone, the named layers, bfloat16 where
+    ``bf16_kernels`` run every low op no slower (``bf16_speed``), an op type) are derived
+    from the first ``verify.derived_steps`` recorded steps only, tried narrowest first,
+    and the first whose trial ``verify.verdict`` passes (clean, on steps held out of the
+    derivation too) is recommended, with what it keeps low; if none is, the widest,
+    marked not verified. A candidate whose trial overflows in the backward pass only is
+    tried again at a lower initial scale (``rescaled``, from the trial's derivation steps)
+    before the next. With one recorded step nothing is held out: nothing is verified.
+    Without ``replay``, every flagged op type moves to fp32 (a backend that cannot replay)."""
     policy = portable(policy)  # the file names the same profile wherever it is saved
     findings = tuple(report.findings())
     if replay is None:
         return _by_findings(report, policy, findings)
+    derived = derived_steps(len(report.steps))
+    if derived >= len(report.steps):
+        return _by_findings(report, policy, findings, verdict(report, derived).why)
+    basis = report.window(0, derived)  # what a fix is derived from; the rest is held out
     tried: list[tuple[str, bool, str]] = []
     chosen = None
-    for first in candidates(report, policy, bf16_kernels, bf16_speed):
+    for first in candidates(basis, policy, bf16_kernels, bf16_speed):
         c: Optional[Candidate] = first
         while c is not None:
-            rerun = replay(c.policy)
-            ok, why = passes(rerun)
-            tried.append((c.what, ok, why))
-            chosen = (c, rerun, ok, why)
-            c = None if ok else rescaled(c, rerun)
-        if ok:
+            trial = replay(c.policy)
+            v = verdict(trial, derived)
+            tried.append((c.what, v.ok, v.why))
+            chosen = (c, trial, v)
+            c = None if v.ok else rescaled(c, trial.window(0, derived))
+        if v.ok:
             break
     if chosen is None:
         text = policy_toml(policy, {}, header=_header(report), notes=_notes(findings))
         return Recommendation(policy, _checked(text, policy), findings)
-    c, rerun, ok, why = chosen
-    if not ok:
-        why = f"none of the {len(tried)} candidate fixes passed its replay; this one: {why}"
-    kept = keeps(report, rerun, c)
+    c, trial, v = chosen
+    why = v.why if v.ok else \
+        f"none of the {len(tried)} candidate fixes passed its trial; this one: {v.why}"
+    kept = keeps(basis, trial, c)
     head = [*_header(report), f"Fix: {c.what}.",
             *(f"Keeps: {k}." for k in kept),
-            f"{'Verified' if ok else 'NOT verified'}: {why}."]
+            f"{'Verified' if v.ok else 'NOT verified'}: {why}.",
+            f"{'Verified on' if v.ok else 'Tried on'}: {v.held_out} held-out step(s) "
+            f"(derived from {v.derived}; {v.updates} optimizer update(s) in its trial)."]
     text = policy_toml(c.policy, c.reasons, header=head, notes=_notes(findings))
-    return Recommendation(c.policy, _checked(text, c.policy), findings, c.what, ok, why, kept,
-                          tuple(tried))
+    return Recommendation(c.policy, _checked(text, c.policy), findings, c.what, v.ok, why, kept,
+                          tuple(tried), v.held_out, v.derived, v.updates)
 
 
 def _notes(findings) -> list[str]:
@@ -136,15 +154,18 @@ def _checked(text: str, policy: Policy) -> str:
     return text
 
 
-def _by_findings(report: DoctorReport, policy: Policy,
-                 findings: tuple[Finding, ...]) -> Recommendation:
+def _by_findings(report: DoctorReport, policy: Policy, findings: tuple[Finding, ...],
+                 unverified: str = "") -> Recommendation:
     """Every finding applied as it says (each flagged op type to fp32, the loss scale it
-    asks for), not verified: the recommendation of a backend that cannot replay. It is the
-    candidates' widest fix (every flagged type), taken without a replay."""
+    asks for), not verified: the recommendation of a backend that cannot replay, or of
+    too few steps to hold one out (``unverified``: why). It is the candidates' widest fix
+    (every flagged type), taken without a trial."""
     base, base_why = _at_needed_scale(report, policy)
     c = _by_type(report, base, base_why, _by_op_type(_instance_findings(report)), "all_ops")
-    text = policy_toml(c.policy, c.reasons, header=_header(report), notes=_notes(findings))
-    return Recommendation(c.policy, _checked(text, c.policy), findings)
+    head = [*_header(report), *([f"NOT verified: {unverified}."] if unverified else [])]
+    text = policy_toml(c.policy, c.reasons, header=head, notes=_notes(findings))
+    return Recommendation(c.policy, _checked(text, c.policy), findings,
+                          verification=unverified)
 
 
 def _header(report: DoctorReport) -> list[str]:

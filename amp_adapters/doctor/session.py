@@ -27,8 +27,10 @@ class Session:
         return self._recorder.report()
 
     def replay(self, policy: Policy) -> DoctorReport:
-        """The report of the recorded steps run again under ``policy`` (a backend that keeps
-        its steps overrides this and sets ``can_replay``)."""
+        """The trial of ``policy`` (``verify``): its report of training under it from the
+        state the first recorded step started from, over the recorded batches in order,
+        with optimizer updates (each step marked ``updated``) (a backend that keeps its
+        steps overrides this and sets ``can_replay``)."""
         raise NotImplementedError(f"{type(self).__name__} cannot replay its steps")
 
     def bf16_kernels(self) -> Optional[AbstractSet[str]]:
@@ -44,9 +46,9 @@ class Session:
         return Bf16Speed.of_machine(machine())
 
     def recommendation(self) -> Recommendation:
-        """The narrowest fix that a replay of the recorded steps shows to work, as data and
-        as TOML (``.write(path)``); computed once per number of steps seen (each candidate
-        costs a replay)."""
+        """The narrowest fix whose trial passes on steps held out of its derivation
+        (``verify``), as data and as TOML (``.write(path)``); computed once per number of
+        steps seen (each candidate costs a trial)."""
         cached = getattr(self, "_recommended", None)
         if cached is not None and cached[0] == self.steps:
             return cached[1]

@@ -1,6 +1,9 @@
 """The doctor's candidate fixes (amp_adapters.doctor.candidates) and the choice among them:
-narrowest first, each verified by a replay, the first clean one recommended. Reports are
-built from records here; the replay is a function of the policy (what a backend's is)."""
+narrowest first, derived from the first half of the recorded steps, each verified by a
+trial that holds the rest out (amp_adapters.doctor.verify), the first clean one
+recommended. Reports are built from records here; the trial is a function of the policy
+(what a backend's is: training under it from the recorded state)."""
+import dataclasses
 import math
 import tomllib
 
@@ -24,10 +27,14 @@ def _op(i, name, low=True, big=False, canonical="linear"):
                     (math.inf if big else 1e-3,), (0.0,), (big,), layer=name.split("_")[0])
 
 
-def _report(ops, forward=None, backward=None, scale=2.0 ** 16, backward_max=1.0, steps=1):
+def _report(ops, forward=None, backward=None, scale=2.0 ** 16, backward_max=1.0, steps=2):
+    """``steps`` steps alike (each op's records repeated per step)."""
     over = bool(forward or backward)
-    step = [StepRecord(s, scale, over, forward, backward, (), {}, {}, backward_max)
-            for s in range(steps)]
+    step = [StepRecord(s, scale, over, forward, backward, (), {}, {}, backward_max,
+                       updated=not over) for s in range(steps)]
+    ops = [dataclasses.replace(r, outputs=r.outputs * steps, inputs=r.inputs * steps,
+                               errors=r.errors * steps, added=r.added * steps,
+                               nonfinite=r.nonfinite * steps) for r in ops]
     return DoctorReport("mxnet", "float16", True, tuple(ops), tuple(step))
 
 
@@ -108,7 +115,7 @@ def test_when_no_candidate_passes_the_widest_is_written_not_verified():
 
     rec = recommend(_four(), BASE, replay=replay)
     assert not rec.verified and rec.fix == "keep every 'linear' op in float32"
-    assert rec.verification.startswith("none of the 2 candidate fixes passed its replay")
+    assert rec.verification.startswith("none of the 2 candidate fixes passed its trial")
     assert "# NOT verified: none of the 2" in rec.toml and "NOT verified" in str(rec)
 
 
@@ -120,7 +127,7 @@ def test_without_a_replay_every_flagged_type_moves_unverified():
 def test_passes_needs_no_overflow_and_nothing_left_to_change():
     assert passes(_clean(BASE))[0]
     ok, why = passes(_four())
-    assert not ok and "1 of 1 replayed step(s) still overflow (step 0: op dense2_fwd" in why
+    assert not ok and "2 of 2 step(s) under it still overflow (step 0: op dense2_fwd" in why
 
 
 @settings(max_examples=200, deadline=None)
