@@ -414,3 +414,33 @@ def test_the_fix_is_verified_by_training_under_it_on_a_held_out_step(optimizer):
     moved = [abs(m.outputs[1].max_abs - r.outputs[1].max_abs) /
              max(r.outputs[1].max_abs, 1e-12) for m, r in zip(trial.ops, still.ops)]
     assert max(moved) > 1e-3
+
+
+def test_where_bf16_is_emulated_the_doctor_does_not_offer_it():
+    """The planted overflow as two Dense layers, where keeping the first in fp32 fails: on
+    bf16 kernels the model in bf16 is tried next, unless the device's truth says oneDNN
+    emulates bf16 here (slower than float32): then it is not tried (the CPU class is given
+    as data; the session reads it from ``isa.bf16_class``)."""
+    from amp_adapters.doctor import recommend
+    from amp_adapters.doctor.bf16 import Bf16Speed
+    from amp_adapters.isa import bf16_class
+    from amp_adapters.speedbook import machine
+    amp.init(policy=P.policy("overflow"))
+    net, loss_fn = _dense_overflow_model(), P.mxnet_model("overflow")[1]
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 1e-3})
+    amp.init_trainer(trainer)
+    with doctor(net, loss_fn, trainer) as dr:
+        for s in range(2):
+            _step("overflow", net, loss_fn, trainer, s)
+    try:
+        assert dr.bf16_speed().emulated == (bf16_class(machine()) == "emulated")
+        kernels = dr.bf16_kernels()
+        if "FullyConnected" not in kernels:
+            pytest.skip("no bfloat16 FullyConnected kernel here (oneDNN needs AVX-512)")
+        tried = {speed: [what for what, _, _ in recommend(dr.report(), dr.policy, dr.replay,
+                                                          kernels, Bf16Speed(speed)).tried]
+                 for speed in (False, True)}
+        assert any("bfloat16" in what for what in tried[False])
+        assert not any("bfloat16" in what for what in tried[True])
+    finally:
+        amp.reset()
