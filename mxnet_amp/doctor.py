@@ -200,10 +200,10 @@ class Doctor(Session):
             if apply and updater is not None:
                 opt, index = updater
                 opt.optimizer.rescale_grad = self._trainer_scale() / self._batch_size(i)
-                names = [n for n in grads if n in index]  # one call, as Trainer._update
-                opt(tuple(index[n] for n in names),
+                moved = [n for n in grads if n in index]  # one call, as Trainer._update
+                opt(tuple(index[n] for n in moved),
                     tuple(mx.nd.array(grads[n], ctx=params[n].context, dtype=params[n].dtype)
-                          for n in names), tuple(params[n] for n in names))
+                          for n in moved), tuple(params[n] for n in moved))
                 rec.updated()
         return rec.report()
 

@@ -243,7 +243,7 @@ def _fresh(optimizer: Any) -> Any:
     user's optimizer is not touched."""
     new = copy.copy(optimizer)
     for key, value in vars(optimizer).items():
-        if key in _PROGRAM_STATE:
+        if key in _PROGRAM_STATE and hasattr(value, "clear"):
             fresh = copy.copy(value)
             fresh.clear()
             setattr(new, key, fresh)

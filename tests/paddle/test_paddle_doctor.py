@@ -287,7 +287,14 @@ def test_the_fix_is_verified_by_training_under_it_on_a_held_out_step(optimizer):
         return dr
 
     dr = run(None)
+    inner = dr.optimizer._optimizer  # the user's: the trials train with fresh copies of it
+
+    def accumulators():
+        return {k: {p: id(v) for p, v in d.items()} for k, d in inner._accumulators.items()}
+
+    before = accumulators()
     rec = dr.recommendation()
+    assert accumulators() == before
     assert rec.verified and (rec.derived, rec.held_out, rec.updates) == (1, 1, 2)
     assert "# Verified on: 1 held-out step(s) (derived from 1; 2 optimizer update(s) in its " \
            "trial)." in rec.toml
