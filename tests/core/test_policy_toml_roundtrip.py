@@ -168,3 +168,17 @@ def test_the_doctor_under_auto_writes_a_file_that_loads_back(tmp_path):
     rec = recommend(r.report(), policy)
     rec.write(tmp_path / "fix.toml")
     assert Policy.from_file(tmp_path / "fix.toml") == rec.policy == policy
+
+
+@pytest.mark.parametrize("text,says", [
+    ('[ops]\nreplace = ["lowr"]', "ops.replace[0] = 'lowr': must be one of"),
+    ('[ops]\nreplace = "lower"', "must be true or false, or a list of the default lists"),
+    ('[loss_scale]\nmax_consecutive_skips = true', "or false: no limit"),
+    ('unlisted = "fp16"', "unlisted = 'fp16': must be one of"),
+    ('native_version = 2.6', "native_version = 2.6: must be a string"),
+])
+def test_the_new_keys_refuse_bad_values_naming_them(text, says):
+    from amp_adapters import AmpConfigError
+    with pytest.raises(AmpConfigError) as e:
+        Policy.from_dict(tomllib.loads(text), where="p.toml")
+    assert says in str(e.value), str(e.value)
