@@ -28,8 +28,8 @@ from .loss_scale.state import FIELDS
 from .oplists import CATEGORIES, FRAMEWORKS, canonical_ops, load_table
 from .toml_duplicates import find_duplicate
 
-TOP_KEYS = ("preset", "dtype", "level", "emulate", "speed", "profile", "ops", "layers",
-            "loss_scale")
+TOP_KEYS = ("preset", "dtype", "level", "emulate", "speed", "profile", "unlisted",
+            "native_version", "ops", "layers", "loss_scale")
 OPS_KEYS = (*CATEGORIES, "conditional_fp32", "replace")
 RULE_KEYS = ("op", "attr", "values")
 LOSS_SCALE_KINDS = KINDS
@@ -135,8 +135,22 @@ def check_op_lists(value: Any, where: str, path: str, canonical: bool) -> dict[s
                                 f"unknown canonical op{did_you_mean(op, known)}."
                                 f"{framework_name_hint(op)}")
     if "replace" in d:
-        out["replace"] = _bool(d["replace"], where, f"{path}.replace")
+        out["replace"] = _replace(d["replace"], where, f"{path}.replace")
     return out
+
+
+def _replace(value: Any, where: str, path: str) -> "bool | frozenset[str]":
+    """``replace``: true or false, or the list of default lists it replaces (``["lower"]``:
+    what MXNet's ``target_precision_ops=[...]`` means, that list and only that one)."""
+    if isinstance(value, bool):
+        return value
+    lists = (*CATEGORIES, "conditional_fp32")
+    if not isinstance(value, list):
+        raise fail(where, path, value, f"must be true or false, or a list of the default lists "
+                                       f"it replaces (of {', '.join(map(repr, lists))})")
+    for i, name in enumerate(value):
+        _string(name, where, f"{path}[{i}]", lists)
+    return frozenset(value)
 
 
 def loss_scale_keys(kind: str, fields: tuple[str, ...]) -> tuple[str, ...]:
@@ -159,9 +173,12 @@ def check_loss_scale(value: Any, where: str, fields_of: Mapping[str, tuple[str, 
     for key, v in d.items():
         if key == "max_scale" and v == "inf":
             continue
+        if key == "max_consecutive_skips" and v is False:  # TOML has no null: no limit
+            continue
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise fail(where, f"{path}.{key}", v, "must be a number"
-                        + (" (or 'inf')" if key == "max_scale" else ""))
+                        + (" (or 'inf')" if key == "max_scale" else
+                           " (or false: no limit)" if key == "max_consecutive_skips" else ""))
         if isinstance(v, int) and abs(v) > _FLOAT_MAX:
             raise fail(where, f"{path}.{key}", v, "is out of range (larger than any float)")
         if isinstance(v, float) and math.isnan(v):
@@ -197,6 +214,10 @@ def check_policy_dict(d: Any, where: str, presets: Mapping[str, Any], dtypes: tu
         out["speed"] = _string(d["speed"], where, "speed", SPEEDS)
     if "profile" in d:
         out["profile"] = _string(d["profile"], where, "profile")
+    if "unlisted" in d:
+        out["unlisted"] = _string(d["unlisted"], where, "unlisted", CATEGORIES)
+    if "native_version" in d:
+        out["native_version"] = _string(d["native_version"], where, "native_version")
     if "ops" in d:
         ops = check_table(d["ops"], where, "ops", "[ops] with lower = [...], fp32 = [...]")
         out["ops"] = {fw: check_op_lists(ops.pop(fw), where, f"ops.{fw}", canonical=False)

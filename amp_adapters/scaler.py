@@ -279,4 +279,6 @@ def loss_scale_from_config(d: dict[str, Any]) -> LossScale:
             raise UnknownChoiceError(f"[loss_scale] key for kind {kind!r}", key, sorted(fields))
     if d.get("max_scale") == "inf":
         d["max_scale"] = math.inf
+    if d.get("max_consecutive_skips") is False:  # a file's "no limit" (TOML has no null)
+        d["max_consecutive_skips"] = None
     return cls(**d)

@@ -18,16 +18,20 @@ policy gives ``loss_fn(net(x), y)`` (traced once, for hybridized and
 imperative blocks alike) runs op by op on copies of the current parameters,
 forward and backward at the trainer's loss scale, and so does the same graph
 without its AMP casts (float32); the core (``amp_adapters.doctor``) turns the
-values into the report and the recommendation. Each batch, with the parameters it
-ran on, is kept for the recommendation: it replays the recorded steps under each
-candidate fix (``replay``), narrowest first, and recommends the first that runs
-clean (``amp_adapters.doctor.candidates``). On exit the parameters, their
-gradients, the trainer's optimizer state and the loss-scale state are put back
-bit for bit as they were when the block was entered.
+values into the report and the recommendation. Each batch is kept, with the
+parameters and the trainer's optimizer state the first step started from, for the
+recommendation: it trains under each candidate fix (``replay``, the trial: a copy
+of the optimizer updates copies of the parameters), narrowest first, and recommends
+the first whose trial is clean on steps held out of its derivation
+(``amp_adapters.doctor.verify``). The block also wraps ``trainer.step`` of the one
+trainer, to learn each step's batch size. On exit the parameters, their gradients,
+the trainer's optimizer state and the loss-scale state are put back bit for bit as
+they were when the block was entered.
 """
 from __future__ import annotations
 
 import os
+import pickle
 import tempfile
 from typing import Any, Optional
 
@@ -37,8 +41,10 @@ from mxnet import autograd
 from mxnet.gluon import HybridBlock
 
 from amp_adapters import Policy
-from amp_adapters.doctor import DoctorReport, Recorder, scale_ceiling
+from amp_adapters.doctor import DoctorReport, Recorder, StepRecord, scale_ceiling
+from amp_adapters.doctor.bf16 import Bf16Speed
 from amp_adapters.doctor.session import Session
+from amp_adapters.doctor.verify import after_step
 from amp_adapters.dtypes import FLOAT_DTYPES
 from amp_adapters.layers import matches, warn_unmatched
 from amp_adapters.policy import PolicyLike
@@ -81,6 +87,9 @@ class Doctor(Session):
         self._pending: Optional[tuple] = None
         self._busy = False
         self._steps: list[tuple] = []  # (feed copy, graph without casts, input names)
+        self._start_optimizer: Optional[bytes] = None  # the trainer's optimizer and its state
+                                                       # when the first step was recorded
+        self._batch_sizes: list[int] = []  # trainer.step's batch_size, per recorded step
         self._layers: tuple[str, ...] = ()
         self.steps = 0
 
@@ -90,12 +99,23 @@ class Doctor(Session):
         self._saved = _snapshot(self.net, self.trainer)
         self._handles = [self.net.register_forward_pre_hook(self._on_net),
                          self.loss_fn.register_forward_pre_hook(self._on_loss)]
+        if self.trainer is not None:  # the batch size each recorded step is updated with
+            original = self.trainer.step
+
+            def step(batch_size, *args: Any, **kwargs: Any):
+                if len(self._batch_sizes) < self.steps:
+                    self._batch_sizes.append(batch_size)
+                return original(batch_size, *args, **kwargs)
+
+            self.trainer.step = step
         return self
 
     def __exit__(self, *exc: Any) -> None:
         for h in self._handles:
             h.detach()
         self._handles = []
+        if self.trainer is not None:
+            self.trainer.__dict__.pop("step", None)  # the trainer's own step again
         _restore(self.net, self.trainer, self._saved)
 
     def _on_net(self, block: Any, args: tuple) -> None:
@@ -126,6 +146,8 @@ class Doctor(Session):
         params = {n: p.data() for n, p in self.net.collect_params().items()}
         params.update({n: p.data() for n, p in self.loss_fn.collect_params().items()})
         feed = {**dict(zip(names, (*data, *labels))), **params}
+        if not self._steps and self.trainer is not None:
+            self._start_optimizer = self.trainer._updaters[0].get_states(dump_optimizer=True)
         if not self._steps:
             self._layers = patching.block_names(self.net, self.loss_fn)
             warn_unmatched(self.policy.layer_patterns("mxnet"),
@@ -143,26 +165,82 @@ class Doctor(Session):
         lazily: the doctor's bfloat16 candidate asks for the ops the report ran low)."""
         return KernelSet(block_context(self.net), "bfloat16", backward=True)
 
+    def bf16_speed(self) -> Bf16Speed:
+        """This CPU's bfloat16 class (the core's default), or, on a GPU, not emulated."""
+        if block_context(self.net).device_type == "gpu":
+            return Bf16Speed()
+        return super().bf16_speed()
+
     def replay(self, policy: Policy) -> DoctorReport:
-        """The report of the recorded steps run again, each on the batch and parameters it
-        had, under ``policy`` (its graph planned by ``graph.rewrite``), at ``policy``'s
-        initial loss scale (a fix must hold from the first step, as in a new run; Paddle's
-        replay does the same). Nothing of the model or the trainer is touched."""
+        """The trial of ``policy`` (``amp_adapters.doctor.verify``): training under it from
+        the state the first recorded step started from, over the recorded batches in
+        order. Each step runs the traced graph planned under ``policy`` (``graph.rewrite``)
+        on the trial's own copy of the parameters, at the scale ``policy``'s loss scale has
+        reached (from its initial scale, as a new run); unless the core skips it
+        (``verify.after_step``), a copy of the trainer's optimizer, with its state as it
+        was at the first recorded step, updates the copy with the step's unscaled
+        gradients (``trainer.step``'s batch size; the batch's first dimension where the
+        doctor did not see one). Without a trainer there is no optimizer: the parameters
+        stay as recorded and the report says no update was applied. Nothing of the model
+        or the trainer is touched."""
         rec = Recorder("mxnet", policy.dtype, emulated=False,
                        max_scale=scale_ceiling(policy.loss_scale_config))
-        start = float(getattr(policy.loss_scale, "scale", 1.0))
-        for feed, bare, names in self._steps:
-            known = {n: dtype_name(v.dtype) for n, v in feed.items()}
-            ctx = block_context(self.net)
-            params = frozenset(feed) - set(names)
-            amp_sym = rewrite(bare, known, policy, ctx, params=params)
-            self._record(rec, policy, amp_sym, bare, feed, start, names)
+        ctx = block_context(self.net)
+        first, _, first_names = self._steps[0]
+        params = {n: v.copy() for n, v in first.items() if n not in first_names}
+        updater = self._trial_updater()
+        loss_scale = policy.loss_scale
+        for i, (feed, bare, names) in enumerate(self._steps):
+            step_feed = {**{n: feed[n] for n in names}, **params}
+            known = {n: dtype_name(v.dtype) for n, v in step_feed.items()}
+            amp_sym = rewrite(bare, known, policy, ctx, params=frozenset(params))
+            grads, done = self._record(rec, policy, amp_sym, bare, step_feed, loss_scale.scale,
+                                       names)
+            loss_scale, apply = after_step(loss_scale, done.overflow)
+            if apply and updater is not None:
+                opt, index = updater
+                opt.optimizer.rescale_grad = self._trainer_scale() / self._batch_size(i)
+                moved = [n for n in grads if n in index]  # one call, as Trainer._update
+                opt(tuple(index[n] for n in moved),
+                    tuple(mx.nd.array(grads[n], ctx=params[n].context, dtype=params[n].dtype)
+                          for n in moved), tuple(params[n] for n in moved))
+                rec.updated()
         return rec.report()
 
+    def _trial_updater(self) -> Optional[tuple]:
+        """(an updater holding a copy of the trainer's optimizer and of its state at the
+        first recorded step, {parameter name: the trainer's index}); None without a
+        trainer."""
+        if self.trainer is None or self._start_optimizer is None:
+            return None
+        states, optimizer = pickle.loads(self._start_optimizer)  # copies of both
+        updater = mx.optimizer.get_updater(optimizer)  # (its kind: aggregated updates or not)
+        updater.states, updater.states_synced = states, dict.fromkeys(states, False)
+        updater.optimizer.param_dict = self.trainer._optimizer.param_dict  # lr/wd mults
+        trainable = {n for n, p in self.net.collect_params().items() if p.grad_req != "null"}
+        index = {n: i for n, i in self.trainer._param2idx.items() if n in trainable}
+        return updater, index
+
+    def _trainer_scale(self) -> float:
+        """The trainer's own gradient scale (``Trainer._scale``), without the loss scale."""
+        try:
+            return float(scaling._amp(self.trainer).original_scale)
+        except (TypeError, RuntimeError):
+            return float(self.trainer._scale)
+
+    def _batch_size(self, i: int) -> int:
+        if i < len(self._batch_sizes):
+            return self._batch_sizes[i]
+        feed, _, names = self._steps[i]
+        return int(feed[names[0]].shape[0]) if feed[names[0]].ndim else 1
+
     def _record(self, rec: Recorder, policy: Policy, amp_sym: mx.sym.Symbol,
-                ref_sym: mx.sym.Symbol, feed: dict, scale: float, names: list[str]) -> None:
+                ref_sym: mx.sym.Symbol, feed: dict, scale: float,
+                names: list[str]) -> tuple[dict, StepRecord]:
         """One step into ``rec``: ``amp_sym`` (the graph with its casts) and ``ref_sym`` (the
-        same without) run op by op on ``feed`` at ``scale``."""
+        same without) run op by op on ``feed`` at ``scale``. Returns the AMP run's unscaled
+        gradients of the trainable parameters (numpy: what a trial updates with) and the
+        step's record."""
         ctx = block_context(self.net)
         known = {n: dtype_name(v.dtype) for n, v in feed.items()}
         plan = plan_graph(amp_sym, known, policy, ctx)
@@ -199,11 +277,12 @@ class Doctor(Session):
                 rec.backward(owner[name], [g for _, g in grads])
         inputs = set(names)  # the data and labels: their gradients feed no update
         trainable = [n for n, p in self.net.collect_params().items() if p.grad_req != "null"]
-        rec.gradients({n: amp_grads[n] / scale for n in trainable if n in amp_grads},
+        unscaled = {n: amp_grads[n] / scale for n in trainable if n in amp_grads}
+        rec.gradients(unscaled,
                       {n: ref_grads[n] / scale for n in trainable if n in ref_grads},
                       [g / scale for name, gs in ref_bwd if lowered.get(name)
                        for e, g in gs if e not in inputs])
-        rec.end_step()
+        return unscaled, rec.end_step()
 
     def _trace(self, n_data: int, n_labels: int) -> tuple[mx.sym.Symbol, list[str]]:
         """The symbol of ``loss_fn(net(data...), labels...)`` as ``init``'s patched ops build

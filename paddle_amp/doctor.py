@@ -14,10 +14,12 @@ which runs the program's forward and backward ops (no optimizer, no
 loss-scale update) in a scratch scope on copies of the current persistables,
 fetching every op's output, and the same ops with the AMP casts made float32;
 the core (``amp_adapters.doctor``) turns the values into the report and the
-recommendation. Each feed and the parameters it ran on are kept, so the
-recommendation can replay the steps under each candidate fix (``replay``) and
-recommend the narrowest that runs clean. On exit every persistable of the program (parameters,
-optimizer state, the loss-scale state) is put back bit for bit as it was.
+recommendation. Each feed is kept, with the persistables the first step started from,
+so the recommendation can train under each candidate fix (``replay``, the trial: a
+copy of the program decorated with it and a fresh copy of the optimizer, in a scratch
+scope) and recommend the narrowest whose trial is clean on steps held out of its
+derivation (``amp_adapters.doctor.verify``). On exit every persistable of the program
+(parameters, optimizer state, the loss-scale state) is put back bit for bit as it was.
 
 The IR-specific part is in the IR layer (``ProgramIR.doctor_ops``,
 ``float32_twin``, ``inserted_cast``, ``fetchable``, ``fetch_list``), for the
@@ -26,6 +28,7 @@ legacy program IR and PIR: under PIR the ops are seen in the legacy vocabulary
 """
 from __future__ import annotations
 
+import copy
 from typing import Any, Optional
 
 import numpy as np
@@ -33,6 +36,7 @@ import paddle
 
 from amp_adapters import Policy
 from amp_adapters.doctor import DoctorReport, Recorder, scale_ceiling
+from amp_adapters.doctor.bf16 import Bf16Speed
 from amp_adapters.doctor.session import Session
 
 from . import ir
@@ -61,7 +65,8 @@ class Doctor(Session):
         self.max_steps = max_steps
         self._recorder = Recorder("paddle", self.policy.dtype, emulated=False,
                                   max_scale=scale_ceiling(self.policy.loss_scale_config))
-        self._steps: list[tuple[dict, dict]] = []  # (feed, parameters): for replay
+        self._feeds: list[dict] = []  # each recorded step's feed: what a trial trains on
+        self._start: dict[str, np.ndarray] = {}  # the persistables the first step started from
         self._params = frozenset(p.name for p in program.global_block().all_parameters())
         # O2 stores parameters low (amp_init converts them once): not replayed here
         self.can_replay = optimizer._fp32_source is not None and self.policy.level != "O2"
@@ -101,9 +106,9 @@ class Doctor(Session):
                         for n in (*op.output_arg_names, *op.input_arg_names)
                         if n not in feed and self.ir.fetchable(prog, n)})
         if self.can_replay:
-            stored = _persistables(self.program, self.scope)
-            self._steps.append(({k: np.array(v, copy=True) for k, v in feed.items()},
-                                {k: v for k, v in stored.items() if k in self._params}))
+            if not self._feeds:  # parameters and optimizer state, as the first step found them
+                self._start = _persistables(self.program, self.scope)
+            self._feeds.append({k: np.array(v, copy=True) for k, v in feed.items()})
         amp = _run(self.exe, prog, feed, names, self.ir.fetch_list(prog, names),
                    self.program, self.scope)
         ref = _run(self.exe, twin, feed, names, self.ir.fetch_list(twin, names),
@@ -174,34 +179,85 @@ class Doctor(Session):
         return lowp_kernels(current_device(), "bfloat16",
                             ir.of(self.optimizer._fp32_source[0]).probe)
 
-    def replay(self, policy: Policy) -> DoctorReport:
-        """The report of the recorded steps run again, each on the feed and parameters it had,
-        under ``policy``: a copy of the program as it was before the rewrite (kept by
-        ``backward``) is decorated with ``policy`` and examined in a scratch scope, at
-        ``policy``'s initial loss scale. Nothing of the user's program, scope or
-        optimizer is touched."""
-        with ir.of(self.optimizer._fp32_source[0]).replaying():
-            return self._replay(policy)
+    def bf16_speed(self) -> Bf16Speed:
+        """This CPU's bfloat16 class (the core's default), or, on a GPU, not emulated."""
+        from .env import current_device
+        return Bf16Speed() if current_device() == "GPU" else super().bf16_speed()
 
-    def _replay(self, policy: Policy) -> DoctorReport:
+    def replay(self, policy: Policy) -> DoctorReport:
+        """The trial of ``policy`` (``amp_adapters.doctor.verify``): training under it from
+        the state the first recorded step started from, over the recorded feeds in order.
+        A copy of the program as it was before the rewrite (kept by ``backward``) is
+        decorated with ``policy`` and a fresh copy of the user's optimizer (its type and
+        settings), in a scratch scope holding the persistables the first step found
+        (parameters, and optimizer state where the copy's has the same name; the loss
+        scale starts at ``policy``'s, as a new run). Each step is examined as in the user's
+        run, then the whole decorated program runs: its overflow check, skip, optimizer
+        update and loss-scale update (the core's state machine, as graph ops). Nothing of
+        the user's program, scope or optimizer is touched."""
+        with ir.of(self.optimizer._fp32_source[0]).replaying():
+            return self._trial(policy)
+
+    def _trial(self, policy: Policy) -> DoctorReport:
         from .decorator import OptimizerWithMixedPrecision
         source, loss = self.optimizer._fp32_source
         program, loss = ir.of(source).copy_with(loss)
         startup = paddle.static.Program()
-        opt = OptimizerWithMixedPrecision(paddle.optimizer.SGD(0.0), policy,
+        opt = OptimizerWithMixedPrecision(_fresh(self.optimizer._optimizer), policy,
                                           self.optimizer._use_guard,
                                           self.optimizer._black_varnames)
         with paddle.static.program_guard(program, startup), paddle.utils.unique_name.guard():
             opt.minimize(loss)
         scope, place = paddle.static.Scope(), _place(self.exe)
         type(self.exe).run(self.exe, startup, scope=scope)
-        again = Doctor(opt, self.exe, scope=scope, max_steps=len(self._steps))
-        again.can_replay = False
-        for feed, params in self._steps:
-            for name, value in params.items():  # created here: the user's startup made them
+        scale_vars = set(opt._scaling._names().values())  # the candidate's own, from its start
+        for name, value in self._start.items():
+            if name in self._params:  # created here: the user's startup made them
                 scope.var(name).get_tensor().set(value, place)
+                continue
+            var = scope.find_var(name)
+            if var is None or name in scale_vars:
+                continue
+            try:
+                same = np.array(var.get_tensor()).shape == value.shape
+            except (RuntimeError, ValueError, TypeError):  # not initialised by the startup
+                same = False
+            if same:
+                var.get_tensor().set(value, place)
+        opt.amp_init(place, scope=scope)
+        again = Doctor(opt, self.exe, scope=scope, max_steps=len(self._feeds))
+        again.can_replay = False
+        for feed in self._feeds:
+            before = opt.loss_scale(scope)
             again.examine(feed)
+            type(self.exe).run(self.exe, program, feed=feed, scope=scope)
+            if opt.loss_scale(scope).skipped_steps == before.skipped_steps:
+                again._recorder.updated()  # not skipped: the optimizer ran
         return again._recorder.report()
+
+
+def _fresh(optimizer: Any) -> Any:
+    """A copy of a Paddle optimizer with its settings (learning rate, betas, weight decay,
+    gradient clip...) and none of its program state (accumulators, the learning-rate var
+    of each program, master weights), for a trial to build another program with; the
+    user's optimizer is not touched."""
+    new = copy.copy(optimizer)
+    for key, value in vars(optimizer).items():
+        if key in _PROGRAM_STATE and hasattr(value, "clear"):
+            fresh = copy.copy(value)
+            fresh.clear()
+            setattr(new, key, fresh)
+        elif isinstance(value, (dict, list, set)):
+            setattr(new, key, copy.copy(value))
+    new.helper = None
+    return new
+
+
+# what a Paddle optimizer keeps per program it built (2.6 and 3.x spellings)
+_PROGRAM_STATE = frozenset({"_accumulators", "_accumulators_holder", "_master_weights",
+                            "_learning_rate_map", "_already_create_accumulater",
+                            "_already_create_accumulator", "_auxiliary_vars", "_opti_name_list",
+                            "_param_dict", "_param_device_map"})
 
 
 def _layer_of(op: Any, params: frozenset, origin: dict) -> Optional[str]:

@@ -9,6 +9,10 @@ report the same findings for the same model:
     stats.py      range of a tensor in a target dtype (max |x|, overflow, flush to
                   zero/subnormal), relative error, gradient flush at a loss scale
     report.py     OpRecord / StepRecord / DoctorReport, the findings, the terminal table
+    candidates.py the candidate fixes, narrowest first
+    bf16.py       whether the bfloat16 candidate may lower an op (speed, emulation)
+    verify.py     what "verified" means: derived from the first steps, trained under on
+                  all of them with optimizer updates, the later ones held out
     recommend.py  the recommendation: a policy TOML that ``policy=`` accepts unchanged
     session.py    Session: the report and the recommendation every backend's doctor gives
 """

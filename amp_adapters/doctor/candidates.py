@@ -16,10 +16,11 @@ fixes in the order of how much of the model they keep in the low dtype:
         device, as it should: a CPU without those kernels gets the op type.
 
 The last one, every flagged op type, is kept as a fallback for when none of the
-others passes. ``passes`` says whether a replay of the recorded steps under a
-candidate (a ``DoctorReport`` the backend made by running the same steps under
-its policy) is clean: no overflow step and nothing left to change. ``keeps`` says
-what a fix keeps low ("3 of 4 linear ops stay float16"). Pure functions.
+others passes. The report they are built from is the derivation steps' only
+(``verify``). ``passes`` says whether the steps run under a candidate (its trial, a
+``DoctorReport`` the backend made by training under its policy) are clean: no
+overflow step and nothing left to change. ``keeps`` says what a fix keeps low ("3 of
+4 linear ops stay float16"). Pure functions.
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ from ..layers import LayerLists
 from ..oplists import CATEGORIES
 from ..policy import OpLists, Policy
 from ..scaler import DynamicLossScale, StaticLossScale
+from .bf16 import Bf16Speed
+from .bf16 import refusal as bf16_refusal
 from .report import DoctorReport, Finding
 from .stats import limits
 
@@ -133,15 +136,18 @@ def _type_counts(report: DoctorReport) -> dict[str, int]:
 RANGE_KINDS = ("overflow", "backward_overflow", "underflow")  # bf16's range cures these
 
 
-def _bf16(report: DoctorReport, policy: Policy,
-          bf16_kernels: Optional[AbstractSet[str]]) -> Optional[Candidate]:
+def _bf16(report: DoctorReport, policy: Policy, bf16_kernels: Optional[AbstractSet[str]],
+          bf16_speed: Optional[Bf16Speed] = None) -> Optional[Candidate]:
     """The model in bfloat16, where range is the problem and bf16 runs every op the report
-    ran in float16 (a kernel for each, here); None otherwise."""
+    ran in float16 (a kernel for each, here) no slower than float32 where speed decides
+    (``bf16.refusal``); None otherwise."""
     if report.dtype != "float16" or bf16_kernels is None:
         return None
     kinds = {f.kind for f in report.findings()}
     low = {r.op for r in report.ops if r.lowered}
     if not kinds & set(RANGE_KINDS) or not low or not all(op in bf16_kernels for op in low):
+        return None
+    if any(bf16_refusal(op, policy, bf16_speed) for op in sorted(low)):
         return None
     why = ("the problem is range, not precision, and every op that ran float16 has a "
            "bfloat16 kernel here: bfloat16 has float32's range, so nothing overflows or "
@@ -152,10 +158,13 @@ def _bf16(report: DoctorReport, policy: Policy,
 
 
 def candidates(report: DoctorReport, policy: Policy,
-               bf16_kernels: Optional[AbstractSet[str]] = None) -> list[Candidate]:
+               bf16_kernels: Optional[AbstractSet[str]] = None,
+               bf16_speed: Optional[Bf16Speed] = None) -> list[Candidate]:
     """The fixes to try, narrowest first (module docstring). A scale change the findings
     ask for (gradient underflow) is part of every candidate. ``bf16_kernels``: the op
-    names with a bfloat16 kernel here, training (None: no bfloat16 candidate)."""
+    names with a bfloat16 kernel here, training (None: no bfloat16 candidate);
+    ``bf16_speed``: what is known of their speed here (``bf16.Bf16Speed``; None: a CPU
+    with native bf16 instructions, nothing measured)."""
     fw = report.framework
     base, base_why = _at_needed_scale(report, policy)
     out: list[Candidate] = []
@@ -171,7 +180,7 @@ def candidates(report: DoctorReport, policy: Policy,
         out.append(Candidate("loss_scale", base, base_why,
                              f"start the loss scale at {base.loss_scale.scale:g}; no op moves"))
     found = _instance_findings(report)
-    bf16 = _bf16(report, policy, bf16_kernels)
+    bf16 = _bf16(report, policy, bf16_kernels, bf16_speed)
     if not found:
         return out + ([bf16] if bf16 else [])
     layers = {}
@@ -244,19 +253,20 @@ def _by_type(report: DoctorReport, base: Policy, base_why: Mapping,
 
 
 def passes(replay: DoctorReport) -> tuple[bool, str]:
-    """Whether a replay of the recorded steps under a candidate is clean, and why (not)."""
+    """Whether the steps run under a candidate (its trial: ``verify``) are clean, and why
+    (not): no step overflows, nothing is left to change."""
     if replay.overflow_steps:
         first = next(s for s in replay.steps if s.overflow)
         where = (f"op {first.first_forward}" if first.first_forward else
                  f"the backward of {first.first_backward}" if first.first_backward else
                  f"the gradients of {', '.join(first.nonfinite_params)}")
-        return False, (f"{replay.overflow_steps} of {len(replay.steps)} replayed step(s) still "
+        return False, (f"{replay.overflow_steps} of {len(replay.steps)} step(s) under it still "
                        f"overflow (step {first.step}: {where} at scale {first.scale:g})")
     left = [f for f in replay.findings() if f.action in ("fp32", "loss_scale")]
     if left:
-        return False, f"the replay still finds: {left[0].reason}"
-    return True, (f"replayed {len(replay.steps)} recorded step(s) under it: no overflow, no "
-                  f"op adds a relative error above the report's margin")
+        return False, f"the steps under it still find: {left[0].reason}"
+    return True, (f"{len(replay.steps)} step(s) under it: no overflow, no op adds a "
+                  f"relative error above the report's margin")
 
 
 def keeps(report: DoctorReport, replay: DoctorReport, candidate: Candidate) -> tuple[str, ...]:

@@ -1,10 +1,11 @@
 """The doctor's recommendation as data: a policy TOML that ``policy=`` accepts unchanged.
 
 ``recommend(report, policy, replay)`` tries the candidate fixes
-(``candidates``: the loss scale alone, the named layers, an op type), narrowest
-first, replaying the recorded steps under each (``replay``, the backend's), and
-writes the first that passes as TOML with each change's reason as a comment, what
-it keeps low and that it was verified. Without a replay, every flagged op type
+(``candidates``: the loss scale alone, the named layers, an op type), derived from
+the first recorded steps, narrowest first, training under each (``replay``, the
+backend's trial) and judging it on steps held out of its derivation
+(``verify.verdict``), and writes the first that passes as TOML with each change's
+reason as a comment, what it keeps low, that it was verified and on how many steps. Without a replay, every flagged op type
 moves to fp32 (canonical ops to ``[ops] fp32``, the framework's own names to
 ``[ops.<framework>] fp32``). The text is checked by loading it back with the core's loader: what
 ``Policy.from_file`` reads is exactly ``Recommendation.policy``.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import tomllib
 from dataclasses import dataclass
 from typing import AbstractSet, Callable, Mapping, Optional
@@ -24,8 +26,10 @@ from ..policy import OpLists, Policy
 from ..policyfile import STATE_FIELDS
 from ..scaler import DynamicLossScale, NoOpLossScale
 from .candidates import (Candidate, _at_needed_scale, _by_op_type, _by_type, _instance_findings,
-                         candidates, keeps, passes, rescaled)
+                         candidates, keeps, rescaled)
+from .bf16 import Bf16Speed
 from .report import DoctorReport, Finding
+from .verify import derived_steps, verdict
 
 
 @dataclass(frozen=True)
@@ -33,11 +37,13 @@ class Recommendation:
     """The doctor's recommendation (``recommendation()``): ``policy``, the policy the doctor
     ran under with the fix applied; ``toml``, that policy as a policy file with each
     change's reason as a comment (``Policy.from_file`` reads back exactly ``policy``); the
-    ``findings`` it answers. Where the backend replayed the recorded steps under the
-    candidate fixes (``candidates``, narrowest first): ``fix``, what the chosen one does;
-    ``verified``, whether its replay was clean, and ``verification`` why (or why none
-    passed); ``keeps``, what it keeps low ("3 of 4 linear ops stay float16"); ``tried``,
-    (fix, passed, why) for every candidate replayed."""
+    ``findings`` it answers. Where the backend trained under the candidate fixes
+    (``candidates``, narrowest first; ``verify``): ``fix``, what the chosen one does;
+    ``verified``, whether its trial passed (``verify.verdict``), and ``verification`` why
+    (or why none passed); ``held_out``, ``derived`` and ``updates``, on how many steps it
+    was verified, from how many derived, with how many optimizer updates (the file says
+    so too); ``keeps``, what it keeps low ("3 of 4 linear ops stay float16"); ``tried``,
+    (fix, passed, why) for every candidate tried."""
 
     policy: Policy
     toml: str
@@ -47,6 +53,9 @@ class Recommendation:
     verification: str = ""
     keeps: tuple[str, ...] = ()
     tried: tuple[tuple[str, bool, str], ...] = ()
+    held_out: int = 0    # the steps that verified it, held out of its derivation
+    derived: int = 0     # the steps it was derived from
+    updates: int = 0     # the optimizer updates of its trial
 
     @property
     def changed(self) -> bool:
@@ -57,7 +66,8 @@ class Recommendation:
         """The recommendation in words: the fix, what it keeps, whether it was verified."""
         if not self.fix:
             return "recommendation: no change" if not self.changed else \
-                "recommendation (not verified: this doctor cannot replay its steps)"
+                f"recommendation (not verified: " \
+                f"{self.verification or 'this doctor cannot replay its steps'})"
         lines = [f"recommendation: {self.fix}"]
         lines += [f"  keeps: {k}" for k in self.keeps]
         lines.append(f"  {'verified' if self.verified else 'NOT verified'}: "
@@ -80,44 +90,56 @@ Replay = Callable[[Policy], DoctorReport]
 
 
 def recommend(report: DoctorReport, policy: Policy, replay: Optional[Replay] = None,
-              bf16_kernels: Optional[AbstractSet[str]] = None) -> Recommendation:
+              bf16_kernels: Optional[AbstractSet[str]] = None,
+              bf16_speed: Optional[Bf16Speed] = None) -> Recommendation:
     """The fix for the report's findings, applied to ``policy``, and its TOML.
 
-    With ``replay`` (the backend re-running the recorded steps under a policy, giving
-    that run's report), the candidate fixes (``candidates``: the loss scale alone, the
-    named layers, bfloat16 where ``bf16_kernels`` run every low op, an op type) are replayed narrowest first and the first clean one is
-    recommended, with what it keeps low; if none is, the widest, marked not verified. A
-    candidate whose replay overflows in the backward pass only is tried again at a lower
-    initial scale (``rescaled``) before the next.
-    Without it, every flagged op type moves to fp32 (a backend that cannot replay)."""
+    With ``replay`` (the backend training under a policy from the recorded state over the
+    recorded batches, with optimizer updates: ``verify``), the candidate fixes
+    (``candidates``: the loss scale alone, the named layers, bfloat16 where
+    ``bf16_kernels`` run every low op no slower (``bf16_speed``), an op type) are derived
+    from the first ``verify.derived_steps`` recorded steps only, tried narrowest first,
+    and the first whose trial ``verify.verdict`` passes (clean, on steps held out of the
+    derivation too) is recommended, with what it keeps low; if none is, the widest,
+    marked not verified. A candidate whose trial overflows in the backward pass only is
+    tried again at a lower initial scale (``rescaled``, from the trial's derivation steps)
+    before the next. With one recorded step nothing is held out: nothing is verified.
+    Without ``replay``, every flagged op type moves to fp32 (a backend that cannot replay)."""
+    policy = portable(policy)  # the file names the same profile wherever it is saved
     findings = tuple(report.findings())
     if replay is None:
         return _by_findings(report, policy, findings)
+    derived = derived_steps(len(report.steps))
+    if derived >= len(report.steps):
+        return _by_findings(report, policy, findings, verdict(report, derived).why)
+    basis = report.window(0, derived)  # what a fix is derived from; the rest is held out
     tried: list[tuple[str, bool, str]] = []
     chosen = None
-    for first in candidates(report, policy, bf16_kernels):
+    for first in candidates(basis, policy, bf16_kernels, bf16_speed):
         c: Optional[Candidate] = first
         while c is not None:
-            rerun = replay(c.policy)
-            ok, why = passes(rerun)
-            tried.append((c.what, ok, why))
-            chosen = (c, rerun, ok, why)
-            c = None if ok else rescaled(c, rerun)
-        if ok:
+            trial = replay(c.policy)
+            v = verdict(trial, derived)
+            tried.append((c.what, v.ok, v.why))
+            chosen = (c, trial, v)
+            c = None if v.ok else rescaled(c, trial.window(0, derived))
+        if v.ok:
             break
     if chosen is None:
         text = policy_toml(policy, {}, header=_header(report), notes=_notes(findings))
         return Recommendation(policy, _checked(text, policy), findings)
-    c, rerun, ok, why = chosen
-    if not ok:
-        why = f"none of the {len(tried)} candidate fixes passed its replay; this one: {why}"
-    kept = keeps(report, rerun, c)
+    c, trial, v = chosen
+    why = v.why if v.ok else \
+        f"none of the {len(tried)} candidate fixes passed its trial; this one: {v.why}"
+    kept = keeps(basis, trial, c)
     head = [*_header(report), f"Fix: {c.what}.",
             *(f"Keeps: {k}." for k in kept),
-            f"{'Verified' if ok else 'NOT verified'}: {why}."]
+            f"{'Verified' if v.ok else 'NOT verified'}: {why}.",
+            f"{'Verified on' if v.ok else 'Tried on'}: {v.held_out} held-out step(s) "
+            f"(derived from {v.derived}; {v.updates} optimizer update(s) in its trial)."]
     text = policy_toml(c.policy, c.reasons, header=head, notes=_notes(findings))
-    return Recommendation(c.policy, _checked(text, c.policy), findings, c.what, ok, why, kept,
-                          tuple(tried))
+    return Recommendation(c.policy, _checked(text, c.policy), findings, c.what, v.ok, why, kept,
+                          tuple(tried), v.held_out, v.derived, v.updates)
 
 
 def _notes(findings) -> list[str]:
@@ -132,15 +154,18 @@ def _checked(text: str, policy: Policy) -> str:
     return text
 
 
-def _by_findings(report: DoctorReport, policy: Policy,
-                 findings: tuple[Finding, ...]) -> Recommendation:
+def _by_findings(report: DoctorReport, policy: Policy, findings: tuple[Finding, ...],
+                 unverified: str = "") -> Recommendation:
     """Every finding applied as it says (each flagged op type to fp32, the loss scale it
-    asks for), not verified: the recommendation of a backend that cannot replay. It is the
-    candidates' widest fix (every flagged type), taken without a replay."""
+    asks for), not verified: the recommendation of a backend that cannot replay, or of
+    too few steps to hold one out (``unverified``: why). It is the candidates' widest fix
+    (every flagged type), taken without a trial."""
     base, base_why = _at_needed_scale(report, policy)
     c = _by_type(report, base, base_why, _by_op_type(_instance_findings(report)), "all_ops")
-    text = policy_toml(c.policy, c.reasons, header=_header(report), notes=_notes(findings))
-    return Recommendation(c.policy, _checked(text, c.policy), findings)
+    head = [*_header(report), *([f"NOT verified: {unverified}."] if unverified else [])]
+    text = policy_toml(c.policy, c.reasons, header=head, notes=_notes(findings))
+    return Recommendation(c.policy, _checked(text, c.policy), findings,
+                          verification=unverified)
 
 
 def _header(report: DoctorReport) -> list[str]:
@@ -165,21 +190,41 @@ def _base_preset(policy: Policy) -> Optional[str]:
     return None
 
 
+def portable(policy: Policy) -> Policy:
+    """``policy`` with its ``profile`` path made absolute: a policy file reads a relative
+    path from its own folder, so the file a writer gives names the same profile wherever it
+    is saved (``policy_toml`` writes this policy)."""
+    if policy.profile is None or os.path.isabs(policy.profile):
+        return policy
+    return policy.replace(profile=os.path.abspath(policy.profile))
+
+
 def policy_toml(policy: Policy, reasons: Mapping[str, Mapping[str, str]] = {},
                 header: tuple | list = (), notes: tuple | list = ()) -> str:
-    """``policy`` as a policy file; ``reasons[table][name]`` becomes the comment of that line
-    (tables: "ops", "mxnet_ops", "paddle_ops", "layers", "mxnet_layers", "paddle_layers",
-    "init_scale")."""
-    if policy.unlisted is not None or policy.native_version is not None:
-        raise ValueError("a policy with unlisted= or native_version= has no policy-file form")
+    """``policy`` as a policy file that loads back as ``portable(policy)`` (every field a
+    ``Policy`` has: ``speed`` and ``profile`` too, a ``replace`` that names lists,
+    ``unlisted``, ``native_version``, a loss scale without a skip limit);
+    ``reasons[table][name]`` becomes the comment of that line (tables: "ops", "mxnet_ops",
+    "paddle_ops", "layers", "mxnet_layers", "paddle_layers", "init_scale", "dtype")."""
+    policy = portable(policy)
     out = [f"# {h}" for h in header]
     preset = _base_preset(policy)
     if preset:
         out.append(f"preset = {_q(preset)}   # the native default lists")
-    out += [f"dtype = {_q(policy.dtype)}", f"level = {_q(policy.level)}",
+    dtype_why = reasons.get("dtype", {}).get("dtype")
+    out += [f"dtype = {_q(policy.dtype)}" + (f"   # {dtype_why}" if dtype_why else ""),
+            f"level = {_q(policy.level)}",
             f"emulate = {'true' if policy.emulate else 'false'}"
             + ("   # no low-precision kernel here: rounded at op boundaries, labelled EMULATED"
                if policy.emulate else "")]
+    if policy.speed != "fixed":
+        out.append(f"speed = {_q(policy.speed)}   # an op runs low only where measured faster")
+    if policy.profile is not None:
+        out.append(f"profile = {_q(policy.profile)}")
+    if policy.unlisted is not None:
+        out.append(f"unlisted = {_q(policy.unlisted)}   # the category of an op in no list")
+    if policy.native_version is not None:
+        out.append(f"native_version = {_q(policy.native_version)}")
     for note in notes:
         out.append(f"# suggestion: dtype = \"bfloat16\"   # {note}")
     for table, key in (("ops", "ops"), ("ops.mxnet", "mxnet_ops"), ("ops.paddle", "paddle_ops")):
@@ -190,8 +235,10 @@ def policy_toml(policy: Policy, reasons: Mapping[str, Mapping[str, str]] = {},
                               f"[{', '.join(map(_q, v))}] }}" for o, a, v in
                               lists.conditional_fp32)
             body.append(f"conditional_fp32 = [{rules}]")
-        if lists.replace:
+        if lists.replace is True:
             body.append("replace = true")
+        elif lists.replace:  # the default lists it replaces, and only those
+            body.append(f"replace = [{', '.join(map(_q, sorted(lists.replace)))}]")
         if body:
             out += ["", f"[{table}]", *body]
     for table, key in (("layers", "layers"), ("layers.mxnet", "mxnet_layers"),
@@ -233,6 +280,12 @@ def _loss_scale_lines(policy: Policy, why: Mapping[str, str]) -> list[str]:
         if f.name in STATE_FIELDS or f.name == "init_scale":
             continue
         value = getattr(ls, f.name)
-        if value != getattr(default, f.name) and value is not None:
+        if value == getattr(default, f.name):
+            continue
+        if value is None:  # a guard turned off (TOML has no null)
+            if f.name != "max_consecutive_skips":
+                raise ValueError(f"the loss scale's {f.name} = None has no policy-file form")
+            lines.append(f"{f.name} = false   # no limit")
+        else:
             lines.append(f"{f.name} = {_num(value)}")
     return lines

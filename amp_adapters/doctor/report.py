@@ -8,7 +8,7 @@ Paddle for the same model, keyed by canonical op names.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
@@ -86,6 +86,9 @@ class StepRecord:
                                       # values (stats.significant) that are 0 in the AMP run
     backward_max: float = 0.0         # max |x| of the unscaled float32 backward values the
                                       # low dtype also holds (times the scale: what overflows)
+    needed_scale: Optional[float] = None  # the scale its float32 gradients need not to flush
+                                          # in float16 (None: none does, or not float16)
+    updated: bool = False             # an optimizer update followed it (a doctor's trial)
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,18 @@ class DoctorReport:
             if r.name == name:
                 return r
         raise KeyError(f"no op named {name!r} in the doctor's report")
+
+    def window(self, start: int, stop: Optional[int] = None) -> "DoctorReport":
+        """The report of steps ``start`` to ``stop`` (exclusive) only: each op's per-step
+        records and the steps cut alike, the scale the gradients need taken from the last
+        one (what the doctor derives a fix from, and what it verifies one on)."""
+        cut = slice(start, stop)
+        steps = self.steps[cut]
+        ops = tuple(replace(r, outputs=r.outputs[cut], inputs=r.inputs[cut],
+                            errors=r.errors[cut], added=r.added[cut],
+                            nonfinite=r.nonfinite[cut]) for r in self.ops)
+        return replace(self, ops=ops, steps=steps,
+                       _needed_scale=steps[-1].needed_scale if steps else None)
 
     @property
     def overflow_steps(self) -> int:
@@ -313,6 +328,7 @@ class Recorder:
         self._flush: dict[str, float] = {}
         self._zero: dict[str, float] = {}
         self._backward_max = 0.0
+        self._last_fp32_grads = []
 
     def forward(self, name: str, op: str, canonical: Optional[str], category: str,
                 precision: Optional[str], emulated: bool, output: np.ndarray,
@@ -360,21 +376,28 @@ class Recorder:
         finite = [np.abs(a[np.isfinite(a)]) for a in map(np.asarray, backward)]
         self._backward_max = max((float(a.max()) for a in finite if a.size), default=0.0)
 
-    def end_step(self) -> None:
+    def end_step(self) -> StepRecord:
+        """Close the step; its record (``overflow``: the step a scaler skips)."""
+        from .stats import scale_for_gradients
         overflow = bool(self._step_params) or self._first_fwd is not None or \
             self._first_bwd is not None
+        needed = (scale_for_gradients(self._last_fp32_grads, self.dtype, self.max_scale,
+                                      FLUSH_THRESHOLD)
+                  if self._last_fp32_grads and self.dtype == "float16" else None)
         self._steps.append(StepRecord(len(self._steps), self._scale, overflow, self._first_fwd,
                                       self._first_bwd, self._step_params, dict(self._flush),
-                                      dict(self._zero), self._backward_max))
+                                      dict(self._zero), self._backward_max, needed))
+        return self._steps[-1]
+
+    def updated(self) -> None:
+        """The last step was followed by an optimizer update (a doctor's trial says so)."""
+        self._steps[-1] = replace(self._steps[-1], updated=True)
 
     def report(self) -> DoctorReport:
-        from .stats import scale_for_gradients
         ops = tuple(OpRecord(a.index, a.name, a.op, a.canonical, a.category, a.precision,
                              a.emulated, tuple(a.outputs), tuple(a.inputs), tuple(a.errors),
                              tuple(a.added), tuple(a.nonfinite), a.layer)
                     for a in self._ops.values())
-        needed = (scale_for_gradients(self._last_fp32_grads, self.dtype, self.max_scale,
-                                      FLUSH_THRESHOLD)
-                  if self._last_fp32_grads and self.dtype == "float16" else None)
+        needed = self._steps[-1].needed_scale if self._steps else None
         return DoctorReport(self.framework, self.dtype, self.emulated, ops, tuple(self._steps),
                             self.max_scale, needed)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import AbstractSet, ClassVar, Optional
 
 from ..policy import Policy
+from .bf16 import Bf16Speed
 from .recommend import Recommendation, recommend
 from .report import DoctorReport, Recorder
 
@@ -26,8 +27,10 @@ class Session:
         return self._recorder.report()
 
     def replay(self, policy: Policy) -> DoctorReport:
-        """The report of the recorded steps run again under ``policy`` (a backend that keeps
-        its steps overrides this and sets ``can_replay``)."""
+        """The trial of ``policy`` (``verify``): its report of training under it from the
+        state the first recorded step started from, over the recorded batches in order,
+        with optimizer updates (each step marked ``updated``) (a backend that keeps its
+        steps overrides this and sets ``can_replay``)."""
         raise NotImplementedError(f"{type(self).__name__} cannot replay its steps")
 
     def bf16_kernels(self) -> Optional[AbstractSet[str]]:
@@ -35,15 +38,22 @@ class Session:
         model runs on, for the bfloat16 candidate (None: the backend does not say)."""
         return None
 
+    def bf16_speed(self) -> Bf16Speed:
+        """What is known of bfloat16's speed where the model runs, for the bfloat16
+        candidate (``bf16.refusal``): by default this CPU's class from the device's truth
+        (``isa.bf16_class``), nothing measured. A backend on another device overrides it."""
+        from ..speedbook import machine
+        return Bf16Speed.of_machine(machine())
+
     def recommendation(self) -> Recommendation:
-        """The narrowest fix that a replay of the recorded steps shows to work, as data and
-        as TOML (``.write(path)``); computed once per number of steps seen (each candidate
-        costs a replay)."""
+        """The narrowest fix whose trial passes on steps held out of its derivation
+        (``verify``), as data and as TOML (``.write(path)``); computed once per number of
+        steps seen (each candidate costs a trial)."""
         cached = getattr(self, "_recommended", None)
         if cached is not None and cached[0] == self.steps:
             return cached[1]
         report = self.report()
         rec = recommend(report, self.policy, replay=self.replay if self.can_replay else None,
-                        bf16_kernels=self.bf16_kernels())
+                        bf16_kernels=self.bf16_kernels(), bf16_speed=self.bf16_speed())
         self._recommended = (self.steps, rec)
         return rec

@@ -1,6 +1,9 @@
 """The doctor's candidate fixes (amp_adapters.doctor.candidates) and the choice among them:
-narrowest first, each verified by a replay, the first clean one recommended. Reports are
-built from records here; the replay is a function of the policy (what a backend's is)."""
+narrowest first, derived from the first half of the recorded steps, each verified by a
+trial that holds the rest out (amp_adapters.doctor.verify), the first clean one
+recommended. Reports are built from records here; the trial is a function of the policy
+(what a backend's is: training under it from the recorded state)."""
+import dataclasses
 import math
 import tomllib
 
@@ -24,10 +27,14 @@ def _op(i, name, low=True, big=False, canonical="linear"):
                     (math.inf if big else 1e-3,), (0.0,), (big,), layer=name.split("_")[0])
 
 
-def _report(ops, forward=None, backward=None, scale=2.0 ** 16, backward_max=1.0, steps=1):
+def _report(ops, forward=None, backward=None, scale=2.0 ** 16, backward_max=1.0, steps=2):
+    """``steps`` steps alike (each op's records repeated per step)."""
     over = bool(forward or backward)
-    step = [StepRecord(s, scale, over, forward, backward, (), {}, {}, backward_max)
-            for s in range(steps)]
+    step = [StepRecord(s, scale, over, forward, backward, (), {}, {}, backward_max,
+                       updated=not over) for s in range(steps)]
+    ops = [dataclasses.replace(r, outputs=r.outputs * steps, inputs=r.inputs * steps,
+                               errors=r.errors * steps, added=r.added * steps,
+                               nonfinite=r.nonfinite * steps) for r in ops]
     return DoctorReport("mxnet", "float16", True, tuple(ops), tuple(step))
 
 
@@ -108,7 +115,7 @@ def test_when_no_candidate_passes_the_widest_is_written_not_verified():
 
     rec = recommend(_four(), BASE, replay=replay)
     assert not rec.verified and rec.fix == "keep every 'linear' op in float32"
-    assert rec.verification.startswith("none of the 2 candidate fixes passed its replay")
+    assert rec.verification.startswith("none of the 2 candidate fixes passed its trial")
     assert "# NOT verified: none of the 2" in rec.toml and "NOT verified" in str(rec)
 
 
@@ -120,7 +127,7 @@ def test_without_a_replay_every_flagged_type_moves_unverified():
 def test_passes_needs_no_overflow_and_nothing_left_to_change():
     assert passes(_clean(BASE))[0]
     ok, why = passes(_four())
-    assert not ok and "1 of 1 replayed step(s) still overflow (step 0: op dense2_fwd" in why
+    assert not ok and "2 of 2 step(s) under it still overflow (step 0: op dense2_fwd" in why
 
 
 @settings(max_examples=200, deadline=None)
@@ -166,3 +173,46 @@ def test_bf16_is_a_candidate_where_range_is_the_problem_and_bf16_runs_every_low_
     assert [c.kind for c in candidates(_four(), BASE, bf16_kernels=set())] == \
         ["layers", "all_ops"]  # a low op without a bf16 kernel here
     assert [c.kind for c in candidates(_four(), BASE)] == ["layers", "all_ops"]  # not asked
+
+
+def _kinds(policy=BASE, speed=None):
+    return [c.kind for c in candidates(_four(), policy, {"FullyConnected"}, speed)]
+
+
+def test_bf16_is_no_candidate_where_this_cpu_emulates_it_unless_measured_faster():
+    """oneDNN emulates bfloat16 on AVX-512 without bf16 instructions (the device's truth,
+    ``isa.bf16_class``): the kernel exists and is slower than float32, so the candidate is
+    not offered on a kernel alone (it was, against docs/doctor.md); a measurement that says
+    faster (costs as data) lets it back in, one that says slower keeps it out."""
+    from amp_adapters.device import Cost
+    from amp_adapters.doctor.bf16 import Bf16Speed
+    assert _kinds(speed=Bf16Speed(emulated=False)) == ["layers", "bf16", "all_ops"]
+    assert _kinds(speed=Bf16Speed(emulated=True)) == ["layers", "all_ops"]
+    faster = Bf16Speed(emulated=True, cost=lambda op: Cost(0.5, 0.01, 0.5, 0.01))
+    slower = Bf16Speed(emulated=True, cost=lambda op: Cost(2.5, 0.05, 2.6, 0.05))
+    assert _kinds(speed=faster) == ["layers", "bf16", "all_ops"]
+    assert _kinds(speed=slower) == ["layers", "all_ops"]
+
+
+def test_under_measured_speed_bf16_must_be_measured_faster_for_every_low_op():
+    """A measured-speed policy lowers an op only where it was timed faster: so does its
+    bfloat16 candidate (a tie within the margin, no measurement, or slower: not offered)."""
+    from amp_adapters.device import Cost
+    from amp_adapters.doctor.bf16 import Bf16Speed, refusal
+    measured = BASE.replace(speed="measured")
+    book = {"FullyConnected": Cost(0.6, 0.02, 0.6, 0.02)}
+    assert _kinds(measured, Bf16Speed(cost=book.get)) == ["layers", "bf16", "all_ops"]
+    assert _kinds(measured, Bf16Speed()) == ["layers", "all_ops"]  # not measured
+    tie = {"FullyConnected": Cost(0.95, 0.02, 0.95, 0.02)}
+    assert _kinds(measured, Bf16Speed(cost=tie.get)) == ["layers", "all_ops"]
+    slow = {"FullyConnected": Cost(1.4, 0.02, 1.4, 0.02)}
+    assert _kinds(measured, Bf16Speed(cost=slow.get)) == ["layers", "all_ops"]
+    assert "slower here (1.40x" in refusal("FullyConnected", measured, Bf16Speed(cost=slow.get))
+    assert refusal("FullyConnected", BASE, Bf16Speed()) is None  # fixed speed, native bf16
+
+
+def test_the_session_takes_the_cpu_class_from_the_device_truth():
+    from amp_adapters.doctor.session import Session
+    from amp_adapters.isa import bf16_class
+    from amp_adapters.speedbook import machine
+    assert Session().bf16_speed().emulated == (bf16_class(machine()) == "emulated")

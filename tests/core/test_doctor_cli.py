@@ -28,3 +28,14 @@ def test_doctor_rejects_an_unknown_model(capsys):
     with pytest.raises(SystemExit) as e:
         cli.main(["doctor", "--model", "nan"], commands=DOCTOR)
     assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_doctor_under_auto_writes_a_file_that_loads_back(tmp_path, monkeypatch, capsys):
+    """``--policy auto`` failed on every run: the file it wrote lacked ``speed``, and the
+    load-back check raised ValueError (issue 38)."""
+    monkeypatch.setenv("AMP_ADAPTERS_CACHE", str(tmp_path / "cache"))  # not the user's
+    fix = tmp_path / "fix.toml"
+    assert cli.main(["doctor", "--framework", "mxnet", "--model", "overflow", "--policy",
+                     "auto", "--write", str(fix)], commands=DOCTOR) == 0
+    assert f"written to {fix}" in capsys.readouterr().out
+    assert Policy.from_file(fix) == Policy.preset("auto")

@@ -113,7 +113,7 @@ def test_the_worked_example_prints_what_the_page_shows(tmp_path):
 
 @pytest.mark.parametrize("model,claims", [
     ("underflow", [("a quarter of `w1`'s gradient flushes", "w1 (25%)"),
-                   ("recommends `init_scale = 4194304`", "init_scale = 4194304")]),
+                   ("recommends `init_scale = 8388608`", "init_scale = 8388608")]),
     ("reduction", [("measures the relative error it adds and moves `matmul` to fp32",
                     "move 'matmul' to fp32")]),
 ])

@@ -113,8 +113,12 @@ def test_underflowing_gradients_get_a_loss_scale_that_keeps_them(tmp_path):
     assert finding.kind == "underflow" and finding.action == "loss_scale"
     assert rep.steps[0].grad_flush["planted_w1"] > 0.2
     path = tmp_path / "fix.toml"
-    dr.recommendation().write(path)
-    assert Policy.from_file(path).loss_scale.scale == finding.value > 2 ** 16
+    rec = dr.recommendation()
+    rec.write(path)
+    # the scale the steps it was derived from need (the first half), verified on the rest
+    (derived,) = rep.window(0, rec.derived).findings()
+    assert Policy.from_file(path).loss_scale.scale == derived.value > 2 ** 16
+    assert rec.verified and rec.held_out == 1
     amp.reset()
     exact = _unscaled_grads("underflow", Policy.preset("O0"))
     before = _unscaled_grads("underflow", P.policy("underflow"))
@@ -364,5 +368,79 @@ def test_bf16_is_a_candidate_whose_replay_has_no_overflow_where_this_cpu_runs_it
         assert len(found) == 1 and found[0].policy.dtype == "bfloat16"
         replay = dr.replay(found[0].policy)
         assert not replay.overflow_steps and passes(replay)[0]
+    finally:
+        amp.reset()
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_the_fix_is_verified_by_training_under_it_on_a_held_out_step(optimizer):
+    """The fix is derived from the first recorded step and verified on the second, held
+    out, by training under it: its step 1 runs on the parameters its own optimizer update
+    (a copy of the trainer's optimizer and state) gave, as real training under the fix does.
+    The file says how many steps verified it. (Before: both steps replayed on the recorded
+    parameters, without an update.)"""
+    def run(policy, doctor_steps, lr=0.05):
+        amp.init(policy=policy)
+        net, loss_fn = P.mxnet_layered("layer_overflow")
+        trainer = gluon.Trainer(net.collect_params(), optimizer, {"learning_rate": lr})
+        amp.init_trainer(trainer)
+        with doctor(net, loss_fn, trainer) as dr:
+            for s in range(doctor_steps):
+                x, y, _ = P.layered_arrays("layer_overflow", s)
+                with autograd.record():
+                    loss = loss_fn(net(mx.nd.array(x)), mx.nd.array(y))
+                    with amp.scale_loss(loss, trainer) as scaled:
+                        autograd.backward(scaled)
+                trainer.step(4)
+        amp.reset()
+        return dr
+
+    dr = run(P.policy("layer_overflow"), 2)
+    rec = dr.recommendation()
+    assert rec.verified and (rec.derived, rec.held_out, rec.updates) == (1, 1, 2)
+    assert "# Verified on: 1 held-out step(s) (derived from 1; 2 optimizer update(s) in its " \
+           "trial)." in rec.toml
+    amp.init(policy=rec.policy)
+    trial = dr.replay(rec.policy)
+    amp.reset()
+    assert [s.updated for s in trial.steps] == [True, True]
+    real = run(rec.policy, 2).report()  # training under the fix, the doctor watching
+    assert [s.overflow for s in real.steps] == [False, False]
+    for mine, theirs in zip(trial.ops, real.ops):
+        assert mine.name == theirs.name
+        assert mine.outputs[1].max_abs == pytest.approx(theirs.outputs[1].max_abs, rel=1e-4)
+    # and the update moved them: step 1 on the recorded parameters (no update) differs
+    still = run(rec.policy, 2, lr=0.0).report()
+    moved = [abs(m.outputs[1].max_abs - r.outputs[1].max_abs) /
+             max(r.outputs[1].max_abs, 1e-12) for m, r in zip(trial.ops, still.ops)]
+    assert max(moved) > 1e-3
+
+
+def test_where_bf16_is_emulated_the_doctor_does_not_offer_it():
+    """The planted overflow as two Dense layers, where keeping the first in fp32 fails: on
+    bf16 kernels the model in bf16 is tried next, unless the device's truth says oneDNN
+    emulates bf16 here (slower than float32): then it is not tried (the CPU class is given
+    as data; the session reads it from ``isa.bf16_class``)."""
+    from amp_adapters.doctor import recommend
+    from amp_adapters.doctor.bf16 import Bf16Speed
+    from amp_adapters.isa import bf16_class
+    from amp_adapters.speedbook import machine
+    amp.init(policy=P.policy("overflow"))
+    net, loss_fn = _dense_overflow_model(), P.mxnet_model("overflow")[1]
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 1e-3})
+    amp.init_trainer(trainer)
+    with doctor(net, loss_fn, trainer) as dr:
+        for s in range(2):
+            _step("overflow", net, loss_fn, trainer, s)
+    try:
+        assert dr.bf16_speed().emulated == (bf16_class(machine()) == "emulated")
+        kernels = dr.bf16_kernels()
+        if "FullyConnected" not in kernels:
+            pytest.skip("no bfloat16 FullyConnected kernel here (oneDNN needs AVX-512)")
+        tried = {speed: [what for what, _, _ in recommend(dr.report(), dr.policy, dr.replay,
+                                                          kernels, Bf16Speed(speed)).tried]
+                 for speed in (False, True)}
+        assert any("bfloat16" in what for what in tried[False])
+        assert not any("bfloat16" in what for what in tried[True])
     finally:
         amp.reset()

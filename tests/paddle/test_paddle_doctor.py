@@ -89,8 +89,12 @@ def test_underflowing_gradients_get_a_loss_scale_that_keeps_them(tmp_path):
     assert finding.kind == "underflow" and finding.action == "loss_scale"
     assert rep.steps[0].grad_flush["w1"] > 0.2
     path = tmp_path / "fix.toml"
-    dr.recommendation().write(path)
-    assert Policy.from_file(path).loss_scale.scale == finding.value > 2 ** 16
+    rec = dr.recommendation()
+    rec.write(path)
+    # the scale the steps it was derived from need (the first half), verified on the rest
+    (derived,) = rep.window(0, rec.derived).findings()
+    assert Policy.from_file(path).loss_scale.scale == derived.value > 2 ** 16
+    assert rec.verified and rec.held_out == 1
     exact = rep.steps[0]  # the doctor's float32 run saw non-zero gradients
     assert exact.grad_zero["w1"] > 0.2  # ... that the fp16 run flushed to zero
     fixed = _doctor("underflow", str(path)).report()
@@ -264,3 +268,44 @@ def test_bf16_is_a_candidate_whose_replay_has_no_overflow_where_this_cpu_runs_it
     assert len(found) == 1 and found[0].policy.dtype == "bfloat16"
     replay = dr.replay(found[0].policy)
     assert not replay.overflow_steps and passes(replay)[0]
+
+
+@pytest.mark.parametrize("optimizer", ["SGD", "Adam"])
+def test_the_fix_is_verified_by_training_under_it_on_a_held_out_step(optimizer):
+    """As in MXNet, in this IR: the fix is derived from the first recorded step and verified
+    on the second, held out, by training under it (the whole decorated program: skip,
+    update, loss scale), so its step 1 runs on the parameters its own update gave, as real
+    training under the fix does; the file says how many steps verified it. (Before: the
+    recorded steps replayed on the recorded parameters, without an update.)"""
+    def run(policy, lr=0.05):
+        opt = getattr(paddle.optimizer, optimizer)(lr)
+        main, loss, dopt, exe = P.paddle_layered("layer_overflow", policy, opt)
+        with doctor(dopt, exe) as dr:
+            for s in range(2):
+                exe.run(main, feed=P.paddle_layered_feed("layer_overflow", s),
+                        fetch_list=[loss])
+        return dr
+
+    dr = run(None)
+    inner = dr.optimizer._optimizer  # the user's: the trials train with fresh copies of it
+
+    def accumulators():
+        return {k: {p: id(v) for p, v in d.items()} for k, d in inner._accumulators.items()}
+
+    before = accumulators()
+    rec = dr.recommendation()
+    assert accumulators() == before
+    assert rec.verified and (rec.derived, rec.held_out, rec.updates) == (1, 1, 2)
+    assert "# Verified on: 1 held-out step(s) (derived from 1; 2 optimizer update(s) in its " \
+           "trial)." in rec.toml
+    trial = dr.replay(rec.policy)
+    assert [s.updated for s in trial.steps] == [True, True]
+    real = run(rec.policy).report()  # training under the fix, the doctor watching
+    assert [s.overflow for s in real.steps] == [False, False]
+    for mine, theirs in zip(trial.ops, real.ops):
+        assert mine.name == theirs.name
+        assert mine.outputs[1].max_abs == pytest.approx(theirs.outputs[1].max_abs, rel=1e-4)
+    still = run(rec.policy, lr=0.0).report()  # step 1 on the recorded parameters
+    moved = [abs(m.outputs[1].max_abs - r.outputs[1].max_abs) /
+             max(r.outputs[1].max_abs, 1e-12) for m, r in zip(trial.ops, still.ops)]
+    assert max(moved) > 1e-3
