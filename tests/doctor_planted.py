@@ -5,9 +5,9 @@ from amp_demo.doctor_models import B, D, FACTOR, H, KINDS, PLANTED_CANONICAL, ar
 from amp_demo.doctor_models import LAYERED, layered_arrays  # noqa: F401
 
 
-def mxnet_layered(kind, hybridize=True):
+def mxnet_layered(kind, hybridize=True, named=True):
     from amp_demo.mxnet_trainer import layered_model
-    return layered_model(kind, hybridize)
+    return layered_model(kind, hybridize, named)
 
 
 def mxnet_model(kind, hybridize=True):
