@@ -48,6 +48,7 @@ Files:
 """
 from amp_adapters import CastReport, OverflowGuardError, Policy
 
+from . import layer_paths  # noqa: F401 (Layer calls in static mode note their paths)
 from . import amp_nn, bf16, debugging, decorator, fp16_lists, fp16_utils  # noqa: F401
 from . import function_overload  # noqa: F401
 from .casting import cast_model_to_fp16, cast_parameters_to_fp16

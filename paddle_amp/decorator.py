@@ -103,7 +103,9 @@ class OptimizerWithMixedPrecision:
                 f"second one would rewrite it again and apply a second update every step; "
                 f"use one decorated optimizer per program")
         ir = program_ir.of(program)  # the program's IR, picked once for the rewrite and scaling
-        self._rewriter = dataclasses.replace(self._new_rewriter(ir), loss=loss)
+        rewriter = dataclasses.replace(self._new_rewriter(ir), loss=loss)
+        rewriter.check_layers(program)  # a layer rule naming no op: raised, nothing changed
+        self._rewriter = rewriter
         self._scaling = LossScaling(ir, self.policy.loss_scale, self._found_inf_ring_id)
         if self.policy.enabled:  # a copy the doctor replays candidate fixes on (its desc only)
             self._fp32_source = ir.copy_with(loss)

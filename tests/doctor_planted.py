@@ -25,9 +25,9 @@ def paddle_feed(kind, step):
     return doctor_feed(kind, step)
 
 
-def paddle_layered(kind, policy=None, optimizer=None):
+def paddle_layered(kind, policy=None, optimizer=None, layers=False):
     from amp_demo.paddle_trainer import layered_program
-    return layered_program(kind, policy, optimizer)
+    return layered_program(kind, policy, optimizer, layers)
 
 
 def paddle_layered_feed(kind, step):
