@@ -7,10 +7,10 @@ from a counter (``linear_2.w_0`` the first time, ``linear_6.w_0`` when the same 
 built again in the process). What ties an op to its layer is the parameters it reads.
 So, once paddle_amp is imported, ``Layer.__call__`` in static mode notes, when the
 outermost layer being called returns (the model: every parameter exists by then, lazily
-built ones too), the path of the layer that owns each parameter: the child names of
-``Layer.named_sublayers`` from that root, ``2`` or ``encoder.layers.3.ffn``
-(``amp_adapters.layers.layer_paths``'s rule: depth first, a shared layer keeps its
-first path). An op reading ``linear_2.w_0`` then has ``2`` among its instance names.
+built ones too), the path of the layer that owns each parameter: the child names
+(``Layer.named_children``) from that root, ``2`` or ``encoder.layers.3.ffn``, the paths
+``Layer.named_sublayers`` gives (``amp_adapters.layers.layer_paths``: depth first, a
+shared layer keeps its first path). An op reading ``linear_2.w_0`` then has ``2`` among its instance names.
 
 The paths are kept per program (the default main program while the model was called)
 and by parameter name for a copy of it (the doctor's replay clones the program; a
@@ -25,6 +25,8 @@ import weakref
 from typing import Any, Iterable, Optional
 
 import paddle
+
+from amp_adapters.layers import layer_paths
 
 _by_program: "weakref.WeakKeyDictionary[Any, dict[str, str]]" = weakref.WeakKeyDictionary()
 _by_name: dict[str, str] = {}  # every program's: a copy of a program finds its paths here
@@ -42,7 +44,11 @@ def note_model(root: Any, program: Any = None) -> dict[str, str]:
     for ``program`` (default: the default main program); returns {parameter name: path}.
     A parameter of ``root`` itself has no path and is not noted."""
     found: dict[str, str] = {}
-    for path, layer in root.named_sublayers():
+    paths = layer_paths(root, lambda layer: layer.named_children())
+    for layer in root.sublayers():
+        path = paths.get(id(layer))
+        if not path:
+            continue
         for p in layer.parameters(include_sublayers=False):
             name = getattr(p, "name", None)
             if isinstance(name, str) and name:

@@ -199,10 +199,12 @@ class Rewriter:
 
     # -- rewrite ------------------------------------------------------------------------------
 
-    def rewrite(self, program) -> CastReport:
+    def rewrite(self, program, check: bool = True) -> CastReport:
         """Rewrite the forward ops of ``program``'s global block; return the decisions. A layer
-        rule matching no op raises first (``check_layers``), the program untouched."""
-        self.check_layers(program)
+        rule matching no op raises first (``check_layers``; ``check=False``: checked on the
+        program this one derives from), the program untouched."""
+        if check:
+            self.check_layers(program)
         ir = self._ir(program)
         self._cast_of: dict[tuple, Any] = {}
         self._origin: dict = {}  # key of a cast's output -> the value it casts

@@ -207,15 +207,11 @@ _TREE = st.recursive(st.just(()), lambda kids: st.lists(
     max_size=3, unique_by=lambda kv: kv[0]), max_leaves=12)
 
 
-def _build(spec):
-    """A tree of objects: (children [(name, child)]) from a hypothesis spec."""
-    class Node:
-        def __init__(self, kids):
-            self.kids = [(name, _build_one(k)) for name, k in kids]
+class _Node:
+    """A tree of layers from a hypothesis spec: [(child name, child spec)]."""
 
-    def _build_one(k):
-        return Node(k)
-    return Node(spec)
+    def __init__(self, spec):
+        self.kids = [(name, _Node(k)) for name, k in spec]
 
 
 @settings(max_examples=60, deadline=None)
@@ -224,7 +220,7 @@ def test_layer_paths_name_each_layer_by_its_child_names_and_every_path_matches(s
     """Each layer's path is its parent's path, a dot, its own name (the root's is ''), paths
     are unique, and the rules of a model's paths pass ``check_matched`` while a path one
     level deeper than any leaf raises naming close ones."""
-    root = _build(spec)
+    root = _Node(spec)
     paths = layer_paths(root, lambda n: n.kids)
     assert paths[id(root)] == ""
     todo = [root]
@@ -242,10 +238,9 @@ def test_layer_paths_name_each_layer_by_its_child_names_and_every_path_matches(s
             check_matched([named[0] + ".nothing"], named, "the model")
 
 
-def test_a_shared_layer_keeps_its_first_path():
-    class Node:
-        def __init__(self, *kids):
-            self.kids = list(kids)
-    shared = Node()
-    root = Node(("a", Node(("x", shared))), ("b", shared))
+def test_a_shared_layer_keeps_its_first_path_depth_first():
+    """As Paddle's ``named_sublayers`` gives it: ``a.x``, reached before ``b``."""
+    root = _Node([("a", [("x", [])]), ("b", [])])
+    shared = root.kids[0][1].kids[0][1]
+    root.kids[1] = ("b", shared)
     assert layer_paths(root, lambda n: n.kids)[id(shared)] == "a.x"

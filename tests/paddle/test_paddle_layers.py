@@ -127,3 +127,4 @@ def test_under_o2_a_layer_kept_fp32_keeps_its_weight_fp32():
     assert plan.dtypes["dense1.w_0"] == "float32" and "layer 'dense1'" in \
         plan.reasons["dense1.w_0"]
     assert plan.dtypes["dense0.w_0"] == plan.dtypes["dense2.w_0"] == "float16"
+
