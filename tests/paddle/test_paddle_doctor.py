@@ -273,6 +273,47 @@ def test_a_layer_rule_that_names_no_layer_raises_naming_the_closest():
     assert opt._train_program is None
 
 
+def _paramless(policy, x=1.2):
+    """(main, loss, decorated optimizer, executor) of ``h = x @ w; g = h @ h.T``: the second
+    matmul, which reads no parameter (no layer path, no parameter name), overflows fp16."""
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        data = paddle.static.data("x", [4, 8], "float32")
+        w = paddle.static.create_parameter(
+            [8, 8], "float32", default_initializer=paddle.nn.initializer.Constant(10.0))
+        h = data @ w
+        loss = paddle.mean(h @ paddle.transpose(h, [1, 0])) * 1e-6
+        opt = paddle_amp.decorate(paddle.optimizer.SGD(1e-3), policy=policy, emulate=True)
+        opt.minimize(loss)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup)
+    opt.amp_init(paddle.CPUPlace())
+    return main, loss, opt, exe
+
+
+def test_a_candidate_naming_an_op_without_parameters_fails_its_replay_quietly(tmp_path):
+    """An op that reads no parameter has only its record name (``matmul_v2_7``), which no
+    rule matches: keeping it by name fails its replay, without an error or a warning, and
+    the doctor recommends a wider fix, which applies to the program built again."""
+    import warnings
+    main, loss, opt, exe = _paramless("O1")
+    with doctor(opt, exe) as dr:
+        for _ in range(2):
+            exe.run(main, feed={"x": np.full((4, 8), 1.2, np.float32)}, fetch_list=[loss])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rec = dr.recommendation()
+    assert not [w for w in caught if "matches no" in str(w.message)]
+    by_name = [t for t in rec.tried if t[0].startswith("keep 'matmul_v2_")]
+    assert by_name and not by_name[0][1] and rec.verified
+    assert not rec.policy.paddle_layers and not rec.policy.layers
+    path = tmp_path / "fix.toml"
+    rec.write(path)
+    main, loss, opt, exe = _paramless(str(path))
+    (value,) = exe.run(main, feed={"x": np.full((4, 8), 1.2, np.float32)}, fetch_list=[loss])
+    assert np.isfinite(value).all()
+
+
 def test_a_backward_only_overflow_is_fixed_by_the_loss_scale_alone(tmp_path):
     dr, skipped, _ = _layered("layer_backward", doctor_steps=2)
     assert skipped == [1, 2]
