@@ -10,7 +10,8 @@ outermost layer being called returns (the model: every parameter exists by then,
 built ones too), the path of the layer that owns each parameter: the child names
 (``Layer.named_children``) from that root, ``2`` or ``encoder.layers.3.ffn``, the paths
 ``Layer.named_sublayers`` gives (``amp_adapters.layers.layer_paths``: depth first, a
-shared layer keeps its first path). An op reading ``linear_2.w_0`` then has ``2`` among its instance names.
+shared layer keeps its first path). An op reading ``linear_2.w_0`` then has ``2`` among
+its instance names.
 
 The paths are kept per program (the default main program while the model was called)
 and by parameter name for a copy of it (the doctor's replay clones the program; a
