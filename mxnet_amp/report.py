@@ -45,14 +45,15 @@ def cast_report(block: HybridBlock, *, policy: Optional[PolicyLike] = None,
     """Per op of the block's traced graph: framework name, canonical name, input dtypes, run dtype.
 
     Uses the policy of ``init`` unless ``policy`` is given (``init``'s policy is planned for
-    training, forward and backward, as ``init`` plans; another for inference), the block's context unless ``ctx`` is, and
-    ``input_dtype`` for the data inputs. A node is matched by the policy's layer rules as
-    the traced call was: by its name and its blocks' names and paths from ``block``
-    (``2``: a layer rule written as a path shows it in ``OpDecision.layer``). Under
-    measured speed each op is planned at the shape class of the arrays the block was traced with (unknown dimensions measured at
-    ``UNKNOWN_DIM`` when it was traced without ``init``). An op that stays
-    float32 for lack of a kernel, or is emulated, says so in its ``reason``. The casts
-    are counted in the traced graph, the one that runs (``GraphCasts``).
+    training, forward and backward, as ``init`` plans; another for inference), the block's
+    context unless ``ctx`` is, and ``input_dtype`` for the data inputs. A node is matched
+    by the policy's layer rules as the traced call was: by its name and its blocks' names
+    and paths from ``block`` (``2``: a layer rule written as a path shows it in
+    ``OpDecision.layer``). Under measured speed each op is planned at the shape class of
+    the arrays the block was traced with (unknown dimensions measured at ``UNKNOWN_DIM``
+    when it was traced without ``init``). An op that stays float32 for lack of a kernel,
+    or is emulated, says so in its ``reason``. The casts are counted in the traced graph,
+    the one that runs (``GraphCasts``).
     """
     chosen = (user_policy(policy, ctx or block_context(block)) if policy is not None
               else active_policy())
