@@ -47,9 +47,10 @@ def check_layer_names(value: Any, where: str, path: str) -> frozenset[str]:
 def _layer_names(value: Any, where: str, path: str) -> list[str]:
     return check_name_list(
         value, where, path, "layer names", "'dense2'",
-        "a layer name (a non-empty string without spaces: an op instance's name or a prefix "
-        "of it, e.g. 'dense2')", valid=lambda n: bool(n) and n == n.strip() and " " not in n,
-        means=" (op instance names or their prefixes)")
+        "a layer name (a non-empty string without spaces: a layer's path from the model's "
+        "root, e.g. '2' or 'encoder.layers.3.ffn', or an op instance's name or a prefix of "
+        "it, e.g. 'dense2')", valid=lambda n: bool(n) and n == n.strip() and " " not in n,
+        means=" (layer paths, op instance names or their prefixes)")
 
 
 def _one_precision(fp32: Iterable[str], lower: Iterable[str], where: str,
