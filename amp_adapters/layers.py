@@ -4,10 +4,13 @@
 ``Policy.mxnet_layers`` / ``Policy.paddle_layers`` (where a layer has a different
 name in each) hold name patterns in two lists, ``fp32`` and ``lower``. An op
 instance has one or more names, which its backend gives ``plan_op`` as
-``instance=``: in MXNet its symbol node name (``dense2_fwd``) or, for an
-imperative call, the names of the Gluon blocks being called (``dense2``); in
-Paddle its output variables (``linear_2.tmp_0``), its parameters
-(``linear_2.w_0``) and its name scope.
+``instance=``. The name to write is the layer's **path**: the child names from the
+model's root block or layer to it, joined by ``.`` (``2`` for a Sequential's third
+child, ``encoder.layers.3.ffn``; ``layer_paths``), the same in every build and
+every process. The frameworks' own names, which come from process-wide counters,
+keep matching too: in MXNet a symbol node name (``dense2_fwd``) or the names of the
+Gluon blocks being called (``dense2``); in Paddle the output variables
+(``linear_2.tmp_0``), the parameters (``linear_2.w_0``) and the name scope.
 
 A pattern matches a name that equals it or that starts with it followed by a
 separator (``_ . / - :``), or (ending in a separator itself) any name it starts:
@@ -21,9 +24,8 @@ Pure functions and a frozen dataclass; no framework.
 from __future__ import annotations
 
 import fnmatch
-import warnings
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 from .configcheck import check_keys, check_name_list, check_table, fail
 from .errors import AmpConfigError, close_matches
@@ -45,9 +47,10 @@ def check_layer_names(value: Any, where: str, path: str) -> frozenset[str]:
 def _layer_names(value: Any, where: str, path: str) -> list[str]:
     return check_name_list(
         value, where, path, "layer names", "'dense2'",
-        "a layer name (a non-empty string without spaces: an op instance's name or a prefix "
-        "of it, e.g. 'dense2')", valid=lambda n: bool(n) and n == n.strip() and " " not in n,
-        means=" (op instance names or their prefixes)")
+        "a layer name (a non-empty string without spaces: a layer's path from the model's "
+        "root, e.g. '2' or 'encoder.layers.3.ffn', or an op instance's name or a prefix of "
+        "it, e.g. 'dense2')", valid=lambda n: bool(n) and n == n.strip() and " " not in n,
+        means=" (layer paths, op instance names or their prefixes)")
 
 
 def _one_precision(fp32: Iterable[str], lower: Iterable[str], where: str,
@@ -156,41 +159,81 @@ def layer_rule(tables: Sequence[tuple[str, LayerLists]],
     return None
 
 
+def layer_paths(root: Any, children: Callable[[Any], Iterable[tuple[str, Any]]]
+                ) -> dict[int, str]:
+    """{id(layer): its path} for ``root`` and every layer under it: the names ``children``
+    gives (``(child name, child)`` pairs, in order) from ``root`` down, joined by ``.``;
+    ``root`` itself is ``""``. A layer reached twice (shared) keeps its first path in
+    depth-first order, as Paddle's ``Layer.named_sublayers`` gives it. Why a path: a
+    framework's layer names come from a counter (Gluon's ``dense6`` in a second build of
+    the same model, Paddle's ``linear_6.w_0``); a path is the model's own structure."""
+    out: dict[int, str] = {id(root): ""}
+    stack = [("", iter(children(root)))]  # depth first, each layer's children in order
+    while stack:
+        path, kids = stack[-1]
+        for name, child in kids:
+            if child is not None and id(child) not in out:
+                out[id(child)] = f"{path}.{name}" if path else str(name)
+                stack.append((out[id(child)], iter(children(child))))
+                break
+        else:
+            stack.pop()
+    return out
+
+
 def unmatched(patterns: Iterable[str], names: Iterable[str],
               n: int = 3) -> list[tuple[str, list[str]]]:
     """[(pattern, the closest names the model has)] for each pattern covering none of
-    ``names`` (the model's op instance names): what ``warn_unmatched`` reports."""
-    names = sorted(set(names))
-    stems = sorted({st for nm in names for st in _stems(nm)})
+    ``names`` (the model's op instance names and layer paths): what ``check_matched``
+    reports."""
+    names = sorted(set(names) - {""})
+    stems = sorted({st for nm in names for st in stems_of(nm)})
     out = []
     for pattern in sorted(set(patterns)):
         if any(matches(pattern, name) for name in names):
             continue
-        out.append((pattern, close_matches(pattern, stems, n) or stems[:n]))
+        out.append((pattern, close_matches(pattern, stems, n)
+                        or _closest_paths(pattern, stems, n)))
     return out
 
 
-def _stems(name: str) -> list[str]:
+def stems_of(name: str) -> list[str]:
     """The layer names a pattern could use for ``name``: the name and each part of it up to a
-    separator (``dense2.w_0`` -> ``dense2``, ``dense2.w``, ``dense2.w_0``)."""
+    separator (``dense2.w_0`` -> ``dense2``, ``dense2.w``, ``dense2.w_0``; ``encoder.layers.3``
+    -> ``encoder``, ``encoder.layers``, ``encoder.layers.3``)."""
     return [name[:i] for i in range(1, len(name)) if name[i] in SEPARATORS] + [name]
 
 
-class UnmatchedLayerWarning(UserWarning):
-    """A policy's layer rule names no op instance of the model it ran on."""
+def _closest_paths(pattern: str, stems: list[str], n: int) -> list[str]:
+    """Where difflib finds nothing alike (a short path such as ``7``): the names of the same
+    depth in ``.``, then the first names."""
+    depth = pattern.count(".")
+    same = [s for s in stems if s.count(".") == depth and not any(c in s for c in "_/-:")]
+    return (same or stems)[:n]
 
 
-def warn_unmatched(patterns: Iterable[str], names: Iterable[str], where: str,
-                   stacklevel: int = 3) -> list[tuple[str, list[str]]]:
-    """Warn once per pattern of ``patterns`` that covers none of ``names`` (the op instance
-    names of the graph ``where`` describes), naming the closest names it has. A warning,
-    not an error: a policy file is written before the graph exists, and may serve
-    several models. Returns what it warned about."""
+def check_matched(patterns: Iterable[str], names: Iterable[str], where: str) -> None:
+    """Raise ``AmpConfigError`` naming every pattern of ``patterns`` that covers none of
+    ``names`` (the instance names and layer paths of the model ``where`` describes), each
+    with the closest names it has. An error, not a warning: a layer rule that matches
+    nothing is a fix that does not apply, and training then runs as if it were not there
+    (a doctor's fix written for a model built again under other counter names trained on
+    NaN losses, every step skipped)."""
     missing = unmatched(patterns, names)
+    if not missing:
+        return
+    lines = []
     for pattern, close in missing:
-        hint = (f"; the closest names it has: {', '.join(map(repr, close))}" if close
-                else "; it has no named ops")
-        warnings.warn(f"layer {pattern!r} of the policy matches no op of {where}{hint} "
-                      f"(a layer rule covers names equal to it or starting with it and a "
-                      f"separator: _ . / - :)", UnmatchedLayerWarning, stacklevel=stacklevel)
-    return missing
+        hint = (f"the closest layers it has: {', '.join(map(repr, close))}" if close
+                else "it has no named layers")
+        lines.append(f"layer {pattern!r} matches no layer of {where}; {hint}")
+    raise AmpConfigError(
+        "; ".join(lines) + ". Name a layer by its path from the model's root (the child "
+        "names joined by '.', e.g. '2' or 'encoder.layers.3.ffn'; what the doctor writes) "
+        "or by a name it has (a rule covers names equal to it or starting with it and a "
+        "separator: _ . / - :)")
+
+
+class UnmatchedLayerWarning(UserWarning):
+    """Kept for code that filters it: a layer rule matching nothing is now an
+    ``AmpConfigError`` (``check_matched``); nothing emits this warning."""

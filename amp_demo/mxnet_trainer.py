@@ -131,16 +131,21 @@ def speed_row(policy: str, width: int, batch: int, layers: int, budget_s: float)
 from .doctor_models import FACTOR, LAYERED_FACTOR, NORM_AFTER, arrays, layered_arrays  # noqa: E402,E501
 
 
-def layered_model(kind, hybridize=True):
-    """(net, loss_fn) of a ``LAYERED`` doctor model: Dense blocks ``dense0``..``dense3``, the
-    LayerNorm ``norm`` after ``dense2``, with the planted weights."""
+def layered_model(kind, hybridize=True, named=True):
+    """(net, loss_fn) of a ``LAYERED`` doctor model: a HybridSequential of four Dense blocks,
+    the LayerNorm after the third (paths ``0``, ``1``, ``2``, ``3`` the norm, ``4``), with the
+    planted weights. ``named``: the blocks are named ``dense0``..``dense3`` and ``norm``;
+    else Gluon names them from its process-wide counter, as a user's model is (another
+    name in each build: ``hybridsequential1_dense2`` the second time)."""
     _, _, layers = layered_arrays(kind)
-    net = gluon.nn.HybridSequential(prefix="")
+    net = gluon.nn.HybridSequential(**({"prefix": ""} if named else {}))
     with net.name_scope():
         for i, (w, b) in enumerate(layers):
-            net.add(gluon.nn.Dense(w.shape[1], in_units=w.shape[0], prefix=f"dense{i}_"))
+            net.add(gluon.nn.Dense(w.shape[1], in_units=w.shape[0],
+                                   **({"prefix": f"dense{i}_"} if named else {})))
             if i == NORM_AFTER:
-                net.add(gluon.nn.LayerNorm(in_channels=w.shape[1], prefix="norm_"))
+                net.add(gluon.nn.LayerNorm(in_channels=w.shape[1],
+                                           **({"prefix": "norm_"} if named else {})))
     net.initialize()
     for i, (w, b) in enumerate(layers):
         dense = net[i + (i > NORM_AFTER)]
@@ -152,7 +157,7 @@ def layered_model(kind, hybridize=True):
             d = pred - label
             return F.mean(d * d) * LAYERED_FACTOR[kind]
 
-    loss_fn = Loss(prefix="loss_")
+    loss_fn = Loss(**({"prefix": "loss_"} if named else {}))
     if hybridize:
         net.hybridize()
         loss_fn.hybridize()

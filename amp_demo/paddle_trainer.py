@@ -2,6 +2,8 @@
 through ``paddle_amp``."""
 from __future__ import annotations
 
+import contextlib
+
 import time
 from typing import Optional
 
@@ -170,18 +172,32 @@ def _minimized(main, startup, loss, optimizer, policy):
     return main, loss, opt, exe
 
 
-def layered_program(kind, policy=None, optimizer=None):
+def layered_program(kind, policy=None, optimizer=None, layers=False):
     """(main, loss, decorated optimizer, executor) of a ``LAYERED`` doctor model: four
     ``paddle.static.nn.fc`` layers named ``dense0``..``dense3`` (parameters ``dense2.w_0``...,
-    the names a layer rule matches in both IRs) and a layer norm after ``dense2``."""
+    the names a layer rule matches in both IRs) and a layer norm after ``dense2``. With
+    ``layers``: built as a user's model is, a ``paddle.nn.Sequential`` of four ``Linear`` and
+    a ``LayerNorm`` after the third (paths ``0``, ``1``, ``2``, ``3`` the norm, ``4``), its
+    parameters named by Paddle's counter (``linear_2.w_0``; others in each build)."""
     from .doctor_models import LAYERED_FACTOR, NORM_AFTER, layered_arrays
     paddle.enable_static()
-    _, _, layers = layered_arrays(kind)
+    _, _, weights = layered_arrays(kind)
     main, startup = paddle.static.Program(), paddle.static.Program()
-    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+    names = contextlib.nullcontext() if layers else paddle.utils.unique_name.guard()
+    with paddle.static.program_guard(main, startup), names:
         h = paddle.static.data("x", [B, D], "float32")
         label = paddle.static.data("label", [B, 1], "float32")
-        for i, (w, b) in enumerate(layers):
+        if layers:
+            blocks = []
+            for i, (w, b) in enumerate(weights):
+                blocks.append(paddle.nn.Linear(
+                    w.shape[0], w.shape[1],
+                    weight_attr=paddle.ParamAttr(initializer=paddle.nn.initializer.Assign(w)),
+                    bias_attr=paddle.ParamAttr(initializer=paddle.nn.initializer.Assign(b))))
+                if i == NORM_AFTER:
+                    blocks.append(paddle.nn.LayerNorm(w.shape[1]))
+            h = paddle.nn.Sequential(*blocks)(h)
+        for i, (w, b) in enumerate(() if layers else weights):
             h = paddle.static.nn.fc(
                 h, w.shape[1], name=f"dense{i}",
                 weight_attr=paddle.ParamAttr(name=f"dense{i}.w_0",

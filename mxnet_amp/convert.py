@@ -36,13 +36,14 @@ from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
 from amp_adapters import AmpConfigError, ConflictingOpError
 from amp_adapters.dtypes import low_dtype
-from amp_adapters.layers import warn_unmatched
+from amp_adapters.layers import check_matched
 from amp_adapters.oplists import native_lists
 
 from ._mx import declared as with_dtypes
 from ._mx import dtype_name, mx_dtype
 from .config import PolicyLike, init_policy
 from .graph import nodes, rewrite
+from .patching import block_layers, node_instance
 from .speed import note_native_speed
 from .report import block_context
 from .traced import block_graph, traced_shapes
@@ -150,14 +151,17 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
                    cast_optional_params: bool = False, *, policy: Optional[PolicyLike] = None,
                    emulate: bool = False, ctx: Optional[mx.Context] = None,
                    input_dtypes: Optional[dict] = None,
-                   input_shapes: Optional[dict] = None) -> mx.sym.Symbol:
+                   input_shapes: Optional[dict] = None,
+                   layers: Optional[dict] = None) -> mx.sym.Symbol:
     """``sym`` (a float32 model) with the casts of the policy inserted.
 
     ``excluded_sym_names``: nodes kept in float32, as ``Policy.mxnet_layers.fp32`` says it
     (they are added to it, so a call with them and a policy file listing them agree; a
     name also covers nodes named after it, ``fc1`` -> ``fc1_...``, as a layer rule does).
-    A layer name matching no node warns (``UnmatchedLayerWarning``), naming the closest
-    node names. ``input_dtypes``: dtypes of
+    A layer name matching no node raises ``AmpConfigError`` before anything is converted,
+    naming the closest node names. ``layers``: {block name: its path} of the block ``sym``
+    was traced from (``convert_hybrid_block`` gives it: a layer rule then also matches a
+    node by its blocks' names and paths, ``2``, as under ``init``). ``input_dtypes``: dtypes of
     inputs that are not float32 (every other input, data or parameter, is).
     ``data_names``: the data inputs (default, as natively: the inputs without a
     declared ``__dtype__``); the other inputs are parameters, which
@@ -182,10 +186,11 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
         note_native_speed(pol, training=False)
     if excluded_sym_names:
         pol = pol.replace(mxnet_layers=pol.mxnet_layers.with_fp32(excluded_sym_names))
+    layers = dict(layers or {})
     if pol.enabled and pol.layer_patterns("mxnet"):
-        warn_unmatched(pol.layer_patterns("mxnet"),
-                       [n.name for n in nodes(sym) if n.op != "null"], "the symbol converted",
-                       stacklevel=4)
+        check_matched(pol.layer_patterns("mxnet"),
+                      [*layers, *layers.values(),
+                       *(n.name for n in nodes(sym) if n.op != "null")], "the symbol converted")
     inputs = sym.list_inputs()
     declared = _declared_dtypes(sym)
     known = {name: declared.get(name, "float32") for name in inputs}
@@ -196,7 +201,8 @@ def convert_symbol(sym: mx.sym.Symbol, target_dtype: str = "float16",
     out = rewrite(sym, known, pol, ctx,
                   optional_params=params if cast_optional_params else frozenset(),
                   keep_casts=True, params=params, free_params=params,
-                  shapes={k: tuple(v) for k, v in (input_shapes or {}).items()})
+                  shapes={k: tuple(v) for k, v in (input_shapes or {}).items()},
+                  instance_of=(lambda node: node_instance(node, layers)) if layers else None)
     # the parameters declare their dtype, as natively: a Module binding the converted
     # graph with data shapes alone then infers every parameter's dtype
     now = _declared_dtypes(out)
@@ -247,7 +253,8 @@ def convert_hybrid_block(block: HybridBlock, target_dtype: str = "float16",
     kw.setdefault("input_shapes", traced_shapes.get(block))
     converted = convert_symbol(sym, target_dtype, target_dtype_ops, fp32_ops,
                                conditional_fp32_ops, excluded_sym_names, data_names,
-                               cast_optional_params, ctx=ctx, **kw)
+                               cast_optional_params, ctx=ctx,
+                               layers=block_layers(block), **kw)
     dtypes = _declared_dtypes(converted)
     with warnings.catch_warnings():  # the data inputs have no dtype until called: MXNet's
         warnings.filterwarnings("ignore", message="Cannot decide type")  # noise, not the user's

@@ -46,7 +46,7 @@ from amp_adapters.doctor.bf16 import Bf16Speed
 from amp_adapters.doctor.session import Session
 from amp_adapters.doctor.verify import after_step
 from amp_adapters.dtypes import FLOAT_DTYPES
-from amp_adapters.layers import matches, warn_unmatched
+from amp_adapters.layers import check_matched
 from amp_adapters.policy import PolicyLike
 
 from . import patching, scaling
@@ -90,7 +90,7 @@ class Doctor(Session):
         self._start_optimizer: Optional[bytes] = None  # the trainer's optimizer and its state
                                                        # when the first step was recorded
         self._batch_sizes: list[int] = []  # trainer.step's batch_size, per recorded step
-        self._layers: tuple[str, ...] = ()
+        self._layers: dict[str, str] = {}  # {block name: its path}: patching.block_layers
         self.steps = 0
 
     # -- the with block ----------------------------------------------------------------------
@@ -148,11 +148,13 @@ class Doctor(Session):
         feed = {**dict(zip(names, (*data, *labels))), **params}
         if not self._steps and self.trainer is not None:
             self._start_optimizer = self.trainer._updaters[0].get_states(dump_optimizer=True)
-        if not self._steps:
-            self._layers = patching.block_names(self.net, self.loss_fn)
-            warn_unmatched(self.policy.layer_patterns("mxnet"),
-                           [n.name for n in nodes(amp_sym) if n.op not in ("null", *_CASTS)],
-                           "the model the doctor examines", stacklevel=5)
+        if not self._steps:  # a layer rule must name a layer of this model (before recording)
+            layers = patching.block_layers(self.net, self.loss_fn)
+            check_matched(self.policy.layer_patterns("mxnet"),
+                          [*layers, *layers.values(),
+                           *(n.name for n in nodes(amp_sym) if n.op not in ("null", *_CASTS))],
+                          "the model the doctor examines")
+            self._layers = layers
         bare = mx.sym.load_json(amp_sym.tojson())  # the same graph, AMP casts taken out
         self._steps.append(({k: v.copy() for k, v in feed.items()}, bare, names))
         self._record(self._recorder, self.policy, amp_sym, bare, feed, scale, names)
@@ -193,7 +195,8 @@ class Doctor(Session):
         for i, (feed, bare, names) in enumerate(self._steps):
             step_feed = {**{n: feed[n] for n in names}, **params}
             known = {n: dtype_name(v.dtype) for n, v in step_feed.items()}
-            amp_sym = rewrite(bare, known, policy, ctx, params=frozenset(params))
+            amp_sym = rewrite(bare, known, policy, ctx, params=frozenset(params),
+                              instance_of=self._instance_of)
             grads, done = self._record(rec, policy, amp_sym, bare, step_feed, loss_scale.scale,
                                        names)
             loss_scale, apply = after_step(loss_scale, done.overflow)
@@ -243,7 +246,7 @@ class Doctor(Session):
         step's record."""
         ctx = block_context(self.net)
         known = {n: dtype_name(v.dtype) for n, v in feed.items()}
-        plan = plan_graph(amp_sym, known, policy, ctx)
+        plan = plan_graph(amp_sym, known, policy, ctx, instance_of=self._instance_of)
         rec.emulated = rec.emulated or any(d.emulated for d in plan)
         amp_vals, amp_grads, order, amp_bwd = _run(amp_sym, feed, scale)
         ref_vals, ref_grads, _, ref_bwd = _run(ref_sym, feed, scale)
@@ -270,7 +273,7 @@ class Doctor(Session):
                         reference=_np(ref_vals[out]),
                         inputs=[_np(amp_vals[e]) for e in ins],
                         input_refs=[_np(ref_vals[origin.get(e, e)]) for e in ins],
-                        raw=_np(amp_vals[out]), layer=_layer_of(n.name, self._layers))
+                        raw=_np(amp_vals[out]), layer=patching.layer_of(n.name, self._layers))
         owner = _cast_owners(order, origin)
         for name, grads in amp_bwd:
             if owner.get(name):
@@ -284,6 +287,11 @@ class Doctor(Session):
                        for e, g in gs if e not in inputs])
         return unscaled, rec.end_step()
 
+    def _instance_of(self, node: str) -> tuple[str, ...]:
+        """A node's instance names for the layer rules: its name, its blocks' names and paths
+        (as ``init``'s traced call has them: ``patching.node_instance``)."""
+        return patching.node_instance(node, self._layers)
+
     def _trace(self, n_data: int, n_labels: int) -> tuple[mx.sym.Symbol, list[str]]:
         """The symbol of ``loss_fn(net(data...), labels...)`` as ``init``'s patched ops build
         it: the casts the AMP run has. Traced under a fresh name manager (stable node names)
@@ -291,7 +299,10 @@ class Doctor(Session):
         names = [f"data{i}" for i in range(n_data)] + [f"label{i}" for i in range(n_labels)]
         syms = [mx.sym.var(n) for n in names]
         saved = patching._trace.casts
+        calling = patching._blocks.names, patching._blocks.paths
         patching._trace.casts = {}
+        # traced from inside loss_fn's call (its pre-hook): net and loss_fn are roots here
+        patching._blocks.names, patching._blocks.paths = (), None
         self._busy = True
         try:
             with mx.name.NameManager():
@@ -299,6 +310,7 @@ class Doctor(Session):
                 loss = self.loss_fn(out, *syms[n_data:])
         finally:
             patching._trace.casts = saved
+            patching._blocks.names, patching._blocks.paths = calling
             self._busy = False
         return loss, names
 
@@ -309,14 +321,6 @@ def doctor(net: HybridBlock, loss_fn: HybridBlock, trainer: Any = None, *,
     ``net`` with ``loss_fn`` (see the module docstring); ``trainer`` (optional) gives the
     current loss scale and has its state restored on exit."""
     return Doctor(net, loss_fn, trainer, policy=policy, max_steps=max_steps)
-
-
-def _layer_of(node: str, blocks: tuple[str, ...]) -> str:
-    """The layer a doctor's fix names for node ``node``: the innermost block whose name
-    covers it (``dense2`` for ``dense2_fwd``), so the rule matches the same op in a trace
-    and in imperative calls; the node's own name where no block covers it."""
-    covering = [b for b in blocks if matches(b, node)]
-    return max(covering, key=len) if covering else node
 
 
 # -- running a graph op by op -------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import AbstractSet, Iterator, Mapping, Optional
+from typing import AbstractSet, Callable, Iterator, Mapping, Optional
 
 import mxnet as mx
 
@@ -58,9 +58,12 @@ def nodes(sym: mx.sym.Symbol) -> Iterator[Node]:
 def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy,
           device: Optional[DeviceProfile], params: AbstractSet[str] = frozenset(),
           free: Optional[list[bool]] = None,
-          shapes: Optional[Mapping[str, Optional[tuple]]] = None) -> OpDecision:
+          shapes: Optional[Mapping[str, Optional[tuple]]] = None,
+          instance_of: Optional[Callable[[str], tuple]] = None) -> OpDecision:
     """The core's decision for node ``n`` given its input dtypes (non-floats count as None);
-    the node's name is the instance name the policy's layer rules match (``dense2_fwd``);
+    the node's name is the instance name the policy's layer rules match (``dense2_fwd``),
+    with ``instance_of(name)``'s names where given (its blocks' names and paths:
+    ``patching.node_instance``);
     ``params``: the graph inputs that are parameters (the planner's promote rule reads it);
     ``free``: which inputs have no dtype of their own yet (the planner's free rule);
     ``shapes``: {entry: inferred shape} under measured speed (the shape class of the
@@ -71,7 +74,7 @@ def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy,
                    device=device, shape=shape, attrs=n.attrs,
                    input_names=input_names(n.op),
                    param_inputs=[e in params for e in n.inputs] if params else None,
-                   free=free, instance=n.name)
+                   free=free, instance=instance_of(n.name) if instance_of else n.name)
 
 
 def _device(ctx: Optional[mx.Context], policy: Policy,
@@ -95,11 +98,13 @@ def _entry_shapes(sym: mx.sym.Symbol, device: Optional[DeviceProfile],
 
 def plan_graph(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
                ctx: Optional[mx.Context], shapes: Optional[Mapping[str, tuple]] = None,
-               training: bool = False) -> list[OpDecision]:
+               training: bool = False,
+               instance_of: Optional[Callable[[str], tuple]] = None) -> list[OpDecision]:
     """The decision for every op of ``sym``, in topological order; ``ctx`` None plans for no
     device in particular (every op has its low-precision kernel). ``shapes``: the known
     shapes of its inputs (measured speed plans at the shape classes inferred from them);
-    ``training``: plan as ``init`` does, for forward and backward.
+    ``training``: plan as ``init`` does, for forward and backward; ``instance_of``: a node
+    name's instance names for the layer rules (default: the name alone).
 
     AMP casts already in ``sym`` (those ``init`` put in a traced graph) are taken out and
     the graph is planned as ``rewrite`` plans it: each op sees the dtypes the plan gives
@@ -109,7 +114,8 @@ def plan_graph(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     bare = mx.sym.load_json(sym.tojson())  # tojson() drops amp_cast/amp_multicast nodes
     device = _device(ctx, policy, training)
     return _rewrite(bare, known, policy, ctx, device, {},
-                    frozenset(), frozenset(), entry_shapes=_entry_shapes(bare, device, shapes))[3]
+                    frozenset(), frozenset(), entry_shapes=_entry_shapes(bare, device, shapes),
+                    instance_of=instance_of)[3]
 
 
 def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
@@ -119,8 +125,10 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
             keep_casts: bool = False,
             params: AbstractSet[str] = frozenset(),
             free_params: AbstractSet[str] = frozenset(),
-            shapes: Optional[Mapping[str, tuple]] = None) -> mx.sym.Symbol:
-    """A copy of ``sym`` with the casts the plan asks for inserted.
+            shapes: Optional[Mapping[str, tuple]] = None,
+            instance_of: Optional[Callable[[str], tuple]] = None) -> mx.sym.Symbol:
+    """A copy of ``sym`` with the casts the plan asks for inserted (``instance_of``: a node
+    name's instance names for the layer rules, as in ``plan_graph``).
 
     ``keep_casts``: the ``amp_cast``/``amp_multicast`` nodes already in ``sym`` are the
     user's and stay (a symbol given to ``convert_symbol``); else they are dropped (the
@@ -162,13 +170,14 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     heads = _float32_heads(sym, {k: v for k, v in known.items() if k not in free_params})
     entry_shapes = _entry_shapes(sym, device, shapes)
     out, uses, took, plan = _rewrite(sym, known, policy, ctx, device, {}, params,
-                                     free_params, heads, entry_shapes)
+                                     free_params, heads, entry_shapes, instance_of)
     declared = {p: next(iter(u)) for p, u in uses.items()
                 if (p in optional_params or p in took) and len(u) == 1
                 and next(iter(u)) in LOW_DTYPES}
     if declared:  # again, with those parameters already in their low dtype
         out, _, _, plan = _rewrite(sym, {**known, **declared}, policy, ctx, device,
-                                   declared, params, free_params, heads, entry_shapes)
+                                   declared, params, free_params, heads, entry_shapes,
+                                   instance_of)
     if ctx is not None:
         for d in plan:
             if d.emulated or d.fell_back:
@@ -191,7 +200,7 @@ def _float32_heads(sym: mx.sym.Symbol, known: Mapping[str, str]) -> frozenset[st
 
 
 def _rewrite(sym, known, policy, ctx, device, low_params, params, free_params,
-             float32_heads=frozenset(), entry_shapes=None):
+             float32_heads=frozenset(), entry_shapes=None, instance_of=None):
     """``rewrite`` proper (``float32_heads``: the outputs handed back in float32); also
     returns {parameter: the dtypes its consumers read it in} ("raw" when one reads it
     uncast), the free parameters a follow op took, and the decision for every op."""
@@ -228,7 +237,7 @@ def _rewrite(sym, known, policy, ctx, device, low_params, params, free_params,
             ins = list(n.inputs)
             free = [e in free_params for e in ins]
             d = _plan(n, [dtype.get(e) for e in ins], policy, device,
-                      params=params, free=free, shapes=entry_shapes)
+                      params=params, free=free, shapes=entry_shapes, instance_of=instance_of)
             takes = [f and d.category == "follow" and c is None and not r and not k
                      and n.op not in ("amp_cast", "amp_multicast")  # a user's cast reads as cast
                      for f, c, r, k in zip(free, d.casts, d.round_inputs,

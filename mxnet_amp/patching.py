@@ -11,8 +11,9 @@ current device, and applies exactly what the plan says: casts, a runtime
 ``amp_multicast`` for a promote op with traced inputs, emulation round trips.
 It decides once per call signature (the argument dtypes, the device type when
 kernels take part, the attribute values the policy reads, and, when the policy has
-layer rules, the names of the Gluon blocks being called: ``Policy.layers`` matches
-an imperative or traced op call by its blocks' names, e.g. ``dense2``): a repeated call
+layer rules, the Gluon blocks being called: ``Policy.layers`` matches an imperative or
+traced op call by their paths from the model's root, e.g. ``2``, and their names, e.g.
+``dense2``): a repeated call
 costs a dict lookup plus the casts it needs. Imperative calls see real dtypes;
 while a HybridBlock is traced only parameters declare theirs, and a traced
 value of unknown dtype gets the plan's cast-if-needed (``amp_cast`` is free at
@@ -31,6 +32,7 @@ import logging
 import sys
 import threading
 import warnings
+import weakref
 from typing import Any, Callable, Optional
 
 import numpy as np
@@ -39,7 +41,7 @@ from mxnet import base
 
 from amp_adapters import (UNKNOWN, AmpConfigError, OpDecision, Policy, attrs_read,
                           effective_lists, plan_op)
-from amp_adapters.layers import warn_unmatched
+from amp_adapters.layers import check_matched, layer_paths, stems_of
 from amp_adapters.oplists import load_table, native_lists
 from amp_adapters.device import ShapeClass
 from amp_adapters.dtypes import AMP_DTYPES
@@ -127,7 +129,8 @@ def reset() -> None:
     forget_loss_output_trainer()
     _warned_loss_outputs.clear()
     _layer_names.clear()
-    _layer_warned.clear()
+    _layers_checked.clear()
+    _trees.clear()
 
 
 def _wrap_loss_outputs(policy: Policy) -> None:
@@ -267,26 +270,46 @@ def _signature(args: tuple, kwargs: dict) -> Optional[tuple]:
 
 
 class _Blocks(threading.local):
-    names: tuple[str, ...] = ()  # the Gluon blocks being called, innermost first
+    names: tuple[str, ...] = ()  # the Gluon blocks being called, innermost first: name, path
+    paths: Optional[dict] = None  # {id(block): path} of the tree of the root being called
 
 
 _blocks = _Blocks()
+# root block -> {id(block): its path} of its tree, computed at its first call under init
+_trees: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def tree_paths(root: Any) -> dict[int, str]:
+    """{id(block): its path from ``root``}: the child names of ``Block._children`` joined by
+    ``.`` (``2`` for a HybridSequential's third child, ``encoder.layers.3``); ``root`` is
+    ``""`` (``amp_adapters.layers.layer_paths``)."""
+    return layer_paths(root, lambda b: b._children.items())
 
 
 def _named_call(call: Callable) -> Callable:
-    """``Block.__call__`` that keeps the names of the blocks being called (``block.name``,
-    innermost first) while it runs: the instance names an op call has for the policy's
-    layer rules (``Policy.layers``), in imperative calls and in a hybridized block's trace
-    alike (a traced node is named after its block: ``dense2`` -> ``dense2_fwd``). Installed
-    only when the policy has layer rules; a tuple push and pop per block call."""
+    """``Block.__call__`` that keeps the blocks being called, innermost first, while it runs:
+    each one's path from the root (the outermost block being called: ``2``) and its
+    ``block.name`` (``dense2``), the instance names an op call has for the policy's layer
+    rules (``Policy.layers``), in imperative calls and in a hybridized block's trace
+    alike. A root's tree is walked once (its paths; also noted as the model's layer names,
+    which ``check_layers`` matches the rules against). Installed only when the policy has
+    layer rules; a tuple push and pop per block call."""
     @functools.wraps(call)
     def called(block: Any, *args: Any) -> Any:
-        outer = _blocks.names
-        _blocks.names = (block.name, *outer)
+        outer, outer_paths = _blocks.names, _blocks.paths
+        if outer_paths is None:  # a root: the model (or the loss) being called
+            paths = _trees.get(block)
+            if paths is None:
+                paths = _trees[block] = tree_paths(block)
+                _layer_names.update(block_names(block))
+                _layer_names.update(paths.values())
+            _blocks.paths = paths
+        path = _blocks.paths.get(id(block))
+        _blocks.names = (block.name, path, *outer) if path else (block.name, *outer)
         try:
             return call(block, *args)
         finally:
-            _blocks.names = outer
+            _blocks.names, _blocks.paths = outer, outer_paths
     called.__amp_original__ = call  # type: ignore[attr-defined]
     return called
 
@@ -488,7 +511,7 @@ def _traced_graph(get_graph: Callable) -> Callable:
             frozen_params.names = frozenset()
         from .report import summarize_block  # report imports this module
         summarize_block(block)
-        _check_layers(block)
+        _note_layers(block)
         return out
     traced.__amp_original__ = get_graph  # type: ignore[attr-defined]
     return traced
@@ -503,13 +526,13 @@ def _input_shapes(args: tuple) -> dict:
     return {n: a.shape for n, a in zip(names, flat) if isinstance(a, _ND)}
 
 
-_layer_names: set[str] = set()    # the node and block names of every graph traced under init
-_layer_warned: set[str] = set()   # the layer patterns warned about (once each)
+_layer_names: set[str] = set()    # the node names, block names and paths seen under init
+_layers_checked: list[bool] = []  # check_layers ran (once per init)
 
 
 def block_names(*blocks: Any) -> tuple[str, ...]:
-    """The names of ``blocks`` and every block under them, sorted (the names the policy's
-    layer rules match an op call by: ``_named_call``)."""
+    """The names of ``blocks`` and every block under them, sorted (the old form of the
+    names the policy's layer rules match an op call by: ``_named_call``)."""
     out, todo = set(), list(blocks)
     while todo:
         b = todo.pop()
@@ -519,21 +542,74 @@ def block_names(*blocks: Any) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
-def _check_layers(block: Any) -> None:
-    """After a trace under a policy with layer rules: warn once per pattern that matches no
-    node or block name of any graph traced so far (``UnmatchedLayerWarning``, with the
-    closest names). Imperative calls are not traced: there the doctor or ``cast_report``
-    shows what a rule matched."""
+def block_layers(*roots: Any) -> dict[str, str]:
+    """{block name: its path} of every block under each of ``roots`` (a root's path is
+    ``""``): how a node of a traced graph, named after its block's prefix, finds its path
+    (``node_instance``)."""
+    out: dict[str, str] = {}
+    for root in roots:
+        paths = tree_paths(root)
+        todo = [root]
+        while todo:
+            b = todo.pop()
+            if b.name and b.name not in out:
+                out[b.name] = paths.get(id(b), "")
+            todo.extend(b._children.values())
+    return out
+
+
+def _covering(node: str, layers: dict[str, str]) -> list[str]:
+    """The block names of ``layers`` that cover node ``node`` (``dense2`` for ``dense2_fwd``),
+    innermost (longest) first."""
+    return [b for b in reversed(stems_of(node)) if b in layers]
+
+
+def node_instance(node: str, layers: dict[str, str]) -> tuple[str, ...]:
+    """The instance names of graph node ``node`` for the policy's layer rules, as a traced call
+    has them (``_named_call``): its own name, then each block covering it, innermost first,
+    by name and by path (``layers``: ``block_layers``)."""
+    out = [node]
+    for b in _covering(node, layers):
+        out += [b, layers[b]] if layers[b] else [b]
+    return tuple(out)
+
+
+def layer_of(node: str, layers: dict[str, str]) -> str:
+    """The layer the doctor's fix names graph node ``node`` by: the path of the innermost
+    block covering it (``2`` for ``dense2_fwd``: the same in every build of the model); a
+    node of the root block itself has no path, and keeps the innermost block's name, else
+    its own."""
+    covering = _covering(node, layers)
+    for b in covering:
+        if layers[b]:
+            return layers[b]
+    return covering[0] if covering else node
+
+
+def _note_layers(block: Any) -> None:
+    """After a trace under a policy with layer rules: the node names of its graph (and its
+    blocks' names and paths) join the names ``check_layers`` matches the rules against."""
     policy = active_policy()
-    patterns = policy.layer_patterns("mxnet") - _layer_warned if policy is not None else ()
-    if not patterns or not block._cached_graph:
+    if policy is None or not policy.layer_patterns("mxnet") or not block._cached_graph:
         return
     _layer_names.update(block_names(block))
     _layer_names.update(n["name"] for n in json.loads(block._cached_graph[1].tojson())["nodes"]
                         if n["op"] != "null")
-    missing = warn_unmatched(patterns, _layer_names - {""},
-                             f"the blocks traced so far (the last: {block.name})", stacklevel=6)
-    _layer_warned.update(p for p, _ in missing)
+
+
+def check_layers() -> None:
+    """Once per ``init``, when a loss is first scaled (every block of the step has been called
+    by then): raise ``AmpConfigError`` if a layer rule of the policy matches no block path,
+    block name or traced node name seen, naming the closest. Raised before the step scales
+    anything (the trainer's loss-scale state is untouched), and again at each later
+    ``scale_loss`` until ``reset()`` and an ``init`` with a policy that matches."""
+    policy = active_policy()
+    if _layers_checked or policy is None or not policy.enabled \
+            or not policy.layer_patterns("mxnet"):
+        return
+    check_matched(policy.layer_patterns("mxnet"), _layer_names,
+                  "the model called under mxnet_amp.init")
+    _layers_checked.append(True)
 
 
 def _round_outputs(d: OpDecision, out: Any) -> Any:

@@ -17,6 +17,7 @@ from ._mx import dtype_name
 from .active import active_policy
 from .config import user_policy
 from .graph import plan_graph
+from .patching import block_layers, node_instance
 from .kernels import summarize_fallbacks
 from .traced import block_graph, traced_shapes, traced_without_amp
 
@@ -44,12 +45,15 @@ def cast_report(block: HybridBlock, *, policy: Optional[PolicyLike] = None,
     """Per op of the block's traced graph: framework name, canonical name, input dtypes, run dtype.
 
     Uses the policy of ``init`` unless ``policy`` is given (``init``'s policy is planned for
-    training, forward and backward, as ``init`` plans; another for inference), the block's context unless ``ctx`` is, and
-    ``input_dtype`` for the data inputs. Under measured speed each op is planned at the
-    shape class of the arrays the block was traced with (unknown dimensions measured at
-    ``UNKNOWN_DIM`` when it was traced without ``init``). An op that stays
-    float32 for lack of a kernel, or is emulated, says so in its ``reason``. The casts
-    are counted in the traced graph, the one that runs (``GraphCasts``).
+    training, forward and backward, as ``init`` plans; another for inference), the block's
+    context unless ``ctx`` is, and ``input_dtype`` for the data inputs. A node is matched
+    by the policy's layer rules as the traced call was: by its name and its blocks' names
+    and paths from ``block`` (``2``: a layer rule written as a path shows it in
+    ``OpDecision.layer``). Under measured speed each op is planned at the shape class of
+    the arrays the block was traced with (unknown dimensions measured at ``UNKNOWN_DIM``
+    when it was traced without ``init``). An op that stays float32 for lack of a kernel,
+    or is emulated, says so in its ``reason``. The casts are counted in the traced graph,
+    the one that runs (``GraphCasts``).
     """
     chosen = (user_policy(policy, ctx or block_context(block)) if policy is not None
               else active_policy())
@@ -59,9 +63,11 @@ def cast_report(block: HybridBlock, *, policy: Optional[PolicyLike] = None,
     known = {i.name: input_dtype for i in inputs}
     known.update({name: dtype_name(p.dtype) for name, p in block.collect_params().items()})
     stale = policy is None and traced_without_amp(block)
+    layers = block_layers(block)
     plan = plan_graph(sym, known, Policy.preset("O0") if stale else chosen,
                       ctx or block_context(block), shapes=traced_shapes.get(block),
-                      training=chosen == active_policy())
+                      training=chosen == active_policy(),
+                      instance_of=lambda node: node_instance(node, layers))
     if stale:  # the graph that runs was traced before init: every op as traced, float32
         plan = [dataclasses.replace(d, reason="traced before mxnet_amp.init(): the cached "
                                               "graph has no AMP casts (hybridize again)")

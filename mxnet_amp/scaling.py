@@ -239,6 +239,8 @@ def scale_loss(loss: Any, optimizer_or_trainer: Trainer) -> Iterator[Any]:
     the gradients inside the optimizer update (no extra pass, no host sync).
     """
     trainer = optimizer_or_trainer
+    from .patching import check_layers  # patching imports this module
+    check_layers()  # every block of the step has been called: a layer rule must name one
     scale = _amp(trainer).begin_step()
     with unpatched():
         scaled = ([l * scale for l in loss] if isinstance(loss, (list, tuple)) else loss * scale)

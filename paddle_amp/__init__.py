@@ -30,6 +30,8 @@ Files:
     env.py        Paddle glue: static check, the program's IR, dtype names, device
     guard.py      fp16_guard / bf16_guard: the native name scopes, on both IRs (entering one,
                   the native's too, enters the program's ProgramIR.guarding: PIR records)
+    layer_paths.py  the layer path owning each parameter (Layer calls in static mode note
+                  it): what a layer rule and the doctor name an op by
     ir/           the program IR layer: the ProgramIR protocol, one implementation per IR
                   (its legacy and pir folders: casts, state vars, unscale, all-reduce, the
                   skip table; pir/opnames: PIR op and operand names -> the legacy names
@@ -48,6 +50,7 @@ Files:
 """
 from amp_adapters import CastReport, OverflowGuardError, Policy
 
+from . import layer_paths  # noqa: F401 (Layer calls in static mode note their paths)
 from . import amp_nn, bf16, debugging, decorator, fp16_lists, fp16_utils  # noqa: F401
 from . import function_overload  # noqa: F401
 from .casting import cast_model_to_fp16, cast_parameters_to_fp16

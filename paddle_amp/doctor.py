@@ -41,6 +41,7 @@ from amp_adapters.doctor.session import Session
 
 from . import ir
 from .env import from_low
+from .layer_paths import path_of
 from .report import cast_report
 
 
@@ -143,7 +144,7 @@ class Doctor(Session):
             ins = [n for n in op.input_arg_names if n in amp or n in feed]
             rec.forward(name, op.type, d.canonical, d.category, d.precision, d.emulated,
                         output=amp[seen_as.get(raw, raw)], reference=ref[raw], raw=amp[raw],
-                        layer=_layer_of(op, self._params, origin),
+                        layer=_layer_of(op, self._params, origin, self.program),
                         inputs=[_value(amp, feed, n) for n in ins],
                         input_refs=[_value(ref, feed, origin.get(n, n)) for n in ins])
         if any(d_emulated for d_emulated in (r.emulated for r in rec._ops.values())):
@@ -206,6 +207,9 @@ class Doctor(Session):
         opt = OptimizerWithMixedPrecision(_fresh(self.optimizer._optimizer), policy,
                                           self.optimizer._use_guard,
                                           self.optimizer._black_varnames)
+        # a candidate's layer rule that names no op here (an op without parameters has only
+        # its record name) does not apply, and the replay shows it, as MXNet's graph replay
+        opt._check_layers = False
         with paddle.static.program_guard(program, startup), paddle.utils.unique_name.guard():
             opt.minimize(loss)
         scope, place = paddle.static.Scope(), _place(self.exe)
@@ -260,15 +264,16 @@ _PROGRAM_STATE = frozenset({"_accumulators", "_accumulators_holder", "_master_we
                             "_param_dict", "_param_device_map"})
 
 
-def _layer_of(op: Any, params: frozenset, origin: dict) -> Optional[str]:
-    """The layer a doctor's fix names ``op`` by: the stem of the first parameter it reads,
-    through the rewrite's casts (``origin``) (``dense2`` for ``dense2.w_0``), the name both
-    IRs keep (``ProgramIR.instance_names``); None (its record name) for an op that reads no
-    parameter."""
+def _layer_of(op: Any, params: frozenset, origin: dict, program: Any = None) -> Optional[str]:
+    """The layer a doctor's fix names ``op`` by: the first parameter it reads, through the
+    rewrite's casts (``origin``): the path of the layer that owns it (``2``, the same in
+    every build: ``layer_paths``), else, in a program built without a Layer tree, its stem
+    (``dense2`` for ``dense2.w_0``, the name both IRs keep: ``ProgramIR.instance_names``);
+    None (its record name) for an op that reads no parameter."""
     for n in op.input_arg_names:
         n = origin.get(n, n)
         if n in params:
-            return n.rsplit(".", 1)[0] if "." in n else n
+            return path_of(program, n) or (n.rsplit(".", 1)[0] if "." in n else n)
     return None
 
 

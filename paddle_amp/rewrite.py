@@ -37,13 +37,14 @@ from typing import AbstractSet, Any, Optional
 
 from amp_adapters import (CastReport, OpDecision, ParamPlan, Policy, output_fp32, plan_op,
                           plan_params)
-from amp_adapters.layers import warn_unmatched
+from amp_adapters.layers import check_matched
 from amp_adapters.device import DeviceProfile, ShapeClass
 from amp_adapters.dtypes import FLOAT_DTYPES, LOW_DTYPES
 from amp_adapters.fallback import FallbackNotices
 from amp_adapters.oplists import passes_through
 
 from . import ir as program_ir
+from .layer_paths import paths_of
 from .ir import CONTROL_FLOW, ProgramIR, Slot
 
 _DEVICE = "this device"  # the kernels set was probed on the place the program will run on
@@ -78,8 +79,6 @@ class Rewriter:
 
     def __post_init__(self) -> None:
         self._notices = FallbackNotices("paddle_amp")  # each op type warns once per decorate
-        self._instances: set = set()  # names layer rules were matched against, since the last
-        # rewrite's unmatched-rule warning (a rule naming any var of the program is no typo)
 
     def _ir(self, program) -> ProgramIR:
         ir = program_ir.of(program)
@@ -127,13 +126,29 @@ class Rewriter:
                               lambda o: self._shape(ir, o), lambda o: self._instance(ir, o))
 
     def _instance(self, ir: ProgramIR, op) -> Optional[tuple[str, ...]]:
-        """``op``'s instance names for the policy's layer rules (``ProgramIR.instance_names``),
-        noted for ``warn_unmatched``; None (nothing to match) without layer rules."""
+        """``op``'s instance names for the policy's layer rules: the paths of the layers whose
+        parameters it reads (``layer_paths``: ``2``, ``encoder.layers.3.ffn``), then the
+        names the IR gives (``ProgramIR.instance_names``); None (nothing to match) without
+        layer rules."""
         if not self.policy.layer_patterns("paddle"):
             return None
         names = ir.instance_names(op)
-        self._instances.update(names, ir.var_names(op))
-        return names
+        return (*paths_of(ir.program, names), *names)
+
+    def check_layers(self, program) -> None:
+        """Raise ``AmpConfigError`` if a layer rule of the policy matches no op of ``program``
+        (by layer path, parameter, variable or name scope), naming the closest: before
+        anything of the program changes (a rule that does not apply is a fix that silently
+        is not there)."""
+        patterns = self.policy.layer_patterns("paddle") if self.policy.enabled else ()
+        if not patterns:
+            return
+        ir = self._ir(program)
+        names: set = set()
+        with contextlib.closing(ir.forward_ops()) as ops:
+            for op in ops:
+                names.update(self._instance(ir, op) or (), ir.var_names(op))
+        check_matched(patterns, names, "the program")
 
     def _shape(self, ir: ProgramIR, op, slots: Optional[list[Slot]] = None
                ) -> Optional[ShapeClass]:
@@ -184,8 +199,12 @@ class Rewriter:
 
     # -- rewrite ------------------------------------------------------------------------------
 
-    def rewrite(self, program) -> CastReport:
-        """Rewrite the forward ops of ``program``'s global block; return the decisions."""
+    def rewrite(self, program, check: bool = True) -> CastReport:
+        """Rewrite the forward ops of ``program``'s global block; return the decisions. A layer
+        rule matching no op raises first (``check_layers``; ``check=False``: checked on the
+        program this one derives from), the program untouched."""
+        if check:
+            self.check_layers(program)
         ir = self._ir(program)
         self._cast_of: dict[tuple, Any] = {}
         self._origin: dict = {}  # key of a cast's output -> the value it casts
@@ -212,10 +231,6 @@ class Rewriter:
                     self._outputs(ir, op, slots, d)
                     self._note_moved_params(ir, op, slots)
         self._notices.summarize("paddle_amp: program", decisions, _DEVICE)
-        if self.policy.enabled and self.policy.layer_patterns("paddle"):
-            warn_unmatched(self.policy.layer_patterns("paddle"), self._instances,
-                           "the program rewritten")
-        self._instances = set()
         return CastReport("paddle", tuple(decisions))
 
     def _inputs(self, ir: ProgramIR, op, slots: list[Slot], d: OpDecision) -> None:

@@ -5,9 +5,9 @@ from amp_demo.doctor_models import B, D, FACTOR, H, KINDS, PLANTED_CANONICAL, ar
 from amp_demo.doctor_models import LAYERED, layered_arrays  # noqa: F401
 
 
-def mxnet_layered(kind, hybridize=True):
+def mxnet_layered(kind, hybridize=True, named=True):
     from amp_demo.mxnet_trainer import layered_model
-    return layered_model(kind, hybridize)
+    return layered_model(kind, hybridize, named)
 
 
 def mxnet_model(kind, hybridize=True):
@@ -25,9 +25,9 @@ def paddle_feed(kind, step):
     return doctor_feed(kind, step)
 
 
-def paddle_layered(kind, policy=None, optimizer=None):
+def paddle_layered(kind, policy=None, optimizer=None, layers=False):
     from amp_demo.paddle_trainer import layered_program
-    return layered_program(kind, policy, optimizer)
+    return layered_program(kind, policy, optimizer, layers)
 
 
 def paddle_layered_feed(kind, step):

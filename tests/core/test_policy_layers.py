@@ -2,15 +2,14 @@
 plan_op(instance=...) applying it over the op-type lists."""
 import re
 import tomllib
-import warnings
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_adapters import AmpConfigError, LayerLists, Policy, UnmatchedLayerWarning, plan_op
+from amp_adapters import AmpConfigError, LayerLists, Policy, plan_op
 from amp_adapters.doctor.recommend import policy_toml
-from amp_adapters.layers import matches, unmatched, warn_unmatched
+from amp_adapters.layers import check_matched, layer_paths, matches, unmatched
 
 FC = ("FullyConnected", ["float32", "float32", "float32"])
 
@@ -187,13 +186,61 @@ def test_policy_refuses_a_layers_field_that_is_no_layer_lists():
         Policy(mxnet_layers={"fp32": ["dense2"]})
 
 
-def test_a_name_matching_nothing_warns_with_the_closest_names():
+def test_a_name_matching_nothing_is_an_error_naming_the_closest_names():
     names = ["dense0_fwd", "dense1_fwd", "dense2_fwd", "dense3_fwd", "relu0"]
     [(pattern, close)] = unmatched(["dense2", "dens2"], names)
     assert pattern == "dens2" and close[0] == "dense2"
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        warn_unmatched(["dense9", "dense1"], names, "the model")
-    assert len(w) == 1 and issubclass(w[0].category, UnmatchedLayerWarning)
-    assert "layer 'dense9' of the policy matches no op of the model; the closest names it " \
-           "has: 'dense" in str(w[0].message)
+    check_matched(["dense2", "dense1_fwd"], names, "the model")  # both match: nothing raised
+    with pytest.raises(AmpConfigError) as e:
+        check_matched(["dense9", "dense1"], names, "the model")
+    assert str(e.value).startswith("layer 'dense9' matches no layer of the model; the closest "
+                                   "layers it has: 'dense")
+    assert "'dense1'" not in str(e.value).split(";")[0]
+    # a path the model does not have: the paths of its depth (difflib finds no '7' alike)
+    with pytest.raises(AmpConfigError, match="layer '7' matches no layer of the model; the "
+                                             "closest layers it has: '0', '1', '2'"):
+        check_matched(["7"], ["0", "1", "2", "3", "4", "dense2_fwd"], "the model")
+
+
+_TREE = st.recursive(st.just(()), lambda kids: st.lists(
+    st.tuples(st.sampled_from(["0", "1", "2", "ffn", "layers", "encoder"]), kids),
+    max_size=3, unique_by=lambda kv: kv[0]), max_leaves=12)
+
+
+class _Node:
+    """A tree of layers from a hypothesis spec: [(child name, child spec)]."""
+
+    def __init__(self, spec):
+        self.kids = [(name, _Node(k)) for name, k in spec]
+
+
+@settings(max_examples=60, deadline=None)
+@given(_TREE)
+def test_layer_paths_name_each_layer_by_its_child_names_and_every_path_matches(spec):
+    """Each layer's path is its parent's path, a dot, its own name (the root's is ''), paths
+    are unique, and the rules of a model's paths pass ``check_matched`` while a path one
+    level deeper than any leaf raises naming close ones."""
+    root = _Node(spec)
+    paths = layer_paths(root, lambda n: n.kids)
+    assert paths[id(root)] == ""
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        for name, child in node.kids:
+            parent = paths[id(node)]
+            assert paths[id(child)] == (f"{parent}.{name}" if parent else name)
+            todo.append(child)
+    named = [p for p in paths.values() if p]
+    assert len(set(named)) == len(named)
+    check_matched(named, named, "the model")
+    if named:
+        with pytest.raises(AmpConfigError, match="the closest layers it has: '"):
+            check_matched([named[0] + ".nothing"], named, "the model")
+
+
+def test_a_shared_layer_keeps_its_first_path_depth_first():
+    """As Paddle's ``named_sublayers`` gives it: ``a.x``, reached before ``b``."""
+    root = _Node([("a", [("x", [])]), ("b", [])])
+    shared = root.kids[0][1].kids[0][1]
+    root.kids[1] = ("b", shared)
+    assert layer_paths(root, lambda n: n.kids)[id(shared)] == "a.x"

@@ -242,11 +242,16 @@ def test_bf16_keeps_the_range_that_overflowed_in_fp16():
 
 # -- the narrowest fix: four Dense layers (tests/doctor_planted.py: LAYERED) --------------------
 
-def _layered(kind, policy=None, hybridize=True, doctor_steps=0, steps=2):
+def _layered(kind, policy=None, hybridize=True, doctor_steps=0, steps=2, named=True,
+             losses=None, built=None):
     """(doctor or None, trainer, [skipped per step]) of ``steps`` training steps of a layered
-    planted model, the first ``doctor_steps`` inside the doctor."""
+    planted model, the first ``doctor_steps`` inside the doctor (``named``: its blocks have
+    fixed names, else Gluon's counter names; each loss is appended to ``losses``, the net
+    to ``built``)."""
     amp.init(policy=policy or P.policy(kind))
-    net, loss_fn = P.mxnet_layered(kind, hybridize)
+    net, loss_fn = P.mxnet_layered(kind, hybridize, named)
+    if built is not None:
+        built.append(net)
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 1e-3})
     amp.init_trainer(trainer)
     dr = doctor(net, loss_fn, trainer) if doctor_steps else None
@@ -262,6 +267,8 @@ def _layered(kind, policy=None, hybridize=True, doctor_steps=0, steps=2):
                 autograd.backward(scaled)
         trainer.step(1)
         skipped.append(amp.last_step_skipped(trainer))
+        if losses is not None:
+            losses.append(float(loss.asscalar()))
         if dr is not None and s == doctor_steps - 1:
             dr.__exit__(None, None, None)
     return dr, trainer, skipped
@@ -300,14 +307,14 @@ def test_one_overflowing_layer_is_named_and_only_it_moves_to_fp32(hybridize, tmp
     rep = dr.report()
     first = rep.findings()[0]
     assert (first.kind, first.name, first.canonical) == ("overflow", "dense2_fwd", "linear")
-    assert rep.op_named("dense2_fwd").layer_name == "dense2"
+    assert rep.op_named("dense2_fwd").layer_name == "2"  # its path: the third child
     rec = dr.recommendation()
-    assert rec.policy.mxnet_layers.fp32 == {"dense2"} and rec.policy.layers.fp32 == set()
+    assert rec.policy.mxnet_layers.fp32 == {"2"} and rec.policy.layers.fp32 == set()
     assert rec.policy.ops == P.policy("layer_overflow").ops  # no op type moves
     assert rec.verified and rec.keeps == ("3 of 4 linear ops stay fp16",)
-    assert rec.tried[0] == ("keep 'dense2' in float32", True, rec.verification)
+    assert rec.tried[0] == ("keep '2' in float32", True, rec.verification)
     assert "# Keeps: 3 of 4 linear ops stay fp16." in rec.toml and "# Verified:" in rec.toml
-    assert "keep 'dense2' in float32" in str(rec) and "verified:" in str(rec)
+    assert "keep '2' in float32" in str(rec) and "verified:" in str(rec)
     path, skipped = _trained_under(rec, "layer_overflow", hybridize, tmp_path)
     assert sum(skipped) == 0 == _fp32_nans("layer_overflow", hybridize, 4)
     # and under the file the doctor finds nothing left, with the other three layers low
@@ -318,6 +325,69 @@ def test_one_overflowing_layer_is_named_and_only_it_moves_to_fp32(hybridize, tmp
     assert again.overflow_steps == 0 and again.findings() == []
     assert [r.name for r in again.ops if r.lowered and r.canonical == "linear"] == \
         ["dense0_fwd", "dense1_fwd", "dense3_fwd"]
+
+
+@pytest.mark.parametrize("hybridize", [True, False], ids=["hybridized", "imperative"])
+def test_the_fix_applies_to_the_model_built_again_in_the_same_process(hybridize, tmp_path):
+    """A notebook's flow: the doctor on a model whose blocks have Gluon's counter names, then
+    the same model built again (other names: ``hybridsequential1_dense2``) trained under the
+    file. The file names the layer by its path, so the fix applies: 3 of 4 GEMMs stay low,
+    no step is skipped, every loss is finite, and the cast report names the layer by its
+    path. (Named ``hybridsequential0_dense2``, the rule matched nothing the second time and
+    every step was skipped on a NaN loss.)"""
+    dr, _, skipped = _layered("layer_overflow", hybridize=hybridize, doctor_steps=2,
+                              named=False)
+    assert skipped == [True, True]
+    rec = dr.recommendation()
+    assert rec.policy.mxnet_layers.fp32 == {"2"} and rec.verified
+    path = tmp_path / "fix.toml"
+    rec.write(path)
+    amp.reset()
+    losses, built = [], []
+    _, _, skipped = _layered("layer_overflow", policy=str(path), hybridize=hybridize, steps=12,
+                             named=False, losses=losses, built=built)
+    try:
+        assert sum(skipped) == 0 and np.isfinite(losses).all()
+        (net,) = built
+        assert net[2].name != dr.net[2].name  # built again: another counter name
+        if hybridize:
+            gemms = [d for d in amp.cast_report(net).decisions if d.op == "FullyConnected"]
+            assert [d.precision for d in gemms] == ["float16", "float16", "float32", "float16"]
+            assert [d.layer for d in gemms] == [None, None, "2", None]
+            assert "layer '2' listed in Policy.mxnet_layers.fp32" in gemms[2].reason
+    finally:
+        amp.reset()
+
+
+def test_a_layer_rule_that_names_no_layer_raises_naming_the_closest():
+    """A rule naming no block path, block name or node of the model raises when the first loss
+    is scaled (every block of the step has been called), naming the closest layers, and
+    leaves the trainer's loss-scale state as it was."""
+    from amp_adapters import AmpConfigError, LayerLists
+    policy = Policy.preset("O1", emulate=True, mxnet_layers=LayerLists(fp32={"7", "2"}))
+    amp.init(policy=policy)
+    try:
+        net, loss_fn = P.mxnet_layered("layer_overflow", named=False)
+        trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 1e-3})
+        amp.init_trainer(trainer)
+        before = amp.loss_scale(trainer)
+        x, y, _ = P.layered_arrays("layer_overflow", 0)
+        with autograd.record():
+            loss = loss_fn(net(mx.nd.array(x)), mx.nd.array(y))
+            with pytest.raises(AmpConfigError) as e:
+                with amp.scale_loss(loss, trainer):
+                    pass
+        msg = str(e.value)
+        assert "layer '7' matches no layer of the model" in msg and "'2'" not in \
+            msg.split(";")[0] and "the closest layers it has: '0', '1', '2'" in msg
+        assert amp.loss_scale(trainer) == before
+        # the doctor refuses it too, before recording anything
+        with pytest.raises(AmpConfigError, match="layer '7' matches no layer"):
+            with doctor(net, loss_fn, trainer) as dr:
+                loss_fn(net(mx.nd.array(x)), mx.nd.array(y))
+        assert dr.steps == 0
+    finally:
+        amp.reset()
 
 
 @pytest.mark.parametrize("hybridize", [True, False], ids=["hybridized", "imperative"])
@@ -340,7 +410,7 @@ def test_a_precision_loss_in_one_layer_is_named_and_only_it_moves(hybridize, tmp
     assert (first.kind, first.name) == ("precision", "dense2_fwd")
     assert rep.op_named("dense2_fwd").added[0] > 0.1
     rec = dr.recommendation()
-    assert rec.policy.mxnet_layers.fp32 == {"dense2"} and rec.policy.ops == \
+    assert rec.policy.mxnet_layers.fp32 == {"2"} and rec.policy.ops == \
         P.policy("layer_precision").ops
     assert rec.verified and rec.keeps == ("3 of 4 linear ops stay fp16",)
     path = tmp_path / "fix.toml"

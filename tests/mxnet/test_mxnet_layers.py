@@ -1,15 +1,17 @@
 """Per-layer precision in MXNet: Policy.layers keeps one Gluon block in float32 and its
-siblings low, imperative and hybridized; excluded_sym_names says the same; a name that
-matches nothing warns with the closest names."""
+siblings low, imperative and hybridized, by its path from the model's root or its name;
+excluded_sym_names says the same; a name that matches nothing is an error naming the
+closest names."""
 import json
-import warnings
 
 import numpy as np
 import mxnet as mx
 from mxnet import gluon
 
 import mxnet_amp as amp
-from amp_adapters import LayerLists, Policy, UnmatchedLayerWarning
+import pytest
+
+from amp_adapters import AmpConfigError, LayerLists, Policy
 
 POLICY = Policy.preset("O1", emulate=True, mxnet_layers=LayerLists(fp32={"dense2"}))
 
@@ -90,27 +92,89 @@ def test_excluded_sym_names_and_a_policy_file_agree(tmp_path):
     assert any(n.startswith("fc1") and "amp_cast" in n and "float32" in n for n in nat_names)
 
 
-def test_a_layer_matching_nothing_warns_naming_the_closest_nodes():
+def test_a_layer_matching_nothing_raises_naming_the_closest_nodes():
     h = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=8, name="dense2")
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
+    with pytest.raises(AmpConfigError) as e:
         amp.convert_symbol(h, excluded_sym_names=["dens2"])
-    msgs = [str(x.message) for x in w if issubclass(x.category, UnmatchedLayerWarning)]
-    assert msgs == ["layer 'dens2' of the policy matches no op of the symbol converted; the "
-                    "closest names it has: 'dense2' (a layer rule covers names equal to it or "
-                    "starting with it and a separator: _ . / - :)"]
+    assert str(e.value).startswith("layer 'dens2' matches no layer of the symbol converted; the "
+                                   "closest layers it has: 'dense2'. Name a layer by its path")
 
 
-def test_a_trace_warns_once_for_a_layer_matching_no_block_or_node():
+@pytest.mark.parametrize("hybridize", [True, False], ids=["hybridized", "imperative"])
+def test_a_rule_matching_no_block_or_node_raises_when_the_loss_is_scaled(hybridize):
+    """Raised once every block of the step has been called (a rule for the loss block is not
+    refused while only the net has run), before the step scales anything."""
     amp.init(policy=Policy.preset("O1", emulate=True,
                                   mxnet_layers=LayerLists(fp32={"dense2", "dens3"})))
-    net = _net(hybridize=True)
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        net(_x())
-        net.hybridize()  # traced again: no second warning
-        net(_x())
-    msgs = [str(x.message) for x in w if issubclass(x.category, UnmatchedLayerWarning)]
-    assert len(msgs) == 1 and msgs[0].startswith(
-        "layer 'dens3' of the policy matches no op of the blocks traced so far (the last: ")
-    assert "closest names it has: 'dense3'" in msgs[0]
+    try:
+        net = _net(hybridize)
+        trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+        amp.init_trainer(trainer)
+        with mx.autograd.record():
+            loss = net(_x()).sum()
+            with pytest.raises(AmpConfigError) as e:
+                with amp.scale_loss(loss, trainer):
+                    pass
+        assert str(e.value).startswith(
+            "layer 'dens3' matches no layer of the model called under mxnet_amp.init; the "
+            "closest layers it has: 'dense3'")
+        assert "dense2" not in str(e.value).split(";")[0]
+    finally:
+        amp.reset()
+
+
+class _Block(gluon.HybridBlock):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        with self.name_scope():
+            self.ffn = gluon.nn.Dense(8, in_units=8)
+            self.out = gluon.nn.Dense(8, in_units=8)
+
+    def hybrid_forward(self, F, x):
+        return self.out(self.ffn(x))
+
+
+class _Encoder(gluon.HybridBlock):
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        with self.name_scope():
+            self.layers = gluon.nn.HybridSequential()
+            for _ in range(2):
+                self.layers.add(_Block())
+
+    def hybrid_forward(self, F, x):
+        return self.layers(x)
+
+
+@pytest.mark.parametrize("hybridize", [True, False], ids=["hybridized", "imperative"])
+def test_a_path_names_one_nested_block_in_every_build(hybridize):
+    """``layers.1.ffn`` (the child names from the root) keeps that one Dense in float32, in a
+    model built twice (Gluon's counter names differ: ``_encoder0...``, ``_encoder1...``);
+    the cast report names it by that path."""
+    amp.init(policy=Policy.preset("O1", emulate=True,
+                                  mxnet_layers=LayerLists(fp32={"layers.1.ffn"})))
+    try:
+        names = set()
+        for _ in range(2):
+            enc = _Encoder()
+            enc.initialize(mx.init.Uniform(1.0))
+            if hybridize:
+                enc.hybridize()
+            outs = {}
+            for i, blk in enumerate(enc.layers):
+                for part in ("ffn", "out"):
+                    getattr(blk, part).register_forward_hook(
+                        lambda b, a, o, k=(i, part): outs.__setitem__(k, o))
+            enc(_x())
+            names.add(enc.layers[1].ffn.name)
+            if hybridize:  # hooks see the symbols of the trace: the cast report says it
+                fcs = [d for d in amp.cast_report(enc).decisions if d.op == "FullyConnected"]
+                assert [d.layer for d in fcs] == [None, None, "layers.1.ffn", None]
+                assert [d.precision for d in fcs] == ["float16"] * 2 + ["float32", "float16"]
+            else:
+                low = {k: _in_fp16(o) for k, o in outs.items()}
+                assert low == {(0, "ffn"): True, (0, "out"): True, (1, "ffn"): False,
+                               (1, "out"): True}
+        assert len(names) == 2  # two builds, two counter names, one path
+    finally:
+        amp.reset()

@@ -180,10 +180,14 @@ def test_bf16_keeps_the_range_that_overflowed_in_fp16():
 
 # -- the narrowest fix: four fc layers (tests/doctor_planted.py: LAYERED), in this IR -----------
 
-def _layered(kind, policy=None, doctor_steps=0, steps=2):
+def _layered(kind, policy=None, doctor_steps=0, steps=2, layers=False, built=None):
     """(doctor or None, [skipped steps so far, per step]) of ``steps`` training steps of a
-    layered planted program, the first ``doctor_steps`` inside the doctor."""
-    main, loss, opt, exe = P.paddle_layered(kind, policy)
+    layered planted program, the first ``doctor_steps`` inside the doctor (``layers``: built
+    from ``paddle.nn`` layers with counter-named parameters; the program is appended to
+    ``built``)."""
+    main, loss, opt, exe = P.paddle_layered(kind, policy, layers=layers)
+    if built is not None:
+        built.append(main)
     dr = doctor(opt, exe) if doctor_steps else None
     skipped, losses = [], []
     for s in range(steps):
@@ -222,6 +226,96 @@ def test_one_overflowing_layer_is_named_and_only_it_moves_to_fp32(tmp_path):
     assert again.overflow_steps == 0 and again.findings() == []
     assert [r.layer_name for r in again.ops if r.lowered and r.canonical == "matmul"] == \
         ["dense0", "dense1", "dense3"]
+
+
+def test_the_fix_applies_to_the_model_built_again_in_the_same_process(tmp_path):
+    """A script that diagnoses and then trains: the planted model built from ``paddle.nn``
+    layers (parameters named by Paddle's counter: ``linear_2.w_0``, then ``linear_6.w_0``...),
+    the doctor's file applied to the same model built again. The file names the layer by
+    its path (``2``), so the fix applies: 3 of 4 GEMMs stay low, no step is skipped, every
+    loss is finite, and the cast report names the layer by its path."""
+    built = []
+    dr, skipped, _ = _layered("layer_overflow", doctor_steps=2, layers=True, built=built)
+    assert skipped == [1, 2]
+    rep = dr.report()
+    assert rep.op_named(rep.findings()[0].name).layer_name == "2"
+    rec = dr.recommendation()
+    assert rec.policy.paddle_layers.fp32 == {"2"} and rec.verified
+    assert rec.keeps == ("3 of 4 matmul ops stay fp16",)
+    path = tmp_path / "fix.toml"
+    rec.write(path)
+    _, skipped, losses = _layered("layer_overflow", policy=str(path), steps=12, layers=True,
+                                  built=built)
+    assert skipped == [0] * 12 and np.isfinite(losses).all()
+    first, again = ({p.name for p in prog.global_block().all_parameters()} for prog in built)
+    assert not first & again  # built again: other parameter names
+    gemms = [d for d in paddle_amp.cast_report(built[1]).decisions if d.canonical == "matmul"]
+    assert [d.precision for d in gemms] == ["float16", "float16", "float32", "float16"]
+    assert [d.layer for d in gemms] == [None, None, "2", None]
+    assert "layer '2' listed in Policy.paddle_layers.fp32" in gemms[2].reason
+
+
+def test_a_layer_rule_that_names_no_layer_raises_naming_the_closest():
+    """A rule naming no layer path, parameter, variable or name scope of the program raises at
+    minimize, naming the closest layers, before the program changes."""
+    from amp_adapters import AmpConfigError, LayerLists
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        x = paddle.static.data("x", [4, 8], "float32")
+        net = paddle.nn.Sequential(*(paddle.nn.Linear(8, 8) for _ in range(3)))
+        loss = paddle.mean(net(x))
+        ops = [paddle_amp.ir.of(main).op_type(op) for op in main.global_block().ops]
+        opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), emulate=True, policy=Policy.preset(
+            "O1", paddle_layers=LayerLists(fp32={"7", "1"})))
+        with pytest.raises(AmpConfigError) as e:
+            opt.minimize(loss)
+    msg = str(e.value)
+    assert msg.startswith("layer '7' matches no layer of the program; the closest layers it "
+                          "has: '0', '1', '2'")
+    assert "'1' matches" not in msg
+    assert [paddle_amp.ir.of(main).op_type(op) for op in main.global_block().ops] == ops
+    assert opt._train_program is None
+
+
+def _paramless(policy, x=1.2):
+    """(main, loss, decorated optimizer, executor) of ``h = x @ w; g = h @ h.T``: the second
+    matmul, which reads no parameter (no layer path, no parameter name), overflows fp16."""
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup):
+        data = paddle.static.data("x", [4, 8], "float32")
+        w = paddle.static.create_parameter(
+            [8, 8], "float32", default_initializer=paddle.nn.initializer.Constant(10.0))
+        h = data @ w
+        loss = paddle.mean(h @ paddle.transpose(h, [1, 0])) * 1e-6
+        opt = paddle_amp.decorate(paddle.optimizer.SGD(1e-3), policy=policy, emulate=True)
+        opt.minimize(loss)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    exe.run(startup)
+    opt.amp_init(paddle.CPUPlace())
+    return main, loss, opt, exe
+
+
+def test_a_candidate_naming_an_op_without_parameters_fails_its_replay_quietly(tmp_path):
+    """An op that reads no parameter has only its record name (``matmul_v2_7``), which no
+    rule matches: keeping it by name fails its replay, without an error or a warning, and
+    the doctor recommends a wider fix, which applies to the program built again."""
+    import warnings
+    main, loss, opt, exe = _paramless("O1")
+    with doctor(opt, exe) as dr:
+        for _ in range(2):
+            exe.run(main, feed={"x": np.full((4, 8), 1.2, np.float32)}, fetch_list=[loss])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rec = dr.recommendation()
+    assert not [w for w in caught if "matches no" in str(w.message)]
+    by_name = [t for t in rec.tried if t[0].startswith("keep 'matmul_v2_")]
+    assert by_name and not by_name[0][1] and rec.verified
+    assert not rec.policy.paddle_layers and not rec.policy.layers
+    path = tmp_path / "fix.toml"
+    rec.write(path)
+    main, loss, opt, exe = _paramless(str(path))
+    (value,) = exe.run(main, feed={"x": np.full((4, 8), 1.2, np.float32)}, fetch_list=[loss])
+    assert np.isfinite(value).all()
 
 
 def test_a_backward_only_overflow_is_fixed_by_the_loss_scale_alone(tmp_path):

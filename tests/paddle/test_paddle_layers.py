@@ -1,13 +1,14 @@
 """Per-layer precision in Paddle, in this IR (AMP_TEST_IR): Policy.paddle_layers keeps the ops
 of one fc layer (by the parameters they read) in float32 and its siblings low;
-custom_black_varnames says the same in the policy; a name matching nothing warns."""
-import warnings
+custom_black_varnames says the same in the policy; a model built from paddle.nn layers is named
+by layer paths; a name matching nothing is an error."""
+import contextlib
 
 import paddle
 import pytest
 
 import paddle_amp
-from amp_adapters import LayerLists, Policy, UnmatchedLayerWarning
+from amp_adapters import AmpConfigError, LayerLists, Policy
 from paddle_helpers import static_in_own_scope  # noqa: F401 (a fixture)
 
 
@@ -56,14 +57,64 @@ def test_custom_black_varnames_and_a_policy_file_agree(tmp_path):
     assert _matmuls(by_file)[2] == ("float32", "dense2.w_0")
 
 
-def test_a_layer_matching_nothing_warns_with_the_closest_names():
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
+def test_a_layer_matching_nothing_is_an_error_with_the_closest_names():
+    with pytest.raises(AmpConfigError) as e:
         _build(policy=Policy.preset("O1", paddle_layers=LayerLists(fp32={"dens1"})))
-    msgs = [str(x.message) for x in w if issubclass(x.category, UnmatchedLayerWarning)]
-    assert len(msgs) == 1 and msgs[0].startswith(
-        "layer 'dens1' of the policy matches no op of the program rewritten; the closest "
-        "names it has: 'dense1'")
+    assert str(e.value).startswith("layer 'dens1' matches no layer of the program; the closest "
+                                   "layers it has: 'dense1'")
+
+
+class _Block(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.ffn = paddle.nn.Linear(8, 8)
+        self.out = paddle.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return self.out(self.ffn(x))
+
+
+class _Encoder(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.layers = paddle.nn.LayerList([_Block(), _Block()])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def _encoder_rows(policy, fresh_names=False):
+    """The matmul rows (precision, layer) of a nested paddle.nn model built in a program of its
+    own (parameters from Paddle's counter: other names each time, but under
+    ``fresh_names``: ``linear_0``...), decorated with ``policy``; and its parameter names."""
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    names = paddle.utils.unique_name.guard() if fresh_names else contextlib.nullcontext()
+    with paddle.static.program_guard(main, startup), names:
+        h = _Encoder()(paddle.static.data("x", [4, 8], "float32"))
+        opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), emulate=True, policy=policy)
+        opt.minimize(paddle.mean(h))
+    params = {p.name for p in main.global_block().all_parameters()}
+    rows = [(d.op, d.precision, d.layer) for d in paddle_amp.cast_report(main).decisions
+            if d.canonical == "matmul"]
+    return [(prec, layer) for _, prec, layer in rows], params
+
+
+def test_a_layer_path_names_one_nested_layer_in_every_build():
+    """``layers.1.ffn`` (the child names of ``named_sublayers`` from the model called) keeps
+    that one Linear in float32 however Paddle's counter named its parameters; the old form,
+    a parameter name's stem, still matches."""
+    policy = Policy.preset("O1", paddle_layers=LayerLists(fp32={"layers.1.ffn"}))
+    first, names = _encoder_rows(policy)
+    again, names_again = _encoder_rows(policy)
+    assert first == again == [("float16", None)] * 2 + [("float32", "layers.1.ffn"),
+                                                         ("float16", None)]
+    assert not names & names_again
+    by_stem = Policy.preset("O1", paddle_layers=LayerLists(fp32={"linear_2"}))
+    rows, names = _encoder_rows(by_stem, fresh_names=True)
+    assert "linear_2.w_0" in names and rows[2] == ("float32", "linear_2")
+    assert [p for p, _ in rows] == ["float16", "float16", "float32", "float16"]
 
 
 def test_under_o2_a_layer_kept_fp32_keeps_its_weight_fp32():
@@ -76,3 +127,4 @@ def test_under_o2_a_layer_kept_fp32_keeps_its_weight_fp32():
     assert plan.dtypes["dense1.w_0"] == "float32" and "layer 'dense1'" in \
         plan.reasons["dense1.w_0"]
     assert plan.dtypes["dense0.w_0"] == plan.dtypes["dense2.w_0"] == "float16"
+
