@@ -34,6 +34,7 @@ Files:
     speed_child.py  the measuring child process (python -m mxnet_amp.speed_child)
     lists/        the native list_* helpers, and the symbol_fp16 / symbol_bf16 lists
     patching.py   (rewrite) init/reset: cast wrappers around MXNet's op functions
+    layer_paths.py  where an op sits: a block tree's paths and names, for the layer rules
     graph.py      (rewrite) symbol graphs: plan every op, rewrite with casts
     scaling.py    init_trainer / scale_loss / unscale: step stages, loss scaling, the skip
     overflow.py   (scaling) the on-device overflow check
@@ -41,7 +42,7 @@ Files:
     report.py     cast_report of a hybridized block
     checkpoint.py save_checkpoint / load_checkpoint: params, trainer, loss scale, step
     _mx.py        MXNet glue: op registry, dtype of a tensor, casts
-    active.py     the policy init() installed (read without importing patching)
+    active.py     the policy init() installed, the layer names seen (read without patching)
     traced.py     blocks traced before/under init: reset re-traces, init warns
     convert.py    convert_symbol / convert_model / convert_hybrid_block / _bucketing_module
     amp.py        the native amp.amp module's names

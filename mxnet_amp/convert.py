@@ -43,7 +43,7 @@ from ._mx import declared as with_dtypes
 from ._mx import dtype_name, mx_dtype
 from .config import PolicyLike, init_policy
 from .graph import nodes, rewrite
-from .patching import block_layers, node_instance
+from .layer_paths import block_layers, node_instance
 from .speed import note_native_speed
 from .report import block_context
 from .traced import block_graph, traced_shapes

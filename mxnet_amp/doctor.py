@@ -49,7 +49,7 @@ from amp_adapters.dtypes import FLOAT_DTYPES
 from amp_adapters.layers import check_matched
 from amp_adapters.policy import PolicyLike
 
-from . import patching, scaling
+from . import layer_paths, patching, scaling
 from ._mx import dtype_name, unpatched
 from .active import active_policy
 from .config import user_policy
@@ -90,7 +90,7 @@ class Doctor(Session):
         self._start_optimizer: Optional[bytes] = None  # the trainer's optimizer and its state
                                                        # when the first step was recorded
         self._batch_sizes: list[int] = []  # trainer.step's batch_size, per recorded step
-        self._layers: dict[str, str] = {}  # {block name: its path}: patching.block_layers
+        self._layers: dict[str, str] = {}  # {block name: its path}: layer_paths.block_layers
         self.steps = 0
 
     # -- the with block ----------------------------------------------------------------------
@@ -149,7 +149,7 @@ class Doctor(Session):
         if not self._steps and self.trainer is not None:
             self._start_optimizer = self.trainer._updaters[0].get_states(dump_optimizer=True)
         if not self._steps:  # a layer rule must name a layer of this model (before recording)
-            layers = patching.block_layers(self.net, self.loss_fn)
+            layers = layer_paths.block_layers(self.net, self.loss_fn)
             check_matched(self.policy.layer_patterns("mxnet"),
                           [*layers, *layers.values(),
                            *(n.name for n in nodes(amp_sym) if n.op not in ("null", *_CASTS))],
@@ -273,7 +273,7 @@ class Doctor(Session):
                         reference=_np(ref_vals[out]),
                         inputs=[_np(amp_vals[e]) for e in ins],
                         input_refs=[_np(ref_vals[origin.get(e, e)]) for e in ins],
-                        raw=_np(amp_vals[out]), layer=patching.layer_of(n.name, self._layers))
+                        raw=_np(amp_vals[out]), layer=layer_paths.layer_of(n.name, self._layers))
         owner = _cast_owners(order, origin)
         for name, grads in amp_bwd:
             if owner.get(name):
@@ -289,8 +289,8 @@ class Doctor(Session):
 
     def _instance_of(self, node: str) -> tuple[str, ...]:
         """A node's instance names for the layer rules: its name, its blocks' names and paths
-        (as ``init``'s traced call has them: ``patching.node_instance``)."""
-        return patching.node_instance(node, self._layers)
+        (as ``init``'s traced call has them: ``layer_paths.node_instance``)."""
+        return layer_paths.node_instance(node, self._layers)
 
     def _trace(self, n_data: int, n_labels: int) -> tuple[mx.sym.Symbol, list[str]]:
         """The symbol of ``loss_fn(net(data...), labels...)`` as ``init``'s patched ops build

@@ -63,7 +63,7 @@ def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy,
     """The core's decision for node ``n`` given its input dtypes (non-floats count as None);
     the node's name is the instance name the policy's layer rules match (``dense2_fwd``),
     with ``instance_of(name)``'s names where given (its blocks' names and paths:
-    ``patching.node_instance``);
+    ``layer_paths.node_instance``);
     ``params``: the graph inputs that are parameters (the planner's promote rule reads it);
     ``free``: which inputs have no dtype of their own yet (the planner's free rule);
     ``shapes``: {entry: inferred shape} under measured speed (the shape class of the

@@ -41,7 +41,6 @@ from mxnet import base
 
 from amp_adapters import (UNKNOWN, AmpConfigError, OpDecision, Policy, attrs_read,
                           effective_lists, plan_op)
-from amp_adapters.layers import check_matched, layer_paths, stems_of
 from amp_adapters.oplists import load_table, native_lists
 from amp_adapters.device import ShapeClass
 from amp_adapters.dtypes import AMP_DTYPES
@@ -49,7 +48,8 @@ from amp_adapters.dtypes import AMP_DTYPES
 from ._mx import (_local, bypassed, call_unpatched, cast, fc_needs_split, fc_split_bias,
                   frozen_params, is_symbol, is_tensor, multicast_widest, symbol_shape,
                   tensor_dtype, unknown_dims, unpatched)
-from .active import active_policy, set_policy
+from .active import active_policy, forget_layer_names, note_layer_names, set_policy
+from .layer_paths import block_names, tree_paths
 from .config import init_policy
 from . import traced
 from .traced import traced_shapes
@@ -128,8 +128,7 @@ def reset() -> None:
     forget_speed_books()
     forget_loss_output_trainer()
     _warned_loss_outputs.clear()
-    _layer_names.clear()
-    _layers_checked.clear()
+    forget_layer_names()
     _trees.clear()
 
 
@@ -279,13 +278,6 @@ _blocks = _Blocks()
 _trees: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
 
 
-def tree_paths(root: Any) -> dict[int, str]:
-    """{id(block): its path from ``root``}: the child names of ``Block._children`` joined by
-    ``.`` (``2`` for a HybridSequential's third child, ``encoder.layers.3``); ``root`` is
-    ``""`` (``amp_adapters.layers.layer_paths``)."""
-    return layer_paths(root, lambda b: b._children.items())
-
-
 def _named_call(call: Callable) -> Callable:
     """``Block.__call__`` that keeps the blocks being called, innermost first, while it runs:
     each one's path from the root (the outermost block being called: ``2``) and its
@@ -301,8 +293,8 @@ def _named_call(call: Callable) -> Callable:
             paths = _trees.get(block)
             if paths is None:
                 paths = _trees[block] = tree_paths(block)
-                _layer_names.update(block_names(block))
-                _layer_names.update(paths.values())
+                note_layer_names(block_names(block))
+                note_layer_names(paths.values())
             _blocks.paths = paths
         path = _blocks.paths.get(id(block))
         _blocks.names = (block.name, path, *outer) if path else (block.name, *outer)
@@ -526,90 +518,15 @@ def _input_shapes(args: tuple) -> dict:
     return {n: a.shape for n, a in zip(names, flat) if isinstance(a, _ND)}
 
 
-_layer_names: set[str] = set()    # the node names, block names and paths seen under init
-_layers_checked: list[bool] = []  # check_layers ran (once per init)
-
-
-def block_names(*blocks: Any) -> tuple[str, ...]:
-    """The names of ``blocks`` and every block under them, sorted (the old form of the
-    names the policy's layer rules match an op call by: ``_named_call``)."""
-    out, todo = set(), list(blocks)
-    while todo:
-        b = todo.pop()
-        if b.name:
-            out.add(b.name)
-        todo.extend(b._children.values())
-    return tuple(sorted(out))
-
-
-def block_layers(*roots: Any) -> dict[str, str]:
-    """{block name: its path} of every block under each of ``roots`` (a root's path is
-    ``""``): how a node of a traced graph, named after its block's prefix, finds its path
-    (``node_instance``)."""
-    out: dict[str, str] = {}
-    for root in roots:
-        paths = tree_paths(root)
-        todo = [root]
-        while todo:
-            b = todo.pop()
-            if b.name and b.name not in out:
-                out[b.name] = paths.get(id(b), "")
-            todo.extend(b._children.values())
-    return out
-
-
-def _covering(node: str, layers: dict[str, str]) -> list[str]:
-    """The block names of ``layers`` that cover node ``node`` (``dense2`` for ``dense2_fwd``),
-    innermost (longest) first."""
-    return [b for b in reversed(stems_of(node)) if b in layers]
-
-
-def node_instance(node: str, layers: dict[str, str]) -> tuple[str, ...]:
-    """The instance names of graph node ``node`` for the policy's layer rules, as a traced call
-    has them (``_named_call``): its own name, then each block covering it, innermost first,
-    by name and by path (``layers``: ``block_layers``)."""
-    out = [node]
-    for b in _covering(node, layers):
-        out += [b, layers[b]] if layers[b] else [b]
-    return tuple(out)
-
-
-def layer_of(node: str, layers: dict[str, str]) -> str:
-    """The layer the doctor's fix names graph node ``node`` by: the path of the innermost
-    block covering it (``2`` for ``dense2_fwd``: the same in every build of the model); a
-    node of the root block itself has no path, and keeps the innermost block's name, else
-    its own."""
-    covering = _covering(node, layers)
-    for b in covering:
-        if layers[b]:
-            return layers[b]
-    return covering[0] if covering else node
-
-
 def _note_layers(block: Any) -> None:
     """After a trace under a policy with layer rules: the node names of its graph (and its
     blocks' names and paths) join the names ``check_layers`` matches the rules against."""
     policy = active_policy()
     if policy is None or not policy.layer_patterns("mxnet") or not block._cached_graph:
         return
-    _layer_names.update(block_names(block))
-    _layer_names.update(n["name"] for n in json.loads(block._cached_graph[1].tojson())["nodes"]
-                        if n["op"] != "null")
-
-
-def check_layers() -> None:
-    """Once per ``init``, when a loss is first scaled (every block of the step has been called
-    by then): raise ``AmpConfigError`` if a layer rule of the policy matches no block path,
-    block name or traced node name seen, naming the closest. Raised before the step scales
-    anything (the trainer's loss-scale state is untouched), and again at each later
-    ``scale_loss`` until ``reset()`` and an ``init`` with a policy that matches."""
-    policy = active_policy()
-    if _layers_checked or policy is None or not policy.enabled \
-            or not policy.layer_patterns("mxnet"):
-        return
-    check_matched(policy.layer_patterns("mxnet"), _layer_names,
-                  "the model called under mxnet_amp.init")
-    _layers_checked.append(True)
+    note_layer_names(block_names(block))
+    note_layer_names(n["name"] for n in json.loads(block._cached_graph[1].tojson())["nodes"]
+                     if n["op"] != "null")
 
 
 def _round_outputs(d: OpDecision, out: Any) -> Any:

@@ -17,7 +17,7 @@ from ._mx import dtype_name
 from .active import active_policy
 from .config import user_policy
 from .graph import plan_graph
-from .patching import block_layers, node_instance
+from .layer_paths import block_layers, node_instance
 from .kernels import summarize_fallbacks
 from .traced import block_graph, traced_shapes, traced_without_amp
 

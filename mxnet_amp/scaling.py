@@ -39,7 +39,7 @@ from amp_adapters.loss_scale.state_dict import check_same_config
 from amp_adapters.scaler import LOSS_SCALE_KINDS
 
 from ._mx import unpatched
-from .active import active_policy
+from .active import active_policy, check_layers
 from .native_fields import NativeScalerFields
 from .overflow import FiniteCheck
 
@@ -239,7 +239,6 @@ def scale_loss(loss: Any, optimizer_or_trainer: Trainer) -> Iterator[Any]:
     the gradients inside the optimizer update (no extra pass, no host sync).
     """
     trainer = optimizer_or_trainer
-    from .patching import check_layers  # patching imports this module
     check_layers()  # every block of the step has been called: a layer rule must name one
     scale = _amp(trainer).begin_step()
     with unpatched():
