@@ -46,7 +46,7 @@ from amp_adapters.dtypes import AMP_DTYPES
 
 from ._mx import (_local, bypassed, call_unpatched, cast, fc_needs_split, fc_split_bias,
                   frozen_params, is_symbol, is_tensor, multicast_widest, symbol_shape,
-                  tensor_dtype, unknown_dims, unpatched)
+                  dtype_name, tensor_dtype, unknown_dims, unpatched)
 from .active import active_policy, set_policy
 from .config import init_policy
 from . import traced
@@ -483,6 +483,7 @@ def _traced_graph(get_graph: Callable) -> Callable:
                                         if p.grad_req == "null")
         try:
             out = get_graph(block, *args)
+            out = _plan_with_readers(block, out, args)
         finally:
             _trace.casts = _trace.shapes = None
             frozen_params.names = frozenset()
@@ -492,6 +493,29 @@ def _traced_graph(get_graph: Callable) -> Callable:
         return out
     traced.__amp_original__ = get_graph  # type: ignore[attr-defined]
     return traced
+
+
+def _plan_with_readers(block: Any, graph: tuple, args: tuple) -> tuple:
+    """O2: the traced graph, rewritten where an op between float32 neighbours follows them
+    (``graph.with_lone_ops_following``: the op wrappers planned it before its readers
+    existed); the block's cached graph is what its ``CachedOp`` is built from."""
+    policy = active_policy()
+    if policy is None or policy.level != "O2" or not policy.enabled:
+        return graph
+    from .graph import with_lone_ops_following  # graph imports this module's helpers
+    from .report import block_context
+    inputs, sym = graph
+    from mxnet.gluon.block import _flatten
+    flat = [a for a in _flatten(args, "input")[0] if a is not None]
+    known = {i.name: (tensor_dtype(a) or "float32") for i, a in zip(inputs, flat)}
+    params = block.collect_params()
+    known.update({name: dtype_name(p.dtype) for name, p in params.items()})
+    new = with_lone_ops_following(sym, known, policy, block_context(block),
+                                  frozenset(params.keys()), traced_shapes.get(block))
+    if new is None:
+        return graph
+    block._cached_graph = (inputs, new)
+    return block._cached_graph
 
 
 def _input_shapes(args: tuple) -> dict:

@@ -13,7 +13,7 @@ import pytest
 
 import mxnet_amp
 import paddle_amp
-from amp_adapters import Policy, compare
+from amp_adapters import Policy, compare, policy_disagreements
 
 from consistency_models import MODELS, mxnet_block, paddle_forward
 
@@ -55,9 +55,17 @@ def test_o2_reports_and_param_plans_agree(model, preset):
     policy = Policy.preset(preset, emulate=True)
     (mx_report, mx_plan), (pd_report, pd_plan) = mxnet_o2(model, policy), paddle_o2(model,
                                                                                    policy)
+    where = mx_report.format() + "\n" + pd_report.format()
+    assert policy_disagreements(mx_report, pd_report) == [], where
     diffs = [d for d in compare(mx_report, pd_report) if " only " not in d]
-    assert diffs == [], f"{model} under {preset}:\n" + "\n".join(diffs) + "\n" + \
-        mx_report.format() + "\n" + pd_report.format()
+    # O2 lets an op between float32 neighbours follow them (issue 38, point 8), so an add
+    # follows its inputs' kernels: Paddle's fc adds its bias in an op of its own, lowered
+    # beside the low bias (emulated here), which MXNet's FullyConnected adds inside itself;
+    # under bf16 MXNet's Dense hands the residual add a real bfloat16 output, Paddle's
+    # emulated bias add a float32 one. Every other shared op agrees.
+    allowed = {"add"} if model == "transformer" else set()
+    assert [d for d in diffs if d.split(":")[0] not in allowed] == [], (
+        f"{model} under {preset}:\n" + "\n".join(diffs) + "\n" + where)
     counts = {fw: (len(plan.low), len(plan.fp32)) for fw, plan in
               (("mxnet", mx_plan), ("paddle", pd_plan))}
     low, fp32 = EXPECTED[model]
@@ -66,3 +74,74 @@ def test_o2_reports_and_param_plans_agree(model, preset):
     dtype = {"O2": "float16", "O2-bf16": "bfloat16"}[preset]
     mx_low_inputs = {d.op for d in mx_report.decisions if dtype in d.input_dtypes}
     assert mx_low_inputs, "MXNet traced no low-precision parameter"
+
+
+def _around(report, op, before, after):
+    """The decisions of ``op`` in ``report`` whose neighbours in graph order are ``before``
+    and ``after`` (canonical or framework names), with the casts the plan puts on the op
+    and on the reader after it."""
+    ds = report.decisions
+    return [(d, ds[i + 1]) for i, d in enumerate(ds[:-1]) if d.op == op and i > 0
+            and before in (ds[i - 1].canonical, ds[i - 1].op)
+            and after in (ds[i + 1].canonical, ds[i + 1].op)]
+
+
+def test_o2_fp16_emulated_the_attentions_scale_follows_its_float32_neighbours():
+    """Issue 38, point 8: ``batch_dot -> * (1/sqrt(d)) -> softmax`` under O2 fp16 emulated on
+    a CPU: the GEMM is emulated (float32 values rounded through float16), softmax is fp32,
+    and the scale, which has a CPU float16 kernel in both frameworks, runs float32 between
+    them: no cast around it (the native's 0), in the graph that runs in each framework."""
+    policy = Policy.preset("O2", emulate=True)
+    (mx_report, _), (pd_report, _) = mxnet_o2("transformer", policy), \
+        paddle_o2("transformer", policy)
+    for report, op in ((mx_report, "_mul_scalar"), (pd_report, "scale")):
+        [(lone, reader)] = _around(report, op, "matmul", "softmax")
+        assert (lone.run_dtype, lone.num_casts, reader.num_casts) == ("float32", 0, 0), \
+            report.format()
+        assert not lone.emulated and "follows its data" in lone.reason
+    # the casts in the graphs that run: none reads or writes the scale's values
+    mx_casts = mxnet_graph_casts_around("_mul_scalar")
+    assert mx_casts == 0
+    assert paddle_program_casts_around("scale") == 0
+
+
+def mxnet_graph_casts_around(op):
+    """``amp_cast`` nodes reading ``op``'s output or feeding it a low value (not the end of
+    the emulated GEMM's round trip, which is the GEMM's), in the graph the reference
+    transformer runs under ``init(policy="O2", emulate)``, after ``cast_params``."""
+    import json
+    mxnet_amp.init(policy=Policy.preset("O2", emulate=True))
+    try:
+        net, x = mxnet_block("transformer")
+        mxnet_amp.cast_params(net)
+        net(x)
+        nodes = json.loads(net._cached_graph[1].tojson(remove_amp_cast=False))["nodes"]
+    finally:
+        mxnet_amp.reset()
+    [at] = [i for i, n in enumerate(nodes) if n["op"] == op]
+    feeds = [i for i, *_ in nodes[at]["inputs"]]
+    return sum(n["op"] in ("amp_cast", "amp_multicast") and (
+        (i in feeds and n.get("attrs", {}).get("dtype") != "float32") or
+        any(j == at for j, *_ in n["inputs"])) for i, n in enumerate(nodes))
+
+
+def paddle_program_casts_around(op):
+    """``cast`` ops reading ``op``'s output or feeding it a low value (not the end of the
+    emulated GEMM's round trip) in the rewritten program of the
+    reference transformer under O2 fp16 emulated (Paddle 2.6.2: the legacy IR; PIR's program
+    is checked in tests/paddle/test_paddle_o2_moves.py)."""
+    paddle.enable_static()
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+        loss = paddle.mean(paddle_forward("transformer"))
+        opt = paddle_amp.decorate(paddle.optimizer.Momentum(0.1),
+                                  policy=Policy.preset("O2", emulate=True))
+        opt.minimize(loss)
+    ops = main.global_block().ops
+    lone = next(o for o in ops if o.type == op)  # the forward one (the backward follows)
+    ins, outs = set(lone.input_arg_names), set(lone.output_arg_names)
+    block = main.global_block()
+    return sum(o.type == "cast" and bool(
+        (set(o.output_arg_names) & ins and
+         block.var(o.output_arg_names[0]).dtype != paddle.float32) or
+        set(o.input_arg_names) & outs) for o in ops)
