@@ -3,11 +3,15 @@
 Each reference model is built in both frameworks; MXNet stores the planned
 parameters low with ``cast_params`` and is traced again, Paddle decorates and
 rewrites. The cast reports must agree op by op (by precision, an EMULATED op
-counting as its low dtype), and the core's parameter plans must store the
+counting as its low dtype), but for the ops that follow their float32 neighbours
+(issue 38, point 8), whose neighbours the two models differ in; the scale of the
+attention does so in both. The core's parameter plans must store the
 same number of parameters low and keep the same number in float32 (the
 frameworks name and split parameters alike in these models: a weight and a
 bias per dense/conv layer, scale and bias per norm).
 """
+import dataclasses
+
 import paddle
 import pytest
 
@@ -26,6 +30,19 @@ EXPECTED = {
 }
 # paddle.nn.LSTM also owns a flattened weight buffer no forward op reads: kept float32
 UNREAD = {("paddle", "lstm"): 1}
+
+
+def _follows_neighbours(d) -> bool:
+    """O2 left this op (one that follows or promotes its inputs) in float32 with a kernel
+    at hand: it follows its float32 neighbours."""
+    return d.category in ("follow", "promote") and d.run_dtype == "float32" and \
+        not (d.emulated or d.fell_back)
+
+
+def _planned_low(report):
+    """``report`` without the ops that follow their float32 neighbours."""
+    return dataclasses.replace(report, decisions=tuple(
+        d for d in report.decisions if not _follows_neighbours(d)))
 
 
 def mxnet_o2(name, policy):
@@ -55,17 +72,16 @@ def test_o2_reports_and_param_plans_agree(model, preset):
     policy = Policy.preset(preset, emulate=True)
     (mx_report, mx_plan), (pd_report, pd_plan) = mxnet_o2(model, policy), paddle_o2(model,
                                                                                    policy)
-    where = mx_report.format() + "\n" + pd_report.format()
-    assert policy_disagreements(mx_report, pd_report) == [], where
-    diffs = [d for d in compare(mx_report, pd_report) if " only " not in d]
-    # O2 lets an op between float32 neighbours follow them (issue 38, point 8), so an add
-    # follows its inputs' kernels: Paddle's fc adds its bias in an op of its own, lowered
-    # beside the low bias (emulated here), which MXNet's FullyConnected adds inside itself;
-    # under bf16 MXNet's Dense hands the residual add a real bfloat16 output, Paddle's
-    # emulated bias add a float32 one. Every other shared op agrees.
-    allowed = {"add"} if model == "transformer" else set()
-    assert [d for d in diffs if d.split(":")[0] not in allowed] == [], (
-        f"{model} under {preset}:\n" + "\n".join(diffs) + "\n" + where)
+    where = f"{model} under {preset}:\n" + "\n".join(compare(mx_report, pd_report)) + \
+        "\n" + mx_report.format() + "\n" + pd_report.format()
+    # every op O2 runs low, or keeps float32 by its category or for want of a kernel, agrees;
+    # an op that follows or promotes its inputs and follows its float32 neighbours (issue
+    # 38, point 8) is set apart: its neighbours are what differs, where the two frameworks
+    # run them on different kernels (emulated here, real there) or model them differently
+    # (MXNet's Dense adds its bias; its native bf16 list keeps Flatten fp32)
+    mx_low, pd_low = _planned_low(mx_report), _planned_low(pd_report)
+    assert policy_disagreements(mx_low, pd_low) == [], where
+    assert [d for d in compare(mx_low, pd_low) if " only " not in d] == [], where
     counts = {fw: (len(plan.low), len(plan.fp32)) for fw, plan in
               (("mxnet", mx_plan), ("paddle", pd_plan))}
     low, fp32 = EXPECTED[model]
