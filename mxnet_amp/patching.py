@@ -510,8 +510,14 @@ def _plan_with_readers(block: Any, graph: tuple, args: tuple) -> tuple:
     known = {i.name: (tensor_dtype(a) or "float32") for i, a in zip(inputs, flat)}
     params = block.collect_params()
     known.update({name: dtype_name(p.dtype) for name, p in params.items()})
-    new = with_lone_ops_following(sym, known, policy, block_context(block),
-                                  frozenset(params.keys()), traced_shapes.get(block))
+    try:
+        new = with_lone_ops_following(sym, known, policy, block_context(block),
+                                      frozenset(params.keys()), traced_shapes.get(block))
+    except (mx.base.MXNetError, KeyError, ValueError, TypeError) as e:
+        # a graph the rewrite cannot plan keeps the trace (each op as it was called)
+        logger.info("mxnet_amp: block %s: traced graph kept as traced (%s: %s)", block.name,
+                    type(e).__name__, e)
+        return graph
     if new is None:
         return graph
     block._cached_graph = (inputs, new)
