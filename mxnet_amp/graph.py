@@ -225,11 +225,12 @@ def with_lone_ops_following(sym: mx.sym.Symbol, known: Mapping[str, str], policy
     bare = mx.sym.load_json(sym.tojson())
     device = _device(ctx, policy, training=True)
     entry_shapes = _entry_shapes(bare, device, shapes)
-    with_readers = _rewrite(bare, known, policy, ctx, device, {}, params, frozenset(),
-                            entry_shapes=entry_shapes)[3]
-    without = _rewrite(bare, known, policy, ctx, device, {}, params, frozenset(),
-                       entry_shapes=entry_shapes, readers=False)[3]
-    if [d.precision for d in with_readers] == [d.precision for d in without]:
+    plan = _rewrite(bare, known, policy, ctx, device, {}, params, frozenset(),
+                    entry_shapes=entry_shapes)[3]
+    # under O2 an op that follows or promotes its inputs runs float32 with a kernel at hand
+    # (not emulated, not fallen back) only by following its float32 neighbours
+    if not any(d.category in ("follow", "promote") and d.run_dtype == "float32"
+               and not (d.emulated or d.fell_back) for d in plan):
         return None
     return rewrite(bare, known, policy, ctx, device=device, params=params, shapes=shapes)
 
@@ -249,12 +250,11 @@ def _float32_heads(sym: mx.sym.Symbol, known: Mapping[str, str]) -> frozenset[st
 
 
 def _rewrite(sym, known, policy, ctx, device, low_params, params, free_params,
-             float32_heads=frozenset(), entry_shapes=None, readers=True):
+             float32_heads=frozenset(), entry_shapes=None):
     """``rewrite`` proper (``float32_heads``: the outputs handed back in float32); also
     returns {parameter: the dtypes its consumers read it in} ("raw" when one reads it
-    uncast), the free parameters a follow op took, and the decision for every op.
-    ``readers``: plan each op with the ops reading it (O2, ``result_uses``); False plans
-    as ``init``'s op wrappers do, op by op."""
+    uncast), the free parameters a follow op took, and the decision for every op (under
+    O2, with the ops reading it: ``result_uses``)."""
     plan: list[OpDecision] = []
     uses: dict[str, set] = {}
     took: set[str] = set()
@@ -278,7 +278,7 @@ def _rewrite(sym, known, policy, ctx, device, low_params, params, free_params,
 
     with unpatched():
         ns = list(nodes(sym))
-        uses_of = result_uses(ns, policy, entry_shapes) if readers else None
+        uses_of = result_uses(ns, policy, entry_shapes)
         for n in ns:
             if n.op == "null":
                 value[n.name] = n.symbol
