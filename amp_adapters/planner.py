@@ -17,6 +17,7 @@ dtype and which outputs to round. A backend only applies it.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
@@ -304,10 +305,11 @@ def plan_op(policy: Policy, framework: str, op: str,
     ``emulate=True``: the policy asked for low-precision numerics, and rounding costs less
     than the slow kernel). An
     ``UNKNOWN`` input counts as float32 for the decision. An op with a float64 input
-    is left alone: AMP does not touch float64 computations. ``readers``: for an op that
-    only moves values (``oplists.pass_through_ops``), the ops reading its results
-    (``ParamUse``, with ``then`` for those that only move values too); None: not listed,
-    so O2 lowers it as any other op (``_idle_move``).
+    is left alone: AMP does not touch float64 computations. ``readers``: under O2, the
+    ops reading its results (``ParamUse``, with ``then`` for those that only move values
+    too): an op O2 lowers for being O2 alone (it follows or promotes its inputs) whose
+    neighbours stay float32 follows them (``_idle_move``); None: not listed, so O2 lowers
+    it as any other op.
 
     Five steps, each with one rule: ``_category`` (the lists), ``_free_inputs``
     (what a free input counts as), ``_target`` (the dtype the category and the
@@ -319,7 +321,7 @@ def plan_op(policy: Policy, framework: str, op: str,
     params = tuple(param_inputs or ()) + (False,) * (len(given) - len(param_inputs or ()))
     cat, layer = _category(policy, framework, op, attrs, force_fp32, instance)
     typed = _free_inputs(cat, given, tuple(free or ()))
-    idle = _idle_move(policy, framework, cat, typed, readers, device)
+    idle = _idle_move(policy, framework, op, cat, typed, readers, device, shape)
     target = _target(policy, cat, typed, params[:len(given)], idle)
     run = _on_device(policy, op, target, device, shape)
     round_inputs, multicast, casts = _input_actions(policy, cat, typed, target, run)
@@ -388,8 +390,9 @@ def _target(policy: Policy, cat: Category, given: tuple[Optional[str], ...],
     """Rule: the category picks the dtype; promote/follow take the widest input, whatever
     the order (fp32 wins a promote), except that a promote op whose float32 inputs are all
     parameters beside activations in the low dtype runs low (``_params_down``). O2 lowers
-    every op not in fp32, but an op that only moves float32 values none of its readers
-    computes low (``idle``, from ``_idle_move``): it follows its data."""
+    every op not in fp32, but an op that follows or promotes float32 inputs none of its
+    readers computes low, with no low kernel measured faster (``idle``, from
+    ``_idle_move``), follows its data."""
     dtypes = tuple("float32" if d == UNKNOWN else d for d in given)
     low = policy.dtype
     if not policy.enabled or "float64" in dtypes:
@@ -425,49 +428,74 @@ def _moves_params(cat: Category, dtypes: tuple[Optional[str], ...],
             and all(d == "float32" and p for d, p in floats))
 
 
-def _idle_move(policy: Policy, framework: str, cat: Category,
+def _idle_move(policy: Policy, framework: str, op: str, cat: Category,
                dtypes: tuple[Optional[str], ...], readers: Optional[Sequence[Any]],
-               device: Optional[DeviceProfile]) -> Optional[str]:
-    """Rule: under O2, an op that only moves values (``oplists.pass_through_ops``: reshape,
-    transpose, ...) follows its data where nothing around it computes low: its floating
-    inputs are float32 (what wrote them ran in float32) and none of its ``readers`` computes
-    in the low dtype here (in it or EMULATED), through readers that only move values too.
-    Lowering it would gain no arithmetic and cost a cast down and one back up (and their
-    gradients), rounding the values it moves. Returns why, or None (not such an op; or
-    its readers are not listed, or one of them runs low: O2 lowers it, so a low reader
-    gets its values low, as natively; where every op has a low kernel, as on a GPU or in
-    a device-free plan, a reader not in fp32 always does)."""
+               device: Optional[DeviceProfile], shape: Optional[ShapeClass]) -> Optional[str]:
+    """Rule: under O2, an op that O2 lowers for being O2 alone (one that follows or promotes
+    its inputs, as a shape-only op does: reshape, transpose, an elementwise op such as the
+    attention's scale) follows its data where nothing around it computes low: its floating
+    inputs are float32 (what wrote them ran in float32), none of its ``readers`` computes
+    in the low dtype here (in it or EMULATED), through readers that only move values too,
+    and its own low kernel was not measured faster than float32 here (``_measured_faster``).
+    Lowering it would cost a cast down and one back up (and their gradients) around one op
+    between float32 ops, rounding its values, for a kernel not known to gain anything.
+    Returns why, or None (not such an op; or its readers are not listed, or one of them
+    runs low: O2 lowers it, so a low reader gets its values low, as natively; where every op
+    has a low kernel, as on a GPU or in a device-free plan, a reader not in fp32 always
+    does; or its kernel was measured faster: a choice measured speed may make)."""
     if policy.level != "O2" or readers is None or not policy.enabled \
-            or cat.canonical not in pass_through_ops():
+            or cat.category not in ("follow", "promote"):
         return None
     floats = [d for d in dtypes if d is not None]
     if not floats or any(d not in ("float32", UNKNOWN) for d in floats):
         return None
     if any(_computes_low(policy, framework, use, device) for use in readers):
         return None
-    return (f"it only moves float32 values and none of its readers computes in "
-            f"{policy.dtype} here: it follows its data (no cast down and back)")
+    if _measured_faster(policy, op, device, shape):
+        return None
+    what = ("it only moves float32 values" if cat.canonical in pass_through_ops() else
+            "its inputs are float32")
+    return (f"{what} and none of its readers computes in {policy.dtype} here, nor was its "
+            f"{policy.dtype} kernel measured faster: it follows its data (no cast down and "
+            f"back)")
+
+
+def _measured_faster(policy: Policy, op: str, device: Optional[DeviceProfile],
+                     shape: Optional[ShapeClass]) -> bool:
+    """Whether ``op``'s low kernel, casts included, was measured faster than float32 here at
+    ``shape`` beyond noise (``device.speed_refusal``); False without a kernel, without a
+    measurement (no ``DeviceProfile.costs``: fixed speed) or for a failed one."""
+    if device is None or device.costs is None or not device.has_kernel(op) or \
+            device.refusal(op, shape, policy.dtype) is not None:
+        return False
+    cost = device.cost(op, shape)
+    if cost is None or cost.error or not math.isfinite(cost.ratio(device.training)[0]):
+        return False
+    return speed_refusal(cost, device.training, policy.dtype) is None
 
 
 def _computes_low(policy: Policy, framework: str, use: Any,
                   device: Optional[DeviceProfile]) -> bool:
     """Whether the reader ``use`` (a ``ParamUse``) computes with ``policy.dtype`` numerics
-    on a float32 input here; a reader that only moves values, by its own readers."""
+    on a float32 input here; a reader that only moves values, by its own readers; one that
+    lists its readers (``then``) is planned with them (a lone op behind a lone op)."""
     if use.force_fp32 is None and use.then is not None and \
             passes_through(framework, use.op, use.attrs):
         return any(_computes_low(policy, framework, u, device) for u in use.then)
-    d = plan_reader(policy, framework, use, device)
+    d = plan_reader(policy, framework, use, device, readers=use.then)
     return not (d.kept and d.kept[0]) and d.precision == policy.dtype
 
 
 def plan_reader(policy: Policy, framework: str, use: Any,
-                device: Optional[DeviceProfile]) -> OpDecision:
+                device: Optional[DeviceProfile],
+                readers: Optional[Sequence[Any]] = None) -> OpDecision:
     """``plan_op`` for the op ``use`` (a ``ParamUse``) reading one float32 value in its slot:
-    what O2's parameter plan and the shape-only-op rule ask of a reader."""
+    what O2's parameter plan and the rule of an op between float32 neighbours ask of a
+    reader (``readers``: its own, for that rule)."""
     return plan_op(policy, framework, use.op, ("float32",), device=device, shape=use.shape,
                    attrs=use.attrs, force_fp32=use.force_fp32,
                    input_names=None if use.slot is None else (use.slot,),
-                   instance=use.instance)
+                   instance=use.instance, readers=readers)
 
 
 def _params_down(low: str, given: tuple[Optional[str], ...], params: tuple[bool, ...]) -> bool:

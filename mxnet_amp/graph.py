@@ -15,10 +15,11 @@ from typing import AbstractSet, Callable, Iterator, Mapping, Optional
 
 import mxnet as mx
 
-from amp_adapters import OpDecision, Policy, plan_op
+from amp_adapters import OpDecision, ParamUse, Policy, plan_op
 from amp_adapters.device import DeviceProfile, ShapeClass
 from amp_adapters.dtypes import AMP_DTYPES, FLOAT_RANK, LOW_DTYPES, widest
 from amp_adapters.dtypes import FLOAT_DTYPES as FLOATS
+from amp_adapters.oplists import passes_through
 
 from ._mx import cast, declared, dtype_name, graph_shapes, input_names, mx_dtype, unpatched
 from .kernels import log_fallback
@@ -59,7 +60,8 @@ def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy,
           device: Optional[DeviceProfile], params: AbstractSet[str] = frozenset(),
           free: Optional[list[bool]] = None,
           shapes: Optional[Mapping[str, Optional[tuple]]] = None,
-          instance_of: Optional[Callable[[str], tuple]] = None) -> OpDecision:
+          instance_of: Optional[Callable[[str], tuple]] = None,
+          readers: Optional[tuple[ParamUse, ...]] = None) -> OpDecision:
     """The core's decision for node ``n`` given its input dtypes (non-floats count as None);
     the node's name is the instance name the policy's layer rules match (``dense2_fwd``),
     with ``instance_of(name)``'s names where given (its blocks' names and paths:
@@ -67,14 +69,47 @@ def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy,
     ``params``: the graph inputs that are parameters (the planner's promote rule reads it);
     ``free``: which inputs have no dtype of their own yet (the planner's free rule);
     ``shapes``: {entry: inferred shape} under measured speed (the shape class of the
-    floating inputs, as ``patching.shape_class`` keys an imperative call)."""
+    floating inputs, as ``patching.shape_class`` keys an imperative call); ``readers``: under
+    O2, the ops reading its outputs (``result_uses``)."""
     shape = None if shapes is None else ShapeClass.of(
         [shapes.get(e) for e, d in zip(n.inputs, dtypes) if d is None or d in FLOATS])
     return plan_op(policy, "mxnet", n.op, [d if d in FLOATS else None for d in dtypes],
                    device=device, shape=shape, attrs=n.attrs,
                    input_names=input_names(n.op),
                    param_inputs=[e in params for e in n.inputs] if params else None,
-                   free=free, instance=instance_of(n.name) if instance_of else n.name)
+                   free=free, instance=instance_of(n.name) if instance_of else n.name,
+                   readers=readers)
+
+
+def result_uses(ns: list[Node], policy: Policy,
+                shapes: Optional[Mapping[str, Optional[tuple]]] = None
+                ) -> Optional[Mapping[str, tuple[ParamUse, ...]]]:
+    """O2: {entry: the ops reading it} over the op nodes ``ns`` (``plan_op``'s ``readers``:
+    an op O2 lowers for being O2 alone is lowered only where a reader computes low), an op
+    that only moves values listing its own readers (``ParamUse.then``), and so does the
+    first op that computes on the way (an op between float32 neighbours is judged with its
+    readers); None under another level (nothing asks)."""
+    if policy.level != "O2" or not policy.enabled:
+        return None
+    read: dict[str, list[tuple[Node, Optional[str]]]] = {}
+    for n in ns:
+        if n.op == "null":
+            continue
+        slots = input_names(n.op)
+        for i, e in enumerate(n.inputs):
+            read.setdefault(e, []).append((n, slots[i] if i < len(slots) else None))
+
+    def use(n: Node, slot: Optional[str], expand: bool = True) -> ParamUse:
+        then = None
+        moves = passes_through("mxnet", n.op, n.attrs)
+        if moves or expand:
+            then = tuple(use(r, s, expand and moves) for o in n.outputs
+                         for r, s in read.get(o, ()))
+        shape = None if shapes is None else ShapeClass.of([shapes.get(e) for e in n.inputs])
+        return ParamUse(n.op, dict(n.attrs), slot, then=then, shape=shape,
+                        instance=(n.name,))
+
+    return {e: tuple(use(r, s) for r, s in rs) for e, rs in read.items()}
 
 
 def _device(ctx: Optional[mx.Context], policy: Policy,
@@ -185,6 +220,33 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     return out
 
 
+def with_lone_ops_following(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
+                            ctx: mx.Context, params: AbstractSet[str] = frozenset(),
+                            shapes: Optional[Mapping[str, tuple]] = None,
+                            instance_of: Optional[Callable[[str], tuple]] = None
+                            ) -> Optional[mx.sym.Symbol]:
+    """O2 on a graph ``init``'s op wrappers traced: each op was planned as it was called,
+    before the ops reading it existed, so an op O2 lowers for being O2 alone between float32
+    neighbours (the attention's scale between an emulated GEMM and softmax) was lowered,
+    with a cast down and one back up. Planned with its readers (``result_uses``), the core
+    has it follow its neighbours: where that changes a decision, the graph rewritten as
+    ``rewrite`` plans it (the plan ``cast_report`` shows), else None (the trace stands)."""
+    if policy.level != "O2" or not policy.enabled:
+        return None
+    bare = mx.sym.load_json(sym.tojson())
+    device = _device(ctx, policy, training=True)
+    entry_shapes = _entry_shapes(bare, device, shapes)
+    plan = _rewrite(bare, known, policy, ctx, device, {}, params, frozenset(),
+                    entry_shapes=entry_shapes, instance_of=instance_of)[3]
+    # under O2 an op that follows or promotes its inputs runs float32 with a kernel at hand
+    # (not emulated, not fallen back) only by following its float32 neighbours
+    if not any(d.category in ("follow", "promote") and d.run_dtype == "float32"
+               and not (d.emulated or d.fell_back) for d in plan):
+        return None
+    return rewrite(bare, known, policy, ctx, device=device, params=params, shapes=shapes,
+                   instance_of=instance_of)
+
+
 def _float32_heads(sym: mx.sym.Symbol, known: Mapping[str, str]) -> frozenset[str]:
     """The outputs of ``sym`` made by ops that its type inference, from the ``known`` dtypes
     of its inputs (the others free, as a parameter a user's cast feeds is), gives float32 or
@@ -203,7 +265,8 @@ def _rewrite(sym, known, policy, ctx, device, low_params, params, free_params,
              float32_heads=frozenset(), entry_shapes=None, instance_of=None):
     """``rewrite`` proper (``float32_heads``: the outputs handed back in float32); also
     returns {parameter: the dtypes its consumers read it in} ("raw" when one reads it
-    uncast), the free parameters a follow op took, and the decision for every op."""
+    uncast), the free parameters a follow op took, and the decision for every op (under
+    O2, with the ops reading it: ``result_uses``)."""
     plan: list[OpDecision] = []
     uses: dict[str, set] = {}
     took: set[str] = set()
@@ -226,7 +289,9 @@ def _rewrite(sym, known, policy, ctx, device, low_params, params, free_params,
         return key
 
     with unpatched():
-        for n in nodes(sym):
+        ns = list(nodes(sym))
+        uses_of = result_uses(ns, policy, entry_shapes)
+        for n in ns:
             if n.op == "null":
                 value[n.name] = n.symbol
                 if n.name in low_params:
@@ -237,7 +302,9 @@ def _rewrite(sym, known, policy, ctx, device, low_params, params, free_params,
             ins = list(n.inputs)
             free = [e in free_params for e in ins]
             d = _plan(n, [dtype.get(e) for e in ins], policy, device,
-                      params=params, free=free, shapes=entry_shapes, instance_of=instance_of)
+                      params=params, free=free, shapes=entry_shapes, instance_of=instance_of,
+                      readers=None if uses_of is None else
+                      tuple(u for o in n.outputs for u in uses_of.get(o, ())))
             takes = [f and d.category == "follow" and c is None and not r and not k
                      and n.op not in ("amp_cast", "amp_multicast")  # a user's cast reads as cast
                      for f, c, r, k in zip(free, d.casts, d.round_inputs,

@@ -6,7 +6,7 @@ node or an op call is covered by. What a policy's layer rules match (``Policy.la
 tree; no host sync."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from amp_adapters.layers import layer_paths, stems_of
 
@@ -31,18 +31,19 @@ def block_names(*blocks: Any) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
-def block_layers(*roots: Any) -> dict[str, str]:
+def block_layers(*roots: Any, paths: Optional[dict[int, str]] = None) -> dict[str, str]:
     """{block name: its path} of every block under each of ``roots`` (a root's path is
-    ``""``): how a node of a traced graph, named after its block's prefix, finds its path
-    (``node_instance``)."""
+    ``""``; ``paths``: {id(block): path} of an enclosing tree instead, as a block called
+    inside its model has them): how a node of a traced graph, named after its block's
+    prefix, finds its path (``node_instance``)."""
     out: dict[str, str] = {}
     for root in roots:
-        paths = tree_paths(root)
+        where = tree_paths(root) if paths is None else paths
         todo = [root]
         while todo:
             b = todo.pop()
             if b.name and b.name not in out:
-                out[b.name] = paths.get(id(b), "")
+                out[b.name] = where.get(id(b), "")
             todo.extend(b._children.values())
     return out
 

@@ -47,9 +47,9 @@ from amp_adapters.dtypes import AMP_DTYPES
 
 from ._mx import (_local, bypassed, call_unpatched, cast, fc_needs_split, fc_split_bias,
                   frozen_params, is_symbol, is_tensor, multicast_widest, symbol_shape,
-                  tensor_dtype, unknown_dims, unpatched)
+                  dtype_name, tensor_dtype, unknown_dims, unpatched)
 from .active import active_policy, forget_layer_names, note_layer_names, set_policy
-from .layer_paths import block_names, tree_paths
+from .layer_paths import block_layers, block_names, node_instance, tree_paths
 from .config import init_policy
 from . import traced
 from .traced import traced_shapes
@@ -498,6 +498,7 @@ def _traced_graph(get_graph: Callable) -> Callable:
                                         if p.grad_req == "null")
         try:
             out = get_graph(block, *args)
+            out = _plan_with_readers(block, out, args)
         finally:
             _trace.casts = _trace.shapes = None
             frozen_params.names = frozenset()
@@ -507,6 +508,39 @@ def _traced_graph(get_graph: Callable) -> Callable:
         return out
     traced.__amp_original__ = get_graph  # type: ignore[attr-defined]
     return traced
+
+
+def _plan_with_readers(block: Any, graph: tuple, args: tuple) -> tuple:
+    """O2: the traced graph, rewritten where an op between float32 neighbours follows them
+    (``graph.with_lone_ops_following``: the op wrappers planned it before its readers
+    existed); the block's cached graph is what its ``CachedOp`` is built from."""
+    policy = active_policy()
+    if policy is None or policy.level != "O2" or not policy.enabled:
+        return graph
+    from .graph import with_lone_ops_following  # graph imports this module's helpers
+    from .report import block_context
+    inputs, sym = graph
+    from mxnet.gluon.block import _flatten
+    flat = [a for a in _flatten(args, "input")[0] if a is not None]
+    known = {i.name: (tensor_dtype(a) or "float32") for i, a in zip(inputs, flat)}
+    params = block.collect_params()
+    known.update({name: dtype_name(p.dtype) for name, p in params.items()})
+    try:
+        layers = block_layers(block, paths=_blocks.paths) \
+            if policy.layer_patterns("mxnet") else None  # the names the op calls had
+        new = with_lone_ops_following(
+            sym, known, policy, block_context(block), frozenset(params.keys()),
+            traced_shapes.get(block),
+            None if layers is None else functools.partial(node_instance, layers=layers))
+    except (mx.base.MXNetError, KeyError, ValueError, TypeError) as e:
+        # a graph the rewrite cannot plan keeps the trace (each op as it was called)
+        logger.info("mxnet_amp: block %s: traced graph kept as traced (%s: %s)", block.name,
+                    type(e).__name__, e)
+        return graph
+    if new is None:
+        return graph
+    block._cached_graph = (inputs, new)
+    return block._cached_graph
 
 
 def _input_shapes(args: tuple) -> dict:

@@ -117,10 +117,9 @@ class Rewriter:
         return decision
 
     def _readers(self, ir: ProgramIR, op) -> Optional[tuple]:
-        """O2: the forward readers of the results of an op that only moves values (the core
-        lowers it only where one of them computes low, ``plan_op``'s ``readers``)."""
-        if self.policy.level != "O2" or not passes_through("paddle", ir.op_type(op),
-                                                           ir.attrs(op)):
+        """O2: the forward readers of ``op``'s results (an op O2 lowers for being O2 alone
+        is lowered only where one of them computes low, ``plan_op``'s ``readers``)."""
+        if self.policy.level != "O2" or not self.policy.enabled:
             return None
         return ir.result_uses(op, lambda o: self._forced_fp32(ir, o),
                               lambda o: self._shape(ir, o), lambda o: self._instance(ir, o))

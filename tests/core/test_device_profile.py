@@ -98,19 +98,86 @@ def test_an_op_without_a_kernel_is_not_measured():
     assert d.lacks_kernel
 
 
-@given(ratio=st.floats(0.01, 10), spread=st.floats(0, 2), training=st.booleans())
-def test_low_only_beyond_the_margin_and_the_noise(ratio, spread, training):
-    """The rule: low iff ratio + spread < 1 - margin (a training step's wider). A tie or a
-    win within noise keeps float32, which is never slower than itself."""
-    cost = Cost(ratio, spread, ratio, spread)
-    why = speed_refusal(cost, training, BF16)
-    assert (why is None) == (ratio + spread < 1 - (TRAIN_MARGIN if training else MARGIN))
-    # a forward-only measurement read for training is judged as a forward
-    forward_only = speed_refusal(Cost(ratio, spread), training, BF16)
-    assert (forward_only is None) == (ratio + spread < 1 - MARGIN)
-    if why is not None:
+# (ratio, spread, a training step's cost?, runs low?): written out by hand, so that a change of
+# the margins (5% for a forward, 15% for a training step) fails here
+DECIDED = [
+    (0.90, 0.00, False, True),
+    (0.949, 0.00, False, True),   # just inside 5%
+    (0.951, 0.00, False, False),  # just outside
+    (0.90, 0.04, False, True),    # 0.94 with its spread
+    (0.90, 0.06, False, False),   # 0.96 with its spread: noise could undo the win
+    (0.50, 0.44, False, True),
+    (0.50, 0.46, False, False),
+    (0.80, 0.00, True, True),
+    (0.849, 0.00, True, True),    # just inside 15%
+    (0.851, 0.00, True, False),   # just outside
+    (0.90, 0.00, True, False),    # a 10% gain is a forward's win, not a training step's
+    (0.80, 0.04, True, True),
+    (0.80, 0.06, True, False),
+    (1.00, 0.00, False, False),   # a tie keeps float32
+    (1.30, 0.00, True, False),
+    (2.50, 0.05, False, False),
+]
+
+
+@pytest.mark.parametrize("ratio, spread, step, low", DECIDED)
+def test_hand_chosen_costs_decide_as_written(ratio, spread, step, low):
+    cost = Cost(ratio, spread, ratio, spread) if step else Cost(ratio, spread)
+    why = speed_refusal(cost, True, BF16)
+    assert (why is None) == low, why
+    if not low:
         assert why.startswith("float32: ")
         assert ("slower here" in why) == (ratio >= 1.0)
+    if not low and ratio < 1.0:
+        assert f"a low kernel must gain {'15' if step else '5'}%" in why
+
+
+def test_a_forward_only_cost_is_judged_as_a_forward_even_in_training():
+    cost = Cost(0.90, 0.0)  # no backward measured
+    assert speed_refusal(cost, True, BF16) is None
+    assert speed_refusal(Cost(0.90, 0.0, 0.90, 0.0), True, BF16) is not None
+    assert speed_refusal(Cost(0.90, 0.0, 0.90, 0.0), False, BF16) is None  # inference
+
+
+def test_the_margins_are_the_documented_ones():
+    assert (MARGIN, TRAIN_MARGIN) == (0.05, 0.15)
+
+
+ratios, spreads = st.floats(0.01, 10), st.floats(0, 2)
+
+
+@given(ratio=ratios, spread=spreads, other=ratios, training=st.booleans())
+def test_a_faster_kernel_is_never_refused_where_a_slower_one_runs_low(ratio, spread, other,
+                                                                      training):
+    lo, hi = sorted((ratio, other))
+    if speed_refusal(Cost(hi, spread, hi, spread), training, BF16) is None:
+        assert speed_refusal(Cost(lo, spread, lo, spread), training, BF16) is None
+
+
+@given(ratio=ratios, spread=spreads, other=spreads, training=st.booleans())
+def test_less_noise_never_turns_a_win_into_a_refusal(ratio, spread, other, training):
+    quiet, noisy = sorted((spread, other))
+    if speed_refusal(Cost(ratio, noisy, ratio, noisy), training, BF16) is None:
+        assert speed_refusal(Cost(ratio, quiet, ratio, quiet), training, BF16) is None
+
+
+@given(ratio=ratios, spread=spreads)
+def test_a_training_step_is_held_to_at_least_a_forwards_bar(ratio, spread):
+    if speed_refusal(Cost(ratio, spread, ratio, spread), True, BF16) is None:
+        assert speed_refusal(Cost(ratio, spread), True, BF16) is None
+
+
+@given(ratio=st.floats(1.0, 10), spread=spreads, training=st.booleans())
+def test_no_gain_never_runs_low(ratio, spread, training):
+    """float32 is never slower than itself: a tie or a loss keeps it, whatever the spread."""
+    why = speed_refusal(Cost(ratio, spread, ratio, spread), training, BF16)
+    assert why is not None and "slower here" in why
+
+
+@given(ratio=st.floats(0.01, 0.4), spread=st.floats(0, 0.1), training=st.booleans())
+def test_a_clear_win_always_runs_low(ratio, spread, training):
+    """Half of float32's time or better, noise included, is a win under any margin."""
+    assert speed_refusal(Cost(ratio, spread, ratio, spread), training, BF16) is None
 
 
 def test_a_profile_refuses_a_broadcast_gradient_only_in_training():

@@ -45,8 +45,11 @@ def test_unlisted_readers_low_data_and_arithmetic_ops_are_unchanged():
     # low data: it follows it, low
     assert plan_op(O2, "paddle", "reshape2", (F16,), device=DeviceProfile(CPU),
                    readers=(GEMM,)).run_dtype == F16
-    # scale computes (x * s + b, Paddle's lists: arithmetic): O2 lowers it
+    # scale computes (x * s + b): between float32 ops it follows them too (issue 38, 8:
+    # test_planner_lone_op), and O2 lowers it where its reader computes low
     assert plan_op(O2, "paddle", "scale", (F32,), device=DeviceProfile(CPU),
+                   readers=(GEMM,)).run_dtype == F32
+    assert plan_op(O2_EMU, "paddle", "scale", (F32,), device=DeviceProfile(CPU),
                    readers=(GEMM,)).run_dtype == F16
     # a reader outside fp16_guard or in fp32 keeps it float32 too
     forced = ParamUse("scale", slot="X", force_fp32="outside fp16_guard")

@@ -1,6 +1,12 @@
 """Measured speed on MXNet (issue 31): profiles as data decide the plan of a real Gluon net,
 a saved profile replays it, the real timer runs on the real framework (its value never
-asserted), a crash while timing is "no kernel", and the native's slowdown is said once."""
+asserted), a crash while timing is "no kernel", and the native's slowdown is said once.
+
+A plan from costs given as data needs no kernel: those tests give the kernel set as data
+too (``kernel_as_data``) and trace the net without running it where the plan lowers an op,
+so they run on every CPU class; only the tests that run a bfloat16 kernel (the real timer,
+an imperative call computing in bf16) are skipped where the device truth
+(``amp_adapters.isa.bf16_class``) says oneDNN has none."""
 import logging
 import math
 import os
@@ -15,15 +21,25 @@ from amp_adapters import Policy
 from amp_adapters import measure_process, speedbook
 from amp_adapters.device import Cost, ShapeClass
 from amp_adapters.speedbook import SpeedBook, machine, machine_id, ProfileFile, write_profile
-from mxnet_amp.kernels import has_kernel
+from amp_adapters.isa import bf16_class, describe_bf16
+from mxnet_amp import kernels
 from mxnet_amp.speed import install_speed_book
 from mxnet_amp.speed import measure, measurer
 
 needs_bf16 = pytest.mark.skipif(
-    not has_kernel("FullyConnected", mx.cpu(), "bfloat16", backward=True),
-    reason="no bfloat16 FullyConnected kernel on this CPU (oneDNN runs bf16 with AVX-512; "
-    "natively with avx512_bf16): the probe says so")
+    bf16_class(machine()) == "none",
+    reason=f"runs a bfloat16 kernel, and this CPU has none: {describe_bf16(machine())} "
+    f"(amp_adapters.isa.bf16_class: 'none'; oneDNN's bf16 kernels need AVX-512)")
 AUTO = Policy.preset("auto")
+
+
+@pytest.fixture
+def kernel_as_data(monkeypatch):
+    """The device's bfloat16 FullyConnected kernel (forward and backward) given as data, in
+    the probe's cache: the plan reads it, nothing here runs it."""
+    for backward in (False, True):
+        monkeypatch.setitem(kernels._probed, ("cpu", "bfloat16", "FullyConnected", backward),
+                            True)
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +65,13 @@ def _train_once(net):
     return out
 
 
+def _trace(net):
+    """Trace ``net`` under ``init`` as its first forward does, without running it (the plan
+    may lower an op to a kernel this CPU does not have: it is given as data)."""
+    net._get_graph(mx.nd.ones((8, 16)))
+    return net
+
+
 def _plan(net):
     return {d.reason.split(";")[-1].strip(): d.run_dtype
             for d in amp.cast_report(net).decisions if d.op == "FullyConnected"}
@@ -60,15 +83,13 @@ def slow_first_layer(op, shape, training):
     return Cost(forward=2.5 if slow else 0.5, train=2.5 if slow else 0.5, train_spread=0.01)
 
 
-@needs_bf16
-def test_auto_lowers_fully_connected_only_where_the_profile_says_faster():
+def test_auto_lowers_fully_connected_only_where_the_profile_says_faster(kernel_as_data):
     calls = []
     book = SpeedBook("mxnet", mx.__version__, "bfloat16",
                      lambda *a: calls.append(a) or slow_first_layer(*a))
     amp.init(policy="auto")
     install_speed_book(book, AUTO)
-    net = _net()
-    _train_once(net)
+    net = _trace(_net())
     plan = amp.cast_report(net).decisions
     fc = [d for d in plan if d.op == "FullyConnected"]
     assert [d.run_dtype for d in fc] == ["float32", "bfloat16"]
@@ -79,31 +100,39 @@ def test_auto_lowers_fully_connected_only_where_the_profile_says_faster():
     # the same lists without measuring (O1 bf16) lower both, as the native bf16 lists do
     amp.reset()
     amp.init(policy="O1-bf16")
-    fixed = _net()
-    _train_once(fixed)
+    fixed = _trace(_net())
     assert [d.run_dtype for d in amp.cast_report(fixed).decisions
             if d.op == "FullyConnected"] == ["bfloat16", "bfloat16"]
 
 
-@needs_bf16
-def test_auto_decides_per_shape_class_on_imperative_calls():
-    book = SpeedBook("mxnet", mx.__version__, "bfloat16", slow_first_layer)
+def _imperative():
     amp.init(policy="auto")
-    install_speed_book(book, AUTO)
+    install_speed_book(SpeedBook("mxnet", mx.__version__, "bfloat16", slow_first_layer), AUTO)
     net = gluon.nn.Sequential()
     net.add(gluon.nn.Dense(32, in_units=16), gluon.nn.Dense(4, in_units=32))
     net.initialize()
+    return net
+
+
+def test_auto_keeps_an_imperative_call_measured_slower_in_float32(kernel_as_data):
+    h = _imperative()[0](mx.nd.ones((8, 16)))
+    assert np.dtype(h.dtype) == np.float32  # kept float32: slower here
+
+
+@needs_bf16
+def test_auto_decides_per_shape_class_on_imperative_calls():
+    net = _imperative()
     h = net[0](mx.nd.ones((8, 16)))
     assert np.dtype(h.dtype) == np.float32  # kept float32: slower here
     assert np.dtype(net[1](h).dtype) != np.float32  # lowered: bf16 out, as the native's lowered op gives
 
 
-@needs_bf16
-def test_a_saved_profile_replays_the_plan_whatever_this_machine_measures(tmp_path):
+def test_a_saved_profile_replays_the_plan_whatever_this_machine_measures(tmp_path,
+                                                                         kernel_as_data):
     book = SpeedBook("mxnet", mx.__version__, "bfloat16", slow_first_layer)
     amp.init(policy="auto")
     install_speed_book(book, AUTO)
-    _train_once(_net())
+    _trace(_net())
     book.save(tmp_path / "profile.json")
     amp.reset()
 
@@ -113,8 +142,7 @@ def test_a_saved_profile_replays_the_plan_whatever_this_machine_measures(tmp_pat
     install_speed_book(SpeedBook("mxnet", mx.__version__, "bfloat16", opposite,
                                  profile=replay.profile, cache=tmp_path / "other.json"), replay)
     amp.init(policy=replay)
-    net = _net()
-    _train_once(net)
+    net = _trace(_net())
     assert [d.run_dtype for d in amp.cast_report(net).decisions
             if d.op == "FullyConnected"] == ["float32", "bfloat16"]
 
@@ -153,8 +181,7 @@ def test_an_op_that_fails_while_timed_is_no_kernel_and_does_not_raise(cache):
     mx.nd.waitall()  # nothing pending from the failures
 
 
-@needs_bf16
-def test_a_crash_while_timing_keeps_the_op_in_float32():
+def test_a_crash_while_timing_keeps_the_op_in_float32(kernel_as_data):
     def crash(op, shape, training):
         raise RuntimeError("kernel exploded")
     amp.init(policy="auto")

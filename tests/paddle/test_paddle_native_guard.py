@@ -14,21 +14,24 @@ from paddle_helpers import Static, is_pir
 
 
 def _model(guard):
-    """x -> [guard: fc -> scale] -> scale -> mean, as a library wraps its forward."""
+    """x -> [guard: fc -> scale -> fc] -> scale -> mean, as a library wraps its forward."""
     x = paddle.static.data("x", [None, 8], "float32")
     with guard():
-        h = paddle.scale(paddle.static.nn.fc(x, 8), 2.0)
+        h = paddle.static.nn.fc(paddle.scale(paddle.static.nn.fc(x, 8), 2.0), 8)
     return paddle.mean(paddle.scale(h, 3.0))
 
 
 def _train(amp, guard, steps=3):
-    """(losses, cast report or None, PIR program) of ``amp.decorate(use_pure_fp16=True)``."""
+    """(losses, cast report or None, PIR program) of ``amp.decorate(use_pure_fp16=True)``;
+    ``paddle_amp`` emulates float16 (so the GEMM after the guarded scale computes in it, and
+    O2 lowers the scale: between float32 ops it would follow them)."""
     env = Static.new(seed=5)
     with paddle.static.program_guard(env.main, env.startup), \
             paddle.static.scope_guard(env.scope), paddle.base.unique_name.guard():
         loss = _model(guard)
+        emulate = {"emulate": True} if amp is paddle_amp else {}
         opt = amp.decorate(paddle.optimizer.SGD(0.1), use_pure_fp16=True,
-                           init_loss_scaling=1.0)  # use_fp16_guard: on with pure fp16
+                           init_loss_scaling=1.0, **emulate)  # use_fp16_guard: on
         opt.minimize(loss)
         env.exe.run(env.startup)
         opt.amp_init(paddle.CPUPlace())

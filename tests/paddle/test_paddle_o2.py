@@ -9,7 +9,8 @@ from paddle_helpers import batch
 
 
 def _layernorm_model():
-    """fc -> layer_norm -> scale -> fc: layer_norm stays fp32; scale has a CPU fp16 kernel."""
+    """fc -> layer_norm -> scale -> fc: layer_norm stays fp32; scale has a CPU fp16 kernel
+    between float32 ops."""
     x = paddle.static.data("x", [None, 8], "float32")
     y = paddle.static.data("y", [None, 1], "float32")
     h = paddle.static.nn.fc(x, 16)
@@ -30,7 +31,9 @@ def test_o2_with_layer_norm_builds_runs_and_evaluates(static):
     d = {x.op: x for x in opt.cast_report().decisions}
     assert d["layer_norm"].run_dtype == "float32"  # in the fp32 list
     assert d["layer_norm"].input_dtypes.count(None) == 2  # Scale, Bias: never cast
-    assert d["scale"].run_dtype == "float16"  # O2: every op not in fp32 runs low, kernel here
+    # scale has a CPU fp16 kernel, but sits between float32 ops (layer_norm, and an fc with
+    # no fp16 kernel): it follows them, no cast down and back (issue 38, point 8)
+    assert d["scale"].run_dtype == "float32" and "follows its data" in d["scale"].reason
     assert d["mul"].run_dtype == "float32"  # no CPU fp16 kernel: stays fp32 instead of crashing
     static.exe.run(static.startup)
     ops = len(test_program.global_block().ops)
@@ -51,10 +54,11 @@ def test_o2_with_layer_norm_builds_runs_and_evaluates(static):
 
 def test_o2_with_fp16_guard_keeps_unguarded_ops_fp32(static):
     x = paddle.static.data("x", [None, 8], "float32")
-    with paddle_amp.fp16_guard():
-        h = paddle.scale(paddle.static.nn.fc(x, 8), 2.0)
+    with paddle_amp.fp16_guard():  # the scale feeds an emulated GEMM: O2 lowers it
+        h = paddle.static.nn.fc(paddle.scale(paddle.static.nn.fc(x, 8), 2.0), 8)
     loss = paddle.mean(paddle.scale(h, 3.0))
-    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), use_pure_fp16=True)  # guard on
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), use_pure_fp16=True,  # guard on
+                              emulate=True)
     opt.minimize(loss)
     scales = [d for d in opt.cast_report().decisions if d.op == "scale"]
     assert [s.run_dtype for s in scales] == ["float16", "float32"]

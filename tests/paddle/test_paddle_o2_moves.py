@@ -1,11 +1,11 @@
-"""O2 on a Transformer's attention on a CPU: reshape and transpose follow their data.
+"""O2 on a Transformer's attention on a CPU: reshape, transpose and scale follow their data.
 
 ``fc -> reshape2 -> transpose2 (-> scale) -> matmul -> softmax``: on this CPU fc, matmul
 and softmax have no float16 kernel and run in float32. The ops that only move values
-(reshape2, transpose2) are lowered only where a reader of theirs computes in float16
-(here: ``scale``, which has a CPU kernel and is arithmetic in Paddle's lists, so O2 lowers
-it as natively); elsewhere they follow their float32 data, with no cast down and back.
-The native's O2 runs the program (legacy IR) and inserts no cast on a CPU.
+(reshape2, transpose2) are lowered only where a reader of theirs computes in float16; and
+so is ``scale``, which has a CPU kernel but sits between float32 ops (issue 38, point 8):
+every one of them follows its float32 data, with no cast down and back. The native's O2
+runs the program (legacy IR) and inserts no cast on a CPU.
 """
 import numpy as np
 import paddle
@@ -92,20 +92,58 @@ def test_o2_attention_moves_no_float32_data_through_float16(static, scaled):
         native, native_casts = plain, plain_casts
     decisions = opt.cast_report().decisions
     low = [d.op for d in decisions if d.run_dtype == "float16"]
-    moves = [d for d in decisions if d.op in ("reshape2", "transpose2")]
-    if not scaled:
-        # nothing computes in float16 here, so nothing moves float16 values: as natively
-        assert low == [] and our_casts == native_casts == 0
-        assert ours == native  # the same float32 numerics, bit for bit
-    else:
-        # scale runs low (arithmetic, with a CPU kernel), and so does what feeds only it:
-        # q's reshape2 and transpose2; k's and v's stay float32, and so do the output's
-        assert sorted(low) == ["reshape2", "scale", "transpose2"]
-        assert our_casts == 4  # q down, its scaled value up, and their gradients
-        assert np.allclose(ours, native, rtol=1e-5) and ours != native
-    follow = [d for d in moves if d.run_dtype == "float32"]
-    # q's pair feeds scale; every other move (k, v, the output's, and on PIR the ones
-    # cross_entropy builds) follows its float32 data
-    assert len(moves) - len(follow) == (2 if scaled else 0) and len(follow) >= 6
-    assert all("follows its data" in d.reason for d in follow)
+    moves = [d for d in decisions if d.op in ("reshape2", "transpose2", "scale")]
+    # nothing computes in float16 here, so nothing moves float16 values, and the scale
+    # between float32 ops follows them (it was lowered with q's moves: 4 casts): as natively
+    assert low == [] and our_casts == native_casts == 0
+    assert ours == native  # the same float32 numerics, bit for bit
+    # every move (q, k, v, the output's, and on PIR the ones cross_entropy builds) and the
+    # scale follow their float32 data
+    assert len(moves) >= 6 + scaled
+    assert all(d.run_dtype == "float32" and "follows its data" in d.reason for d in moves)
     assert np.allclose(plain, native, rtol=1e-5)
+
+
+def _scores_casts(program, op_type: str, low: str) -> int:
+    """Casts around the forward ``op_type`` op of ``program``: a cast to ``low`` feeding it,
+    or any cast reading its result (not an emulated producer's round trip, which ends in
+    float32 and is that op's)."""
+    if is_pir(program):
+        from paddle_helpers import pir_ops
+        from paddle_amp.ir.pir.values import value_dtype
+        op = pir_ops(program, op_type)[0]  # the forward one: the backward comes after
+        src = op.operand_source(0).get_defining_op()
+        into = src is not None and src.name() == "pd_op.cast" and \
+            value_dtype(src.result(0)) == low
+        return into + sum(r.name() == "pd_op.cast" for r in op.result(0).all_used_ops())
+    from paddle_amp.ir import of
+    ir, ops = of(program), program.global_block().ops
+    op = next(o for o in ops if o.type == op_type)
+    ins, outs = set(op.input_arg_names), set(op.output_arg_names)
+    return sum(o.type == "cast" and bool(
+        (set(o.output_arg_names) & ins and ir.dtype(o.output_arg_names[0]) == low) or
+        set(o.input_arg_names) & outs) for o in ops)
+
+
+def test_o2_fp16_emulated_the_scores_scale_between_float32_ops_has_no_cast(static):
+    """``matmul -> scale -> softmax`` (the reference transformer's scores) under O2 fp16
+    emulated: the GEMM is emulated (float32 values rounded through float16), softmax is
+    fp32, and the scale, which has a CPU float16 kernel, runs float32 between them: no
+    cast around it in the program, as natively (issue 38, point 8)."""
+    from amp_adapters import Policy
+    x = paddle.static.data("x", [None, SEQ, DIM], "float32")
+    q, k = (paddle.static.nn.fc(x, DIM, num_flatten_dims=2) for _ in range(2))
+    w = paddle.nn.functional.softmax(paddle.scale(_matmul(q, k, transpose_y=True), DIM ** -0.5))
+    loss = paddle.mean(paddle.static.nn.fc(w, 3, num_flatten_dims=2))
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1),
+                              policy=Policy.preset("O2", emulate=True))
+    opt.minimize(loss)
+    d = {x.op: x for x in opt.cast_report().decisions}
+    assert d["matmul_v2"].emulated and d["softmax"].run_dtype == "float32"
+    assert (d["scale"].run_dtype, d["scale"].emulated, d["scale"].num_casts) == \
+        ("float32", False, 0)
+    assert _scores_casts(static.main, "scale", "float16") == 0
+    static.exe.run(static.startup)
+    opt.amp_init(paddle.CPUPlace())
+    feed = {"x": np.random.RandomState(0).rand(3, SEQ, DIM).astype("float32")}
+    assert np.isfinite(static.run(feed, [loss])[0]).all()

@@ -41,10 +41,11 @@ def test_white_list_inserts_casts_retypes_concat_and_trains(static):
 
 def test_attribute_operands_are_never_cast(static):
     """scale's factor, mean's axis, reshape's shape are operands under PIR: never cast, even
-    when every op runs low (planned as on a GPU)."""
+    when every op runs low (planned as on a GPU; a GEMM reads what they compute, so O2
+    lowers them)."""
     x = paddle.static.data("x", [4, 8], "float32")
     h = paddle.reshape(paddle.scale(x, paddle.full([1], 2.0)), [8, 4])
-    paddle.mean(h, axis=0)
+    paddle.mean(paddle.matmul(h, h, transpose_x=True), axis=0)
     report = Rewriter(Policy.preset("O2"), DeviceProfile(None)).rewrite(static.main)
     scale = [d for d in report.decisions if d.op == "scale"][0]
     assert scale.run_dtype == "float16" and scale.input_dtypes == ("float32", None)
@@ -120,10 +121,10 @@ def test_fp16_guard_under_pir(static):
     """paddle_amp.fp16_guard records its ops under PIR; the native guard leaves no trace, so
     use_fp16_guard with nothing recorded is an error, never silently unguarded."""
     x = paddle.static.data("x", [None, 8], "float32")
-    with paddle_amp.fp16_guard():
-        h = paddle.scale(paddle.static.nn.fc(x, 8), 2.0)
+    with paddle_amp.fp16_guard():  # the scale feeds an emulated GEMM: O2 lowers it
+        h = paddle.static.nn.fc(paddle.scale(paddle.static.nn.fc(x, 8), 2.0), 8)
     loss = paddle.mean(paddle.scale(h, 3.0))
-    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), use_pure_fp16=True)
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), use_pure_fp16=True, emulate=True)
     opt.minimize(loss)
     scales = [d for d in opt.cast_report().decisions if d.op == "scale"]
     assert [s.run_dtype for s in scales] == ["float16", "float32"]
@@ -198,7 +199,9 @@ def test_o2_with_layer_norm_builds_runs_and_evaluates(static):
     d = {x.op: x for x in opt.cast_report().decisions}
     assert d["layer_norm"].run_dtype == "float32"
     assert d["layer_norm"].input_dtypes.count(None) == 2  # scale, bias: never cast
-    assert d["scale"].run_dtype == "float16"
+    # scale has a CPU fp16 kernel, but sits between float32 ops (layer_norm, and a GEMM
+    # with no fp16 kernel): it follows them, no cast down and back (issue 38, point 8)
+    assert d["scale"].run_dtype == "float32" and "follows its data" in d["scale"].reason
     assert d["matmul_v2"].run_dtype == "float32"  # no CPU fp16 kernel
     static.exe.run(static.startup)
     opt.amp_init(paddle.CPUPlace(), test_program=evaluate)

@@ -187,7 +187,7 @@ class Values:
             self._walk_readers = (self._readers(forward),
                                   {id(o): i for i, o in enumerate(forward)})
         readers, index = self._walk_readers
-        use = self._use(readers, forced, shape_of, instance_of)
+        use = self._use(readers, forced, shape_of, instance_of, lone=True)
         at = index[id(op)]
         return tuple(use(j, reader, s) for out in op.output_arg_names
                      for j, reader, s in readers.get(out, ()) if j > at)
@@ -211,15 +211,19 @@ class Values:
                     readers.setdefault(name, []).append((i, op, slot))
         return readers
 
-    def _use(self, readers: dict, forced, shape_of, instance_of):
+    def _use(self, readers: dict, forced, shape_of, instance_of, lone: bool = False):
         """use(index, op, slot) -> ``ParamUse``, listing the later readers (in ``readers``)
-        of an op that only moves values."""
-        def use(i: int, op, slot: str) -> ParamUse:
+        of an op that only moves values; ``lone``: also of the first op that computes on
+        the way (a result's readers: ``plan_op`` judges an op between float32 neighbours
+        with them, ``ProgramIR.result_uses``)."""
+        def use(i: int, op, slot: str, expand: bool = lone) -> ParamUse:
             reason = CONTROL_FLOW if op.has_attr("sub_block") else forced(op)
             attrs = self.attrs(op)
             then = None
-            if reason is None and passes_through("paddle", op.type, attrs):
-                then = tuple(use(j, reader, s) for out in op.output_arg_names
+            moves = passes_through("paddle", op.type, attrs)
+            if reason is None and (moves or expand):
+                then = tuple(use(j, reader, s, expand and moves)
+                             for out in op.output_arg_names
                              for j, reader, s in readers.get(out, ()) if j > i)
             return ParamUse(op.type, attrs, slot, reason, then, shape_of(op), instance_of(op))
 

@@ -233,13 +233,15 @@ class Values:
         return tuple(use for result in op.results() for reader in result.all_used_ops()
                      if self._forward is None or reader.id() in self._forward
                      for use in self._param_uses(reader, result, top, forced, shape_of,
-                                                 instance_of))
+                                                 instance_of, lone=True))
 
     def _param_uses(self, user, param, top: frozenset, forced, shape_of,
-                    instance_of) -> list[ParamUse]:
+                    instance_of, lone: bool = False) -> list[ParamUse]:
         """How ``user`` (an op of the global block when its id is in ``top``, else of a
         control-flow block) reads ``param``: one ``ParamUse`` per operand slot it feeds; an
-        op that only moves values lists the readers of its results (``ParamUse.then``)."""
+        op that only moves values lists the readers of its results (``ParamUse.then``), and
+        with ``lone`` so does the first op that computes on the way (a result's readers:
+        ``plan_op`` judges an op between float32 neighbours with them)."""
         if user.num_regions() or user.id() not in top:
             return [ParamUse(opnames.legacy_name(user.name()), force_fp32=CONTROL_FLOW)]
         if opnames.is_plumbing(user.name()) and user.name() != "builtin.combine":
@@ -249,11 +251,12 @@ class Values:
         legacy, attrs, why = opnames.legacy_name(user.name()), _attrs(user), forced(user)
         slots = [s.name for s in self.slots(user) if s.value.is_same(param)]
         then = None
-        if why is None and passes_through("paddle", legacy, attrs):  # judged by its readers
+        moves = passes_through("paddle", legacy, attrs)
+        if why is None and (moves or lone):  # judged by its readers
             then = tuple(use for result in user.results() for reader in result.all_used_ops()
                          if self._forward is None or reader.id() in self._forward
                          for use in self._param_uses(reader, result, top, forced, shape_of,
-                                                 instance_of))
+                                                     instance_of, lone and moves))
         return [ParamUse(legacy, attrs, slot, why, then, shape_of(user), instance_of(user))
                 for slot in slots or [None]]
 
