@@ -178,3 +178,24 @@ def test_a_path_names_one_nested_block_in_every_build(hybridize):
         assert len(names) == 2  # two builds, two counter names, one path
     finally:
         amp.reset()
+
+
+def test_a_path_rule_holds_in_an_o2_trace_planned_again_with_its_readers():
+    """O2 plans a traced graph again with each op's readers (an op between float32
+    neighbours follows them): that plan keeps the layer rules' names, so the one Dense the
+    rule names stays float32 in the graph that runs."""
+    amp.init(policy=Policy.preset("O2", emulate=True,
+                                  mxnet_layers=LayerLists(fp32={"layers.1.ffn"})))
+    try:
+        enc = _Encoder()
+        enc.initialize(mx.init.Uniform(1.0))
+        enc.hybridize()
+        enc(_x())
+        nodes = json.loads(enc._cached_graph[1].tojson(remove_amp_cast=False))["nodes"]
+        low = {nodes[n["inputs"][0][0]]["name"] for n in nodes
+               if n["op"] == "amp_cast" and n["attrs"]["dtype"] == "float16"}
+        weights = {b.ffn.weight.name: b.ffn for b in enc.layers}
+        weights.update({b.out.weight.name: b.out for b in enc.layers})
+        assert {w for w in weights if w in low} == set(weights) - {enc.layers[1].ffn.weight.name}
+    finally:
+        amp.reset()
