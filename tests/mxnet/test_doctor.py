@@ -196,7 +196,9 @@ def _dense_overflow_model():
     return net
 
 
-def _dense_report(policy):
+def _dense_doctor(policy):
+    """The doctor over two steps of the planted overflow as two Dense layers (``init`` left
+    on: the caller resets)."""
     amp.init(policy=policy)
     net, loss_fn = _dense_overflow_model(), P.mxnet_model("overflow")[1]
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 1e-3})
@@ -204,6 +206,11 @@ def _dense_report(policy):
     with doctor(net, loss_fn, trainer) as dr:
         for s in range(2):
             _step("overflow", net, loss_fn, trainer, s)
+    return dr
+
+
+def _dense_report(policy):
+    dr = _dense_doctor(policy)
     amp.reset()
     return dr.report()
 
@@ -495,13 +502,7 @@ def test_where_bf16_is_emulated_the_doctor_does_not_offer_it():
     from amp_adapters.doctor.bf16 import Bf16Speed
     from amp_adapters.isa import bf16_class
     from amp_adapters.speedbook import machine
-    amp.init(policy=P.policy("overflow"))
-    net, loss_fn = _dense_overflow_model(), P.mxnet_model("overflow")[1]
-    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 1e-3})
-    amp.init_trainer(trainer)
-    with doctor(net, loss_fn, trainer) as dr:
-        for s in range(2):
-            _step("overflow", net, loss_fn, trainer, s)
+    dr = _dense_doctor(P.policy("overflow"))
     try:
         assert dr.bf16_speed().emulated == (bf16_class(machine()) == "emulated")
         kernels = dr.bf16_kernels()
