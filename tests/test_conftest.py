@@ -1,4 +1,4 @@
-"""What tests/conftest.py promises every test: the speed cache is the session's own (a test
+"""What the root conftest.py promises every test: the speed cache is the session's own (a test
 that measures, the demo's bf16 rows among them, never writes the user's cache)."""
 import os
 import tempfile

@@ -254,23 +254,30 @@ def test_master_grad_gives_the_optimizer_fp32_grads_of_low_params(static, monkey
 # -- whole-program casts (test_fp16_utils.py / test_bf16_utils.py style) ----------------------
 
 def test_cast_model_to_fp16_on_a_built_program(static):
-    """O2 on CPU: scale has an fp16 kernel here, mul has none (it stays fp32, instead of the
-    native's fp16 op that would fail at run time); the cast op's position and dtypes."""
+    """O2 on CPU: mul has no fp16 kernel here (it stays fp32, instead of the native's fp16 op
+    that would fail at run time); the scales after it have one, but between float32
+    neighbours (the fc, the program's float32 output) they follow them: no cast down and
+    back for nothing (issue 38.8). Fed float16 data, the same scales run in fp16, uncast."""
     x = paddle.static.data("x", [None, 8], "float32")
+    x16 = paddle.static.data("x16", [None, 8], "float16")
     with paddle.static.program_guard(static.main, static.startup):
         h = paddle.scale(paddle.scale(paddle.static.nn.fc(x, 4), 2.0), 0.5)
+        h16 = paddle.scale(paddle.scale(x16, 2.0), 0.5)
     to_fp16 = paddle.static.amp.cast_model_to_fp16  # noqa: F841 (the native, for the record)
     names = paddle_amp.cast_model_to_fp16(static.main, use_fp16_guard=False)
     ops = [op.type for op in static.main.global_block().ops]
-    assert ops.index("cast") == ops.index("scale") - 1  # one cast in front of the first scale
-    scale_out = static.main.global_block().var(h.name)
-    assert scale_out.dtype == FP16
+    assert "cast" not in ops
+    block = static.main.global_block()
+    assert (block.var(h.name).dtype, block.var(h16.name).dtype) == (FP32, FP16)
     assert names == set()  # fc's weight feeds mul, which has no fp16 kernel here: stays fp32
     static.exe.run(static.startup)
     paddle_amp.cast_parameters_to_fp16(paddle.CPUPlace(), static.main, to_fp16_var_names=names)
-    out, = static.run({"x": np.ones((2, 8), "float32")}, [h])
-    assert out.dtype == np.float16 and np.all(np.isfinite(out))
-    assert paddle_amp.cast_report(static.main).decisions
+    out, out16 = static.run({"x": np.ones((2, 8), "float32"),
+                             "x16": np.ones((2, 8), "float16")}, [h, h16])
+    assert (out.dtype, out16.dtype) == (np.float32, np.float16)
+    assert np.all(np.isfinite(out)) and np.all(out16 == 1.0)
+    scales = [d for d in paddle_amp.cast_report(static.main).decisions if d.op == "scale"]
+    assert [d.run_dtype for d in scales] == ["float32", "float32", "float16", "float16"]
 
 
 def test_cast_parameters_converts_the_named_parameters_once(static):
@@ -326,7 +333,11 @@ def test_cast_model_to_bf16_and_decorate_bf16(static):
     loss = paddle.mean(paddle.scale(h, 3.0))
     names = paddle_amp.bf16.cast_model_to_bf16(static.main, use_bf16_guard=True)
     scales = [d for d in paddle_amp.cast_report(static.main).decisions if d.op == "scale"]
-    assert [s.run_dtype for s in scales] == ["bfloat16", "float32"]  # only inside the guard
+    # the guarded scale, between float32 neighbours, follows them (issue 38.8); the other
+    # is outside the guard
+    assert [s.run_dtype for s in scales] == ["float32", "float32"]
+    assert "none of its readers computes in bfloat16" in scales[0].reason
+    assert "outside fp16_guard" in scales[1].reason
     assert names == set()
     assert np.isfinite(static.exe.run(static.main, feed={"x": np.ones((2, 4), "float32")},
                                       fetch_list=[loss])[0])
