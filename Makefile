@@ -92,6 +92,11 @@ test-paddle3: test-paddle3-py311 test-paddle3-py313
 test-paddle3-py311: $(VENV3)/.installed $(VENV)/.test-installed
 	AMP_TEST_IR=pir AMP_MXNET_PYTHON=$(abspath $(PY)) $(PY3) -m pytest -q tests/core tests/paddle tests/demo tests/docs
 	AMP_TEST_IR=legacy $(PY3) -m pytest -q tests/paddle
+	set -e; for cls in $(CPU_CLASSES); do \
+		echo "== Paddle 3.3.1 (PIR): the device-dependent tests as a CPU of class $$cls"; \
+		AMP_ADAPTERS_CPU=$$cls AMP_TEST_IR=pir $(PY3) -m pytest -q \
+			$(filter tests/core/% tests/paddle/%,$(DEVICE_TESTS)); \
+	done
 
 test-paddle3-py313: $(VENV313)/.installed $(VENV)/.test-installed
 	AMP_TEST_IR=pir AMP_MXNET_PYTHON=$(abspath $(PY)) $(PY313) -m pytest -q tests/core tests/paddle tests/demo tests/docs
