@@ -1,0 +1,187 @@
+"""The per-op cast in eager mode: the Python entry points of the ops AMP lowers, wrapped
+while an ``auto_cast`` region is active (as ``mxnet_amp.patching`` wraps MXNet's ops).
+
+Paddle's eager AMP casts inside its C++ op functions and only for GPU, XPU and custom
+places: on a CPU it does nothing, even with the tracer's AMP state set by hand. So the
+cast happens one level up, in ``paddle._C_ops``, the module every Python path into an op
+goes through (``paddle.matmul``, ``Tensor.matmul``, ``paddle.nn.functional.linear``):
+
+- a call whose inputs are not eager tensors (a ``to_static`` program being built) passes
+  through untouched;
+- otherwise the planner decides (``amp_adapters.plan_op`` with the active policy and the
+  device truth ``kernels.profile``), once per (op, input dtypes) in a region; an op planned
+  in the low dtype with a kernel here runs on its oneDNN route (``kernels.ROUTES``) and
+  hands back float32 (exact: a widening cast); an emulated op computes in float32 on
+  values rounded through the low dtype, and rounds its result; an op that falls back
+  runs as it is (logged once).
+
+Results come back float32 because the ops after a lowered one have no plain bf16 kernel
+on a CPU and the eager dispatcher cannot reach oneDNN's: a bf16 tensor handed to the next
+op would crash it. The low op's numerics are kept (its result carries bf16 rounding); the
+ops after it compute in float32, as Paddle's native promotion does for a Linear's bias add.
+The wrappers are installed when the first region opens and removed when the last closes:
+outside ``auto_cast`` nothing is wrapped and nothing costs.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from amp_adapters import OpDecision, Policy, plan_op
+from amp_adapters.device import DeviceProfile
+
+from . import kernels
+
+log = logging.getLogger("paddle_amp.dygraph")
+
+
+@dataclass
+class Frame:
+    """One active ``auto_cast`` region: its policy, the device truth, the decisions made
+    (by (program op, input dtypes)), and which ops ran how (``ran``: program op -> the
+    decision each call took, for ``cast_report``-style checks)."""
+
+    policy: Policy
+    device: Optional[DeviceProfile]
+    decisions: dict = field(default_factory=dict)
+    ran: dict = field(default_factory=dict)
+
+    def decide(self, op: str, dtypes: tuple) -> OpDecision:
+        key = (op, dtypes)
+        d = self.decisions.get(key)
+        if d is None:
+            d = plan_op(self.policy, "paddle", op, tuple(_name(t) for t in dtypes),
+                        device=self.device)
+            self.decisions[key] = d
+            if d.lacks_kernel and (op, d.low_dtype) not in _warned:
+                _warned.add((op, d.low_dtype))
+                log.warning("paddle_amp.dygraph: %s runs in float32: %s", op, d.reason)
+        self.ran[op] = d
+        return d
+
+
+_frames: list[Frame] = []
+_warned: set = set()
+_originals: dict[str, Callable] = {}
+_last_dtype: list[str] = ["float16"]  # paddle.amp's amp_global_state().amp_dtype: last set
+
+
+def current() -> Optional[Frame]:
+    """The innermost active region, or None."""
+    return _frames[-1] if _frames else None
+
+
+def last_dtype() -> str:
+    """The dtype of the last region entered (the native GradScaler reads the same)."""
+    return _last_dtype[0]
+
+
+def push(policy: Policy) -> Frame:
+    """Open a region under ``policy`` (checked before: nothing here can fail on user input)."""
+    device = kernels.profile(policy.dtype) if policy.enabled else None
+    frame = Frame(policy, device)
+    if not _frames:
+        _install()
+    _frames.append(frame)
+    if policy.enabled:
+        _last_dtype[0] = policy.dtype
+    return frame
+
+
+def pop(frame: Frame) -> None:
+    """Close ``frame`` (the innermost region); the last one out removes the wrappers."""
+    if _frames and _frames[-1] is frame:
+        _frames.pop()
+    elif frame in _frames:
+        _frames.remove(frame)
+    if not _frames:
+        _uninstall()
+
+
+_NAMES: dict[Any, Optional[str]] = {}
+
+
+def _name(dtype: Any) -> Optional[str]:
+    """The core's name of a Paddle dtype (None: not floating, never cast)."""
+    if not _NAMES:
+        import paddle
+        for n in ("float16", "bfloat16", "float32", "float64"):
+            _NAMES[getattr(paddle, n)] = n
+    return _NAMES.get(dtype)
+
+
+def _eager(*xs: Any) -> bool:
+    from paddle.base import core
+    return all(isinstance(x, core.eager.Tensor) for x in xs)
+
+
+def _round(x, low: str):
+    cast = kernels.rounding_cast()
+    return cast(cast(x, low), "float32")
+
+
+def _run(d: OpDecision, inputs: tuple, plain: Callable, low: Callable):
+    """``inputs`` through the op as ``d`` says: its low route, emulated, or plain."""
+    cast = kernels.rounding_cast()
+    if d.emulated:
+        args = tuple(_round(x, d.low_dtype) if r else x
+                     for x, r in zip(inputs, d.round_inputs))
+        out = plain(*args)
+        return _round(out, d.low_dtype) if d.round_outputs else out
+    if d.run_dtype is not None and d.run_dtype == d.low_dtype:
+        args = tuple(cast(x, c) if c else x for x, c in zip(inputs, d.casts))
+        if any(not a.stop_gradient for a in args):
+            # oneDNN's bf16 matmul_v2_grad crashes (SIGSEGV) if one operand wants no gradient
+            for a in args:
+                a.stop_gradient = False
+        return cast(low(*args), "float32")
+    if d.needs_action:
+        inputs = tuple(cast(x, c) if c else x for x, c in zip(inputs, d.casts))
+    return plain(*inputs)
+
+
+def _matmul(x, y, transpose_x=False, transpose_y=False, *rest, **kw):
+    orig = _originals["matmul"]
+    frame = current()
+    if frame is None or not frame.policy.enabled or rest or kw or not _eager(x, y):
+        return orig(x, y, transpose_x, transpose_y, *rest, **kw)
+    d = frame.decide("matmul_v2", (x.dtype, y.dtype))
+    if not d.needs_action and d.run_dtype != d.low_dtype:
+        return orig(x, y, transpose_x, transpose_y)
+    return _run(d, (x, y), lambda a, b: orig(a, b, transpose_x, transpose_y),
+                lambda a, b: kernels.matmul_v2(a, b, transpose_x, transpose_y))
+
+
+def _linear(x, weight, bias=None, *rest, **kw):
+    """``F.linear`` in eager mode: its GEMM decided as ``matmul_v2``, its bias add as the
+    native's ``add`` (promotion: float32 with a float32 bias)."""
+    orig = _originals["linear"]
+    frame = current()
+    if frame is None or not frame.policy.enabled or rest or kw or not _eager(x, weight):
+        return orig(x, weight, bias, *rest, **kw)
+    d = frame.decide("matmul_v2", (x.dtype, weight.dtype))
+    if not d.needs_action and d.run_dtype != d.low_dtype:
+        return orig(x, weight, bias)
+    mm = _originals["matmul"]
+    out = _run(d, (x, weight), lambda a, b: mm(a, b, False, False),
+               lambda a, b: kernels.matmul_v2(a, b, False, False))
+    return out if bias is None else _originals["add"](out, bias)
+
+
+_WRAPPERS = {"matmul": _matmul, "linear": _linear}
+
+
+def _install() -> None:
+    from paddle import _C_ops
+    for name, wrapper in _WRAPPERS.items():
+        _originals.setdefault(name, getattr(_C_ops, name))
+        setattr(_C_ops, name, wrapper)
+    _originals.setdefault("add", getattr(_C_ops, "add"))
+
+
+def _uninstall() -> None:
+    from paddle import _C_ops
+    for name in _WRAPPERS:
+        if name in _originals:
+            setattr(_C_ops, name, _originals[name])
