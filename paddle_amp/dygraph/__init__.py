@@ -22,7 +22,10 @@ Files (one role each, named as in the other backends):
 """
 from __future__ import annotations
 
+from .decorator import amp_decorate, decorate
 from .guard import amp_guard, auto_cast
+from .scaling import AmpScaler, GradScaler
+from .support import is_bfloat16_supported, is_float16_supported
 
 __all__ = ["auto_cast", "amp_guard", "decorate", "amp_decorate", "GradScaler", "AmpScaler",
            "is_bfloat16_supported", "is_float16_supported"]
