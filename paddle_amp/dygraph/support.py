@@ -14,9 +14,10 @@ from . import kernels
 
 
 def _is_cpu(device: Any) -> tuple[bool, Any]:
+    from paddle.base import core
     from paddle.base.framework import _current_expected_place, _get_paddle_place
     place = _current_expected_place() if device is None else _get_paddle_place(device)
-    return place.is_cpu_place(), place
+    return isinstance(place, core.CPUPlace), place
 
 
 def is_bfloat16_supported(device: Any = None) -> bool:
