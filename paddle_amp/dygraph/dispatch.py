@@ -38,30 +38,39 @@ log = logging.getLogger("paddle_amp.dygraph")
 
 @dataclass
 class Frame:
-    """One active ``auto_cast`` region: its policy, the device truth, the decisions made
-    (by (program op, input dtypes)), and which ops ran how (``ran``: program op -> the
-    decision each call took, for ``cast_report``-style checks)."""
+    """One active ``auto_cast`` region: its policy, the device truth, and the plan of each
+    (program op, input dtypes) met in it (``plans``: None where the op runs as it is,
+    else its ``OpDecision``); ``ran``: program op -> the decision it ran under, for
+    ``cast_report``-style checks."""
 
     policy: Policy
     device: Optional[DeviceProfile]
-    decisions: dict = field(default_factory=dict)
+    plans: dict = field(default_factory=dict)
     ran: dict = field(default_factory=dict)
+    fast: dict = field(default_factory=dict)  # (op, element sizes) -> plan: _planned
 
-    def decide(self, op: str, dtypes: tuple) -> OpDecision:
-        key = (op, dtypes)
-        d = self.decisions.get(key)
+    def plan(self, key: tuple) -> Optional[OpDecision]:
+        """Decide ``key`` = (program op, *input dtypes) once in this region: the decision, or
+        None when the op has nothing to do (no cast, no rounding, not run low)."""
+        op, dtypes = key[0], key[1:]
+        d = _decided.get((self.policy, self.device, key))
         if d is None:
             d = plan_op(self.policy, "paddle", op, tuple(_name(t) for t in dtypes),
                         device=self.device)
-            self.decisions[key] = d
-            if d.lacks_kernel and (op, d.low_dtype) not in _warned:
-                _warned.add((op, d.low_dtype))
-                log.warning("paddle_amp.dygraph: %s runs in float32: %s", op, d.reason)
+            if len(_decided) > 4096:
+                _decided.clear()
+            _decided[(self.policy, self.device, key)] = d
         self.ran[op] = d
-        return d
+        if d.lacks_kernel and (op, d.low_dtype) not in _warned:
+            _warned.add((op, d.low_dtype))
+            log.warning("paddle_amp.dygraph: %s runs in float32: %s", op, d.reason)
+        acts = d.needs_action or (d.run_dtype is not None and d.run_dtype == d.low_dtype)
+        self.plans[key] = d if acts else None
+        return self.plans[key]
 
 
 _frames: list[Frame] = []
+_decided: dict = {}  # (policy, device, key) -> OpDecision: a region re-entered plans nothing
 _warned: set = set()
 _originals: dict[str, Callable] = {}
 _last_dtype: list[str] = ["float16"]  # paddle.amp's amp_global_state().amp_dtype: last set
@@ -111,11 +120,6 @@ def _name(dtype: Any) -> Optional[str]:
     return _NAMES.get(dtype)
 
 
-def _eager(*xs: Any) -> bool:
-    from paddle.base import core
-    return all(isinstance(x, core.eager.Tensor) for x in xs)
-
-
 def _round(x, low: str):
     cast = kernels.rounding_cast()
     return cast(cast(x, low), "float32")
@@ -141,14 +145,39 @@ def _run(d: OpDecision, inputs: tuple, plain: Callable, low: Callable):
     return plain(*inputs)
 
 
+_MISSING = object()
+
+
+def _planned(frame: Optional[Frame], op: str, x, y) -> Any:
+    """The plan of ``op`` on eager tensors ``x``, ``y`` in ``frame`` (None: run it as it is;
+    ``_MISSING``: not ours to plan: no region, mixed precision off, not eager tensors).
+
+    Reading a Paddle dtype and hashing it costs about 1 us each (a pybind enum), more than a
+    small op; so the region first looks the call up by its inputs' element sizes
+    (``Frame.fast``), kept only for 4- and 8-byte floating inputs, where the size names one
+    floating dtype. An integer input of the same size gets the same answer: run as it is
+    (AMP never casts integers), or, for a plan that acts, the real dtypes are checked first."""
+    if frame is None or not frame.policy.enabled or not (
+            isinstance(x, _Tensor[0]) and isinstance(y, _Tensor[0])):
+        return _MISSING
+    sizes = (op, x.element_size(), y.element_size())
+    fast = frame.fast
+    if sizes in fast:
+        d = fast[sizes]
+        if d is None or d.input_dtypes == (_name(x.dtype), _name(y.dtype)):
+            return d
+    key = (op, x.dtype, y.dtype)
+    d = frame.plans[key] if key in frame.plans else frame.plan(key)
+    if sizes[1] in (4, 8) and sizes[2] in (4, 8) and _name(key[1]) and _name(key[2]):
+        fast[sizes] = d
+    return d
+
+
 def _matmul(x, y, transpose_x=False, transpose_y=False, *rest, **kw):
     orig = _originals["matmul"]
-    frame = current()
-    if frame is None or not frame.policy.enabled or rest or kw or not _eager(x, y):
+    d = _planned(_frames[-1] if _frames else None, "matmul_v2", x, y)
+    if d is None or d is _MISSING or rest or kw:
         return orig(x, y, transpose_x, transpose_y, *rest, **kw)
-    d = frame.decide("matmul_v2", (x.dtype, y.dtype))
-    if not d.needs_action and d.run_dtype != d.low_dtype:
-        return orig(x, y, transpose_x, transpose_y)
     return _run(d, (x, y), lambda a, b: orig(a, b, transpose_x, transpose_y),
                 lambda a, b: kernels.matmul_v2(a, b, transpose_x, transpose_y))
 
@@ -157,12 +186,9 @@ def _linear(x, weight, bias=None, *rest, **kw):
     """``F.linear`` in eager mode: its GEMM decided as ``matmul_v2``, its bias add as the
     native's ``add`` (promotion: float32 with a float32 bias)."""
     orig = _originals["linear"]
-    frame = current()
-    if frame is None or not frame.policy.enabled or rest or kw or not _eager(x, weight):
+    d = _planned(_frames[-1] if _frames else None, "matmul_v2", x, weight)
+    if d is None or d is _MISSING or rest or kw:
         return orig(x, weight, bias, *rest, **kw)
-    d = frame.decide("matmul_v2", (x.dtype, weight.dtype))
-    if not d.needs_action and d.run_dtype != d.low_dtype:
-        return orig(x, weight, bias)
     mm = _originals["matmul"]
     out = _run(d, (x, weight), lambda a, b: mm(a, b, False, False),
                lambda a, b: kernels.matmul_v2(a, b, False, False))
@@ -172,8 +198,14 @@ def _linear(x, weight, bias=None, *rest, **kw):
 _WRAPPERS = {"matmul": _matmul, "linear": _linear}
 
 
+_Tensor: list = []  # paddle's eager Tensor class, set at the first install
+
+
 def _install() -> None:
     from paddle import _C_ops
+    from paddle.base import core
+    if not _Tensor:
+        _Tensor.append(core.eager.Tensor)
     for name, wrapper in _WRAPPERS.items():
         _originals.setdefault(name, getattr(_C_ops, name))
         setattr(_C_ops, name, wrapper)

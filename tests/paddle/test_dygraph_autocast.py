@@ -152,3 +152,20 @@ def test_bad_input_is_refused_before_anything_is_switched_on(kwargs, error, word
         with amp.auto_cast(**kwargs):
             pytest.fail("entered the region")
     assert dispatch.current() is None and paddle._C_ops.matmul is ORIGINAL_MATMUL
+
+
+@pytest.mark.parametrize("first", ["float32", "int32"])
+def test_integer_inputs_run_as_they_are_whatever_came_first(first):
+    # a region looks calls up by element size first (int32 and float32 are both 4 bytes)
+    xf, wf = _data()
+    xi = paddle.to_tensor(np.arange(6, dtype=np.int32).reshape(2, 3))
+    wi = paddle.to_tensor(np.arange(12, dtype=np.int32).reshape(3, 4))
+    with amp.auto_cast(dtype="float16", emulate=True) as region:
+        order = [(xf, wf), (xi, wi)] if first == "float32" else [(xi, wi), (xf, wf)]
+        outs = [paddle.matmul(a, b) for a, b in order]
+    out_f, out_i = outs if first == "float32" else outs[::-1]
+    assert out_i.dtype == paddle.int32
+    np.testing.assert_array_equal(out_i.numpy(), xi.numpy() @ wi.numpy())
+    assert region.ran["matmul_v2"].input_dtypes in ((None, None), ("float32", "float32"))
+    got = out_f.numpy()
+    assert np.array_equal(got.astype(np.float16).astype(np.float32), got)  # emulated fp16
