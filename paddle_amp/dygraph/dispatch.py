@@ -61,6 +61,11 @@ class Frame:
                 _decided.clear()
             _decided[(self.policy, self.device, key)] = d
         self.ran[op] = d
+        if all(t is None for t in d.input_dtypes):
+            # no floating input: nothing to cast or round (plan_op still plans a lower op's
+            # emulation for it: rounding an integer result through float16 would be wrong)
+            self.plans[key] = None
+            return None
         if d.lacks_kernel and (op, d.low_dtype) not in _warned:
             _warned.add((op, d.low_dtype))
             log.warning("paddle_amp.dygraph: %s runs in float32: %s", op, d.reason)
