@@ -16,6 +16,14 @@ from . import dispatch
 from .config import policy_of
 
 
+def _not_to_static(fn):
+    """Keep ``paddle.jit.to_static`` from rewriting ``fn`` (and what it calls) into program
+    code, as Paddle marks its own ``paddle.amp.auto_cast``: a region is host-side state."""
+    import paddle
+    return paddle.jit.not_to_static(fn)
+
+
+@_not_to_static
 @contextlib.contextmanager
 def auto_cast(enable: Any = True, custom_white_list: Any = None, custom_black_list: Any = None,
               level: Any = None, dtype: Any = None, use_promote: Any = True, *,
