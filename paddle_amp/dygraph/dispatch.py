@@ -48,6 +48,10 @@ class Frame:
     plans: dict = field(default_factory=dict)
     ran: dict = field(default_factory=dict)
     fast: dict = field(default_factory=dict)  # (op, element sizes) -> plan: _planned
+    on: bool = False  # policy.enabled, a plain field (to_static's SOT reads no property)
+
+    def __post_init__(self) -> None:
+        self.on = self.policy.enabled
 
     def plan(self, key: tuple) -> Optional[OpDecision]:
         """Decide ``key`` = (program op, *input dtypes) once in this region: the decision, or
@@ -162,7 +166,7 @@ def _planned(frame: Optional[Frame], op: str, x, y) -> Any:
     (``Frame.fast``), kept only for 4- and 8-byte floating inputs, where the size names one
     floating dtype. An integer input of the same size gets the same answer: run as it is
     (AMP never casts integers), or, for a plan that acts, the real dtypes are checked first."""
-    if frame is None or not frame.policy.enabled or not (
+    if frame is None or _in_sot[0]() or not frame.on or not (
             isinstance(x, _Tensor[0]) and isinstance(y, _Tensor[0])):
         return _MISSING
     sizes = (op, x.element_size(), y.element_size())
@@ -204,6 +208,9 @@ _WRAPPERS = {"matmul": _matmul, "linear": _linear}
 
 
 _Tensor: list = []  # paddle's eager Tensor class, set at the first install
+# SOT's in_sot(): True while to_static's bytecode translator simulates the wrapper (which
+# then passes the op through, as the AST translator's program values do)
+_in_sot: list = [lambda: False]
 
 
 def _install() -> None:
@@ -211,6 +218,11 @@ def _install() -> None:
     from paddle.base import core
     if not _Tensor:
         _Tensor.append(core.eager.Tensor)
+        try:
+            from paddle.jit.sot.psdb import in_sot
+            _in_sot[0] = in_sot
+        except ImportError:  # a Paddle without SOT
+            pass
     for name, wrapper in _WRAPPERS.items():
         _originals.setdefault(name, getattr(_C_ops, name))
         setattr(_C_ops, name, wrapper)
