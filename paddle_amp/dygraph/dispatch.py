@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from amp_adapters import OpDecision, Policy, plan_op
-from amp_adapters.device import DeviceProfile
+from amp_adapters.device import DeviceProfile, ShapeClass
 
 from . import kernels
 
@@ -40,42 +40,75 @@ log = logging.getLogger("paddle_amp.dygraph")
 class Frame:
     """One active ``auto_cast`` region: its policy, the device truth, and the plan of each
     (program op, input dtypes) met in it (``plans``: None where the op runs as it is,
-    else its ``OpDecision``); ``ran``: program op -> the decision it ran under, for
+    else its ``OpDecision``, keyed by (op, dtypes..., and the ranks where they matter));
+    ``decisions``: the same keys -> every decision made (those with nothing to do too);
+    ``ran``: program op -> the latest decision planned for it in this region, for
     ``cast_report``-style checks."""
 
     policy: Policy
     device: Optional[DeviceProfile]
     plans: dict = field(default_factory=dict)
     ran: dict = field(default_factory=dict)
+    decisions: dict = field(default_factory=dict)
     fast: dict = field(default_factory=dict)  # (op, element sizes) -> plan: _planned
     on: bool = False  # policy.enabled, a plain field (to_static's SOT reads no property)
 
     def __post_init__(self) -> None:
         self.on = self.policy.enabled
 
-    def plan(self, key: tuple) -> Optional[OpDecision]:
-        """Decide ``key`` = (program op, *input dtypes) once in this region: the decision, or
-        None when the op has nothing to do (no cast, no rounding, not run low)."""
+    def plan(self, key: tuple, ranks: Optional[tuple] = None) -> Any:
+        """Decide ``key`` = (program op, *input dtypes) once in this region (with ``ranks``,
+        its inputs' ranks, for an op the device refuses by shape): the decision, None when
+        the op has nothing to do (no cast, no rounding, not run low), or ``BY_RANK`` when
+        the decision depends on the inputs' ranks (``DeviceProfile.refusal``: a broadcast
+        operand's gradient on a reference implementation); then ask again with them."""
+        full = key if ranks is None else key + ranks
         op, dtypes = key[0], key[1:]
-        d = _decided.get((self.policy, self.device, key))
-        if d is None:
-            d = plan_op(self.policy, "paddle", op, tuple(_name(t) for t in dtypes),
-                        device=self.device)
-            if len(_decided) > 4096:
-                _decided.clear()
-            _decided[(self.policy, self.device, key)] = d
-        self.ran[op] = d
+        if ranks is None and self.device is not None and op in \
+                self.device.slow_broadcast_grads:
+            free = self._decide(key, None)
+            if free.run_dtype is not None and free.run_dtype == free.low_dtype:
+                self.plans[key] = BY_RANK
+                return BY_RANK
+        d = self._decide(full, _shape(ranks))
+        self.ran[op] = self.decisions[full] = d
         if all(t is None for t in d.input_dtypes):
             # no floating input: nothing to cast or round (plan_op still plans a lower op's
             # emulation for it: rounding an integer result through float16 would be wrong)
-            self.plans[key] = None
+            self.plans[full] = None
             return None
         if d.lacks_kernel and (op, d.low_dtype) not in _warned:
             _warned.add((op, d.low_dtype))
             log.warning("paddle_amp.dygraph: %s runs in float32: %s", op, d.reason)
         acts = d.needs_action or (d.run_dtype is not None and d.run_dtype == d.low_dtype)
-        self.plans[key] = d if acts else None
-        return self.plans[key]
+        self.plans[full] = d if acts else None
+        return self.plans[full]
+
+    def _decide(self, full: tuple, shape) -> OpDecision:
+        """``plan_op`` for ``full`` (op, dtypes..., [ranks...]), kept across regions."""
+        cached = _decided.get((self.policy, self.device, full))
+        if cached is not None:
+            return cached
+        op, dtypes = full[0], full[1:3] if shape is not None else full[1:]
+        d = plan_op(self.policy, "paddle", op, tuple(_name(t) for t in dtypes),
+                    device=self.device, shape=shape)
+        if len(_decided) > 4096:
+            _decided.clear()
+        _decided[(self.policy, self.device, full)] = d
+        return d
+
+
+BY_RANK = object()  # a plan that depends on the inputs' ranks (Frame.plan)
+
+
+def _shape(ranks: Optional[tuple]):
+    """The shape class of a GEMM's operands of ``ranks`` (dimensions unknown: the broadcast
+    rule reads ranks only)."""
+    if ranks is None:
+        return None
+    a, b = ranks
+    result = max(a, b) if min(a, b) >= 2 else max(a, b) - 1
+    return ShapeClass(tuple((None,) * r for r in ranks), result)
 
 
 _frames: list[Frame] = []
@@ -134,6 +167,15 @@ def _round(x, low: str):
     return cast(cast(x, low), "float32")
 
 
+def _wants_grad(a, ours: bool):
+    """``a`` (a copy, unless it is a cast ``_run`` made) with ``stop_gradient`` off."""
+    if not ours:
+        from paddle import _C_ops
+        a = _C_ops.assign(a)
+    a.stop_gradient = False
+    return a
+
+
 def _run(d: OpDecision, inputs: tuple, plain: Callable, low: Callable):
     """``inputs`` through the op as ``d`` says: its low route, emulated, or plain."""
     cast = kernels.rounding_cast()
@@ -145,9 +187,10 @@ def _run(d: OpDecision, inputs: tuple, plain: Callable, low: Callable):
     if d.run_dtype is not None and d.run_dtype == d.low_dtype:
         args = tuple(cast(x, c) if c else x for x, c in zip(inputs, d.casts))
         if any(not a.stop_gradient for a in args):
-            # oneDNN's bf16 matmul_v2_grad crashes (SIGSEGV) if one operand wants no gradient
-            for a in args:
-                a.stop_gradient = False
+            # oneDNN's bf16 matmul_v2_grad crashes (SIGSEGV) if one operand wants no
+            # gradient: every operand then wants one (a copy of a caller's own tensor)
+            args = tuple(a if not a.stop_gradient else _wants_grad(a, c is not None)
+                         for a, c in zip(args, d.casts))
         return cast(low(*args), "float32")
     if d.needs_action:
         inputs = tuple(cast(x, c) if c else x for x, c in zip(inputs, d.casts))
@@ -173,13 +216,21 @@ def _planned(frame: Optional[Frame], op: str, x, y) -> Any:
     fast = frame.fast
     if sizes in fast:
         d = fast[sizes]
+        if d is BY_RANK:
+            return _by_rank(frame, (op, x.dtype, y.dtype), x, y)
         if d is None or d.input_dtypes == (_name(x.dtype), _name(y.dtype)):
             return d
     key = (op, x.dtype, y.dtype)
     d = frame.plans[key] if key in frame.plans else frame.plan(key)
     if sizes[1] in (4, 8) and sizes[2] in (4, 8) and _name(key[1]) and _name(key[2]):
         fast[sizes] = d
-    return d
+    return _by_rank(frame, key, x, y) if d is BY_RANK else d
+
+
+def _by_rank(frame: Frame, key: tuple, x, y) -> Any:
+    """The plan of ``key`` for inputs of ``x``'s and ``y``'s ranks (``Frame.plan``)."""
+    full = key + (x.ndim, y.ndim)
+    return frame.plans[full] if full in frame.plans else frame.plan(key, full[-2:])
 
 
 def _matmul(x, y, transpose_x=False, transpose_y=False, *rest, **kw):

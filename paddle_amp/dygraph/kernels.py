@@ -81,18 +81,20 @@ def matmul_v2(x, y, trans_x: bool = False, trans_y: bool = False):
 ROUTES: dict[str, Callable] = {"matmul_v2": matmul_v2}
 
 
-def _runs(op: str, dtype: str) -> bool:
+def _runs(op: str, dtype: str, x_shape=(2, 3)) -> bool:
     """``op``'s route, forward and backward, on tiny ``dtype`` inputs that both want a
-    gradient; any error is the answer False."""
+    gradient (``x_shape`` @ 3x4); any error is the answer False."""
     import paddle
     try:
-        x = paddle.to_tensor(np.ones((2, 3), np.float32), stop_gradient=False)
+        x = paddle.to_tensor(np.ones(x_shape, np.float32), stop_gradient=False)
         y = paddle.to_tensor(np.ones((3, 4), np.float32), stop_gradient=False)
         cast = rounding_cast()
         out = ROUTES[op](cast(x, dtype), cast(y, dtype))
         out.astype("float32").sum().backward()
+        rows = int(np.prod(x_shape[:-1]))
         return bool(np.allclose(out.astype("float32").numpy(), 3.0)) and \
-            bool(np.allclose(x.grad.numpy(), 4.0)) and bool(np.allclose(y.grad.numpy(), 2.0))
+            bool(np.allclose(x.grad.numpy(), 4.0)) and \
+            bool(np.allclose(y.grad.numpy(), 1.0 * rows))
     except Exception:  # no kernel, a dtype the kernel refuses: no route here
         return False
 
@@ -106,8 +108,27 @@ def low_kernels(dtype: str) -> frozenset[str]:
 
 
 @functools.lru_cache(maxsize=None)
+def slow_broadcast_grads(dtype: str) -> frozenset[str]:
+    """Of ``low_kernels``, the ops whose gradient for an operand of fewer dimensions than the
+    result (a Linear's weight on a batch of sequences) runs a reference implementation in
+    oneDNN's log, or fails: such a training step ran 2-3x slower than float32 here (Paddle
+    2.6.2 and 3.3.1), so the planner keeps those instances float32
+    (``DeviceProfile.refusal``), as the static drop-in does. Where the log cannot be read,
+    only the failures."""
+    from ..onednn_log import executed, onednn_log
+    slow = set()
+    for op in sorted(low_kernels(dtype)):
+        with onednn_log() as log:
+            ran = _runs(op, dtype, x_shape=(2, 2, 3))
+        if not ran or any(impl.startswith("ref") for _, impl in executed(log)):
+            slow.add(op)
+    return frozenset(slow)
+
+
+@functools.lru_cache(maxsize=None)
 def profile(dtype: str) -> DeviceProfile:
     """The device truth for eager ops in ``dtype`` on this CPU (training: gradients too)."""
     kernels = low_kernels(dtype)
     return DeviceProfile(kernels=kernels, onednn=kernels, training=True,
+                         slow_broadcast_grads=slow_broadcast_grads(dtype),
                          name=f"this CPU in eager mode ({bf16_class(machine())} bf16 class)")

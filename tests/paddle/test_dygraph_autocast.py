@@ -169,3 +169,39 @@ def test_integer_inputs_run_as_they_are_whatever_came_first(first):
     assert region.ran["matmul_v2"].input_dtypes in ((None, None), ("float32", "float32"))
     got = out_f.numpy()
     assert np.array_equal(got.astype(np.float16).astype(np.float32), got)  # emulated fp16
+
+
+@pytest.mark.skipif(NO_BF16, reason="the device truth (isa.bf16_class) says this CPU class has "
+                                    "no oneDNN bf16 kernel (no AVX-512 in use)")
+def test_a_broadcast_gemm_whose_bf16_gradient_is_slow_here_stays_float32():
+    from paddle_amp.dygraph import kernels
+    slow = "matmul_v2" in kernels.slow_broadcast_grads("bfloat16")  # oneDNN's log says
+    rng = np.random.default_rng(1)
+    w = paddle.to_tensor(rng.standard_normal((32, 16)).astype(np.float32), stop_gradient=False)
+    seq = paddle.to_tensor(rng.standard_normal((4, 8, 32)).astype(np.float32))
+    flat = paddle.to_tensor(rng.standard_normal((8, 32)).astype(np.float32))
+    with amp.auto_cast(dtype="bfloat16") as region:
+        paddle.matmul(flat, w)
+        out = paddle.matmul(seq, w)
+        flat_out = paddle.matmul(flat, w)  # after a 3-D call: still its own plan
+    plans = {k[-2:]: d for k, d in region.decisions.items() if k[-2:] in ((2, 2), (3, 2))}
+    assert plans[(2, 2)].execution == "kernel" and _bf16_exact(flat_out.numpy())
+    d = plans[(3, 2)]
+    if slow:
+        assert (d.execution, d.refusal) == ("fell back", "rule") and "reference" in d.reason
+        np.testing.assert_array_equal(out.numpy(), paddle.matmul(seq, w).numpy())
+    else:
+        assert d.execution == "kernel"
+
+
+@pytest.mark.skipif(NO_BF16, reason="the device truth (isa.bf16_class) says this CPU class has "
+                                    "no oneDNN bf16 kernel (no AVX-512 in use)")
+def test_a_callers_bf16_tensor_is_not_changed_to_want_a_gradient():
+    x, w = _data()
+    xb = x.astype("bfloat16")  # the caller's own bf16 value, no gradient wanted
+    assert xb.stop_gradient
+    with amp.auto_cast(dtype="bfloat16") as region:
+        out = paddle.matmul(xb, w)
+    assert region.ran["matmul_v2"].casts == (None, "bfloat16")
+    out.sum().backward()
+    assert xb.stop_gradient and w.grad is not None
