@@ -8,6 +8,7 @@ goes through (``paddle.matmul``, ``Tensor.matmul``, ``paddle.nn.functional.linea
 
 - a call whose inputs are not eager tensors (a ``to_static`` program being built) passes
   through untouched;
+- (wrapped: ``matmul``, ``linear``, ``conv2d``)
 - otherwise the planner decides (``amp_adapters.plan_op`` with the active policy and the
   device truth ``kernels.profile``), once per (op, input dtypes) in a region; an op planned
   in the low dtype with a kernel here runs on its oneDNN route (``kernels.ROUTES``) and
@@ -255,7 +256,19 @@ def _linear(x, weight, bias=None, *rest, **kw):
     return out if bias is None else _originals["add"](out, bias)
 
 
-_WRAPPERS = {"matmul": _matmul, "linear": _linear}
+def _conv2d(x, weight, *args, **kw):
+    """``conv2d`` (``nn.Conv2D``, ``F.conv2d``): decided, emulated when asked; it has no
+    oneDNN route in eager mode (Paddle's oneDNN conv2d reads its filter from a program's
+    context: "OneDnnContext does not have the input Filter", 2.6.2 and 3.3.1), so a bf16
+    plan falls back to float32, and says so."""
+    orig = _originals["conv2d"]
+    d = _planned(_frames[-1] if _frames else None, "conv2d", x, weight)
+    if d is None or d is _MISSING:
+        return orig(x, weight, *args, **kw)
+    return _run(d, (x, weight), lambda a, b: orig(a, b, *args, **kw), None)
+
+
+_WRAPPERS = {"matmul": _matmul, "linear": _linear, "conv2d": _conv2d}
 
 
 _Tensor: list = []  # paddle's eager Tensor class, set at the first install

@@ -205,3 +205,20 @@ def test_a_callers_bf16_tensor_is_not_changed_to_want_a_gradient():
     assert region.ran["matmul_v2"].casts == (None, "bfloat16")
     out.sum().backward()
     assert xb.stop_gradient and w.grad is not None
+
+
+def test_conv2d_is_decided_emulated_in_fp16_and_falls_back_in_bf16():
+    paddle.seed(0)
+    conv = paddle.nn.Conv2D(3, 8, 3, padding=1, bias_attr=False)
+    x = paddle.to_tensor(np.random.default_rng(2).standard_normal((2, 3, 8, 8)).astype("f4"))
+    ref = conv(x).numpy()
+    with amp.auto_cast(dtype="float16", emulate=True) as region:
+        out = conv(x).numpy()
+    assert region.ran["conv2d"].execution == "emulated"
+    assert np.array_equal(out.astype(np.float16).astype(np.float32), out)
+    assert not np.array_equal(out, ref)
+    with amp.auto_cast(dtype="bfloat16") as region:
+        out = conv(x).numpy()
+    d = region.ran["conv2d"]
+    assert d.execution == "fell back" and "no bfloat16 kernel for conv2d" in d.reason
+    np.testing.assert_array_equal(out, ref)
