@@ -19,13 +19,27 @@ Files (one role each, named as in the other backends):
     scaling.py       GradScaler / AmpScaler on the core loss-scale state machine
     support.py       is_bfloat16_supported / is_float16_supported: this CPU's truth
     decorator.py     decorate / amp_decorate (O1; O2 not built yet: a clear error)
+    query.py         is_autocast_enabled / get_autocast_dtype: what the active region does
+
+The native's tools and data (debugging, accuracy_compare, amp_lists, white_list,
+black_list, OptimizerState) are the native's own; grad_scaler is scaling.py.
 """
 from __future__ import annotations
 
+from paddle.amp import accuracy_compare, amp_lists, debugging  # tools and data, as they are
+from paddle.amp.amp_lists import black_list, white_list
+from paddle.amp.grad_scaler import OptimizerState
+from paddle.base import core
+
+from . import scaling as grad_scaler
 from .decorator import amp_decorate, decorate
-from .guard import amp_guard, auto_cast
+from .guard import amp_guard, auto_cast, autocast
+from .query import (get_autocast_cpu_dtype, get_autocast_dtype, get_autocast_gpu_dtype,
+                    is_autocast_enabled)
 from .scaling import AmpScaler, GradScaler
 from .support import is_bfloat16_supported, is_float16_supported
 
-__all__ = ["auto_cast", "amp_guard", "decorate", "amp_decorate", "GradScaler", "AmpScaler",
-           "is_bfloat16_supported", "is_float16_supported"]
+__all__ = ["auto_cast", "amp_guard", "autocast", "decorate", "amp_decorate", "GradScaler",
+           "AmpScaler", "is_bfloat16_supported", "is_float16_supported",
+           "is_autocast_enabled", "get_autocast_dtype", "get_autocast_cpu_dtype",
+           "get_autocast_gpu_dtype"]

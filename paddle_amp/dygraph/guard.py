@@ -41,3 +41,11 @@ def auto_cast(enable: Any = True, custom_white_list: Any = None, custom_black_li
 
 
 amp_guard = auto_cast
+
+
+@_not_to_static
+def autocast(device_type: Any = None, dtype: Any = "float16", enabled: Any = True,
+             cache_enabled: Any = True):
+    """Paddle 3's ``paddle.amp.autocast`` (torch's argument names): ``auto_cast(enable=enabled,
+    dtype=dtype)``; ``device_type`` and ``cache_enabled`` are ignored, as the native does."""
+    return auto_cast(enable=enabled, dtype=dtype)
