@@ -19,6 +19,7 @@ Files (one role each, named as in the other backends):
     scaling.py       GradScaler / AmpScaler on the core loss-scale state machine
     support.py       is_bfloat16_supported / is_float16_supported: this CPU's truth
     decorator.py     decorate / amp_decorate (O1; O2 not built yet: a clear error)
+    report.py        cast_report(layer, *inputs, policy=...): the CastReport of one forward
     query.py         is_autocast_enabled / get_autocast_dtype: what the active region does
 
 The native's tools and data (debugging, accuracy_compare, amp_lists, white_list,
@@ -36,10 +37,11 @@ from .decorator import amp_decorate, decorate
 from .guard import amp_guard, auto_cast, autocast
 from .query import (get_autocast_cpu_dtype, get_autocast_dtype, get_autocast_gpu_dtype,
                     is_autocast_enabled)
+from .report import cast_report
 from .scaling import AmpScaler, GradScaler
 from .support import is_bfloat16_supported, is_float16_supported
 
 __all__ = ["auto_cast", "amp_guard", "autocast", "decorate", "amp_decorate", "GradScaler",
            "AmpScaler", "is_bfloat16_supported", "is_float16_supported",
            "is_autocast_enabled", "get_autocast_dtype", "get_autocast_cpu_dtype",
-           "get_autocast_gpu_dtype"]
+           "get_autocast_gpu_dtype", "cast_report"]

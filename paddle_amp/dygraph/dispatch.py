@@ -51,6 +51,7 @@ class Frame:
     plans: dict = field(default_factory=dict)
     ran: dict = field(default_factory=dict)
     decisions: dict = field(default_factory=dict)
+    log: Optional[list] = None  # when a list: every call's decision, in call order (report)
     fast: dict = field(default_factory=dict)  # (op, element sizes) -> plan: _planned
     on: bool = False  # policy.enabled, a plain field (to_static's SOT reads no property)
 
@@ -129,10 +130,20 @@ def last_dtype() -> str:
     return _last_dtype[0]
 
 
-def push(policy: Policy) -> Frame:
-    """Open a region under ``policy`` (checked before: nothing here can fail on user input)."""
+def push(policy: Policy, log: Optional[list] = None,
+         training: Optional[bool] = None) -> Frame:
+    """Open a region under ``policy`` (checked before: nothing here can fail on user input);
+    ``log``: a list to append each call's decision to, in call order (``cast_report``).
+    ``training`` (None: whether gradients are recorded here, ``paddle.is_grad_enabled``)
+    picks the device truth for training (gradient kernels and their refusals too) or
+    inference (``DeviceProfile.for_inference``: a broadcast GEMM's slow gradient is no
+    reason to keep an eval forward float32)."""
     device = kernels.profile(policy.dtype) if policy.enabled else None
-    frame = Frame(policy, device)
+    if device is not None:
+        import paddle
+        if not (paddle.is_grad_enabled() if training is None else training):
+            device = kernels.inference_profile(policy.dtype)
+    frame = Frame(policy, device, log=log)
     if not _frames:
         _install()
     _frames.append(frame)
@@ -213,6 +224,8 @@ def _planned(frame: Optional[Frame], op: str, x, y) -> Any:
     if frame is None or _in_sot[0]() or not frame.on or not (
             isinstance(x, _Tensor[0]) and isinstance(y, _Tensor[0])):
         return _MISSING
+    if frame.log is not None:
+        return _noted(frame, (op, x.dtype, y.dtype), x, y)
     sizes = (op, x.element_size(), y.element_size())
     fast = frame.fast
     if sizes in fast:
@@ -226,6 +239,16 @@ def _planned(frame: Optional[Frame], op: str, x, y) -> Any:
     if sizes[1] in (4, 8) and sizes[2] in (4, 8) and _name(key[1]) and _name(key[2]):
         fast[sizes] = d
     return _by_rank(frame, key, x, y) if d is BY_RANK else d
+
+
+def _noted(frame: Frame, key: tuple, x, y) -> Any:
+    """The plan of ``key``, its decision appended to ``frame.log`` (a report's region)."""
+    d, full = frame.plan(key), key
+    if d is BY_RANK:
+        full = key + (x.ndim, y.ndim)
+        d = frame.plan(key, full[-2:])
+    frame.log.append(frame.decisions[full])
+    return d
 
 
 def _by_rank(frame: Frame, key: tuple, x, y) -> Any:

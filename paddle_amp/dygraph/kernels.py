@@ -132,3 +132,9 @@ def profile(dtype: str) -> DeviceProfile:
     return DeviceProfile(kernels=kernels, onednn=kernels, training=True,
                          slow_broadcast_grads=slow_broadcast_grads(dtype),
                          name=f"this CPU in eager mode ({bf16_class(machine())} bf16 class)")
+
+
+@functools.lru_cache(maxsize=None)
+def inference_profile(dtype: str) -> DeviceProfile:
+    """``profile`` for a forward that records no gradient."""
+    return profile(dtype).for_inference()
