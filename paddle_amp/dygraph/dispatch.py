@@ -6,8 +6,10 @@ places: on a CPU it does nothing, even with the tracer's AMP state set by hand. 
 cast happens one level up, in ``paddle._C_ops``, the module every Python path into an op
 goes through (``paddle.matmul``, ``Tensor.matmul``, ``paddle.nn.functional.linear``):
 
-- a call whose inputs are not eager tensors (a ``to_static`` program being built) passes
-  through untouched;
+- a call on values of a PIR program being built (``to_static``, Paddle 3) is planned
+  alike; its low route is the op itself on bf16 values (the PIR executor picks oneDNN's
+  kernel), so the decisions are built into the program; a call on anything else (a
+  legacy-IR program, SOT's simulation) passes through untouched;
 - (wrapped: ``matmul``, ``linear``, ``conv2d``)
 - otherwise the planner decides (``amp_adapters.plan_op`` with the active policy and the
   device truth ``kernels.profile``), once per (op, input dtypes) in a region; an op planned
@@ -179,6 +181,12 @@ def _round(x, low: str):
     return cast(cast(x, low), "float32")
 
 
+def _in_program(x) -> bool:
+    """``x`` is a value of a PIR program being built (``to_static``), whose executor picks a
+    bf16 op's oneDNN kernel itself (Paddle 3.3.1): its low route is the op itself."""
+    return _Tensor[1] is not None and isinstance(x, _Tensor[1])
+
+
 def _wants_grad(a, ours: bool):
     """``a`` (a copy, unless it is a cast ``_run`` made) with ``stop_gradient`` off."""
     if not ours:
@@ -262,7 +270,8 @@ def _matmul(x, y, transpose_x=False, transpose_y=False, *rest, **kw):
     d = _planned(_frames[-1] if _frames else None, "matmul_v2", x, y)
     if d is None or d is _MISSING or rest or kw:
         return orig(x, y, transpose_x, transpose_y, *rest, **kw)
-    return _run(d, (x, y), lambda a, b: orig(a, b, transpose_x, transpose_y),
+    plain = lambda a, b: orig(a, b, transpose_x, transpose_y)  # noqa: E731
+    return _run(d, (x, y), plain, plain if _in_program(x) else
                 lambda a, b: kernels.matmul_v2(a, b, transpose_x, transpose_y))
 
 
@@ -274,7 +283,8 @@ def _linear(x, weight, bias=None, *rest, **kw):
     if d is None or d is _MISSING or rest or kw:
         return orig(x, weight, bias, *rest, **kw)
     mm = _originals["matmul"]
-    out = _run(d, (x, weight), lambda a, b: mm(a, b, False, False),
+    plain = lambda a, b: mm(a, b, False, False)  # noqa: E731
+    out = _run(d, (x, weight), plain, plain if _in_program(x) else
                lambda a, b: kernels.matmul_v2(a, b, False, False))
     return out if bias is None else _originals["add"](out, bias)
 
@@ -294,7 +304,9 @@ def _conv2d(x, weight, *args, **kw):
 _WRAPPERS = {"matmul": _matmul, "linear": _linear, "conv2d": _conv2d}
 
 
-_Tensor: list = []  # paddle's eager Tensor class, set at the first install
+# [(the classes a wrapper plans for: eager Tensor, PIR Value), PIR Value or None]: set at
+# the first install
+_Tensor: list = []
 # SOT's in_sot(): True while to_static's bytecode translator simulates the wrapper (which
 # then passes the op through, as the AST translator's program values do)
 _in_sot: list = [lambda: False]
@@ -304,7 +316,9 @@ def _install() -> None:
     from paddle import _C_ops
     from paddle.base import core
     if not _Tensor:
-        _Tensor.append(core.eager.Tensor)
+        value = getattr(getattr(__import__("paddle"), "pir", None), "Value", None)
+        _Tensor.append((core.eager.Tensor,) + ((value,) if isinstance(value, type) else ()))
+        _Tensor.append(value)
         try:
             from paddle.jit.sot.psdb import in_sot
             _in_sot[0] = in_sot
