@@ -4,13 +4,13 @@ while an ``auto_cast`` region is active (as ``mxnet_amp.patching`` wraps MXNet's
 Paddle's eager AMP casts inside its C++ op functions and only for GPU, XPU and custom
 places: on a CPU it does nothing, even with the tracer's AMP state set by hand. So the
 cast happens one level up, in ``paddle._C_ops``, the module every Python path into an op
-goes through (``paddle.matmul``, ``Tensor.matmul``, ``paddle.nn.functional.linear``):
+goes through (``paddle.matmul``, ``Tensor.matmul``, ``paddle.nn.functional.linear``,
+``conv2d``; the wrapped ops are ``_WRAPPERS``):
 
 - a call on values of a PIR program being built (``to_static``, Paddle 3) is planned
   alike; its low route is the op itself on bf16 values (the PIR executor picks oneDNN's
   kernel), so the decisions are built into the program; a call on anything else (a
   legacy-IR program, SOT's simulation) passes through untouched;
-- (wrapped: ``matmul``, ``linear``, ``conv2d``)
 - otherwise the planner decides (``amp_adapters.plan_op`` with the active policy and the
   device truth ``kernels.profile``), once per (op, input dtypes) in a region; an op planned
   in the low dtype with a kernel here runs on its oneDNN route (``kernels.ROUTES``) and
@@ -221,8 +221,9 @@ _MISSING = object()
 
 
 def _planned(frame: Optional[Frame], op: str, x, y) -> Any:
-    """The plan of ``op`` on eager tensors ``x``, ``y`` in ``frame`` (None: run it as it is;
-    ``_MISSING``: not ours to plan: no region, mixed precision off, not eager tensors).
+    """The plan of ``op`` on ``x``, ``y`` (eager tensors, or values of a PIR program being
+    built) in ``frame`` (None: run it as it is; ``_MISSING``: not ours to plan: no region,
+    mixed precision off, SOT simulating, other values).
 
     Reading a Paddle dtype and hashing it costs about 1 us each (a pybind enum), more than a
     small op; so the region first looks the call up by its inputs' element sizes
@@ -317,7 +318,8 @@ def _install() -> None:
     from paddle.base import core
     if not _Tensor:
         value = getattr(getattr(__import__("paddle"), "pir", None), "Value", None)
-        _Tensor.append((core.eager.Tensor,) + ((value,) if isinstance(value, type) else ()))
+        value = value if isinstance(value, type) else None
+        _Tensor.append((core.eager.Tensor,) + ((value,) if value is not None else ()))
         _Tensor.append(value)
         try:
             from paddle.jit.sot.psdb import in_sot
