@@ -3,7 +3,8 @@
 Everything is checked here, before ``auto_cast`` switches anything on: the native sets its
 global AMP state first and raises after (a bad ``level`` leaves ``paddle.amp``'s state
 changed). Without ``policy=`` the policy reproduces ``paddle.amp``'s own dygraph lists
-(``native_lists``); with it, the given policy decides and the custom lists extend it.
+(``native_lists``), and so does ``policy="paddle-native"`` (in this runtime the native is
+``paddle.amp``); with another policy, it decides and the custom lists extend it.
 """
 from __future__ import annotations
 
@@ -77,6 +78,11 @@ def policy_of(enable: Any = True, custom_white_list: Any = None, custom_black_li
     black = _names("custom_black_list", custom_black_list)
     if policy is not None:
         base = resolve_policy(policy, device_type="cpu")
+        if base.enabled and base == Policy.preset("paddle-native", dtype=base.dtype,
+                                                  level=base.level, emulate=base.emulate):
+            # the native preset: in this runtime, the native is paddle.amp and its lists
+            return _native(enable, white, black, lvl or base.level, dt or base.dtype,
+                           emulate or base.emulate)
         changes: dict[str, Any] = {}
         if dt is not None and base.enabled:
             changes["dtype"] = dt
@@ -95,9 +101,15 @@ def policy_of(enable: Any = True, custom_white_list: Any = None, custom_black_li
         if not enable or lvl == "O0":
             return Policy.preset("O0")
         return resolved.with_emulation(emulate)
-    lvl, dt = lvl or NATIVE_LEVEL, dt or NATIVE_DTYPE
-    ops = native_oplists(dt, "O1" if lvl == "O0" else lvl, white, black)
-    if not enable or lvl == "O0":
+    return _native(enable, white, black, lvl or NATIVE_LEVEL, dt or NATIVE_DTYPE, emulate)
+
+
+def _native(enable: bool, white: tuple, black: tuple, level: str, dtype: str,
+            emulate: bool) -> Policy:
+    """paddle.amp's own decisions: its dygraph lists for ``dtype`` at ``level`` with the
+    custom lists applied (``native_lists``), every other op promoting."""
+    ops = native_oplists(dtype, "O1" if level == "O0" else level, white, black)
+    if not enable or level == "O0":
         return Policy.preset("O0")
-    return Policy(dtype=dt, level=lvl, paddle_ops=ops, unlisted="promote",
+    return Policy(dtype=dtype, level=level, paddle_ops=ops, unlisted="promote",
                   defaults="native", emulate=emulate)

@@ -68,3 +68,11 @@ def test_where_the_native_names_only_the_program_spelling_ours_takes_both():
     white, black = _update_list(None, None, "O1", "bfloat16")
     assert "reduce_sum" in black and "sum" not in black
     assert categorize(policy_of(dtype="bfloat16"), "paddle", "reduce_sum").category == "fp32"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_the_native_preset_means_paddle_amp_here(dtype):
+    mine = policy_of(policy="paddle-native", dtype=dtype, custom_black_list=["matmul"])
+    assert mine == policy_of(dtype=dtype, custom_black_list=["matmul"])
+    assert categorize(mine, "paddle", "matmul_v2").category == "fp32"
+    assert categorize(mine, "paddle", "elementwise_add").category == "promote"
