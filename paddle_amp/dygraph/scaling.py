@@ -13,6 +13,8 @@ What differs, and why:
   every optimizer moment (Adam's beta powers too) stay bit-identical. The native hands
   ``found_inf`` to the optimizer, and an optimizer that does not read it (SGD) updates
   with non-finite gradients. Cost: one host read of ``found_inf`` per step;
+- ``found_inf`` is agreed across data-parallel ranks (``paddle.distributed``, any backend:
+  gloo on a CPU), so one rank's overflow skips the step on all;
 - ``OverflowGuardError`` (naming the parameters with non-finite gradients) after
   ``max_consecutive_skips`` overflows in a row or a scale collapsed to 0, instead of
   skipping forever;
@@ -176,7 +178,7 @@ class AmpScaler:
             flag = paddle.to_tensor(np.array([False]))
             _legacy_C_ops.check_finite_and_unscale(grads, scale, grads, flag)
             found = found or bool(flag.numpy().any())  # the one host read per step
-        self._found_inf = found
+        self._found_inf = _agreed(found)
         self._stages[id(optimizer)] = UNSCALED
 
     def unscale_(self, optimizer) -> None:
@@ -335,6 +337,22 @@ class AmpScaler:
         check_state(config, state, lambda f: f"{where}: state {f}")
         self._config, self._state, self._init_loss_scaling = config, state, scale
         self._stages = defaultdict(lambda: INIT)
+
+
+def _agreed(found: bool) -> bool:
+    """``found`` agreed across the data-parallel ranks (any rank's overflow skips the step
+    on every rank, so their parameters and scales stay equal): an all-reduce (max) where
+    ``paddle.distributed`` is initialized with more than one rank, else ``found``. Needed
+    wherever gradients are not summed before the check (no ``DataParallel``, ``no_sync``
+    accumulation, sharded gradients); with them summed it agrees anyway, at one small
+    collective per step."""
+    import paddle.distributed as dist
+    if not dist.is_initialized() or dist.get_world_size() < 2:
+        return found
+    import paddle
+    flag = paddle.to_tensor(np.array([int(found)], np.int32))
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
 
 
 def _scale_value(value: Any, where: str) -> float:
