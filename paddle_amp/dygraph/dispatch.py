@@ -39,7 +39,7 @@ from . import kernels
 log = logging.getLogger("paddle_amp.dygraph")
 
 
-@dataclass
+@dataclass(eq=False)  # a region is itself: pop() finds it by identity
 class Frame:
     """One active ``auto_cast`` region: its policy, the device truth, and the plan of each
     (program op, input dtypes) met in it (``plans``: None where the op runs as it is,
@@ -158,8 +158,8 @@ def pop(frame: Frame) -> None:
     """Close ``frame`` (the innermost region); the last one out removes the wrappers."""
     if _frames and _frames[-1] is frame:
         _frames.pop()
-    elif frame in _frames:
-        _frames.remove(frame)
+    else:
+        _frames[:] = [f for f in _frames if f is not frame]
     if not _frames:
         _uninstall()
 

@@ -222,3 +222,14 @@ def test_conv2d_is_decided_emulated_in_fp16_and_falls_back_in_bf16():
     d = region.ran["conv2d"]
     assert d.execution == "fell back" and "no bfloat16 kernel for conv2d" in d.reason
     np.testing.assert_array_equal(out, ref)
+
+
+def test_regions_closed_out_of_order_close_the_right_one():
+    outer_cm, inner_cm = amp.auto_cast(dtype="bfloat16"), amp.auto_cast(dtype="bfloat16")
+    outer = outer_cm.__enter__()
+    inner = inner_cm.__enter__()
+    outer_cm.__exit__(None, None, None)  # a generator's region closed first
+    assert dispatch.current() is inner
+    inner_cm.__exit__(None, None, None)
+    assert dispatch.current() is None and paddle._C_ops.matmul is ORIGINAL_MATMUL
+    assert outer is not inner
