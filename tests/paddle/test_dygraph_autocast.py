@@ -225,11 +225,11 @@ def test_conv2d_is_decided_emulated_in_fp16_and_falls_back_in_bf16():
 
 
 def test_regions_closed_out_of_order_close_the_right_one():
-    outer_cm, inner_cm = amp.auto_cast(dtype="bfloat16"), amp.auto_cast(dtype="bfloat16")
-    outer = outer_cm.__enter__()
-    inner = inner_cm.__enter__()
-    outer_cm.__exit__(None, None, None)  # a generator's region closed first
-    assert dispatch.current() is inner
-    inner_cm.__exit__(None, None, None)
+    cms = [amp.auto_cast(dtype="bfloat16") for _ in range(3)]
+    a, b, c = (cm.__enter__() for cm in cms)
+    cms[1].__exit__(None, None, None)  # a generator's region closed first (the middle one)
+    assert dispatch._frames == [a, c] and dispatch._frames[0] is a
+    cms[2].__exit__(None, None, None)
+    assert dispatch.current() is a
+    cms[0].__exit__(None, None, None)
     assert dispatch.current() is None and paddle._C_ops.matmul is ORIGINAL_MATMUL
-    assert outer is not inner
