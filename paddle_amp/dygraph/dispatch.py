@@ -28,6 +28,7 @@ outside ``auto_cast`` nothing is wrapped and nothing costs.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -115,7 +116,19 @@ def _shape(ranks: Optional[tuple]):
     return ShapeClass(tuple((None,) * r for r in ranks), result)
 
 
-_frames: list[Frame] = []
+class _Regions(threading.local):
+    """The regions open in this thread, innermost last: like Paddle's own tracer state, a
+    region opened in one thread (the training loop) does not reach another (a reader)."""
+
+    frames: list = []  # noqa: RUF012  (threading.local: each thread starts from this)
+
+    def __init__(self) -> None:
+        self.frames = []
+
+
+_regions = _Regions()
+_open = [0]  # regions open in all threads: the wrappers stay installed while any is
+_lock = threading.Lock()
 _decided: dict = {}  # (policy, device, key) -> OpDecision: a region re-entered plans nothing
 _warned: set = set()
 _originals: dict[str, Callable] = {}
@@ -124,7 +137,8 @@ _last_dtype: list[str] = ["float16"]  # paddle.amp's amp_global_state().amp_dtyp
 
 def current() -> Optional[Frame]:
     """The innermost active region, or None."""
-    return _frames[-1] if _frames else None
+    frames = _regions.frames
+    return frames[-1] if frames else None
 
 
 def last_dtype() -> str:
@@ -146,22 +160,30 @@ def push(policy: Policy, log: Optional[list] = None,
         if not (paddle.is_grad_enabled() if training is None else training):
             device = kernels.inference_profile(policy.dtype)
     frame = Frame(policy, device, log=log)
-    if not _frames:
-        _install()
-    _frames.append(frame)
+    with _lock:
+        if not _open[0]:
+            _install()
+        _open[0] += 1
+    _regions.frames.append(frame)
     if policy.enabled:
         _last_dtype[0] = policy.dtype
     return frame
 
 
 def pop(frame: Frame) -> None:
-    """Close ``frame`` (the innermost region); the last one out removes the wrappers."""
-    if _frames and _frames[-1] is frame:
-        _frames.pop()
+    """Close ``frame`` (the innermost region of this thread, or another one of it); the last
+    region out, of all threads, removes the wrappers."""
+    frames = _regions.frames
+    if frames and frames[-1] is frame:
+        frames.pop()
+    elif any(f is frame for f in frames):
+        frames[:] = [f for f in frames if f is not frame]
     else:
-        _frames[:] = [f for f in _frames if f is not frame]
-    if not _frames:
-        _uninstall()
+        return  # not open in this thread (closed already)
+    with _lock:
+        _open[0] -= 1
+        if not _open[0]:
+            _uninstall()
 
 
 _NAMES: dict[Any, Optional[str]] = {}
@@ -268,7 +290,7 @@ def _by_rank(frame: Frame, key: tuple, x, y) -> Any:
 
 def _matmul(x, y, transpose_x=False, transpose_y=False, *rest, **kw):
     orig = _originals["matmul"]
-    d = _planned(_frames[-1] if _frames else None, "matmul_v2", x, y)
+    d = _planned(current(), "matmul_v2", x, y)
     if d is None or d is _MISSING or rest or kw:
         return orig(x, y, transpose_x, transpose_y, *rest, **kw)
     plain = lambda a, b: orig(a, b, transpose_x, transpose_y)  # noqa: E731
@@ -280,7 +302,7 @@ def _linear(x, weight, bias=None, *rest, **kw):
     """``F.linear`` in eager mode: its GEMM decided as ``matmul_v2``, its bias add as the
     native's ``add`` (promotion: float32 with a float32 bias)."""
     orig = _originals["linear"]
-    d = _planned(_frames[-1] if _frames else None, "matmul_v2", x, weight)
+    d = _planned(current(), "matmul_v2", x, weight)
     if d is None or d is _MISSING or rest or kw:
         return orig(x, weight, bias, *rest, **kw)
     mm = _originals["matmul"]
@@ -296,7 +318,7 @@ def _conv2d(x, weight, *args, **kw):
     context: "OneDnnContext does not have the input Filter", 2.6.2 and 3.3.1), so a bf16
     plan falls back to float32, and says so."""
     orig = _originals["conv2d"]
-    d = _planned(_frames[-1] if _frames else None, "conv2d", x, weight)
+    d = _planned(current(), "conv2d", x, weight)
     if d is None or d is _MISSING:
         return orig(x, weight, *args, **kw)
     return _run(d, (x, weight), lambda a, b: orig(a, b, *args, **kw), None)

@@ -228,8 +228,28 @@ def test_regions_closed_out_of_order_close_the_right_one():
     cms = [amp.auto_cast(dtype="bfloat16") for _ in range(3)]
     a, b, c = (cm.__enter__() for cm in cms)
     cms[1].__exit__(None, None, None)  # a generator's region closed first (the middle one)
-    assert dispatch._frames == [a, c] and dispatch._frames[0] is a
+    frames = dispatch._regions.frames
+    assert len(frames) == 2 and frames[0] is a and frames[1] is c
     cms[2].__exit__(None, None, None)
     assert dispatch.current() is a
     cms[0].__exit__(None, None, None)
     assert dispatch.current() is None and paddle._C_ops.matmul is ORIGINAL_MATMUL
+
+
+def test_a_region_reaches_only_its_own_thread():
+    import threading
+    x, w = _data()
+    seen = {}
+
+    def reader():
+        seen["region"] = dispatch.current()
+        seen["out"] = paddle.matmul(x, w).numpy()
+
+    with amp.auto_cast(dtype="float16", emulate=True) as region:
+        t = threading.Thread(target=reader)
+        t.start()
+        t.join()
+        paddle.matmul(x, w)
+    assert region.ran["matmul_v2"].execution == "emulated"
+    assert seen["region"] is None
+    np.testing.assert_array_equal(seen["out"], paddle.matmul(x, w).numpy())  # float32 there
