@@ -19,6 +19,7 @@ Files (one role each, named as in the other backends):
     scaling.py       GradScaler / AmpScaler on the core loss-scale state machine
     support.py       is_bfloat16_supported / is_float16_supported: this CPU's truth
     decorator.py     decorate / amp_decorate (O1; O2 not built yet: a clear error)
+    checkpoint.py    save_checkpoint / load_checkpoint: model, optimizer, loss scale, atomic
     report.py        cast_report(layer, *inputs, policy=...): the CastReport of one forward
     query.py         is_autocast_enabled / get_autocast_dtype: what the active region does
 
@@ -33,6 +34,7 @@ from paddle.amp.grad_scaler import OptimizerState
 from paddle.base import core
 
 from . import scaling as grad_scaler
+from .checkpoint import load_checkpoint, save_checkpoint
 from .decorator import amp_decorate, decorate
 from .guard import amp_guard, auto_cast, autocast
 from .query import (get_autocast_cpu_dtype, get_autocast_dtype, get_autocast_gpu_dtype,
@@ -44,4 +46,4 @@ from .support import is_bfloat16_supported, is_float16_supported
 __all__ = ["auto_cast", "amp_guard", "autocast", "decorate", "amp_decorate", "GradScaler",
            "AmpScaler", "is_bfloat16_supported", "is_float16_supported",
            "is_autocast_enabled", "get_autocast_dtype", "get_autocast_cpu_dtype",
-           "get_autocast_gpu_dtype", "cast_report"]
+           "get_autocast_gpu_dtype", "cast_report", "save_checkpoint", "load_checkpoint"]

@@ -251,6 +251,12 @@ class AmpScaler:
             bad_steps=min(self._state.bad_steps, config.hysteresis - 1))
         self._set(config, state)
 
+    def _restore(self, config: LossScaleConfig, state: LossScaleState) -> None:
+        """Take a checkpoint's loss scale (``checkpoint.load_checkpoint``): config and state."""
+        self._set(config, state)
+        self._init_loss_scaling = config.init_scale
+        self._stages = defaultdict(lambda: INIT)
+
     def _set(self, config: LossScaleConfig, state: LossScaleState) -> None:
         check_state(config, state, f"{type(self).__name__}.{{}}".format)
         self._config, self._state = config, state
