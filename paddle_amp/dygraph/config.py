@@ -9,7 +9,7 @@ changed). Without ``policy=`` the policy reproduces ``paddle.amp``'s own dygraph
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional
+from typing import Any
 
 from amp_adapters import Policy, resolve_policy
 from amp_adapters.errors import AmpConfigError, UnknownChoiceError, UnknownOpError, check_flag

@@ -1,8 +1,7 @@
 """auto_cast's lists are paddle.amp's, with both spellings of an op meaning the op
 (hypothesis over custom lists): the native's own ``_update_list`` decides an eager op as we
-do wherever its default lists name the op in one spelling only in neither, and a custom
-list written in the other spelling changes nothing."""
-import paddle
+do, except where its default lists name the op in one spelling only (there we take both);
+and a custom list written in the other spelling decides alike."""
 import pytest
 from hypothesis import given, settings, strategies as st
 
