@@ -40,6 +40,7 @@ Files:
     scaling.py    loss scaling, once over ir/: unscale, reduce, culprits, skip, update
     state.py      (scaling) the loss-scale state in a scope: read, write all or nothing, guard
     doctor.py     doctor(optimizer, exe): which op goes wrong under AMP, and the fix
+    dygraph/      paddle.amp (Paddle's dynamic graph) on a CPU: the third runtime of the policy
     masters.py    O2: low-precision parameters and their (emulated) float32 masters
     report.py     cast_report of a rewritten program, its forward casts counted in it
     decorator.py  decorate() and OptimizerWithMixedPrecision: the optimizer wrapper

@@ -247,3 +247,16 @@ def native_lists(framework: str, dtype: str, version: Optional[str] = None) -> N
         fp32_params=MappingProxyType({k: tuple(v) for k, v in d["fp32_params"].items()}),
         initializers=frozenset(d.get("initializers", ())),
         o2_fp32=frozenset(d["o2_fp32"]) if "o2_fp32" in d else None)
+
+
+@functools.lru_cache(maxsize=None)
+def eager_to_program() -> Mapping[str, str]:
+    """{Paddle eager op name: its program op name} for the names that differ (``matmul`` ->
+    ``matmul_v2``, ``add`` -> ``elementwise_add``): the one table ``paddle_amp.dygraph``
+    translates an eager op with before it asks the planner, which speaks program names."""
+    table = _read("paddle_dygraph.toml")["eager_to_program"]
+    bad = sorted(k for k, v in table.items() if not (isinstance(v, str) and v))
+    if bad:
+        raise AmpConfigError(f"paddle_dygraph.toml [eager_to_program]: {bad[0]!r} must map to "
+                             f"a program op name")
+    return MappingProxyType(dict(table))

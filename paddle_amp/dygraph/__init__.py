@@ -1,0 +1,49 @@
+"""paddle_amp.dygraph: ``paddle.amp`` (Paddle's dynamic-graph AMP) as a drop-in that runs
+mixed precision on a CPU, on the project's one policy.
+
+    from paddle_amp import dygraph as amp      # instead of: from paddle import amp
+    scaler = amp.GradScaler(init_loss_scaling=1024)
+    with amp.auto_cast(dtype="bfloat16"):      # bf16 on oneDNN where this CPU runs it
+        loss = model(x)
+    scaler.scale(loss).backward()
+    scaler.minimize(optimizer, scaled)
+
+Files (one role each, named as in the other backends):
+
+    config.py        auto_cast's arguments (and policy=, emulate=) -> one checked Policy
+    native_lists.py  paddle.amp's own dygraph white/black lists, read from the installed one
+    names.py         eager op names <-> program op names (one table, in amp_adapters.oplists)
+    kernels.py       what this CPU runs low in eager mode: the oneDNN route, its probe
+    dispatch.py      the per-op cast: paddle._C_ops entry points wrapped inside a region
+    guard.py         auto_cast / amp_guard
+    scaling.py       GradScaler / AmpScaler on the core loss-scale state machine
+    support.py       is_bfloat16_supported / is_float16_supported: this CPU's truth
+    decorator.py     decorate / amp_decorate (O1; O2 not built yet: a clear error)
+    checkpoint.py    save_checkpoint / load_checkpoint: model, optimizer, loss scale, atomic
+    report.py        cast_report(layer, *inputs, policy=...): the CastReport of one forward
+    query.py         is_autocast_enabled / get_autocast_dtype: what the active region does
+
+The native's tools and data (debugging, accuracy_compare, amp_lists, white_list,
+black_list, OptimizerState) are the native's own; grad_scaler is scaling.py.
+"""
+from __future__ import annotations
+
+from paddle.amp import accuracy_compare, amp_lists, debugging  # tools and data, as they are
+from paddle.amp.amp_lists import black_list, white_list
+from paddle.amp.grad_scaler import OptimizerState
+from paddle.base import core
+
+from . import scaling as grad_scaler
+from .checkpoint import load_checkpoint, save_checkpoint
+from .decorator import amp_decorate, decorate
+from .guard import amp_guard, auto_cast, autocast
+from .query import (get_autocast_cpu_dtype, get_autocast_dtype, get_autocast_gpu_dtype,
+                    is_autocast_enabled)
+from .report import cast_report
+from .scaling import AmpScaler, GradScaler
+from .support import is_bfloat16_supported, is_float16_supported
+
+__all__ = ["auto_cast", "amp_guard", "autocast", "decorate", "amp_decorate", "GradScaler",
+           "AmpScaler", "is_bfloat16_supported", "is_float16_supported",
+           "is_autocast_enabled", "get_autocast_dtype", "get_autocast_cpu_dtype",
+           "get_autocast_gpu_dtype", "cast_report", "save_checkpoint", "load_checkpoint"]

@@ -1,0 +1,107 @@
+"""``save_checkpoint`` / ``load_checkpoint``: a dygraph training state that survives a kill.
+
+The model's and the optimizer's ``state_dict`` (``paddle.save``'s files, readable by
+``paddle.load``: ``model.pdparams``, ``model.pdopt``) and the scaler's loss-scale state go
+through ``amp_adapters.checkpoint`` (a temp folder, fsync, rename, a pointer swap), so a kill
+at any moment leaves the previous checkpoint loadable. ``load_checkpoint`` verifies the
+checksums (and the policy, when one is given), then checks that the saved parameters are
+exactly the model's (names, shapes, dtypes) before it sets anything: nothing changes on
+error. The resumed run continues the same trajectory: parameters, optimizer moments and
+the loss scale with all its counters.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional
+
+from amp_adapters import checkpoint as ckpt_core
+from amp_adapters.errors import CheckpointError
+from amp_adapters.scaler import loss_scale_from_parts
+
+MODEL, OPTIMIZER = "model.pdparams", "model.pdopt"
+
+
+def _param_names(model: Any) -> dict[str, str]:
+    """{the parameter's place in the model (its state-dict key): its Paddle name}."""
+    return {key: getattr(value, "name", key) for key, value in model.state_dict().items()}
+
+
+def _renamed(state: dict, saved: Any, now: dict[str, str], where: str) -> dict:
+    """The optimizer state ``state`` with its keys moved from the saved parameters' Paddle
+    names to this model's: Paddle keys optimizer state by a global counter's names
+    (``linear_0.w_0_moment1_0``), which differ when the model is built again in the same
+    process or in another order; the place in the model is the same."""
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"{where}: its metadata has no parameter names")
+    rename = {old: now[key] for key, old in saved.items() if key in now and old != now[key]}
+    if not rename:
+        return state
+    olds = sorted(rename, key=len, reverse=True)  # the longest name that prefixes a key
+
+    def move(key: str) -> str:
+        for old in olds:
+            if key == old or key.startswith(old + "_"):
+                return rename[old] + key[len(old):]
+        return key
+    out = {}
+    for key, value in state.items():
+        if isinstance(value, dict):  # master_weights: by parameter name
+            value = {move(k): v for k, v in value.items()}
+        out[move(key)] = value
+    return out
+
+
+def save_checkpoint(path: Any, model: Any, optimizer: Any, scaler: Any = None, *,
+                    step: Optional[int] = None, policy: Any = None) -> Path:
+    """Save ``model``, ``optimizer`` and ``scaler`` (a ``GradScaler``; None or disabled: no
+    loss scale) as the newest checkpoint of the folder ``path``; ``step``: default the
+    scaler's step count (0 without one); ``policy``: recorded, and checked on load."""
+    import paddle
+    config_state = scaler.loss_scale() if scaler is not None and scaler.is_enable() else None
+    loss_scale = loss_scale_from_parts(*config_state) if config_state else None
+    if step is None:
+        step = config_state[1].total_steps if config_state else 0
+    with ckpt_core.save(path, framework="paddle-dygraph", step=step, policy=policy,
+                        loss_scale=loss_scale,
+                        meta={"optimizer": type(optimizer).__name__,
+                              "params": _param_names(model)}) as folder:
+        paddle.save(model.state_dict(), str(folder / MODEL))
+        paddle.save(optimizer.state_dict(), str(folder / OPTIMIZER))
+    return Path(path)
+
+
+def load_checkpoint(path: Any, model: Any, optimizer: Any, scaler: Any = None, *,
+                    policy: Any = None, check_policy: bool = True) -> int:
+    """Load the newest checkpoint of ``path`` into ``model``, ``optimizer`` and ``scaler``;
+    return its step. Everything is checked before anything is set."""
+    import paddle
+    ckpt = ckpt_core.load(path, framework="paddle-dygraph", policy=policy,
+                          check_policy=check_policy)
+    ckpt_core.check_meta(ckpt, "optimizer", type(optimizer).__name__, "the optimizer")
+    where = f"checkpoint {str(path)!r}"
+    scaled = scaler is not None and scaler.is_enable()
+    if scaled != (ckpt.loss_scale is not None):
+        raise CheckpointError(f"{where} does not fit: it was saved "
+                              f"{'with' if ckpt.loss_scale is not None else 'without'} a loss "
+                              f"scale, and the scaler given is "
+                              f"{'an enabled one' if scaled else 'none or disabled'}")
+    params = paddle.load(str(ckpt.file(MODEL)))
+    current = model.state_dict()
+    if set(params) != set(current):
+        raise CheckpointError(
+            f"{where} does not fit this model: parameters missing from it "
+            f"{sorted(set(current) - set(params))[:5]}, not in the model "
+            f"{sorted(set(params) - set(current))[:5]}")
+    for name, value in current.items():
+        saved = params[name]
+        if list(saved.shape) != list(value.shape) or saved.dtype != value.dtype:
+            raise CheckpointError(f"{where} does not fit this model: {name} is "
+                                  f"{saved.dtype}{list(saved.shape)} there, "
+                                  f"{value.dtype}{list(value.shape)} here")
+    opt_state = _renamed(paddle.load(str(ckpt.file(OPTIMIZER))), ckpt.meta.get("params"),
+                         _param_names(model), where)
+    model.set_state_dict(params)
+    optimizer.set_state_dict(opt_state)
+    if scaled:
+        scaler._restore(ckpt.loss_scale.config, ckpt.loss_scale.state)
+    return ckpt.step

@@ -1,0 +1,140 @@
+"""What this CPU runs in the low dtype in eager mode, and how an op gets there.
+
+Paddle's eager dispatcher picks a plain CPU kernel by the tensors' place, and the CPU
+build has no plain bf16 GEMM: ``paddle.matmul`` on bf16 tensors fails (2.6.2 and 3.3.1),
+whatever ``FLAGS_use_mkldnn`` says. oneDNN's bf16 kernels are reached through the legacy
+op entry (``paddle._legacy_C_ops``) with the attributes a program's native bf16 rewrite
+sets (``use_mkldnn``, ``mkldnn_data_type``), forward and backward (its grad op inherits
+them). That is the route (``ROUTES``). Two faults of that route are worked around where
+the route is called (``dispatch``): oneDNN's bf16 ``matmul_v2_grad`` crashes the process
+(SIGSEGV) when only one operand wants a gradient, so both then do; and Paddle 2.6.2's
+plain bf16 cast truncates, so the casts into bf16 go to oneDNN's cast, which rounds to
+nearest even, wherever the plain one does not (``rounding_cast``, a probe, not a version).
+
+``profile(dtype)`` is the device truth the planner reads: the ops whose route ran here,
+forward and backward, on tiny inputs. Gated by the project's device truth
+(``amp_adapters.isa.bf16_class``: no oneDNN bf16 kernel on a CPU class ``"none"``, such as
+``AMP_ADAPTERS_CPU=avx2``). float16 has no CPU kernel on either route (``emulate=True``
+rounds through it instead). Answers are cached per process.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import numpy as np
+
+from amp_adapters.device import DeviceProfile
+from amp_adapters.isa import bf16_class
+from amp_adapters.speedbook import machine
+
+ONEDNN_ATTRS = ("use_mkldnn", True, "mkldnn_data_type", "bfloat16")
+
+
+def _vartype(dtype: str) -> int:
+    from paddle.base import core
+    return int({"float32": core.VarDesc.VarType.FP32,
+                "bfloat16": core.VarDesc.VarType.BF16}[dtype])
+
+
+def onednn_cast(x, src: str, dst: str):
+    """``x`` cast from ``src`` to ``dst`` by oneDNN (a reorder: round to nearest even)."""
+    from paddle import _legacy_C_ops
+    return _legacy_C_ops.cast(x, "in_dtype", _vartype(src), "out_dtype", _vartype(dst),
+                              "use_mkldnn", True)
+
+
+@functools.lru_cache(maxsize=None)
+def plain_cast_rounds() -> bool:
+    """Whether Paddle's plain float32 -> bfloat16 cast rounds to nearest even (3.3.1) rather
+    than truncating (2.6.2): ties to even both ways, and a value above a tie."""
+    import paddle
+    x = np.array([1 + 2 ** -8, 1 + 3 * 2 ** -8, -(1 + 2 ** -8 + 2 ** -12)], np.float32)
+    got = paddle.to_tensor(x).astype("bfloat16").astype("float32").numpy()
+    return bool(np.array_equal(got, np.array([1.0, 1 + 2 ** -6, -(1 + 2 ** -7)], np.float32)))
+
+
+@functools.lru_cache(maxsize=None)
+def rounding_cast() -> Callable:
+    """``cast(x, name)``: ``x`` cast to the dtype named ``name`` ("bfloat16", "float16",
+    "float32"), into bfloat16 rounding to nearest even (``plain_cast_rounds``)."""
+    import paddle
+    from paddle import _C_ops
+    dtypes = {n: getattr(paddle, n) for n in ("bfloat16", "float16", "float32")}
+    if plain_cast_rounds():
+        return lambda x, name: _C_ops.cast(x, dtypes[name])
+
+    def cast(x, name):
+        if name == "bfloat16" and x.dtype == paddle.float32:
+            return onednn_cast(x, "float32", "bfloat16")
+        return _C_ops.cast(x, dtypes[name])
+    return cast
+
+
+def matmul_v2(x, y, trans_x: bool = False, trans_y: bool = False):
+    """``matmul_v2`` on oneDNN in bfloat16 (``x``, ``y`` bf16; a bf16 result)."""
+    from paddle import _legacy_C_ops
+    return _legacy_C_ops.matmul_v2(x, y, "trans_x", trans_x, "trans_y", trans_y, *ONEDNN_ATTRS)
+
+
+# program op -> its oneDNN bf16 call in eager mode
+ROUTES: dict[str, Callable] = {"matmul_v2": matmul_v2}
+
+
+def _runs(op: str, dtype: str, x_shape=(2, 3)) -> bool:
+    """``op``'s route, forward and backward, on tiny ``dtype`` inputs that both want a
+    gradient (``x_shape`` @ 3x4); any error is the answer False."""
+    import paddle
+    try:
+        x = paddle.to_tensor(np.ones(x_shape, np.float32), stop_gradient=False)
+        y = paddle.to_tensor(np.ones((3, 4), np.float32), stop_gradient=False)
+        cast = rounding_cast()
+        out = ROUTES[op](cast(x, dtype), cast(y, dtype))
+        out.astype("float32").sum().backward()
+        rows = int(np.prod(x_shape[:-1]))
+        return bool(np.allclose(out.astype("float32").numpy(), 3.0)) and \
+            bool(np.allclose(x.grad.numpy(), 4.0)) and \
+            bool(np.allclose(y.grad.numpy(), 1.0 * rows))
+    except Exception:  # no kernel, a dtype the kernel refuses: no route here
+        return False
+
+
+@functools.lru_cache(maxsize=None)
+def low_kernels(dtype: str) -> frozenset[str]:
+    """The program ops whose ``dtype`` route runs here in eager mode, forward and backward."""
+    if dtype != "bfloat16" or bf16_class(machine()) == "none":
+        return frozenset()
+    return frozenset(op for op in ROUTES if _runs(op, dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def slow_broadcast_grads(dtype: str) -> frozenset[str]:
+    """Of ``low_kernels``, the ops whose gradient for an operand of fewer dimensions than the
+    result (a Linear's weight on a batch of sequences) runs a reference implementation in
+    oneDNN's log, or fails: such a training step ran 2-3x slower than float32 here (Paddle
+    2.6.2 and 3.3.1), so the planner keeps those instances float32
+    (``DeviceProfile.refusal``), as the static drop-in does. Where the log cannot be read,
+    only the failures."""
+    from ..onednn_log import executed, onednn_log
+    slow = set()
+    for op in sorted(low_kernels(dtype)):
+        with onednn_log() as log:
+            ran = _runs(op, dtype, x_shape=(2, 2, 3))
+        if not ran or any(impl.startswith("ref") for _, impl in executed(log)):
+            slow.add(op)
+    return frozenset(slow)
+
+
+@functools.lru_cache(maxsize=None)
+def profile(dtype: str) -> DeviceProfile:
+    """The device truth for eager ops in ``dtype`` on this CPU (training: gradients too)."""
+    kernels = low_kernels(dtype)
+    return DeviceProfile(kernels=kernels, onednn=kernels, training=True,
+                         slow_broadcast_grads=slow_broadcast_grads(dtype),
+                         name=f"this CPU in eager mode ({bf16_class(machine())} bf16 class)")
+
+
+@functools.lru_cache(maxsize=None)
+def inference_profile(dtype: str) -> DeviceProfile:
+    """``profile`` for a forward that records no gradient."""
+    return profile(dtype).for_inference()

@@ -1,0 +1,85 @@
+"""paddle_amp.dygraph.save_checkpoint / load_checkpoint: a run resumed from a checkpoint
+continues the same trajectory (parameters, Adam's moments, the loss scale and its counters,
+bit-identical), and a checkpoint that does not fit is refused with nothing changed."""
+import numpy as np
+import paddle
+import pytest
+
+from amp_adapters.errors import CheckpointError
+from paddle_amp import dygraph as amp
+
+STEPS, SAVE_AT, INJECT = 8, 4, (2, 6)
+
+
+def _setup():
+    paddle.seed(3)
+    net = paddle.nn.Sequential(paddle.nn.Linear(8, 16), paddle.nn.ReLU(), paddle.nn.Linear(16, 1))
+    opt = paddle.optimizer.Adam(1e-2, parameters=net.parameters())
+    return net, opt, amp.GradScaler(init_loss_scaling=256.0, incr_every_n_steps=3)
+
+
+def _step(net, opt, scaler, i):
+    x = paddle.to_tensor(np.linspace(-1, 1, 64, dtype=np.float32).reshape(8, 8) * (i + 1))
+    with amp.auto_cast(dtype="float16", emulate=True):
+        loss = (net(x) ** 2).mean()
+    if i in INJECT:
+        loss = loss * float("inf")
+    scaled = scaler.scale(loss)
+    scaled.backward()
+    scaler.minimize(opt, scaled)
+    opt.clear_grad()
+
+
+def _state(net, opt, scaler):
+    """Parameters, optimizer state keyed by (parameter index, accumulator), loss scale."""
+    names = {p.name: i for i, p in enumerate(net.parameters())}
+    moments = {}
+    for k, v in opt.state_dict().items():
+        if hasattr(v, "numpy"):
+            owner = max((n for n in names if k.startswith(n + "_")), key=len)
+            moments[(names[owner], k[len(owner):])] = v.numpy().copy()
+    return [p.numpy().copy() for p in net.parameters()], moments, scaler.loss_scale()
+
+
+def test_a_resumed_run_continues_bit_identically(tmp_path):
+    net, opt, scaler = _setup()
+    for i in range(STEPS):
+        if i == SAVE_AT:
+            amp.save_checkpoint(tmp_path / "ckpt", net, opt, scaler)
+        _step(net, opt, scaler, i)
+    straight = _state(net, opt, scaler)
+
+    net2, opt2, scaler2 = _setup()
+    _step(net2, opt2, scaler2, 0)  # a different state, overwritten by the load
+    assert amp.load_checkpoint(tmp_path / "ckpt", net2, opt2, scaler2) == SAVE_AT
+    for i in range(SAVE_AT, STEPS):
+        _step(net2, opt2, scaler2, i)
+    resumed = _state(net2, opt2, scaler2)
+    assert all(np.array_equal(a, b) for a, b in zip(straight[0], resumed[0]))
+    assert straight[1].keys() == resumed[1].keys()
+    assert all(np.array_equal(straight[1][k], resumed[1][k]) for k in straight[1])
+    assert straight[2] == resumed[2] and straight[2][1].skipped_steps == 2
+
+
+def test_a_checkpoint_that_does_not_fit_changes_nothing(tmp_path):
+    net, opt, scaler = _setup()
+    _step(net, opt, scaler, 0)
+    amp.save_checkpoint(tmp_path / "ckpt", net, opt, scaler)
+    paddle.seed(4)
+    other = paddle.nn.Sequential(paddle.nn.Linear(8, 32), paddle.nn.ReLU(),
+                                 paddle.nn.Linear(32, 1))
+    other_opt = paddle.optimizer.Adam(1e-2, parameters=other.parameters())
+    other_scaler = amp.GradScaler()
+    before = _state(other, other_opt, other_scaler)
+    with pytest.raises(CheckpointError, match="does not fit this model"):
+        amp.load_checkpoint(tmp_path / "ckpt", other, other_opt, other_scaler)
+    with pytest.raises(CheckpointError, match="the optimizer"):
+        amp.load_checkpoint(tmp_path / "ckpt", other,
+                            paddle.optimizer.SGD(parameters=other.parameters()), other_scaler)
+    with pytest.raises(CheckpointError, match="loss scale"):
+        amp.load_checkpoint(tmp_path / "ckpt", other, other_opt, amp.GradScaler(enable=False))
+    after = _state(other, other_opt, other_scaler)
+    assert all(np.array_equal(a, b) for a, b in zip(before[0], after[0]))
+    assert before[2] == after[2]
+    with pytest.raises(CheckpointError, match="no complete checkpoint|does not exist"):
+        amp.load_checkpoint(tmp_path / "none", net, opt, scaler)
