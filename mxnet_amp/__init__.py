@@ -35,6 +35,7 @@ Files:
     memory.py     (memory) MXNet's count of its tensor bytes: the storage profiler's counter
     lists/        the native list_* helpers, and the symbol_fp16 / symbol_bf16 lists
     patching.py   (rewrite) init/reset: cast wrappers around MXNet's op functions
+    stepcasts.py  (rewrite) a parameter cast once per imperative forward, dropped after it
     graph.py      (rewrite) symbol graphs: plan every op, rewrite with casts
     scaling.py    init_trainer / scale_loss / unscale: step stages, loss scaling, the skip
     overflow.py   (scaling) the on-device overflow check
