@@ -118,15 +118,16 @@ class StepMemory:
         return asdict(self)
 
 
-def fixed_env(environ: Optional[Mapping[str, str]] = None, threads: int = THREADS) -> dict:
-    """The environment of a measuring process: ``environ`` (default: this one, with this
-    process's ``sys.path`` and the simulated CPU class's oneDNN limits), every thread pool
-    set to ``threads`` and the allocator to ``ALLOCATOR``."""
+def fixed_env(extra: Optional[Mapping[str, str]] = None, threads: int = THREADS) -> dict:
+    """The environment of a measuring process: this one, with this process's ``sys.path``
+    and the simulated CPU class's oneDNN limits (``measure_process.child_env``), ``extra``
+    over it (``DNNL_MAX_CPU_ISA``...), then every thread pool set to ``threads`` and the
+    allocator to ``ALLOCATOR``."""
     if threads < 1:
         raise ValueError(f"threads must be at least 1, got {threads}")
     counts = {k: str(threads) for k in THREAD_ENV if k != "MXNET_ENGINE_TYPE"}
-    return {**(child_env() if environ is None else environ), **counts,
-            "OPENBLAS_NUM_THREADS": str(threads), **ALLOCATOR}
+    return {**child_env(), **(extra or {}), **counts, "OPENBLAS_NUM_THREADS": str(threads),
+            **ALLOCATOR}
 
 
 def stated(env: Mapping[str, str]) -> str:
@@ -201,7 +202,8 @@ def median(results: Sequence[StepMemory]) -> StepMemory:
 
 def measure_once(server: str, factory: Callable[..., Workload], *args: Any,
                  env: Optional[Mapping[str, str]] = None) -> StepMemory:
-    """One fresh process (``python -m server``, in ``fixed_env(env)``) that builds
+    """One fresh process (``python -m server``, in ``fixed_env(env)``: ``env`` is added to
+    this environment) that builds
     ``factory(*args)`` (a ``Workload``; arguments are JSON values; ``server`` hands
     ``factory`` to ``main``) and measures a step of it; ``MemoryMeasureFailed`` if it does
     not answer."""

@@ -79,6 +79,8 @@ def test_the_measuring_process_has_fixed_threads_and_allocator(monkeypatch):
     assert env["MALLOC_ARENA_MAX"] == "1"
     assert "MXNET_ENGINE_TYPE" not in env or env["MXNET_ENGINE_TYPE"] == \
         os.environ.get("MXNET_ENGINE_TYPE")
+    assert "PYTHONPATH" in env  # the measuring process imports what this one does
+    assert fixed_env({"DNNL_MAX_CPU_ISA": "AVX2"})["DNNL_MAX_CPU_ISA"] == "AVX2"
     line = memory.stated(env)
     assert "OMP_NUM_THREADS=2" in line and "MALLOC_MMAP_THRESHOLD_=131072" in line
     with pytest.raises(ValueError, match="threads must be at least 1"):

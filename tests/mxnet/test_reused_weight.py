@@ -129,3 +129,20 @@ def test_gradients_of_a_reused_weight_add_up_over_its_uses():
     z.backward()
     np.testing.assert_allclose(net.dense.weight.grad().asnumpy().astype("float32"),
                                ref.dense.weight.grad().asnumpy(), rtol=2e-3, atol=1e-3)
+
+
+def test_the_cast_report_counts_the_bytes_its_casts_write_per_step():
+    """At the traced shapes: each parameter's cast (float16 -> float32: 4 bytes an element),
+    and nothing for the casts-if-needed of values already float32 (MXNet runs them in
+    place)."""
+    amp.init(target_dtype="float16", fp32_ops=["FullyConnected"])
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(32, in_units=16, dtype="float16"),
+            gluon.nn.Dense(8, in_units=32, dtype="float16"))
+    net.initialize()
+    net.hybridize()
+    net(nd.ones((4, 16)))
+    casts = amp.cast_report(net).graph_casts
+    assert casts.nbytes == 4 * (16 * 32 + 32 + 32 * 8 + 8)
+    assert casts.unsized == 0
+    assert "written by them per step" in amp.cast_report(net).summary()

@@ -6,6 +6,7 @@ import paddle
 
 from amp_adapters import Policy
 from amp_adapters.device import DeviceProfile
+from paddle_amp import ir
 from paddle_amp.rewrite import Rewriter
 from paddle_helpers import is_pir
 
@@ -49,3 +50,15 @@ def test_a_weight_read_by_n_ops_is_cast_once_per_program(static):
     assert len(per) == 2, per  # the weight and the bias were cast
     assert all(len(shapes) == 1 for shapes in per.values()), per
     assert sorted(s for shapes in per.values() for s in shapes) == [(UNITS,), (UNITS, UNITS)]
+
+
+
+def test_the_cast_report_counts_the_bytes_its_casts_write_per_step(static):
+    """The weight's and bias's casts have their size (float16: 2 bytes an element); the
+    activations' wait for the batch (their first dimension is -1 until fed)."""
+    tied_linear()
+    Rewriter(Policy.preset("O1"), DeviceProfile(None)).rewrite(static.main)
+    got = ir.of(static.main).graph_casts()
+    assert got.nbytes == 2 * (UNITS * UNITS + UNITS)
+    assert got.unsized == got.total - 2 and got.unsized >= 1
+    assert "MiB" in got.bytes_line() or "bytes written by them per step" in got.bytes_line()
