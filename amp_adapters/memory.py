@@ -22,6 +22,8 @@ measures it, the same way for every framework and policy:
   variables of ``speedbook.THREAD_ENV``) and glibc's allocator with a fixed mmap threshold
   and one arena (``ALLOCATOR``): with a threshold that moves with the program's own
   frees, repeated runs of one configuration differed by up to 13%;
+- a temporary directory of its own (``TMPDIR``), removed after it (MXNet's profiler writes
+  its trace there when the process exits);
 - ``runs`` (3) such processes, and each figure the median over them (``median``).
 
 Figures are bytes. The transient of a step is its peak minus the resident size just before
@@ -38,6 +40,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
@@ -209,9 +212,12 @@ def measure_once(server: str, factory: Callable[..., Workload], *args: Any,
     not answer."""
     name = getattr(factory, "__name__", str(factory))
     try:
-        r = subprocess.run([sys.executable, "-m", server, name, json.dumps(list(args))],
-                           env=fixed_env(env), capture_output=True, text=True,
-                           timeout=RUN_TIMEOUT_S)
+        # a temporary directory of its own (TMPDIR), removed after it: what a framework
+        # leaves there at exit (MXNet's profiler writes its trace) goes with it
+        with tempfile.TemporaryDirectory(prefix="amp-adapters-memory-") as scratch:
+            r = subprocess.run([sys.executable, "-m", server, name, json.dumps(list(args))],
+                               env=fixed_env({**(env or {}), "TMPDIR": scratch}),
+                               capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         raise MemoryMeasureFailed(f"{name}{tuple(args)}: no answer in {RUN_TIMEOUT_S:g} s") \
             from None

@@ -25,13 +25,18 @@ class ProfilerBytes:
 
     name = "MXNet storage profiler, Memory: cpu/0 (allocated during the step)"
 
-    def __init__(self) -> None:
-        self._file = os.path.join(tempfile.gettempdir(), f"amp-adapters-mx-{os.getpid()}.json")
+    def __init__(self, filename: Optional[str] = None) -> None:
+        # MXNet writes its trace to this file when the process exits, whatever is set later
+        # (never name a device such as os.devnull: MXNet replaces the file): by default in
+        # the temporary directory, which a measuring process has to itself
+        # (``amp_adapters.memory.measure_once``)
+        self.filename = filename or os.path.join(tempfile.gettempdir(),
+                                                 f"amp-adapters-mx-{os.getpid()}.json")
 
     def start(self) -> None:
         mx.nd.waitall()
         mx.profiler.set_config(profile_memory=True, aggregate_stats=True,
-                               filename=self._file)
+                               filename=self.filename)
         mx.profiler.dumps(reset=True)  # no earlier record in the aggregate
         mx.profiler.set_state("run")
 

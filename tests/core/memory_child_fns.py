@@ -1,5 +1,7 @@
 """A measuring process for tests/core/test_memory.py: numpy workloads (no framework) served by
 ``amp_adapters.memory.main`` (run as ``python -m memory_child_fns NAME ARGS``)."""
+import os
+
 import numpy as np
 
 from amp_adapters.memory import Workload, main
@@ -42,6 +44,14 @@ def counted(mib):
     return Workload(step, tensors=counter)
 
 
+def leaves_a_file():
+    """A workload that leaves a file in the temporary directory, as MXNet's profiler does."""
+    import tempfile
+    with open(os.path.join(tempfile.gettempdir(), "left-behind.json"), "w") as f:
+        f.write("{}")
+    return allocates(1)
+
+
 def raises():
     raise ValueError("this model does not build")
 
@@ -51,4 +61,4 @@ def not_a_workload():
 
 
 if __name__ == "__main__":
-    main(allocates, counted, raises, not_a_workload)
+    main(allocates, counted, leaves_a_file, raises, not_a_workload)

@@ -56,6 +56,14 @@ def test_the_framework_counter_is_started_before_a_step_of_its_own():
     assert measure_once(SERVER, fns.allocates, 16).tensor_peak is None
 
 
+def test_a_measuring_process_has_a_temporary_directory_of_its_own(tmp_path, monkeypatch):
+    """What a framework leaves in the temporary directory at exit (MXNet's profiler trace)
+    is removed with the process's own directory."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    measure_once(SERVER, fns.leaves_a_file)
+    assert not list(tmp_path.iterdir())
+
+
 def test_measure_is_the_median_of_fresh_processes():
     got = measure(SERVER, fns.allocates, 8, runs=3)
     assert got.runs == 3

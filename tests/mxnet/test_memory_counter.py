@@ -8,8 +8,8 @@ from mxnet_amp.memory import ProfilerBytes, peak_from_stats
 MIB = 1 << 20
 
 
-def test_the_counter_sees_an_array_allocated_between_start_and_peak():
-    counter: TensorBytes = ProfilerBytes()
+def test_the_counter_sees_an_array_allocated_between_start_and_peak(tmp_path):
+    counter: TensorBytes = ProfilerBytes(str(tmp_path / "trace.json"))
     counter.start()
     a = mx.nd.ones((MIB,))  # 4 MiB of float32
     a.wait_to_read()
@@ -18,8 +18,8 @@ def test_the_counter_sees_an_array_allocated_between_start_and_peak():
     assert "cpu/0" in counter.name
 
 
-def test_the_profiler_is_off_after_the_bracket():
-    counter = ProfilerBytes()
+def test_the_profiler_is_off_after_the_bracket(tmp_path):
+    counter = ProfilerBytes(str(tmp_path / "trace.json"))
     counter.start()
     counter.peak()
     assert mx.profiler.dumps(reset=True).count("cpu/0") == 0
