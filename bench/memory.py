@@ -234,12 +234,12 @@ def _targets(framework: str, model: str, results: dict) -> list[str]:
     for config, ref, limit, what in (("ours", "native", 1.05, "ours (drop-in) <= 1.05x native"),
                                      ("auto", "fp32", 1.05, "auto <= 1.05x fp32"),
                                      ("O1-bf16", "fp32", 0.85, "O1-bf16 <= 0.85x fp32")):
-        if config == "O1-bf16" and not model.startswith("CNN"):
-            continue
+        if (config == "O1-bf16" and not model.startswith("CNN")) or config not in results:
+            continue  # not a target of this model, or not run for it
         a, b = peak(config), peak(ref) if ref != "fp32" else fp32
         if a is None or b is None:
-            out.append(f"- {framework}, {model}: {what}: not measured (a row failed or did not "
-                       f"run)")
+            failed = " and ".join(c for c in (config, ref) if peak(c) is None)
+            out.append(f"- {framework}, {model}: {what}: not measured ({failed} failed)")
             continue
         held = "holds" if a <= limit * b else "MISSED"
         out.append(f"- {framework}, {model}: {what}: {a / b:.2f}x, {held}")

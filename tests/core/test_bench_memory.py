@@ -25,5 +25,11 @@ def test_the_cnn_target_is_the_cnn_only_and_a_failed_row_is_not_a_verdict():
             "auto": _got(100), "O1-bf16": _got(50)}
     got = _targets("Paddle (legacy IR)", "MLP 4x512", rows)
     assert got == ["- Paddle (legacy IR), MLP 4x512: ours (drop-in) <= 1.05x native: not "
-                   "measured (a row failed or did not run)",
+                   "measured (native failed)",
                    "- Paddle (legacy IR), MLP 4x512: auto <= 1.05x fp32: 1.00x, holds"]
+
+
+def test_a_target_whose_config_did_not_run_is_left_out():
+    rows = {"fp32": _got(100), "native": _got(110), "ours": _got(80)}  # the reuse case: no auto
+    assert _targets("MXNet", "Dense(2048) x8, imperative", rows) == [
+        "- MXNet, Dense(2048) x8, imperative: ours (drop-in) <= 1.05x native: 0.73x, holds"]
