@@ -14,6 +14,7 @@ Files:
     speedbook.py  measured speed kept: saved profiles, the per-machine cache, measuring
     timing.py     side-by-side timing: interleaved pairs, median ratio and spread
     measure_process.py  measurements in a kept child process (the planning process untouched)
+    memory.py     a step's peak memory: a fresh process per run, VmHWM, median of three
     isa.py        what oneDNN uses for bf16 here: CPU flags capped by the ISA limit
     speed_report.py  info --measure / profile: per-op measured speed, the saved profile
     params.py     plan_params: which parameters O2 stores in the low dtype

@@ -149,7 +149,7 @@ _children: dict[tuple, _Child] = {}
 _lock = threading.Lock()
 
 
-def _child_env() -> dict:
+def child_env() -> dict:
     """This environment, with this process's ``sys.path`` (the child imports what we do) and
     the oneDNN limits of the simulated CPU class (``isa.onednn_env``)."""
     path = [os.path.abspath(p or os.curdir) for p in sys.path]
@@ -176,7 +176,7 @@ def call(server: str, fn: Callable, *args: Any) -> Any:
                           "measuring process (sys.executable is empty): measuring in this "
                           "process")
                 return fn(*args)
-            child = _children[key] = _Child(server, _child_env())
+            child = _children[key] = _Child(server, child_env())
         return _decode(child.ask({"fn": fn.__name__, "args": list(args)}))
 
 

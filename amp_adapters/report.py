@@ -16,30 +16,66 @@ still answers for.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional
+import math
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from .dtypes import LOW_DTYPES
 from .planner import OpDecision
 
 
+ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}
+
+
+def cast_bytes(shape: Optional[Sequence[Optional[int]]], dtype: Optional[str]) -> Optional[int]:
+    """The bytes a cast's output of ``shape`` in ``dtype`` takes; None when a dimension is
+    not known (None, or the -1/0 a framework writes for a batch not yet fed) or the dtype is
+    decided at run time."""
+    if shape is None or dtype not in ITEMSIZE or any(d is None or d <= 0 for d in shape):
+        return None
+    return ITEMSIZE[dtype] * math.prod(shape)
+
+
 @dataclass(frozen=True)
 class GraphCasts:
-    """The cast nodes of a graph's forward pass, as the backend found them in the graph."""
+    """The cast nodes of a graph's forward pass, as the backend found them in the graph; and,
+    where the backend knows their shapes, the bytes they write per step (``nbytes``: the casts
+    of a known size; ``unsized``: how many others, whose size waits for the batch)."""
 
     total: int
     round_trips: int  # of ``total``: emulation's casts to the low dtype and straight back
+    nbytes: Optional[int] = None  # None: the backend gave no sizes
+    unsized: int = 0
 
     @classmethod
-    def count(cls, casts: Iterable[tuple[str, str, Optional[str]]]) -> "GraphCasts":
+    def count(cls, casts: Iterable[tuple]) -> "GraphCasts":
         """From ``(input, output, to_dtype)`` of every cast node (``to_dtype`` None when it is
-        decided at run time). A cast to float32 of a cast's output in a low dtype is a round
-        trip: both count as emulation's."""
+        decided at run time), or ``(input, output, to_dtype, nbytes)`` with the bytes of its
+        output (None: not known). A cast to float32 of a cast's output in a low dtype is a
+        round trip: both count as emulation's."""
         casts = list(casts)
-        low_outputs = {out for _, out, to in casts if to in LOW_DTYPES}
-        back = {inp for inp, _, to in casts if to == "float32" and inp in low_outputs}
+        low_outputs = {out for _, out, to, *_ in casts if to in LOW_DTYPES}
+        back = {inp for inp, _, to, *_ in casts if to == "float32" and inp in low_outputs}
         rounding = sum((to == "float32" and inp in low_outputs) or
-                       (to in LOW_DTYPES and out in back) for inp, out, to in casts)
-        return cls(len(casts), rounding)
+                       (to in LOW_DTYPES and out in back) for inp, out, to, *_ in casts)
+        sizes = [c[3] for c in casts if len(c) > 3]
+        if not sizes:
+            return cls(len(casts), rounding)
+        return cls(len(casts), rounding, sum(b for b in sizes if b is not None),
+                   sum(b is None for b in sizes))
+
+    def bytes_line(self) -> str:
+        """What the casts write per step, for a summary: '' when not counted."""
+        if self.nbytes is None:
+            return ""
+        known = f"{_mib(self.nbytes)} written by them per step"
+        if self.unsized == self.total:
+            return "; their size waits for the batch"
+        return f"; {known}" + (f" (and {self.unsized} whose size waits for the batch)"
+                               if self.unsized else "")
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.2f} MiB" if n >= 1 << 14 else f"{n} bytes"
 
 
 @dataclass(frozen=True)
@@ -95,7 +131,8 @@ class CastReport:
             return head + " planned"
         low = next((d.low_dtype for d in self.decisions if d.emulated), "the low dtype")
         trips = f" ({g.round_trips} of them emulation's round trips through {low})"
-        return head + " in the forward graph" + (trips if g.round_trips else "")
+        return head + " in the forward graph" + (trips if g.round_trips else "") + \
+            g.bytes_line()
 
     def format(self) -> str:
         """The table: op, canonical op, category, input dtypes, run dtype (and whether on a

@@ -32,9 +32,11 @@ Files:
     kernels.py    which ops have a low-precision kernel on a device (probed once)
     speed.py      measured speed: an op low with its casts against float32 (SpeedBook's timer)
     speed_child.py  the measuring child process (python -m mxnet_amp.speed_child)
+    memory.py     (memory) MXNet's count of its tensor bytes: the storage profiler's counter
     lists/        the native list_* helpers, and the symbol_fp16 / symbol_bf16 lists
     patching.py   (rewrite) init/reset: cast wrappers around MXNet's op functions
     layer_paths.py  where an op sits: a block tree's paths and names, for the layer rules
+    stepcasts.py  (rewrite) a parameter cast once per imperative forward, dropped after it
     graph.py      (rewrite) symbol graphs: plan every op, rewrite with casts
     scaling.py    init_trainer / scale_loss / unscale: step stages, loss scaling, the skip
     overflow.py   (scaling) the on-device overflow check

@@ -51,7 +51,7 @@ from ._mx import (_local, bypassed, call_unpatched, cast, fc_needs_split, fc_spl
 from .active import active_policy, forget_layer_names, note_layer_names, set_policy
 from .layer_paths import block_layers, block_names, node_instance, tree_paths
 from .config import init_policy
-from . import traced
+from . import stepcasts, traced
 from .traced import traced_shapes
 from .kernels import forget_fallback_logs, log_fallback
 from .speed import forget_speed_books, note_native_speed, profile
@@ -63,7 +63,7 @@ _NP_ALIASES = {"_npi_true_divide": ("true_divide", "divide")}
 
 _patches: list[tuple[Any, str, Callable]] = []  # (module, attribute, original)
 # (id(parameter variable), how) -> (variable, its cast): a traced weight is cast once, not per use
-# (outside a Gluon trace, which has its own; see ``_traced_graph``)
+# (outside a Gluon trace, which has its own; see ``_traced_graph``; arrays: ``stepcasts``)
 _param_casts: dict[tuple[int, str], tuple[Any, Any]] = {}
 
 
@@ -103,6 +103,7 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
         block = mx.gluon.Block
         _patches.append((block, "__call__", block.__call__))
         block.__call__ = _named_call(block.__call__)
+    _patches.extend(stepcasts.install())  # imperative: a weight cast once per forward
     hybrid = mx.gluon.HybridBlock
     _patches.append((hybrid, "_get_graph", hybrid._get_graph))
     hybrid._get_graph = _traced_graph(hybrid._get_graph)
@@ -124,6 +125,7 @@ def reset() -> None:
         setattr(module, attr, original)
     set_policy(None)
     _param_casts.clear()
+    stepcasts.forget()
     forget_fallback_logs()
     forget_speed_books()
     forget_loss_output_trainer()
@@ -466,8 +468,11 @@ def _param_cast(x: Any, how: str, known: Optional[str], make: Callable[[Any], An
     """``make(x)``, shared by every use of ``x`` when it is a traced parameter (a variable
     with a declared dtype), so a weight used by several ops is cast once per graph. The
     cache belongs to the graph being traced (``traced_graph``); outside a Gluon trace
-    (symbols built by hand) it lives until ``reset()``."""
-    if not (is_symbol(x) and known is not None):
+    (symbols built by hand) it lives until ``reset()``. An array: once per imperative
+    forward when it is a parameter's (``stepcasts``)."""
+    if not is_symbol(x):
+        return stepcasts.cast_once(x, how, make)
+    if known is None:
         return make(x)
     casts = _trace.casts if _trace.casts is not None else _param_casts
     key = (id(x), how)

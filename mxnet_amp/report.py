@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import warnings
 from typing import Optional
 
 import mxnet as mx
@@ -11,7 +12,7 @@ from mxnet.gluon import HybridBlock
 
 from amp_adapters import CastReport, Policy
 from amp_adapters.policy import PolicyLike
-from amp_adapters.report import GraphCasts
+from amp_adapters.report import GraphCasts, cast_bytes
 
 from ._mx import dtype_name
 from .active import active_policy
@@ -24,13 +25,58 @@ from .traced import block_graph, traced_shapes, traced_without_amp
 logger = logging.getLogger("mxnet_amp")
 
 
-def graph_casts(sym: mx.sym.Symbol) -> GraphCasts:
-    """The ``amp_cast`` / ``amp_multicast`` nodes of a traced graph (emulation's included)."""
+def graph_casts(sym: mx.sym.Symbol, shapes: Optional[dict] = None,
+                dtypes: Optional[dict] = None) -> GraphCasts:
+    """The ``amp_cast`` / ``amp_multicast`` nodes of a traced graph (emulation's included);
+    with the shapes of its inputs (``{variable: shape}``) and the dtypes of its variables,
+    the bytes each ``amp_cast`` writes: nothing where its input already has the dtype (MXNet
+    runs it in place), unknown for a multicast (its dtype is decided at run time)."""
     nodes = json.loads(sym.tojson(remove_amp_cast=False))["nodes"]
-    return GraphCasts.count(
-        (nodes[n["inputs"][0][0]]["name"], n["name"],
-         n.get("attrs", {}).get("dtype") if n["op"] == "amp_cast" else None)
-        for n in nodes if n["op"] in ("amp_cast", "amp_multicast"))
+    casts = [n for n in nodes if n["op"] in ("amp_cast", "amp_multicast")]
+    if shapes is None:
+        return GraphCasts.count((nodes[n["inputs"][0][0]]["name"], n["name"],
+                                 n.get("attrs", {}).get("dtype")
+                                 if n["op"] == "amp_cast" else None) for n in casts)
+    out_shapes, out_types = _outputs(sym, shapes, dtypes or {})
+
+    def entry(n: dict) -> tuple:
+        src, to = nodes[n["inputs"][0][0]], n.get("attrs", {}).get("dtype")
+        if n["op"] != "amp_cast":
+            return src["name"], n["name"], None, None
+        name = src["name"] if src["op"] == "null" else _output_name(src, n["inputs"][0][1])
+        same = (dtypes or {}).get(name, out_types.get(name)) == to
+        return (src["name"], n["name"], to,
+                0 if same else cast_bytes(out_shapes.get(n["name"] + "_output"), to))
+    return GraphCasts.count(entry(n) for n in casts)
+
+
+def _output_name(node: dict, index: int) -> str:
+    outputs = int(node.get("attrs", {}).get("num_outputs", 1))
+    return f"{node['name']}_output" + (str(index) if outputs > 1 else "")
+
+
+def _outputs(sym: mx.sym.Symbol, shapes: dict, dtypes: dict) -> tuple[dict, dict]:
+    """({internal output: shape}, {internal output: dtype name}) of a graph, inferred from
+    its inputs' shapes and variables' dtypes (unknown dimensions 0, as MXNet writes them);
+    empty where MXNet cannot infer them."""
+    internals = sym.get_internals()
+    args, names = internals.list_arguments(), internals.list_outputs()
+    shape_of, type_of = {}, {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            _, out, _ = internals.infer_shape_partial(
+                **{k: v for k, v in shapes.items() if k in args})
+            shape_of = dict(zip(names, out or ()))
+        except (mx.base.MXNetError, TypeError, ValueError):
+            pass
+        try:
+            _, types, _ = internals.infer_type_partial(
+                **{k: v for k, v in dtypes.items() if k in args and v != "bfloat16"})
+            type_of = {k: dtype_name(t) for k, t in zip(names, types or ()) if t is not None}
+        except (mx.base.MXNetError, TypeError, ValueError):
+            pass
+    return shape_of, type_of
 
 
 def block_context(block: HybridBlock) -> mx.Context:
@@ -72,7 +118,7 @@ def cast_report(block: HybridBlock, *, policy: Optional[PolicyLike] = None,
         plan = [dataclasses.replace(d, reason="traced before mxnet_amp.init(): the cached "
                                               "graph has no AMP casts (hybridize again)")
                 for d in plan]
-    return CastReport("mxnet", tuple(plan), graph_casts(sym))
+    return CastReport("mxnet", tuple(plan), graph_casts(sym, traced_shapes.get(block), known))
 
 
 def summarize_block(block: HybridBlock) -> None:

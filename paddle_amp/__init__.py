@@ -25,6 +25,7 @@ Files:
     speed.py      measured speed (policy "auto"): the timer per op and shape class, one
                   SpeedBook per process, the costs the device profile reads
     speed_child.py  the measuring child process (python -m paddle_amp.speed_child)
+    memory.py     (memory) Paddle's count of its tensor bytes: the host allocator's peak
     onednn_log.py (kernels) oneDNN's verbose log of one block: which implementation ran
     lists.py      AutoMixedPrecisionLists (and BF16): live sets -> OpLists
     env.py        Paddle glue: static check, the program's IR, dtype names, device

@@ -154,3 +154,20 @@ def test_an_op_without_a_kernel_that_the_other_model_lacks_is_a_kernel_differenc
         plan_op(bf16, "paddle", "matmul_v2", ("float32",) * 2, device=DeviceProfile(none)),
         plan_op(bf16, "paddle", "elementwise_add", ("float32",) * 2, device=DeviceProfile(none))))
     assert kernel_differences(mx_none, pd_none) == []
+
+
+def test_graph_casts_count_the_bytes_of_the_casts_of_a_known_size():
+    from amp_adapters.report import GraphCasts, cast_bytes
+
+    assert cast_bytes((4, 16), "bfloat16") == 128
+    assert cast_bytes((-1, 16), "float16") is None  # the batch is not fed yet
+    assert cast_bytes((4, 16), None) is None  # a dtype decided at run time
+    sized = GraphCasts.count([("w", "w.cast", "float16", 2048), ("x", "x.cast", "float16", None),
+                              ("b", "b.cast", "float32", 0)])
+    assert (sized.total, sized.nbytes, sized.unsized) == (3, 2048, 1)
+    assert sized.bytes_line() == "; 2048 bytes written by them per step (and 1 whose size " \
+        "waits for the batch)"
+    unsized = GraphCasts.count([("w", "w.cast", "float16")])
+    assert unsized.nbytes is None and unsized.bytes_line() == ""
+    assert GraphCasts.count([("w", "w.cast", "float16", 3 << 20)]).bytes_line() == \
+        "; 3.00 MiB written by them per step"

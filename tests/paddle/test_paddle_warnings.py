@@ -93,7 +93,10 @@ def test_emulation_is_info_and_its_casts_are_counted(static, caplog):
         assert (in_program, with_grad, all_casts) == (12, 10, 22)
     assert str(report).splitlines()[0] == (
         f"paddle: {len(report.decisions)} ops, {in_program} casts in the forward graph "
-        f"({in_program} of them emulation's round trips through float16)")
+        f"({in_program} of them emulation's round trips through float16)"
+        f"{report.graph_casts.bytes_line()}")
+    # the parameters' round trips have their size; the activations' wait for the batch
+    assert "bytes written by them per step (and" in report.graph_casts.bytes_line()
 
 
 def test_real_casts_are_not_called_round_trips(static):

@@ -15,7 +15,7 @@ from paddle.base import core, framework
 from amp_adapters import ParamUse
 from amp_adapters.dtypes import FLOAT_DTYPES
 from amp_adapters.oplists import passes_through
-from amp_adapters.report import GraphCasts
+from amp_adapters.report import GraphCasts, cast_bytes
 
 from ...env import VarType, dtype_name
 from ..protocol import CONTROL_FLOW, OpAttrs, Slot
@@ -233,9 +233,13 @@ class Values:
         """Nothing: every op carries its role (forward, backward, optimize)."""
 
     def graph_casts(self) -> Optional[GraphCasts]:
-        """Forward ``cast`` ops (not the backward's), emulation's round trips apart."""
+        """Forward ``cast`` ops (not the backward's), emulation's round trips apart, with the
+        bytes each writes where its shape is known (a batch not yet fed is not)."""
         block = self.block
-        return GraphCasts.count(
-            (op.input("X")[0], op.output("Out")[0],
-             dtype_name(block._var_recursive(op.output("Out")[0])))
-            for op in block.ops if op.type == "cast" and is_forward(op))
+
+        def entry(op):
+            out = block._var_recursive(op.output("Out")[0])
+            return (op.input("X")[0], op.output("Out")[0], dtype_name(out),
+                    cast_bytes(tuple(out.shape), dtype_name(out)))
+        return GraphCasts.count(entry(op) for op in block.ops
+                                if op.type == "cast" and is_forward(op))

@@ -12,7 +12,7 @@ import paddle
 from amp_adapters import AmpConfigError, ParamUse
 from amp_adapters.dtypes import FLOAT_DTYPES, dtype_name
 from amp_adapters.oplists import passes_through
-from amp_adapters.report import GraphCasts
+from amp_adapters.report import GraphCasts, cast_bytes
 
 from ..protocol import CONTROL_FLOW, OpAttrs, Slot
 from . import opnames
@@ -268,8 +268,10 @@ class Values:
         """The ``pd_op.cast`` ops of the forward pass (all of them in a program with no
         backward), emulation's round trips apart, as on the legacy IR. Not the backward's:
         the gradient of each forward cast is a cast back, so a trained program holds about
-        twice as many (22 for the emulated MLP whose forward holds 12)."""
+        twice as many (22 for the emulated MLP whose forward holds 12). With the bytes each
+        writes where its shape is known (a batch not yet fed is not)."""
         return GraphCasts.count(
-            (op.operand_source(0).id, op.result(0).id, value_dtype(op.result(0)))
+            (op.operand_source(0).id, op.result(0).id, value_dtype(op.result(0)),
+             cast_bytes(tuple(op.result(0).shape), value_dtype(op.result(0))))
             for op in self.block.ops
             if op.name() == "pd_op.cast" and (self._forward is None or op.id() in self._forward))

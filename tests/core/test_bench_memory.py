@@ -1,0 +1,35 @@
+"""The memory section's verdicts (bench/memory.py): which targets a model's rows hold, from
+given figures (no measurement here)."""
+from amp_adapters.memory import StepMemory
+from bench.memory import _targets
+
+MIB = 1 << 20
+
+
+def _got(peak_mib):
+    return StepMemory(peak=peak_mib * MIB, before=0, transient=peak_mib * MIB,
+                      peak_source="VmHWM")
+
+
+def test_each_target_holds_or_is_missed_by_its_ratio():
+    rows = {"fp32": _got(100), "native": _got(90), "ours": _got(95), "auto": _got(104),
+            "O1-bf16": _got(86)}
+    got = _targets("MXNet", "CNN 3x3 64ch 56x56", rows)
+    assert got == ["- MXNet, CNN 3x3 64ch 56x56: ours (drop-in) <= 1.05x native: 1.06x, MISSED",
+                   "- MXNet, CNN 3x3 64ch 56x56: auto <= 1.05x fp32: 1.04x, holds",
+                   "- MXNet, CNN 3x3 64ch 56x56: O1-bf16 <= 0.85x fp32: 0.86x, MISSED"]
+
+
+def test_the_cnn_target_is_the_cnn_only_and_a_failed_row_is_not_a_verdict():
+    rows = {"fp32": _got(100), "native": "failed: no kernel", "ours": _got(95),
+            "auto": _got(100), "O1-bf16": _got(50)}
+    got = _targets("Paddle (legacy IR)", "MLP 4x512", rows)
+    assert got == ["- Paddle (legacy IR), MLP 4x512: ours (drop-in) <= 1.05x native: not "
+                   "measured (native failed)",
+                   "- Paddle (legacy IR), MLP 4x512: auto <= 1.05x fp32: 1.00x, holds"]
+
+
+def test_a_target_whose_config_did_not_run_is_left_out():
+    rows = {"fp32": _got(100), "native": _got(110), "ours": _got(80)}  # the reuse case: no auto
+    assert _targets("MXNet", "Dense(2048) x8, imperative", rows) == [
+        "- MXNet, Dense(2048) x8, imperative: ours (drop-in) <= 1.05x native: 0.73x, holds"]
