@@ -334,7 +334,8 @@ def paddle_rows() -> list[str]:
                 # without a bf16 kernel auto lowers nothing: its program is the float32 one
                 auto = "-" if mode != "training" else (
                     _child(_PADDLE_STEP, "ours", "1" if pir else "0", model, mode, "auto")
-                    if gemm else "not timed: no bf16 kernel here, so auto stays float32")
+                    if gemm else f"not timed: no {'/'.join(sorted(PADDLE_GEMM[model]))} bf16 "
+                    f"kernel here, so auto stays float32")
                 if gemm:
                     ours = _child(_PADDLE_STEP, "ours", "1" if pir else "0", model, mode)
                 else:
