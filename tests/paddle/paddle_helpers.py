@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
+from pathlib import Path
 
 import numpy as np
 import paddle
@@ -164,3 +166,14 @@ def static_in_own_scope():
     with paddle.static.scope_guard(paddle.static.Scope()):
         yield
     paddle.disable_static()
+
+
+def native_surface():
+    """tests/native_surface.py (``missing``, ``signature_gaps``, ``method_gaps``), loaded by
+    path: putting tests/ on sys.path would make tests/mxnet importable as "mxnet" where
+    MXNet is not installed."""
+    spec = importlib.util.spec_from_file_location(
+        "native_surface", Path(__file__).resolve().parents[1] / "native_surface.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -1,17 +1,12 @@
 """Every public name of the installed paddle.amp is in paddle_amp.dygraph (a drop-in never
 answers a native name with AttributeError), and the state queries answer for our region."""
-import importlib.util
-from pathlib import Path
 
 import paddle
 
 from paddle_amp import dygraph as amp
+from paddle_helpers import native_surface
 
-# tests/native_surface.py, loaded by path (as test_paddle_native_surface.py does)
-_spec = importlib.util.spec_from_file_location(
-    "native_surface", Path(__file__).resolve().parents[1] / "native_surface.py")
-_surface = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_surface)
+_surface = native_surface()
 missing, signature_gaps, method_gaps = (_surface.missing, _surface.signature_gaps,
                                        _surface.method_gaps)
 

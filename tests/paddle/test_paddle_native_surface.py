@@ -2,9 +2,7 @@
 tests its AMP (test_amp_list.py, test_fp16_utils.py, test_bf16_utils.py, the decorate
 helpers that always pass master_grad/use_promote), against our modules, on CPU.
 """
-import importlib.util
 import inspect
-from pathlib import Path
 
 import numpy as np
 from amp_adapters.device import DeviceProfile
@@ -15,19 +13,14 @@ from paddle.base import core
 
 import paddle_amp
 from amp_adapters import ConflictingOpError, NotSupportedError, Policy, categorize
-from paddle_helpers import batch, forward_ops, mlp, pir_mode
+from paddle_helpers import batch, forward_ops, mlp, native_surface, pir_mode
 
 pytestmark = pytest.mark.skipif(pir_mode(), reason=(
     "the native whole-program utilities (fp16_utils, bf16, cast_model_to_fp16) and these "
     "checks read legacy program ops (op.type, var descs); Paddle 3.3.1's own versions "
     "have no PIR branch either"))
 
-# tests/native_surface.py, loaded by path: putting tests/ on sys.path would make the
-# tests/mxnet folder importable as "mxnet" where MXNet is not installed
-_spec = importlib.util.spec_from_file_location(
-    "native_surface", Path(__file__).resolve().parents[1] / "native_surface.py")
-_surface = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_surface)
+_surface = native_surface()
 missing, signature_gaps, method_gaps = (_surface.missing, _surface.signature_gaps,
                                        _surface.method_gaps)
 
