@@ -54,6 +54,12 @@ from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale
 # AMP_ADAPTERS_CPU=avx2|avx512_core: run as that CPU class (isa.simulated): oneDNN limited to
 # match in this process, for a framework whose oneDNN has not started yet, and its children
 _os.environ.update(_isa.onednn_env())
+if _isa.simulated() and {"mxnet", "paddle"} & set(__import__("sys").modules):
+    import warnings as _warnings
+    _warnings.warn("amp_adapters: AMP_ADAPTERS_CPU is set but a framework was imported "
+                   "first: its oneDNN may already run beyond the simulated class in this "
+                   "process (import amp_adapters first, or set DNNL_MAX_CPU_ISA and "
+                   "ONEDNN_MAX_CPU_ISA yourself); measuring children are limited", stacklevel=2)
 
 __version__ = "0.2.0"  # the one place: setup.cfg reads it (version = attr: ...)
 

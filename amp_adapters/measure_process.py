@@ -22,12 +22,14 @@ Two kinds of failure, told apart because only one is an answer about the op:
 
 - a call that raises there (the framework refused the op) raises ``MeasureError`` here
   with the exception's type and message: the op's answer ("no kernel");
+- a child that crashed (``CRASHES``: a kernel that aborts or segfaults) raises
+  ``MeasureError`` too, naming its signal and the last line it printed: the op's answer
+  as well (retried, it would crash again and again);
 - a failure of the measuring itself raises ``ChildFailed`` (a ``MeasureError`` and a
-  ``speedbook.MeasuringFailed``): the child died (a kernel that aborts or segfaults, or
-  the kernel's OOM killer: its signal and the last line it printed), did not answer in
-  ``ANSWER_TIMEOUT_S`` (it is ended), or could not start (``Popen`` failed: no memory,
-  no processes left). The speed book keeps that as no measurement, retried later. The
-  next call starts another child.
+  ``speedbook.MeasuringFailed``): the child was killed (the kernel's OOM killer), ended
+  otherwise, did not answer in ``ANSWER_TIMEOUT_S`` (it is ended), or could not start
+  (``Popen`` failed: no memory, no processes left). The speed book keeps that as no
+  measurement, retried later. The next call starts another child.
 
 A process that has no Python to start one (no ``sys.executable``) warns once and calls
 ``fn`` in itself.
@@ -50,6 +52,11 @@ from .isa import onednn_env
 from .speedbook import TIMING_ENV, MeasuringFailed, warn_once
 
 ANSWER_TIMEOUT_S = 600.0  # one call: an import and a timing budget take seconds; a hang ends
+
+
+# the signals of a child the measured op crashed (not the OOM killer's SIGKILL)
+CRASHES = frozenset({signal.SIGABRT, signal.SIGSEGV, signal.SIGILL, signal.SIGFPE,
+                     signal.SIGBUS})
 
 
 class MeasureError(RuntimeError):
@@ -120,7 +127,10 @@ class _Child:
             self.timed_out, line = True, b""
             self.proc.kill()
         if not line:
-            raise ChildFailed(self._death())
+            how = self._death()
+            if not self.timed_out and -self.proc.returncode in CRASHES:
+                raise MeasureError(how)  # the op crashed it: an answer
+            raise ChildFailed(how)
         return json.loads(line)
 
     def _death(self) -> str:

@@ -353,6 +353,11 @@ def locked(path: Path) -> Iterator[bool]:
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:  # a filesystem without flock (some NFS, FUSE): no lock, no wait
+        os.close(fd)
+        yield False
+        return
+    try:
         held.add(str(path))
         yield True
     finally:
@@ -375,6 +380,7 @@ def warn_once(key: str, message: str, logger: logging.Logger = log) -> bool:
     return True
 
 
+PROCESS_STARTED = time.time()  # this process's start, as the speed book counts it
 _MISS = object()  # a key the cache cannot answer (absent, stale under refresh, retry due)
 
 
@@ -396,7 +402,9 @@ class SpeedBook:
         self.refresh = os.environ.get("AMP_ADAPTERS_REFRESH") == "1" if refresh is None \
             else refresh
         self.batch, self.clock = batch, clock
-        self.started = clock()
+        # when this process started (its import of the book): what refresh and a retry time
+        # compare with, the same for every book a process makes however late
+        self.started = PROCESS_STARTED if clock is time.time else clock()
         self.saved: Optional[ProfileFile] = None
         if profile is not None:
             self.saved = read_profile(profile)
@@ -511,6 +519,7 @@ class SpeedBook:
         holds its lock), so every other entry stays as the last writer left it."""
         now = self.clock()
         self.mine.entries[k], self.mine.measured_at[k] = value, now
+        self._set_aside_unreadable()
         disk = self._read_cache()
         disk.entries[k], disk.measured_at[k] = value, now
         try:
@@ -520,6 +529,23 @@ class SpeedBook:
                        f"speed cache in {self.cache_path.parent} ({e.strerror or e}): "
                        f"measurements stay in memory for this process; set "
                        f"AMP_ADAPTERS_CACHE to a writable directory to keep them")
+
+    def _set_aside_unreadable(self) -> None:
+        """A cache file this version cannot read (broken, or another version's format) is
+        renamed ``<name>.unreadable-<time>``, not overwritten with one entry: what other
+        processes measured stays on disk."""
+        try:
+            read_profile(self.cache_path)
+        except AmpConfigError as e:
+            if not self.cache_path.exists():
+                return
+            aside = self.cache_path.with_name(
+                f"{self.cache_path.name}.unreadable-{int(self.clock())}")
+            with contextlib.suppress(OSError):
+                os.replace(self.cache_path, aside)
+                warn_once(f"aside:{self.cache_path}", f"amp_adapters: the speed cache "
+                          f"{self.cache_path} cannot be read ({e}): kept as {aside.name}, "
+                          f"and a new one is written")
 
     def for_training(self, training: bool) -> Callable[[str, ShapeClass], Optional[Cost]]:
         """The ``DeviceProfile.costs`` lookup for a training or an inference program."""

@@ -10,7 +10,10 @@ faster than float32 here (``device.speed_refusal``, the planner's own rule). Wit
 measurement the candidate is not offered: the doctor does not recommend a fix that makes
 the model slower than the fixes in float16 it tries instead. On a CPU with native bf16
 instructions under a fixed-speed policy, a kernel is enough (as the lists decide there).
-Pure; the session gives the device's class and, where it has them, the costs.
+Pure; the session gives the device's class and, where it has them, the costs. Today no
+backend hands the doctor measured costs (its report keeps no operand shapes, which the
+speed book is keyed by), so under measured speed or emulation the bfloat16 candidate is
+never offered: over-cautious, never slower.
 """
 from __future__ import annotations
 

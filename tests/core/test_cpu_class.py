@@ -97,3 +97,12 @@ def test_a_measuring_child_runs_under_the_simulated_limits(monkeypatch):
     finally:
         measure_process.close_all()
     assert got == ["AVX512_CORE", "AVX512_CORE"]
+
+
+def test_a_framework_imported_first_is_named_in_a_warning():
+    env = {k: v for k, v in os.environ.items() if k not in isa.ISA_ENV}
+    out = subprocess.run(
+        [sys.executable, "-W", "always", "-c", "import paddle; "
+         "import amp_adapters"],
+        env={**env, "AMP_ADAPTERS_CPU": "avx2"}, capture_output=True, text=True, check=True)
+    assert "a framework was imported first" in out.stderr

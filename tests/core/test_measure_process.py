@@ -105,14 +105,17 @@ def test_json_values_make_the_round_trip(value):
 
 
 def test_the_op_failing_is_an_answer_the_measuring_failing_is_not(monkeypatch):
-    """What raised there is the op's answer (``MeasureError``); a child that died, did not
-    answer or could not start is a failure of the measuring (``MeasuringFailed``), which the
-    speed book does not keep as "no kernel"."""
-    with pytest.raises(MeasureError) as op_failed:
-        call(math.sqrt, -1)
-    assert not isinstance(op_failed.value, MeasuringFailed)
-    with pytest.raises(MeasuringFailed, match="SIGABRT"):
-        call(os.abort)
+    """What raised there, or crashed the child (SIGABRT), is the op's answer
+    (``MeasureError``); a child that ended otherwise, did not answer or could not start is a
+    failure of the measuring (``MeasuringFailed``), which the speed book does not keep as
+    "no kernel"."""
+    for fn, args in ((math.sqrt, (-1,)), (os.abort, ())):
+        with pytest.raises(MeasureError) as op_failed:
+            call(fn, *args)
+        assert not isinstance(op_failed.value, MeasuringFailed)
+    assert "SIGABRT" in str(op_failed.value)
+    with pytest.raises(MeasuringFailed, match="exit code 3"):
+        call(os._exit, 3)
     monkeypatch.setattr(measure_process, "ANSWER_TIMEOUT_S", 0.5)
     with pytest.raises(MeasuringFailed, match="did not answer"):
         call(time.sleep, 30)

@@ -5,6 +5,7 @@ import logging
 import math
 import multiprocessing
 import os
+import time
 
 import pytest
 from hypothesis import assume, given
@@ -39,6 +40,12 @@ class Timer:
         return self.cost
 
 
+def later():
+    """The clock of a process started after this one (a book counts from its process's
+    start: ``speedbook.PROCESS_STARTED``)."""
+    return time.time() + 60
+
+
 def book(tmp_path, timer, **kw):
     kw.setdefault("here", HERE)
     return SpeedBook("mxnet", "1.9.1", "bfloat16", timer, cache=tmp_path / "cache.json", **kw)
@@ -55,7 +62,8 @@ def test_each_key_is_measured_once_and_the_cache_keeps_it(tmp_path):
     again = Timer(Cost(3.0, 0.0, 3.0, 0.0))  # a later process, a noisier moment
     assert book(tmp_path, again).lookup("FullyConnected", MLP, True) == timer.cost
     assert again.calls == []  # the decision once made is kept
-    assert book(tmp_path, again, refresh=True).lookup("FullyConnected", MLP, True) == again.cost
+    assert book(tmp_path, again, refresh=True, clock=later).lookup(
+        "FullyConnected", MLP, True) == again.cost
 
 
 def test_another_machine_does_not_read_this_machines_cache(tmp_path):
@@ -247,23 +255,30 @@ def test_a_failure_of_the_measuring_is_not_kept_and_a_later_process_measures_aga
 
 
 def test_an_op_that_fails_in_the_child_is_kept_a_dying_child_is_not(tmp_path):
-    """The two failures of a real measuring child: the op raised there (an answer: kept as
-    no kernel), the child died (SIGABRT: no answer, kept only until its retry time)."""
+    """The failures of a real measuring child: the op raised there or crashed it (SIGABRT:
+    answers, kept as no kernel), the child ended otherwise (no answer, kept only until its
+    retry time)."""
     from amp_adapters import measure_process
 
     def raises(op, shape, training):
         return measure_process.call("measure_child_fns", math.sqrt, -1)
 
-    def dies(op, shape, training):
+    def crashes(op, shape, training):
         return measure_process.call("measure_child_fns", os.abort)
+
+    def dies(op, shape, training):
+        return measure_process.call("measure_child_fns", os._exit, 3)
     try:
         refused = book(tmp_path, raises).lookup("dot", MLP)
         assert refused.error and "math domain error" in refused.error
+        crashed = book(tmp_path, crashes).lookup("batch_dot", MLP)
+        assert crashed.error and "SIGABRT" in crashed.error
         assert book(tmp_path, dies).lookup("FullyConnected", MLP) is None
     finally:
         measure_process.close_all()
     kept = read_profile(tmp_path / "cache.json").entries
     assert isinstance(kept[book(tmp_path, dies).key("dot", MLP, False)], Cost)
+    assert isinstance(kept[book(tmp_path, dies).key("batch_dot", MLP, False)], Cost)
     assert isinstance(kept[book(tmp_path, dies).key("FullyConnected", MLP, False)], Failure)
 
 
@@ -279,7 +294,7 @@ def test_refresh_measures_only_its_own_keys_and_keeps_every_other_entry(tmp_path
     disk.entries.update(other)
     write_profile(tmp_path / "cache.json", disk)
     again = Timer(Cost(0.4, 0.01, 0.5, 0.01))
-    refresh = book(tmp_path, again, refresh=True)
+    refresh = book(tmp_path, again, refresh=True, clock=later)
     assert refresh.lookup("FullyConnected", MLP) == again.cost  # measured again
     assert refresh.lookup("FullyConnected", MLP) == again.cost and len(again.calls) == 1
     assert refresh.remeasure() == 2  # the model's key and the training one: this dtype's
@@ -434,3 +449,26 @@ def test_the_lock_is_taken_again_by_the_thread_that_holds_it(tmp_path):
     assert outer.lookup("FullyConnected", MLP).forward == 0.6
     assert {k[3] for k in read_profile(tmp_path / "cache.json").entries} == {
         "FullyConnected", "Convolution"}
+
+
+def test_a_cache_this_version_cannot_read_is_set_aside_not_overwritten(tmp_path):
+    (tmp_path / "cache.json").write_text('{"amp_adapters_profile": 99, "entries": []}')
+    timer = Timer(Cost(0.6, 0.01))
+    assert book(tmp_path, timer).lookup("FullyConnected", MLP) == timer.cost
+    aside, = tmp_path.glob("cache.json.unreadable-*")
+    assert '"amp_adapters_profile": 99' in aside.read_text()  # another version's, kept
+    assert list(read_profile(tmp_path / "cache.json").costs().values()) == [timer.cost]
+
+
+def test_a_filesystem_without_flock_measures_without_the_lock(tmp_path, monkeypatch):
+    import errno
+
+    from amp_adapters import speedbook
+
+    def no_flock(fd, how):
+        raise OSError(errno.ENOLCK, "No locks available")
+    monkeypatch.setattr(speedbook.fcntl, "flock", no_flock)
+    with speedbook.locked(tmp_path / "cache.json") as held:
+        assert held is False
+    timer = Timer(Cost(0.6, 0.01))
+    assert book(tmp_path, timer).lookup("FullyConnected", MLP) == timer.cost
