@@ -72,8 +72,10 @@ def policy_of(enable: Any = True, custom_white_list: Any = None, custom_black_li
     a region every step, and building a checked ``Policy`` costs about 0.1 ms (so a policy
     file named by ``policy=`` is read once per process)."""
     try:
-        key = (enable, _frozen(custom_white_list), _frozen(custom_black_list), level, dtype,
-               use_promote, policy, emulate)
+        # each flag with its type: 1 == True and hashes alike, but only True is a flag
+        key = ((type(enable), enable), _frozen(custom_white_list),
+               _frozen(custom_black_list), level, dtype, (type(use_promote), use_promote),
+               policy, (type(emulate), emulate))
         hash(key)
     except TypeError:  # an argument that cannot be a key: checked (and refused) below
         return _policy_of(enable, custom_white_list, custom_black_list, level, dtype,
@@ -88,7 +90,8 @@ def _frozen(names: Any) -> Any:
 
 @functools.lru_cache(maxsize=256)
 def _cached(key: tuple) -> Policy:
-    return _policy_of(*key)
+    enable, white, black, level, dtype, use_promote, policy, emulate = key
+    return _policy_of(enable[1], white, black, level, dtype, use_promote[1], policy, emulate[1])
 
 
 def _policy_of(enable: Any = True, custom_white_list: Any = None, custom_black_list: Any = None,

@@ -118,7 +118,8 @@ class AmpScaler:
         self._config = config
         self._state = LossScaleState.initial(config)
         self._init_loss_scaling = config.init_scale
-        self._found_inf = False
+        self._found_inf = False  # any optimizer's gradients not finite, this step
+        self._found: dict[int, bool] = {}  # id(optimizer) -> its gradients not finite
         self._cache_found_inf: Optional[bool] = None
         self._stages: dict[int, str] = defaultdict(lambda: INIT)
         self._params: list = []
@@ -166,9 +167,10 @@ class AmpScaler:
             raise RuntimeError("unscale_() is being called after step().")
         import paddle
         from paddle import _legacy_C_ops
-        self._params = self._parameters(optimizer)
+        params = self._parameters(optimizer)
+        self._params += params  # every optimizer's this step: what the guard names
         by_dtype: dict[Any, list] = {}
-        for p in self._params:
+        for p in params:
             g = p._grad_ivar()
             if g is not None:
                 by_dtype.setdefault(g.dtype, []).append(g)
@@ -178,7 +180,8 @@ class AmpScaler:
             flag = paddle.to_tensor(np.array([False]))
             _legacy_C_ops.check_finite_and_unscale(grads, scale, grads, flag)
             found = found or bool(flag.numpy().any())  # the one host read per step
-        self._found_inf = _agreed(found)
+        self._found[id(optimizer)] = _agreed(found)
+        self._found_inf = any(self._found.values())
         self._stages[id(optimizer)] = UNSCALED
 
     def unscale_(self, optimizer) -> None:
@@ -193,8 +196,9 @@ class AmpScaler:
         if self._stages[id(optimizer)] == INIT:
             self._unscale(optimizer)
         result: Any = (None, None)
-        self._cache_found_inf = self._found_inf
-        if not self._found_inf:
+        found = self._found[id(optimizer)]
+        self._cache_found_inf = bool(self._cache_found_inf) or found
+        if not found:
             result = optimizer.minimize(*args, **kwargs)
         self._update()
         self._stages = defaultdict(lambda: INIT)
@@ -206,16 +210,13 @@ class AmpScaler:
             return
         found, self._cache_found_inf = self._cache_found_inf, None
         old = self._state.scale
+        params, self._params, self._found = self._params, [], {}
         self._state = step(self._config, self._state, found)
         if self._state.scale < old:
             log.debug("Found inf or nan, current scale is: %g, decrease to: %g", old,
                      self._state.scale)
-        self._window = check_guard(self._config, self._state, self._nonfinite, self._window)
-
-    def _nonfinite(self) -> list[str]:
-        import paddle
-        return [p.name for p in self._params if p._grad_ivar() is not None
-                and not bool(paddle.isfinite(p._grad_ivar()).all())]
+        self._window = check_guard(self._config, self._state, lambda: _nonfinite(params),
+                                   self._window)
 
     # -- getters and setters ---------------------------------------------------------------
     def is_enable(self) -> bool:
@@ -373,6 +374,13 @@ def _scale_value(value: Any, where: str) -> float:
     return scale
 
 
+def _nonfinite(params: list) -> list[str]:
+    """The names of ``params`` whose gradient is not finite (the guard's error names them)."""
+    import paddle
+    return [p.name for p in params if p._grad_ivar() is not None
+            and not bool(paddle.isfinite(p._grad_ivar()).all())]
+
+
 class GradScaler(AmpScaler):
     """``paddle.amp.GradScaler``: ``AmpScaler`` with its defaults (2**16, 2000 steps), and
     ``step`` / ``update`` for ``scaler.step(opt); scaler.update()``."""
@@ -388,8 +396,9 @@ class GradScaler(AmpScaler):
             raise RuntimeError("step() has already been called since the last update().")
         if stage == INIT:
             self._unscale(optimizer)
-        self._cache_found_inf = self._found_inf
-        if not self._found_inf:
+        found = self._found[id(optimizer)]  # this optimizer's own gradients decide its step
+        self._cache_found_inf = bool(self._cache_found_inf) or found  # any: the scale moves
+        if not found:
             optimizer.step()
         self._stages[id(optimizer)] = STEPPED
         if not self._dynamic:

@@ -253,3 +253,13 @@ def test_a_region_reaches_only_its_own_thread():
     assert region.ran["matmul_v2"].execution == "emulated"
     assert seen["region"] is None
     np.testing.assert_array_equal(seen["out"], paddle.matmul(x, w).numpy())  # float32 there
+
+
+def test_a_flag_is_checked_whatever_was_cached_before():
+    """``emulate=0`` is refused even after ``emulate=False`` was accepted (1 == True and
+    hashes alike: the cache of checked policies keys each flag with its type)."""
+    with amp.auto_cast(emulate=False):
+        pass
+    with pytest.raises(AmpConfigError, match="emulate"):
+        with amp.auto_cast(emulate=0):
+            pass

@@ -72,6 +72,33 @@ def test_an_overflow_step_is_skipped_for_real(make_opt):
     assert scaler.loss_scale()[1].skipped_steps == 1 and scaler.state_dict()["scale"][0] == 128
 
 
+@pytest.mark.parametrize("unscale_first", [False, True], ids=["step", "unscale_-then-step"])
+def test_two_optimizers_each_skip_on_their_own_gradients_and_the_scale_backs_off(
+        unscale_first):
+    """Only ``a``'s gradients overflow: ``a`` is not stepped, ``b`` is, and the overflow
+    reaches ``update()`` whichever optimizer was stepped last."""
+    paddle.seed(0)
+    a, b = paddle.nn.Linear(4, 4), paddle.nn.Linear(4, 4)
+    oa = paddle.optimizer.SGD(0.1, parameters=a.parameters())
+    ob = paddle.optimizer.SGD(0.1, parameters=b.parameters())
+    scaler = amp.GradScaler(init_loss_scaling=8.0)
+    before_a = [p.numpy().copy() for p in a.parameters()]
+    before_b = [p.numpy().copy() for p in b.parameters()]
+    x = paddle.ones([2, 4])
+    loss = a(x).mean() * float("inf") + b(x).mean()
+    scaler.scale(loss).backward()
+    if unscale_first:
+        scaler.unscale_(oa)
+        scaler.unscale_(ob)
+    scaler.step(oa)
+    scaler.step(ob)
+    scaler.update()
+    assert all(np.array_equal(p.numpy(), q) for p, q in zip(a.parameters(), before_a))
+    assert not all(np.array_equal(p.numpy(), q) for p, q in zip(b.parameters(), before_b))
+    state = scaler.loss_scale()[1]
+    assert (state.scale, state.skipped_steps) == (4.0, 1)
+
+
 def test_endless_overflows_raise_the_guard_naming_the_parameters():
     net = _model()
     opt = paddle.optimizer.SGD(0.1, parameters=net.parameters())
