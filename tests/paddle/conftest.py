@@ -51,3 +51,17 @@ def static():
             yield env
     finally:
         paddle.disable_static()
+
+
+@pytest.fixture(autouse=True)
+def dygraph_mode_for_dygraph_tests(request):
+    """The dygraph runtime's tests (test_dygraph_*.py) run in dynamic mode whatever an earlier
+    test left on (some enable static mode for a whole module), and leave the mode as found."""
+    if not request.module.__name__.startswith("test_dygraph_") or paddle.in_dynamic_mode():
+        yield
+        return
+    paddle.disable_static()
+    try:
+        yield
+    finally:
+        paddle.enable_static()
