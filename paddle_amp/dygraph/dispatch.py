@@ -165,7 +165,7 @@ def push(policy: Policy, log: Optional[list] = None,
             _install()
         _open[0] += 1
     _regions.frames.append(frame)
-    if policy.enabled:
+    if policy.enabled and log is None:  # a cast report's region is no training's dtype
         _last_dtype[0] = policy.dtype
     return frame
 
@@ -349,13 +349,16 @@ def _install() -> None:
         except ImportError:  # a Paddle without SOT
             pass
     for name, wrapper in _WRAPPERS.items():
-        _originals.setdefault(name, getattr(_C_ops, name))
+        current = getattr(_C_ops, name)
+        if current is not wrapper:  # what is there now: Paddle's, or another tool's patch
+            _originals[name] = current
         setattr(_C_ops, name, wrapper)
     _originals.setdefault("add", getattr(_C_ops, "add"))
 
 
 def _uninstall() -> None:
     from paddle import _C_ops
-    for name in _WRAPPERS:
-        if name in _originals:
+    for name, wrapper in _WRAPPERS.items():
+        # only our own wrapper goes: a patch another tool made since stays
+        if name in _originals and getattr(_C_ops, name) is wrapper:
             setattr(_C_ops, name, _originals[name])

@@ -263,3 +263,32 @@ def test_a_flag_is_checked_whatever_was_cached_before():
     with pytest.raises(AmpConfigError, match="emulate"):
         with amp.auto_cast(emulate=0):
             pass
+
+
+def test_a_patch_another_tool_makes_between_regions_stays_and_is_called():
+    """Regions put back only their own wrapper: a profiler's patch of ``_C_ops.matmul``
+    made after a first region is what ours calls inside the next, and is there after it."""
+    from paddle import _C_ops
+    with amp.auto_cast(dtype="float16", emulate=True):
+        pass
+    paddles, calls = _C_ops.matmul, []
+
+    def theirs(*args, **kwargs):
+        calls.append(1)
+        return paddles(*args, **kwargs)
+    _C_ops.matmul = theirs
+    try:
+        with amp.auto_cast(dtype="float16", emulate=True):
+            assert _C_ops.matmul is not theirs
+            paddle.matmul(paddle.ones([2, 2]), paddle.ones([2, 2]))
+        assert _C_ops.matmul is theirs and calls
+    finally:
+        _C_ops.matmul = paddles
+
+
+def test_a_cast_report_in_bf16_does_not_switch_a_float16_scaler_off():
+    with amp.auto_cast(dtype="float16", emulate=True):
+        pass
+    scaler = amp.GradScaler(init_loss_scaling=8.0)
+    amp.cast_report(paddle.nn.Linear(4, 4), paddle.ones([2, 4]), policy="O1-bf16")
+    assert float(scaler.scale(paddle.ones([1]))) == 8.0 and scaler.is_enable()
