@@ -291,4 +291,4 @@ def test_a_cast_report_in_bf16_does_not_switch_a_float16_scaler_off():
         pass
     scaler = amp.GradScaler(init_loss_scaling=8.0)
     amp.cast_report(paddle.nn.Linear(4, 4), paddle.ones([2, 4]), policy="O1-bf16")
-    assert float(scaler.scale(paddle.ones([1]))) == 8.0 and scaler.is_enable()
+    assert scaler.scale(paddle.ones([1])).item() == 8.0 and scaler.is_enable()
