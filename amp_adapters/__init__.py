@@ -9,7 +9,7 @@ Files:
     policy.py     Policy: dtype, level, op-list overrides, loss scale, emulate; presets, files
     dtypes.py     the dtype vocabulary: names, low dtypes, aliases, widest-wins order
     oplists/      op lists as data (canonical vocabulary -> each framework's op names)
-    planner.py    categorize / plan_op: the cast decision for one op
+    planner.py    categorize / plan_op: the cast decision for one op (an OpCall)
     device.py     DeviceProfile: what a device runs low, on which route, and how fast
     speedbook.py  measured speed kept: saved profiles, the per-machine cache, measuring
     timing.py     side-by-side timing: interleaved pairs, median ratio and spread
@@ -43,8 +43,8 @@ from .errors import (AmpConfigError, CheckpointError, ConflictingOpError, NotSup
                      OverflowGuardError, UnknownChoiceError, UnknownOpError)
 from .layers import LayerLists, UnmatchedLayerWarning
 from .params import ParamPlan, ParamUse, plan_params
-from .planner import (UNKNOWN, Category, OpDecision, attrs_read, categorize, effective_lists,
-                      output_fp32, plan_op, widest)
+from .planner import (UNKNOWN, Category, OpCall, OpDecision, attrs_read, categorize,
+                      effective_lists, output_fp32, plan_op, widest)
 from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy, resolve_policy
 from .loss_scale import LossScaleConfig, LossScaleState
 from .report import CastReport, compare, kernel_differences, policy_disagreements
@@ -67,7 +67,8 @@ __all__ = [
     "LOW_DTYPES", "dtype_name",
     "AmpConfigError", "CheckpointError", "ConflictingOpError", "OverflowGuardError",
     "UnknownChoiceError", "UnknownOpError", "ParamPlan", "ParamUse", "plan_params", "UNKNOWN",
-    "Category", "OpDecision", "attrs_read", "categorize", "effective_lists", "output_fp32",
+    "Category", "OpCall", "OpDecision", "attrs_read", "categorize", "effective_lists",
+    "output_fp32",
     "plan_op", "widest", "DTYPES", "LEVELS", "PRESETS", "OpLists", "Policy", "CastReport", "compare",
     "kernel_differences", "policy_disagreements",
     "DynamicLossScale", "LossScale", "NoOpLossScale", "StaticLossScale",

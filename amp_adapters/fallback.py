@@ -34,7 +34,7 @@ from .device import DeviceProfile
 from .dtypes import LOW_DTYPES
 from .isa import describe_bf16
 from .speedbook import machine
-from .planner import OpDecision, effective_lists, plan_op
+from .planner import OpDecision, effective_lists, OpCall, plan_op
 from .policy import Policy
 
 
@@ -146,7 +146,7 @@ def table(framework: str, device: str, dtype: str, kernels: frozenset,
     policy = Policy.preset(f"{framework}-native", dtype=dtype, emulate=emulate)
     rows = []
     for op in effective_lists(policy, framework)["lower"]:
-        d = plan_op(policy, framework, op, ("float32",),
+        d = plan_op(policy, framework, OpCall(op, ("float32",)),
                     device=DeviceProfile(kernels, training=True))
         rows.append(OpRow(op, op in kernels, d.execution or "float32"))
     return Table(framework, device, dtype, tuple(rows))

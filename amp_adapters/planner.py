@@ -268,59 +268,85 @@ def _attrs_read(policy: Policy, framework: str, op: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-def plan_op(policy: Policy, framework: str, op: str,
-            input_dtypes: Sequence[Optional[str]], *,
-            device: Optional[DeviceProfile] = None,
-            shape: Optional[ShapeClass] = None,
-            attrs: Optional[Mapping[str, object]] = None,
-            force_fp32: Optional[str] = None,
-            input_names: Optional[Sequence[str]] = None,
-            param_inputs: Optional[Sequence[bool]] = None,
-            free: Optional[Sequence[bool]] = None,
-            readers: Optional[Sequence[Any]] = None,
-            instance: "str | Sequence[str] | None" = None) -> OpDecision:
-    """Decide how ``op`` runs given its ``input_dtypes``.
+@dataclass(frozen=True)
+class OpCall:
+    """One op as its graph calls it: what the planner reads of it, the same in every runtime
+    (a Gluon graph or imperative call, a Paddle static program, a Paddle dygraph call).
 
-    ``device``: what the device the op runs on has (``DeviceProfile``: its kernels,
-    the rules that refuse some, their measured cost); None means every op has a kernel
-    (a device-free graph transform). An op that would run in low precision without
-    a kernel runs in float32 (or is emulated when ``policy.emulate``), instead of
-    crashing; so does one whose kernel the profile refuses at ``shape`` (its operands'
-    shape class: ``DeviceProfile.refusal``) and, under ``policy.speed == "measured"``, one
-    whose kernel was not measured faster than float32 (``device.speed_refusal``).
-    ``attrs``: the op's attributes (any mapping; only the ones
-    ``attrs_read`` names are looked at). ``force_fp32``: a reason to run this one
-    op in fp32 whatever its category (outside ``fp16_guard``, a black-listed
-    variable). ``input_names``: the slot name of each input; slots the op table
-    keeps in fp32 are never cast (``kept``) and count as None.
-    ``param_inputs``: which inputs are parameters (weights, biases: stored values
-    read once per step), for the promote rule of ``_target``; None (the default)
-    treats every input as an activation. ``free``: which inputs have no dtype
-    of their own yet (a parameter of a graph being converted, whose dtype the
-    framework infers from the op reading it, as MXNet's native conversion
-    leaves it), for ``_free_inputs``. ``instance``: the name(s) of this op instance
-    (a node name, its block or layer, its output variables), which the policy's layer
-    rules (``Policy.layers``) match: a rule wins over the op type's lists. A refused op
-    runs as where there is no kernel, with the refusal as its reason (emulated under
-    ``emulate=True``: the policy asked for low-precision numerics, and rounding costs less
-    than the slow kernel). An
-    ``UNKNOWN`` input counts as float32 for the decision. An op with a float64 input
-    is left alone: AMP does not touch float64 computations. ``readers``: under O2, the
-    ops reading its results (``ParamUse``, with ``then`` for those that only move values
-    too): an op O2 lowers for being O2 alone (it follows or promotes its inputs) whose
-    neighbours stay float32 follows them (``_idle_move``); None: not listed, so O2 lowers
+    ``op``: the op's name in its framework (``"FullyConnected"``, ``"matmul_v2"``).
+    ``input_dtypes``: the dtype of each input, numpy-style (``amp_adapters.dtypes``); None for
+    an input that is never cast (an integer), ``UNKNOWN`` for a floating value whose dtype
+    is known only when the graph runs (a traced MXNet symbol; it counts as float32). An op
+    with a float64 input is left alone: AMP does not touch float64 computations.
+    ``shape``: its operands' shape class (``device.ShapeClass``), which a device profile's
+    refusal rules and measured costs are keyed on; None: not known.
+    ``attrs``: its attributes (any mapping; only those ``attrs_read`` names are looked at).
+    ``force_fp32``: a reason to run this one op in fp32 whatever its category (outside
+    ``fp16_guard``, a black-listed variable).
+    ``input_names``: the slot name of each input; slots the op table keeps in fp32 are never
+    cast (``OpDecision.kept``) and count as None.
+    ``param_inputs``: which inputs are parameters (weights, biases: stored values read once
+    per step), for the promote rule; None treats every input as an activation.
+    ``free``: which inputs have no dtype of their own yet (a parameter of a graph being
+    converted, whose dtype the framework infers from the op reading it, as MXNet's native
+    conversion leaves it).
+    ``readers``: under O2, the ops reading its results (``ParamUse``, with ``then`` for those
+    that only move values too): an op O2 lowers for being O2 alone (it follows or promotes
+    its inputs) whose neighbours stay float32 follows them; None: not listed, so O2 lowers
     it as any other op.
+    ``instance``: the name(s) of this op instance (a node name, its block or layer, its
+    output variables), which the policy's layer rules (``Policy.layers``) match: a rule
+    wins over the op type's lists.
+    """
+
+    op: str
+    input_dtypes: tuple[Optional[str], ...]
+    shape: Optional[ShapeClass] = None
+    attrs: Optional[Mapping[str, object]] = None
+    force_fp32: Optional[str] = None
+    input_names: Optional[Sequence[str]] = None
+    param_inputs: Optional[Sequence[bool]] = None
+    free: Optional[Sequence[bool]] = None
+    readers: Optional[Sequence[Any]] = None
+    instance: "str | Sequence[str] | None" = None
+
+    def __post_init__(self):
+        if type(self.input_dtypes) is not tuple:
+            object.__setattr__(self, "input_dtypes", tuple(self.input_dtypes))
+
+
+def plan_op(policy: Policy, framework: str, call: OpCall,
+            device: Optional[DeviceProfile] = None) -> OpDecision:
+    """Decide how the op ``call`` (an ``OpCall`` of a ``framework`` op) runs under ``policy``
+    on ``device``.
+
+    ``device``: what the device the op runs on has (``DeviceProfile``: its kernels, the rules
+    that refuse some, their measured cost); None means every op has a kernel (a device-free
+    graph transform). An op that would run in low precision without a kernel runs in
+    float32 (or is emulated when ``policy.emulate``), instead of crashing; so does one whose
+    kernel the profile refuses at ``call.shape`` (``DeviceProfile.refusal``) and, under
+    ``policy.speed == "measured"``, one whose kernel was not measured faster than float32
+    (``device.speed_refusal``). A refused op runs as where there is no kernel, with the
+    refusal as its reason (emulated under ``emulate=True``: the policy asked for
+    low-precision numerics, and rounding costs less than the slow kernel).
 
     Five steps, each with one rule: ``_category`` (the lists), ``_free_inputs``
     (what a free input counts as), ``_target`` (the dtype the category and the
     inputs ask for), ``_on_device`` (the kernels here), ``_input_actions`` (what
     to do to each input to get there).
     """
-    kept = _kept(framework, op, input_names, len(input_dtypes))
+    if not isinstance(call, OpCall):
+        raise TypeError(f"plan_op(policy, framework, call, device): call must be an "
+                        f"amp_adapters.OpCall (the op, its input dtypes, ...), not "
+                        f"{type(call).__name__}: write plan_op(policy, {framework!r}, "
+                        f"OpCall(op, input_dtypes, ...), device=...)")
+    op, input_dtypes, shape = call.op, call.input_dtypes, call.shape
+    param_inputs, readers = call.param_inputs, call.readers
+    kept = _kept(framework, op, call.input_names, len(input_dtypes))
     given = tuple(None if k else d for d, k in zip(input_dtypes, kept))
     params = tuple(param_inputs or ()) + (False,) * (len(given) - len(param_inputs or ()))
-    cat, layer = _category(policy, framework, op, attrs, force_fp32, instance)
-    typed = _free_inputs(cat, given, tuple(free or ()))
+    cat, layer = _category(policy, framework, op, call.attrs, call.force_fp32, call.instance)
+    typed = _free_inputs(cat, given, tuple(call.free or ()))
     idle = _idle_move(policy, framework, op, cat, typed, readers, device, shape)
     target = _target(policy, cat, typed, params[:len(given)], idle)
     run = _on_device(policy, op, target, device, shape)
@@ -492,10 +518,10 @@ def plan_reader(policy: Policy, framework: str, use: Any,
     """``plan_op`` for the op ``use`` (a ``ParamUse``) reading one float32 value in its slot:
     what O2's parameter plan and the rule of an op between float32 neighbours ask of a
     reader (``readers``: its own, for that rule)."""
-    return plan_op(policy, framework, use.op, ("float32",), device=device, shape=use.shape,
-                   attrs=use.attrs, force_fp32=use.force_fp32,
-                   input_names=None if use.slot is None else (use.slot,),
-                   instance=use.instance, readers=readers)
+    return plan_op(policy, framework, OpCall(
+        use.op, ("float32",), shape=use.shape, attrs=use.attrs, force_fp32=use.force_fp32,
+        input_names=None if use.slot is None else (use.slot,), instance=use.instance,
+        readers=readers), device)
 
 
 def _params_down(low: str, given: tuple[Optional[str], ...], params: tuple[bool, ...]) -> bool:

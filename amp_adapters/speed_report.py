@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from .device import Cost, DeviceProfile, ShapeClass
-from .planner import plan_op
+from .planner import OpCall, plan_op
 from .policy import Policy
 from .speedbook import ProfileFile, SpeedBook, machine, write_profile
 
@@ -68,7 +68,7 @@ def rows(probe: SpeedProbe, dtype: str) -> list[SpeedRow]:
         fwd = probe.book.lookup(s.op, s.shape, False) if route != "none" else None
         train = probe.book.lookup(s.op, s.shape, True) if route != "none" else None
         inputs = ("float32",) * max(1, len(s.shape.operands))
-        d = plan_op(auto, probe.lists, s.op, inputs, device=probe.training, shape=s.shape)
+        d = plan_op(auto, probe.lists, OpCall(s.op, inputs, shape=s.shape), device=probe.training)
         decision = dtype if d.run_dtype == dtype else (
             _why(d.reason) if d.fell_back else "float32 (the lists)")
         out.append(SpeedRow(probe.framework, s, route, fwd, train, decision))

@@ -15,7 +15,7 @@ from typing import AbstractSet, Callable, Iterator, Mapping, Optional
 
 import mxnet as mx
 
-from amp_adapters import OpDecision, ParamUse, Policy, plan_op
+from amp_adapters import OpDecision, ParamUse, Policy, OpCall, plan_op
 from amp_adapters.device import DeviceProfile, ShapeClass
 from amp_adapters.dtypes import AMP_DTYPES, FLOAT_RANK, LOW_DTYPES, widest
 from amp_adapters.dtypes import FLOAT_DTYPES as FLOATS
@@ -73,12 +73,11 @@ def _plan(n: Node, dtypes: list[Optional[str]], policy: Policy,
     O2, the ops reading its outputs (``result_uses``)."""
     shape = None if shapes is None else ShapeClass.of(
         [shapes.get(e) for e, d in zip(n.inputs, dtypes) if d is None or d in FLOATS])
-    return plan_op(policy, "mxnet", n.op, [d if d in FLOATS else None for d in dtypes],
-                   device=device, shape=shape, attrs=n.attrs,
-                   input_names=input_names(n.op),
-                   param_inputs=[e in params for e in n.inputs] if params else None,
-                   free=free, instance=instance_of(n.name) if instance_of else n.name,
-                   readers=readers)
+    return plan_op(policy, "mxnet", OpCall(
+        n.op, [d if d in FLOATS else None for d in dtypes], shape=shape, attrs=n.attrs,
+        input_names=input_names(n.op),
+        param_inputs=[e in params for e in n.inputs] if params else None, free=free,
+        instance=instance_of(n.name) if instance_of else n.name, readers=readers), device=device)
 
 
 def result_uses(ns: list[Node], policy: Policy,

@@ -40,7 +40,7 @@ import mxnet as mx
 from mxnet import base
 
 from amp_adapters import (UNKNOWN, AmpConfigError, OpDecision, Policy, attrs_read,
-                          effective_lists, plan_op)
+                          effective_lists, OpCall, plan_op)
 from amp_adapters.oplists import load_table, native_lists
 from amp_adapters.device import ShapeClass
 from amp_adapters.dtypes import AMP_DTYPES
@@ -344,9 +344,9 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
         attrs.update((name, a) for name, a in zip(arg_names, args)  # attributes by position
                      if not isinstance(a, (_TENSORS, list, tuple)))
         device = profile(ctx, policy, True)
-        d = plan_op(policy, "mxnet", op, dtypes, device=device,
-                    shape=shape, attrs=attrs, input_names=names,
-                    instance=_blocks.names if layered else None)
+        d = plan_op(policy, "mxnet", OpCall(
+            op, dtypes, shape=shape, attrs=attrs, input_names=names,
+            instance=_blocks.names if layered else None), device=device)
         if d.emulated or d.fell_back:
             log_fallback(op, ctx, d)
         if len(memo) >= _MEMO_LIMIT:

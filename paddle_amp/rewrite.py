@@ -35,8 +35,8 @@ import contextlib
 import dataclasses
 from typing import AbstractSet, Any, Optional
 
-from amp_adapters import (CastReport, OpDecision, ParamPlan, Policy, output_fp32, plan_op,
-                          plan_params)
+from amp_adapters import (CastReport, OpCall, OpDecision, ParamPlan, Policy, output_fp32,
+                          plan_op, plan_params)
 from amp_adapters.layers import check_matched
 from amp_adapters.device import DeviceProfile, ShapeClass
 from amp_adapters.dtypes import FLOAT_DTYPES, LOW_DTYPES
@@ -106,13 +106,12 @@ class Rewriter:
         """The core's decision for ``op`` given the current dtypes of its input ``slots``."""
         op_type = ir.op_type(op)
         dtypes = [ir.dtype(s.value) if s.cast else None for s in slots]
-        decision = plan_op(self.policy, "paddle", op_type, dtypes, device=self.device,
-                           shape=self._shape(ir, op, slots),
-                           attrs=ir.attrs(op), force_fp32=force_fp32 or self._forced_fp32(ir, op),
-                           input_names=[s.name for s in slots],
-                           param_inputs=[self._is_param(ir, s.value) for s in slots],
-                           readers=self._readers(ir, op),
-                           instance=self._instance(ir, op))
+        decision = plan_op(self.policy, "paddle", OpCall(
+            op_type, dtypes, shape=self._shape(ir, op, slots), attrs=ir.attrs(op),
+            force_fp32=force_fp32 or self._forced_fp32(ir, op),
+            input_names=[s.name for s in slots],
+            param_inputs=[self._is_param(ir, s.value) for s in slots],
+            readers=self._readers(ir, op), instance=self._instance(ir, op)), device=self.device)
         self._notices.note(op_type, _DEVICE, decision)
         return decision
 

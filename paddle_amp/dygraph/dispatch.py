@@ -32,7 +32,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from amp_adapters import OpDecision, Policy, plan_op
+from amp_adapters import OpDecision, Policy, OpCall, plan_op
 from amp_adapters.device import DeviceProfile, ShapeClass
 
 from . import kernels
@@ -95,8 +95,8 @@ class Frame:
         if cached is not None:
             return cached
         op, dtypes = full[0], full[1:3] if shape is not None else full[1:]
-        d = plan_op(self.policy, "paddle", op, tuple(_name(t) for t in dtypes),
-                    device=self.device, shape=shape)
+        d = plan_op(self.policy, "paddle", OpCall(op, tuple(_name(t) for t in dtypes), shape=shape),
+                    device=self.device)
         if len(_decided) > 4096:
             _decided.clear()
         _decided[(self.policy, self.device, full)] = d

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from amp_adapters import AmpConfigError, Policy, UnknownChoiceError, plan_op
+from amp_adapters import AmpConfigError, Policy, UnknownChoiceError, OpCall, plan_op
 from amp_adapters.device import (EXACT_UP_TO, MARGIN, TRAIN_MARGIN, Cost, DeviceProfile,
                                  ShapeClass, speed_refusal)
 
@@ -27,13 +27,13 @@ def test_auto_is_bf16_o1_with_measured_speed():
 
 
 def test_a_measured_win_runs_low_and_says_so():
-    d = plan_op(AUTO, "mxnet", *FC, device=measured(Cost(0.5, 0.01, 0.6, 0.02)), shape=MLP)
+    d = plan_op(AUTO, "mxnet", OpCall(*FC, shape=MLP), device=measured(Cost(0.5, 0.01, 0.6, 0.02)))
     assert (d.run_dtype, d.execution, d.speed) == (BF16, "kernel", 0.6)
     assert "measured faster here (0.60x float32" in d.reason
 
 
 def test_a_measured_loss_stays_float32_with_slower_here_as_its_reason():
-    d = plan_op(AUTO, "mxnet", *FC, device=measured(Cost(2.5, 0.05, 2.4, 0.05)), shape=MLP)
+    d = plan_op(AUTO, "mxnet", OpCall(*FC, shape=MLP), device=measured(Cost(2.5, 0.05, 2.4, 0.05)))
     assert (d.run_dtype, d.execution, d.casts) == (F32, "fell back", (None,) * 3)
     assert d.kernel_refused and not d.lacks_kernel and d.speed == 2.4
     assert "float32: slower here (2.40x float32 for its bfloat16 training step" in d.reason
@@ -42,23 +42,23 @@ def test_a_measured_loss_stays_float32_with_slower_here_as_its_reason():
 
 def test_inference_reads_the_forward_ratio():
     cost = Cost(0.5, 0.01, 1.5, 0.01)  # fast forward, slow backward
-    assert plan_op(AUTO, "mxnet", *FC, device=measured(cost, training=False),
-                   shape=MLP).run_dtype == BF16
-    assert plan_op(AUTO, "mxnet", *FC, device=measured(cost, training=True),
-                   shape=MLP).run_dtype == F32
+    assert plan_op(AUTO, "mxnet", OpCall(*FC, shape=MLP),
+                   device=measured(cost, training=False)).run_dtype == BF16
+    assert plan_op(AUTO, "mxnet", OpCall(*FC, shape=MLP),
+                   device=measured(cost, training=True)).run_dtype == F32
 
 
 def test_fixed_speed_never_asks_for_a_cost():
     def boom(op, shape):
         raise AssertionError("a fixed policy measured")
-    d = plan_op(Policy.preset("O1-bf16"), "mxnet", *FC,
-                device=DeviceProfile({"FullyConnected"}, costs=boom), shape=MLP)
+    d = plan_op(Policy.preset("O1-bf16"), "mxnet", OpCall(*FC, shape=MLP),
+                device=DeviceProfile({"FullyConnected"}, costs=boom))
     assert d.run_dtype == BF16 and d.speed is None
 
 
 def test_a_failure_while_timed_is_no_kernel_and_never_raises():
-    d = plan_op(AUTO, "mxnet", *FC, device=measured(Cost(error="MXNetError: no primitive")),
-                shape=MLP)
+    d = plan_op(AUTO, "mxnet", OpCall(*FC, shape=MLP),
+                device=measured(Cost(error="MXNetError: no primitive")))
     assert d.lacks_kernel and "failed while being timed" in d.reason and "no primitive" in \
         d.reason
 
@@ -67,10 +67,10 @@ def test_an_op_that_cannot_be_measured_stays_float32_under_measured_speed():
     """Measured speed lowers only what was measured faster (no timing recipe, an operand of
     unknown shape: float32, which is never slower than itself); a profile without a speed
     lookup (a fixed policy's) leaves the kernel decision."""
-    d = plan_op(AUTO, "mxnet", *FC, device=measured(None), shape=MLP)
+    d = plan_op(AUTO, "mxnet", OpCall(*FC, shape=MLP), device=measured(None))
     assert (d.run_dtype, d.kernel_refused, d.lacks_kernel, d.speed) == (F32, True, False, None)
     assert "float32: not measured here (no timing for FullyConnected at 64x2048" in d.reason
-    d = plan_op(AUTO, "mxnet", *FC, device=DeviceProfile({"FullyConnected"}), shape=MLP)
+    d = plan_op(AUTO, "mxnet", OpCall(*FC, shape=MLP), device=DeviceProfile({"FullyConnected"}))
     assert d.run_dtype == BF16
 
 
@@ -83,18 +83,20 @@ def test_an_op_that_follows_its_low_inputs_is_no_speed_choice(op, given):
     def boom(op_, shape):
         raise AssertionError(f"measured {op_}, which only follows its inputs")
     act = ShapeClass.of([(64, 2048)] * len(given))
-    d = plan_op(AUTO, "mxnet", op, given, device=DeviceProfile(
-        {op}, costs=boom, training=True), shape=act, attrs={"act_type": "relu"})
+    d = plan_op(AUTO, "mxnet", OpCall(op, given, shape=act, attrs={"act_type": "relu"}),
+                device=DeviceProfile(
+        {op}, costs=boom, training=True))
     assert (d.run_dtype, d.kernel_refused, d.speed) == (BF16, False, None)
-    d = plan_op(AUTO, "mxnet", op, given, device=DeviceProfile(frozenset(), costs=boom),
-                shape=act, attrs={"act_type": "relu"})
+    d = plan_op(AUTO, "mxnet", OpCall(op, given, shape=act, attrs={"act_type": "relu"}),
+                device=DeviceProfile(frozenset(), costs=boom))
     assert d.run_dtype == F32 and d.lacks_kernel
 
 
 def test_an_op_without_a_kernel_is_not_measured():
     def boom(op, shape):
         raise AssertionError("measured an op with no kernel")
-    d = plan_op(AUTO, "mxnet", *FC, device=DeviceProfile(frozenset(), costs=boom), shape=MLP)
+    d = plan_op(AUTO, "mxnet", OpCall(*FC, shape=MLP),
+                device=DeviceProfile(frozenset(), costs=boom))
     assert d.lacks_kernel
 
 
@@ -241,9 +243,9 @@ def test_a_policy_file_names_speed_and_a_profile_relative_to_itself(tmp_path):
 
 def test_the_report_says_slower_here_apart_from_no_kernel():
     from amp_adapters import CastReport
-    slow = plan_op(AUTO, "mxnet", *FC, device=measured(Cost(2.5, 0.0, 2.5, 0.0)), shape=MLP)
-    none = plan_op(AUTO, "mxnet", *FC, device=DeviceProfile(frozenset()), shape=MLP)
-    fast = plan_op(AUTO, "mxnet", *FC, device=measured(Cost(0.5, 0.0, 0.5, 0.0)), shape=MLP)
+    slow = plan_op(AUTO, "mxnet", OpCall(*FC, shape=MLP), device=measured(Cost(2.5, 0.0, 2.5, 0.0)))
+    none = plan_op(AUTO, "mxnet", OpCall(*FC, shape=MLP), device=DeviceProfile(frozenset()))
+    fast = plan_op(AUTO, "mxnet", OpCall(*FC, shape=MLP), device=measured(Cost(0.5, 0.0, 0.5, 0.0)))
     rows = CastReport("mxnet", (slow, none, fast)).format().splitlines()[-3:]
     assert "float32 (slower here)" in rows[0] and "float32: slower here (2.50x" in rows[0]
     assert "(no usable bfloat16 kernel)" in rows[1]
@@ -260,12 +262,12 @@ def test_the_report_reads_the_refusal_kind_not_the_reason_words():
     from amp_adapters.layers import LayerLists
     seq = ShapeClass.of([(8, 16, 32), (32, 64)], result_rank=3)
     slow = DeviceProfile({"matmul_v2"}, slow_broadcast_grads={"matmul_v2"}, training=True)
-    by_rule = plan_op(Policy.preset("O1-bf16"), "paddle", "matmul_v2", (F32, F32),
-                      device=slow, shape=seq)
+    by_rule = plan_op(Policy.preset("O1-bf16"), "paddle", OpCall(
+        "matmul_v2", (F32, F32), shape=seq), device=slow)
     assert (by_rule.run_dtype, by_rule.refusal, by_rule.speed) == (F32, "rule", None)
     reworded = dataclasses.replace(by_rule, reason="kept off its reference-kernel gradient")
-    unmeasured = plan_op(AUTO.replace(layers=LayerLists(lower={"slower_head"})), "mxnet", *FC,
-                         device=measured(None), shape=MLP, instance="slower_head_fwd")
+    unmeasured = plan_op(AUTO.replace(layers=LayerLists(lower={"slower_head"})), "mxnet", OpCall(
+        *FC, shape=MLP, instance="slower_head_fwd"), device=measured(None))
     assert (unmeasured.refusal, unmeasured.kernel_refused) == ("unmeasured", True)
     assert "slower_head" in unmeasured.reason
     rows = CastReport("x", (by_rule, reworded, unmeasured)).format().splitlines()[-3:]

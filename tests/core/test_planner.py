@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amp_adapters.device import DeviceProfile
-from amp_adapters import AmpConfigError, OpLists, Policy, categorize, effective_lists, plan_op, widest
+from amp_adapters import (AmpConfigError, OpCall, OpLists, Policy, categorize, effective_lists,
+                          plan_op, widest)
 from amp_adapters.oplists import load_table
 
 O1 = Policy.preset("O1")
@@ -14,35 +15,36 @@ F32, F16, BF16 = "float32", "float16", "bfloat16"
 
 
 def test_gemm_runs_low_and_casts_only_what_differs():
-    d = plan_op(O1, "mxnet", "FullyConnected", (F32, F16, F32))
+    d = plan_op(O1, "mxnet", OpCall("FullyConnected", (F32, F16, F32)))
     assert (d.category, d.canonical, d.run_dtype) == ("lower", "linear", F16)
     assert d.casts == (F16, None, F16) and d.num_casts == 2
 
 
 def test_fp32_op_casts_low_inputs_up():
-    d = plan_op(O1, "paddle", "softmax", (F16,))
+    d = plan_op(O1, "paddle", OpCall("softmax", (F16,)))
     assert (d.category, d.run_dtype, d.casts) == ("fp32", F32, (F32,))
 
 
 def test_promote_runs_in_the_widest_input():
-    d = plan_op(O1, "paddle", "elementwise_add", (F16, F32))
+    d = plan_op(O1, "paddle", OpCall("elementwise_add", (F16, F32)))
     assert (d.category, d.run_dtype, d.casts) == ("promote", F32, (F32, None))
-    assert plan_op(O1, "paddle", "elementwise_add", (F16, F16)).run_dtype == F16
-    assert plan_op(O1, "paddle", "concat", (F16, BF16)).run_dtype == F32  # neither holds the other
+    assert plan_op(O1, "paddle", OpCall("elementwise_add", (F16, F16))).run_dtype == F16
+    assert plan_op(O1, "paddle", OpCall(
+        "concat", (F16, BF16))).run_dtype == F32  # neither holds the other
 
 
 def test_follow_keeps_the_input_dtype():
-    d = plan_op(O1, "mxnet", "relu", (F16,))
+    d = plan_op(O1, "mxnet", OpCall("relu", (F16,)))
     assert (d.category, d.run_dtype, d.casts) == ("follow", F16, (None,))
 
 
 def test_none_inputs_and_float64_are_never_cast_by_lists():
-    d = plan_op(O1, "paddle", "batch_norm", (F16, None, None, None, None))
+    d = plan_op(O1, "paddle", OpCall("batch_norm", (F16, None, None, None, None)))
     assert d.run_dtype == F16 and d.casts == (None,) * 5
-    d = plan_op(O1, "paddle", "matmul_v2", ("float64", F32))  # AMP leaves float64 alone
+    d = plan_op(O1, "paddle", OpCall("matmul_v2", ("float64", F32)))  # AMP leaves float64 alone
     assert (d.run_dtype, d.casts) == ("float64", (None, None)) and "float64" in d.reason
-    assert plan_op(Policy.preset("O2"), "paddle", "relu", ("float64",)).casts == (None,)
-    assert plan_op(O1, "mxnet", "Embedding", ("int64", F32)).casts == (None, None)
+    assert plan_op(Policy.preset("O2"), "paddle", OpCall("relu", ("float64",))).casts == (None,)
+    assert plan_op(O1, "mxnet", OpCall("Embedding", ("int64", F32))).casts == (None, None)
 
 
 dtype = st.sampled_from([F16, BF16, F32, "float64", "int32", None])
@@ -56,9 +58,10 @@ some_ops = st.sampled_from(["elementwise_add", "concat", "matmul_v2", "softmax",
 def test_order_of_inputs_never_changes_the_decision(op, dtypes, emulate, preset):
     policy = Policy.preset(preset, emulate=emulate)
     kernels = frozenset({"elementwise_add", "concat", "relu"})
-    first = plan_op(policy, "paddle", op, dtypes, device=DeviceProfile(kernels))
+    first = plan_op(policy, "paddle", OpCall(op, dtypes), device=DeviceProfile(kernels))
     for perm in itertools.permutations(range(len(dtypes))):
-        d = plan_op(policy, "paddle", op, [dtypes[i] for i in perm], device=DeviceProfile(kernels))
+        d = plan_op(policy, "paddle", OpCall(op, [dtypes[i] for i in perm]),
+                    device=DeviceProfile(kernels))
         assert (d.run_dtype, d.emulated, d.category) == (first.run_dtype, first.emulated,
                                                          first.category)
         assert d.casts == tuple(first.casts[i] for i in perm)
@@ -74,35 +77,37 @@ def test_widest_is_symmetric_and_the_maximum(dtypes):
 
 
 def test_no_kernel_on_this_device_stays_fp32_and_says_why():
-    d = plan_op(O1, "mxnet", "FullyConnected", (F32, F32, F32), device=DeviceProfile(frozenset()))
+    d = plan_op(O1, "mxnet", OpCall("FullyConnected", (F32, F32, F32)),
+                device=DeviceProfile(frozenset()))
     assert (d.category, d.run_dtype, d.casts, d.emulated) == ("lower", F32, (None,) * 3, False)
-    assert d.fell_back and not plan_op(O1, "mxnet", "FullyConnected", (F32, F32)).fell_back
+    assert d.fell_back and not plan_op(O1, "mxnet", OpCall("FullyConnected", (F32, F32))).fell_back
     assert "no float16 kernel for FullyConnected on this device" in d.reason
 
 
 def test_follow_op_without_kernel_casts_low_input_up():
-    d = plan_op(O1, "paddle", "relu", (F16,), device=DeviceProfile(frozenset({"scale"})))
+    d = plan_op(O1, "paddle", OpCall("relu", (F16,)), device=DeviceProfile(frozenset({"scale"})))
     assert (d.run_dtype, d.casts) == (F32, (F32,))
 
 
 def test_emulation_is_a_decision():
     policy = Policy.preset("O1", emulate=True)
-    d = plan_op(policy, "mxnet", "FullyConnected", (F32, F32), device=DeviceProfile(frozenset()))
+    d = plan_op(policy, "mxnet", OpCall("FullyConnected", (F32, F32)),
+                device=DeviceProfile(frozenset()))
     assert (d.run_dtype, d.emulated, d.low_dtype) == (F32, True, F16)
     assert "EMULATED float16" in d.reason
     # with a kernel, the real thing runs: no emulation
-    assert not plan_op(policy, "mxnet", "FullyConnected", (F32, F32)).emulated
+    assert not plan_op(policy, "mxnet", OpCall("FullyConnected", (F32, F32))).emulated
 
 
 def test_o2_runs_every_non_fp32_op_low():
     o2 = Policy.preset("O2")
-    assert plan_op(o2, "paddle", "elementwise_add", (F32, F16)).run_dtype == F16
-    assert plan_op(o2, "paddle", "relu", (F32,)).run_dtype == F16
-    assert plan_op(o2, "paddle", "layer_norm", (F16,)).run_dtype == F32
+    assert plan_op(o2, "paddle", OpCall("elementwise_add", (F32, F16))).run_dtype == F16
+    assert plan_op(o2, "paddle", OpCall("relu", (F32,))).run_dtype == F16
+    assert plan_op(o2, "paddle", OpCall("layer_norm", (F16,))).run_dtype == F32
 
 
 def test_o0_changes_nothing():
-    d = plan_op(Policy.preset("O0"), "mxnet", "FullyConnected", (F32, F32))
+    d = plan_op(Policy.preset("O0"), "mxnet", OpCall("FullyConnected", (F32, F32)))
     assert (d.run_dtype, d.num_casts) == (F32, 0)
 
 
@@ -117,17 +122,19 @@ def test_conditional_ops_depend_on_attributes():
 def test_user_conditional_rule_on_any_op_and_attribute():
     rule = (("Pooling", "pool_type", ("max",)),)
     policy = Policy(mxnet_ops=OpLists(conditional_fp32=rule))
-    assert plan_op(policy, "mxnet", "Pooling", (F16,), attrs={"pool_type": "max"}).run_dtype == F32
-    assert plan_op(policy, "mxnet", "Pooling", (F16,), attrs={"pool_type": "avg"}).run_dtype == F16
+    assert plan_op(policy, "mxnet", OpCall(
+        "Pooling", (F16,), attrs={"pool_type": "max"})).run_dtype == F32
+    assert plan_op(policy, "mxnet", OpCall(
+        "Pooling", (F16,), attrs={"pool_type": "avg"})).run_dtype == F16
     paddle = Policy(paddle_ops=OpLists(conditional_fp32=(("pool2d", "pooling_type", ("max",)),)))
     assert categorize(paddle, "paddle", "pool2d", {"pooling_type": "max"}).category == "fp32"
 
 
 def test_force_fp32_overrides_the_category_for_one_op():
-    d = plan_op(O1, "paddle", "matmul_v2", (F16, F16), force_fp32="outside fp16_guard")
+    d = plan_op(O1, "paddle", OpCall("matmul_v2", (F16, F16), force_fp32="outside fp16_guard"))
     assert (d.category, d.run_dtype, d.casts, d.reason) == ("fp32", F32, (F32, F32),
                                                             "outside fp16_guard")
-    assert plan_op(O1, "paddle", "matmul_v2", (F16, F16)).run_dtype == F16
+    assert plan_op(O1, "paddle", OpCall("matmul_v2", (F16, F16))).run_dtype == F16
 
 
 def test_overrides_precedence():
@@ -187,18 +194,19 @@ def test_a_free_input_takes_a_follow_ops_dtype_and_is_never_cast():
     # conversion leaves it): FullyConnected in no list follows its float16 data input
     native = Policy.preset("mxnet-native")
     p = native.replace(mxnet_ops=OpLists(lower={"Convolution"}, replace={"lower"}))
-    d = plan_op(p, "mxnet", "FullyConnected", (F16, F32, F32), free=(False, True, True))
+    d = plan_op(p, "mxnet", OpCall("FullyConnected", (F16, F32, F32), free=(False, True, True)))
     assert (d.category, d.run_dtype, d.casts) == ("follow", F16, (None, None, None))
-    fixed = plan_op(p, "mxnet", "FullyConnected", (F16, F32, F32))
+    fixed = plan_op(p, "mxnet", OpCall("FullyConnected", (F16, F32, F32)))
     assert (fixed.run_dtype, fixed.casts) == (F32, (F32, None, None))  # fixed fp32 weight
     # no low kernel here: float32, and still no cast of the free weight
-    d = plan_op(p, "mxnet", "FullyConnected", (F16, F32, F32), free=(False, True, True),
+    d = plan_op(p, "mxnet", OpCall("FullyConnected", (F16, F32, F32), free=(False, True, True)),
                 device=DeviceProfile(frozenset()))
     assert (d.run_dtype, d.fell_back, d.casts) == (F32, True, (F32, None, None))
     # other categories cast every input as before
-    d = plan_op(native, "mxnet", "FullyConnected", (F32, F32, F32), free=(False, True, True))
+    d = plan_op(native, "mxnet", OpCall(
+        "FullyConnected", (F32, F32, F32), free=(False, True, True)))
     assert d.casts == (F16, F16, F16)
-    d = plan_op(native, "mxnet", "broadcast_add", (F16, F32), free=(False, True))
+    d = plan_op(native, "mxnet", OpCall("broadcast_add", (F16, F32), free=(False, True)))
     assert (d.run_dtype, d.casts) == (F32, (F32, None))
 
 

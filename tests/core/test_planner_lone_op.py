@@ -6,7 +6,7 @@ kernel was measured faster here: the rule the shape-only ops follow (``plan_op``
 from hypothesis import given
 from hypothesis import strategies as st
 
-from amp_adapters import ParamUse, Policy, plan_op
+from amp_adapters import ParamUse, Policy, OpCall, plan_op
 from amp_adapters.device import Cost, DeviceProfile, ShapeClass
 
 F32, F16 = "float32", "float16"
@@ -45,42 +45,43 @@ def test_the_attentions_scale_between_float32_ops_follows_them():
     for fw, op, reader in (("paddle", "scale", ParamUse("softmax", slot="X")),
                            ("mxnet", "_mul_scalar", ParamUse("softmax", slot="data"))):
         device = _profile(op, {op, "cast"})
-        d = plan_op(O2_EMU, fw, op, (F32,), device=device, readers=(reader,))
+        d = plan_op(O2_EMU, fw, OpCall(op, (F32,), readers=(reader,)), device=device)
         assert (d.run_dtype, d.precision, d.casts, d.emulated) == (F32, F32, (None,), False)
         assert not d.needs_action and "follows its data" in d.reason, d.reason
         # readers not listed: O2 lowers it, as before
-        assert plan_op(O2_EMU, fw, op, (F32,), device=device).run_dtype == F16
+        assert plan_op(O2_EMU, fw, OpCall(op, (F32,)), device=device).run_dtype == F16
 
 
 def test_a_measured_faster_kernel_may_run_low_and_a_slow_one_does_not():
     fast, slow = Cost(0.5, 0.01, 0.5, 0.01), Cost(1.4, 0.02, 1.6, 0.02)
     reader = (ParamUse("softmax", slot="X"),)
-    d = plan_op(O2, "paddle", "scale", (F32,), device=_profile("scale", {"scale"}, fast),
-                shape=ATT, readers=reader)
+    d = plan_op(O2, "paddle", OpCall("scale", (F32,), shape=ATT, readers=reader),
+                device=_profile("scale", {"scale"}, fast))
     assert (d.run_dtype, d.casts) == (F16, (F16,))
-    d = plan_op(O2, "paddle", "scale", (F32,), device=_profile("scale", {"scale"}, slow),
-                shape=ATT, readers=reader)
+    d = plan_op(O2, "paddle", OpCall("scale", (F32,), shape=ATT, readers=reader),
+                device=_profile("scale", {"scale"}, slow))
     assert (d.run_dtype, d.casts) == (F32, (None,)) and "follows its data" in d.reason
     # a timing that failed is no measurement: it follows too
-    d = plan_op(O2, "paddle", "scale", (F32,), device=_profile(
-        "scale", {"scale"}, Cost(error="boom")), shape=ATT, readers=reader)
+    d = plan_op(O2, "paddle", OpCall("scale", (F32,), shape=ATT, readers=reader),
+                device=_profile(
+        "scale", {"scale"}, Cost(error="boom")))
     assert d.run_dtype == F32
 
 
 def test_low_inputs_or_a_low_reader_keep_o2_lowering_it():
     gemm = (ParamUse("matmul_v2", slot="X"),)
     kernels = {"scale", "matmul_v2"}
-    assert plan_op(O2, "paddle", "scale", (F32,), device=_profile("scale", kernels),
-                   readers=gemm).run_dtype == F16  # the GEMM reading it runs fp16
-    assert plan_op(O2_EMU, "paddle", "scale", (F32,), device=_profile("scale", {"scale"}),
-                   readers=gemm).run_dtype == F16  # ... or emulates it
-    assert plan_op(O2, "paddle", "scale", (F16,), device=_profile("scale", {"scale"}),
-                   readers=(ParamUse("softmax", slot="X"),)).run_dtype == F16  # low data
+    assert plan_op(O2, "paddle", OpCall("scale", (F32,), readers=gemm),  # the GEMM reading it
+                   device=_profile("scale", kernels)).run_dtype == F16  # runs fp16
+    assert plan_op(O2_EMU, "paddle", OpCall("scale", (F32,), readers=gemm),
+                   device=_profile("scale", {"scale"})).run_dtype == F16  # ... or emulates it
+    assert plan_op(O2, "paddle", OpCall("scale", (F16,), readers=(ParamUse("softmax", slot="X"),)),
+                   device=_profile("scale", {"scale"})).run_dtype == F16  # low data
     # every op has a kernel (a GPU, a device-free plan): the GEMM computes low
-    assert plan_op(O2, "paddle", "scale", (F32,), readers=gemm).run_dtype == F16
+    assert plan_op(O2, "paddle", OpCall("scale", (F32,), readers=gemm)).run_dtype == F16
     # O1 decides by the lists, as before
-    assert plan_op(Policy.preset("O1"), "paddle", "scale", (F32,),
-                   device=_profile("scale", {"scale"}), readers=gemm).run_dtype == F32
+    assert plan_op(Policy.preset("O1"), "paddle", OpCall("scale", (F32,), readers=gemm),
+                   device=_profile("scale", {"scale"})).run_dtype == F32
 
 
 @st.composite
@@ -124,7 +125,7 @@ def chains(draw):
 def test_an_op_between_float32_neighbours_never_runs_low_unless_measured_faster(chain):
     fw, op, policy, device, readers, low_reader, speed = chain
     inputs = _inputs(op)
-    d = plan_op(policy, fw, op, inputs, device=device, shape=ATT, readers=readers)
+    d = plan_op(policy, fw, OpCall(op, inputs, shape=ATT, readers=readers), device=device)
     if not low_reader and speed == "slow":
         # its neighbours stay float32, its kernel is not measured faster: it follows them
         assert (d.run_dtype, d.precision) == (F32, F32), d.reason
@@ -136,5 +137,5 @@ def test_an_op_between_float32_neighbours_never_runs_low_unless_measured_faster(
     else:
         # a reader computes low: O2 lowers it (emulated, or float32 for want of a kernel),
         # as without readers
-        assert d == plan_op(policy, fw, op, inputs, device=device, shape=ATT)
+        assert d == plan_op(policy, fw, OpCall(op, inputs, shape=ATT), device=device)
         assert "follows its data" not in d.reason

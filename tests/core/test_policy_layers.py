@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_adapters import AmpConfigError, LayerLists, Policy, plan_op
+from amp_adapters import AmpConfigError, LayerLists, Policy, OpCall, plan_op
 from amp_adapters.doctor.recommend import policy_toml
 from amp_adapters.layers import check_matched, layer_paths, matches, unmatched
 
@@ -15,7 +15,7 @@ FC = ("FullyConnected", ["float32", "float32", "float32"])
 
 
 def _plan(policy, instance, op=FC):
-    return plan_op(policy, "mxnet", op[0], op[1], instance=instance)
+    return plan_op(policy, "mxnet", OpCall(op[0], op[1], instance=instance))
 
 
 def test_a_layer_rule_keeps_one_instance_fp32_and_its_siblings_low():
@@ -40,7 +40,7 @@ def test_a_framework_table_wins_over_the_canonical_one_and_lower_runs_an_fp32_ty
     assert "Policy.mxnet_layers.lower" in d.reason
     assert _plan(pol, "net_dense0_fwd").run_dtype == "float32"  # the canonical 'net' rule
     # the framework's table is not read by the other framework
-    p = plan_op(pol, "paddle", "softmax", ["float32"], instance="net_softmax_fwd")
+    p = plan_op(pol, "paddle", OpCall("softmax", ["float32"], instance="net_softmax_fwd"))
     assert p.run_dtype == "float32" and p.layer == "net"
 
 
@@ -55,11 +55,11 @@ def test_the_longest_pattern_decides_within_a_table_and_o0_has_no_rules():
 
 def test_any_of_an_instance_names_can_match():
     pol = Policy(paddle_layers=LayerLists(fp32={"linear_2"}))
-    d = plan_op(pol, "paddle", "matmul_v2", ["float32", "float32"],
-                instance=("linear_2.tmp_0", "linear_2.w_0"))
+    d = plan_op(pol, "paddle", OpCall(
+        "matmul_v2", ["float32", "float32"], instance=("linear_2.tmp_0", "linear_2.w_0")))
     assert d.run_dtype == "float32" and "matches 'linear_2.tmp_0'" in d.reason
-    assert plan_op(pol, "paddle", "matmul_v2", ["float32", "float32"],
-                   instance=("linear_3.tmp_0", "linear_3.w_0")).run_dtype == "float16"
+    assert plan_op(pol, "paddle", OpCall("matmul_v2", ["float32", "float32"], instance=(
+        "linear_3.tmp_0", "linear_3.w_0"))).run_dtype == "float16"
 
 
 @pytest.mark.parametrize("pattern,name,hit", [

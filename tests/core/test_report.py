@@ -3,14 +3,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amp_adapters.device import DeviceProfile, ShapeClass
-from amp_adapters import CastReport, Policy, compare, kernel_differences, plan_op
+from amp_adapters import CastReport, Policy, compare, kernel_differences, OpCall, plan_op
 from amp_adapters.report import GraphCasts
 
 O1 = Policy.preset("O1")
 
 
 def report(fw, ops):
-    return CastReport(fw, tuple(plan_op(O1, fw, op, dtypes) for op, dtypes in ops))
+    return CastReport(fw, tuple(plan_op(O1, fw, OpCall(op, dtypes)) for op, dtypes in ops))
 
 
 MX = report("mxnet", [("FullyConnected", ("float32", "float32")), ("softmax", ("float16",)),
@@ -41,7 +41,8 @@ def text_columns(text):
 
 def test_graph_casts_are_the_count_and_round_trips_are_labelled():
     emulate = Policy.preset("O1", emulate=True)
-    d = plan_op(emulate, "paddle", "mul", ("float32", "float32"), device=DeviceProfile(frozenset()))
+    d = plan_op(emulate, "paddle", OpCall("mul", ("float32", "float32")),
+                device=DeviceProfile(frozenset()))
     # x -> fp16 -> fp32 (a round trip), w -> fp16 -> fp32, out -> fp16 -> fp32, and one real cast
     casts = [("x", "x.h", "float16"), ("x.h", "x.r", "float32"), ("w", "w.h", "float16"),
              ("w.h", "w.r", "float32"), ("o", "o.h", "float16"), ("o.h", "o.r", "float32"),
@@ -83,17 +84,17 @@ def test_compare_agrees_and_disagrees():
 
 
 def test_emulated_rows_are_labelled():
-    d = plan_op(Policy.preset("O1", emulate=True), "mxnet", "FullyConnected",
-                ("float32", "float32"), device=DeviceProfile(frozenset()))
+    d = plan_op(Policy.preset("O1", emulate=True), "mxnet", OpCall(
+        "FullyConnected", ("float32", "float32")), device=DeviceProfile(frozenset()))
     assert "float32 (emulated float16)" in CastReport("mxnet", (d,)).format()
 
 
 def test_emulated_and_real_low_precision_agree_but_fallback_does_not():
     emulate = Policy.preset("O1", emulate=True)
-    emulated = CastReport("mxnet", (plan_op(emulate, "mxnet", "FullyConnected",
-                                            ("float32", "float32"), device=DeviceProfile(frozenset())),))
-    real = CastReport("paddle", (plan_op(emulate, "paddle", "fc", ("float32", "float32")),))
-    fallback = CastReport("paddle", (plan_op(O1, "paddle", "fc", ("float32", "float32"),
+    emulated = CastReport("mxnet", (plan_op(emulate, "mxnet", OpCall(
+        "FullyConnected", ("float32", "float32")), device=DeviceProfile(frozenset())),))
+    real = CastReport("paddle", (plan_op(emulate, "paddle", OpCall("fc", ("float32", "float32"))),))
+    fallback = CastReport("paddle", (plan_op(O1, "paddle", OpCall("fc", ("float32", "float32")),
                                              device=DeviceProfile(frozenset())),))
     assert emulated.decisions[0].precision == "float16" == real.decisions[0].precision
     assert compare(emulated, real) == []
@@ -106,20 +107,21 @@ def test_kernel_differences_name_ops_real_in_one_report_only():
     kernels differ, and the follow op after it runs in another dtype in each."""
     bf16 = Policy.preset("O1-bf16", emulate=True)
     here = frozenset({"FullyConnected", "Activation"})
-    real = CastReport("mxnet", (plan_op(bf16, "mxnet", "FullyConnected", ("float32",) * 2,
+    real = CastReport("mxnet", (plan_op(bf16, "mxnet", OpCall("FullyConnected", ("float32",) * 2),
                                         device=DeviceProfile(here)),
-                                plan_op(bf16, "mxnet", "Activation", ("bfloat16",),
-                                        device=DeviceProfile(here), attrs={"act_type": "relu"})))
-    emulated = CastReport("paddle", (plan_op(bf16, "paddle", "mul", ("float32",) * 2,
+                                plan_op(bf16, "mxnet", OpCall(
+                                    "Activation", ("bfloat16",), attrs={"act_type": "relu"}),
+                                    device=DeviceProfile(here))))
+    emulated = CastReport("paddle", (plan_op(bf16, "paddle", OpCall("mul", ("float32",) * 2),
                                              device=DeviceProfile(frozenset())),
-                                     plan_op(bf16, "paddle", "relu", ("float32",),
+                                     plan_op(bf16, "paddle", OpCall("relu", ("float32",)),
                                              device=DeviceProfile(frozenset()))))
     assert real.executions() == {"linear": {"kernel"}, "relu": {"kernel"}}
     assert emulated.executions() == {"matmul": {"emulated"}}
     # linear vs matmul: not the same op, but one model runs real kernels, the other's GEMM none
     assert kernel_differences(real, emulated) == [
         "matmul: paddle runs it emulated; mxnet's model has no such op"]
-    paddle_real = CastReport("paddle", (plan_op(bf16, "paddle", "mul", ("float32",) * 2,
+    paddle_real = CastReport("paddle", (plan_op(bf16, "paddle", OpCall("mul", ("float32",) * 2),
                                                 device=DeviceProfile(frozenset({"mul"}))),))
     assert kernel_differences(paddle_real, emulated) == [
         "matmul: paddle runs it kernel, paddle emulated"]
@@ -133,26 +135,27 @@ def test_an_op_without_a_kernel_that_the_other_model_lacks_is_a_kernel_differenc
     inside FullyConnected on a real one. Where neither runs a real kernel (a CPU without
     them), that is no difference: the models are then compared op by op."""
     bf16 = Policy.preset("O1-bf16")
-    mx = CastReport("mxnet", (plan_op(bf16, "mxnet", "FullyConnected", ("float32",) * 3,
+    mx = CastReport("mxnet", (plan_op(bf16, "mxnet", OpCall("FullyConnected", ("float32",) * 3),
                                       device=DeviceProfile(frozenset({"FullyConnected"}))),))
     pd = CastReport("paddle", (
-        plan_op(bf16, "paddle", "matmul_v2", ("float32",) * 2,
+        plan_op(bf16, "paddle", OpCall("matmul_v2", ("float32",) * 2),
                 device=DeviceProfile(frozenset({"matmul_v2", "elementwise_add"}))),
-        plan_op(bf16, "paddle", "elementwise_add", ("bfloat16", "float32"),
-                device=DeviceProfile(frozenset({"matmul_v2", "elementwise_add"}),
-                                     slow_broadcast_grads={"elementwise_add"}, training=True),
-                shape=ShapeClass.of([(4, 8, 16), (16,)], result_rank=3),
-                param_inputs=(False, True))))
+        plan_op(bf16, "paddle", OpCall(
+            "elementwise_add", ("bfloat16", "float32"),
+            shape=ShapeClass.of([(4, 8, 16), (16,)], result_rank=3), param_inputs=(False, True)),
+            device=DeviceProfile(frozenset({"matmul_v2", "elementwise_add"}),
+                                     slow_broadcast_grads={"elementwise_add"}, training=True))))
     assert kernel_differences(mx, pd) == [
         "add: paddle runs it fell back; mxnet's model has no such op"]
     assert kernel_differences(pd, mx) == [
         "add: paddle runs it fell back; mxnet's model has no such op"]
     none = frozenset()
-    mx_none = CastReport("mxnet", (plan_op(bf16, "mxnet", "FullyConnected", ("float32",) * 3,
-                                           device=DeviceProfile(none)),))
+    mx_none = CastReport("mxnet", (plan_op(bf16, "mxnet", OpCall(
+        "FullyConnected", ("float32",) * 3), device=DeviceProfile(none)),))
     pd_none = CastReport("paddle", (
-        plan_op(bf16, "paddle", "matmul_v2", ("float32",) * 2, device=DeviceProfile(none)),
-        plan_op(bf16, "paddle", "elementwise_add", ("float32",) * 2, device=DeviceProfile(none))))
+        plan_op(bf16, "paddle", OpCall("matmul_v2", ("float32",) * 2), device=DeviceProfile(none)),
+        plan_op(bf16, "paddle", OpCall("elementwise_add", ("float32",) * 2),
+                device=DeviceProfile(none))))
     assert kernel_differences(mx_none, pd_none) == []
 
 

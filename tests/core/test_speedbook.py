@@ -11,7 +11,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from amp_adapters import AmpConfigError, Policy, plan_op
+from amp_adapters import AmpConfigError, Policy, OpCall, plan_op
 from amp_adapters.device import Cost, DeviceProfile, ShapeClass
 from amp_adapters import speedbook
 from amp_adapters.speedbook import (ISA_ENV, RETRY_AFTER_S, Failure, MeasuringFailed,
@@ -94,8 +94,8 @@ def test_a_saved_profile_replays_the_plan_whatever_this_machine_would_measure(tm
                            cache=tmp_path / "other.json", here=elsewhere)
     assert "measured on Test CPU" in caplog.text and "Other CPU" in caplog.text
     device = DeviceProfile({"FullyConnected"}, training=True, costs=replay.for_training(True))
-    plans = {plan_op(policy, "mxnet", "FullyConnected", ("float32",) * 3, device=device,
-                     shape=MLP).run_dtype for _ in range(3)}
+    plans = {plan_op(policy, "mxnet", OpCall("FullyConnected", ("float32",) * 3, shape=MLP),
+                     device=device).run_dtype for _ in range(3)}
     assert plans == {"bfloat16"} and slow.calls == []
 
 
@@ -112,8 +112,8 @@ def test_a_crash_while_timed_is_recorded_as_an_error_never_raised(tmp_path):
     b = book(tmp_path, Timer(RuntimeError("could not create a primitive")))
     cost = b.lookup("Convolution", MLP, True)
     assert cost.error and "could not create a primitive" in cost.error
-    d = plan_op(Policy.preset("auto"), "mxnet", "Convolution", ("float32",) * 3,
-                device=DeviceProfile({"Convolution"}, costs=b.for_training(False)), shape=MLP)
+    d = plan_op(Policy.preset("auto"), "mxnet", OpCall("Convolution", ("float32",) * 3, shape=MLP),
+                device=DeviceProfile({"Convolution"}, costs=b.for_training(False)))
     assert d.lacks_kernel
 
 
@@ -239,9 +239,10 @@ def test_a_failure_of_the_measuring_is_not_kept_and_a_later_process_measures_aga
     failure, = on_disk.entries.values()
     assert failure.retry_after == 1000.0 + RETRY_AFTER_S
     meanwhile = book(tmp_path, killed, clock=lambda: now[0])
-    plan = plan_op(Policy.preset("auto"), "mxnet", "FullyConnected", ("float32",) * 3,
-                   device=DeviceProfile({"FullyConnected"}, training=True,
-                                        costs=meanwhile.for_training(True)), shape=MLP)
+    plan = plan_op(Policy.preset("auto"), "mxnet", OpCall(
+        "FullyConnected", ("float32",) * 3, shape=MLP),
+        device=DeviceProfile({"FullyConnected"}, training=True,
+                                        costs=meanwhile.for_training(True)))
     assert plan.run_dtype == "float32" and not plan.lacks_kernel  # not measured, not "no kernel"
     works = Timer(Cost(0.5, 0.01, 0.6, 0.01))
     now[0] += RETRY_AFTER_S / 2  # another rank, started meanwhile: the same answer, no timing
