@@ -112,6 +112,26 @@ class OpLists:
         return cls(**check_op_lists(d, where, "ops", canonical))
 
 
+def with_custom_lists(policy: "Policy", framework: str, custom: OpLists) -> "Policy":
+    """``policy`` with a user's custom op lists (a native API's ``custom_white_list`` /
+    ``custom_black_list`` beside ``policy=``) on top of its ``framework`` overrides: the one
+    rule every runtime applies (Paddle's static ``decorate`` and dynamic-graph ``auto_cast``).
+
+    As the native ``_update_list`` does to its defaults: an op a custom list names takes that
+    list's category and leaves every other list of the policy's overrides (a custom white op
+    leaves the black list, and the reverse, and a conditional-fp32 rule of the policy's);
+    the policy's other entries and its ``replace`` stay. ``custom`` is checked as any ``OpLists`` (an op in two
+    custom lists is a ``ConflictingOpError``); with no names it returns ``policy`` itself."""
+    if not custom.names():
+        return policy
+    ops = policy.framework_ops(framework)
+    named = custom.names()
+    lists = {cat: (getattr(ops, cat) - named) | getattr(custom, cat) for cat in CATEGORIES}
+    rules = tuple(r for r in ops.conditional_fp32 if r[0] not in named)
+    return policy.replace(**{f"{framework}_ops": OpLists(**lists, conditional_fp32=rules,
+                                                          replace=ops.replace)})
+
+
 def default_loss_scale(dtype: str,
                        scaled: Callable[[], LossScale] = DynamicLossScale) -> LossScale:
     """The loss scale ``dtype`` gets when none is given: ``scaled()`` for float16, whose

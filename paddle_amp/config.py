@@ -18,7 +18,7 @@ from amp_adapters import (LEVELS, AmpConfigError, DynamicLossScale, LossScale, O
                           StaticLossScale, UnknownChoiceError)
 from amp_adapters.dtypes import LOW_DTYPES, low_dtype
 from amp_adapters.errors import check_flag
-from amp_adapters.policy import PolicyLike, default_loss_scale, resolve_policy
+from amp_adapters.policy import PolicyLike, default_loss_scale, resolve_policy, with_custom_lists
 
 from .env import current_device
 from .lists import check_lists, known_ops
@@ -84,13 +84,11 @@ def check_arguments(level, flags: dict, scaling: dict) -> None:
 
 
 def explicit_policy(policy: PolicyLike, lists, emulate: bool, use_promote: bool) -> Policy:
-    """The caller's ``policy=`` (it wins over lists, level, dtype and the scaling arguments);
-    custom op lists in ``lists`` beside it are an error (one of them would be ignored)."""
-    if lists.overrides() != OpLists():
-        raise AmpConfigError(
-            "decorate() got both policy= and amp_lists= with custom op lists: put the op "
-            "lists in the policy (Policy(paddle_ops=OpLists(...))); amp_lists may then "
-            "carry only custom_black_varnames")
+    """The caller's ``policy=`` (it wins over level, dtype and the scaling arguments) with the
+    custom op lists of ``lists`` on top, by the core's one rule (``with_custom_lists``, as
+    ``paddle_amp.dygraph.auto_cast`` does): a custom white op runs low, a custom black op
+    float32, whatever the policy's lists say."""
+    policy = with_custom_lists(policy, "paddle", lists.custom())
     policy = policy.with_emulation(emulate)
     if use_promote and policy.unlisted is None:
         policy = policy.replace(unlisted="promote")

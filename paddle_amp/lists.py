@@ -109,6 +109,24 @@ class _Lists:
         """The user's custom entries by category ("lower", "fp32"), as given."""
         raise NotImplementedError
 
+    def _built(self) -> None:
+        """Remember the live sets as the constructor left them (``custom``)."""
+        self._as_built = {attr: frozenset(getattr(self, attr)) for attr, _ in self._sets}
+
+    def custom(self) -> OpLists:
+        """The user's custom lists as given, which ``decorate(policy=...)`` puts on top of the
+        policy (``amp_adapters.policy.with_custom_lists``). A live set edited in place since
+        has no meaning beside a policy: refused, rather than ignored."""
+        edited = [attr for attr, _ in self._sets
+                  if frozenset(getattr(self, attr)) != self._as_built[attr]]
+        if edited:
+            raise AmpConfigError(
+                f"decorate() got policy= and amp_lists whose {', '.join(edited)} was edited in "
+                f"place: beside a policy, pass the ops as the lists' custom arguments "
+                f"(custom_white_list=..., custom_black_list=...) or put them in the policy "
+                f"(Policy(paddle_ops=OpLists(...)))")
+        return OpLists(**self._custom())
+
     def overrides(self, unlisted: str = "fp32", level: str = "O1") -> OpLists:
         """The ops whose category the live sets change from the native defaults, and the
         user's custom entries still in their live set (a custom fp32 op already in a default
@@ -163,13 +181,17 @@ class AutoMixedPrecisionLists(_Lists):
             self.white_list.discard(op)
             self.black_list.discard(op)
             self.gray_list.add(op)
+        self._custom_gray_list = custom_gray_list
+        self._built()
 
     def _defaults(self):
         return native_lists("paddle", self.amp_dtype)
 
     def _custom(self) -> dict[str, frozenset[str]]:
-        return {"lower": _names(self._custom_white_list, "custom_white_list"),
-                "fp32": _names(self._custom_black_list, "custom_black_list")}
+        gray = _names(getattr(self, "_custom_gray_list", None), "custom_gray_list")
+        return {"lower": _names(self._custom_white_list, "custom_white_list") - gray,
+                "fp32": _names(self._custom_black_list, "custom_black_list") - gray,
+                "promote": gray}
 
 
 CustomOpLists = AutoMixedPrecisionLists  # the native alias
@@ -196,6 +218,7 @@ class AutoMixedPrecisionListsBF16(_Lists):
         self.fp32_varnames = None if custom_fp32_varnames is None else set(
             _names(custom_fp32_varnames, "custom_fp32_varnames"))
         self._apply_custom(self.bf16_list, self.fp32_list, bf16, fp32)
+        self._built()
 
     def _defaults(self):
         return native_lists("paddle", "bfloat16-lists")

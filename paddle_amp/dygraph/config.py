@@ -12,6 +12,7 @@ import functools
 from typing import Any
 
 from amp_adapters import Policy, resolve_policy
+from amp_adapters.policy import with_custom_lists
 from amp_adapters.errors import AmpConfigError, UnknownChoiceError, UnknownOpError, check_flag
 
 from .native_lists import custom_oplists, native_oplists, native_sets
@@ -117,15 +118,7 @@ def _policy_of(enable: Any = True, custom_white_list: Any = None, custom_black_l
             changes["dtype"] = dt
         if lvl is not None and lvl != "O0" and base.enabled:
             changes["level"] = lvl
-        if white or black:
-            extra = custom_oplists(white, black)
-            ops = base.paddle_ops
-            changes["paddle_ops"] = type(ops)(
-                lower=(ops.lower - extra.fp32) | extra.lower,
-                fp32=(ops.fp32 - extra.lower) | extra.fp32,
-                promote=ops.promote - extra.lower - extra.fp32,
-                follow=ops.follow - extra.lower - extra.fp32,
-                conditional_fp32=ops.conditional_fp32, replace=ops.replace)
+        base = with_custom_lists(base, "paddle", custom_oplists(white, black))
         resolved = base.replace(**changes) if changes else base
         if not enable or lvl == "O0":
             return Policy.preset("O0")

@@ -28,9 +28,7 @@ def native_oplists(dtype: str, level: str, custom_white: Optional[Iterable[str]]
     """The Paddle op overrides (``Policy.paddle_ops``) that reproduce ``paddle.amp``'s lists with
     the custom lists applied as ``_update_list`` does, each name in both spellings
     (``names.both_spellings``); they replace the static defaults (``replace=True``)."""
-    cw, cb = both_spellings(custom_white or ()), both_spellings(custom_black or ())
-    if cw & cb:
-        raise ConflictingOpError(sorted(cw & cb)[0], ["custom_white_list", "custom_black_list"])
+    cw, cb = _spelled(custom_white, custom_black)
     white, black = native_sets(dtype, level)
     white, black = both_spellings(white), both_spellings(black)
     white = (white - cb) | cw
@@ -40,6 +38,16 @@ def native_oplists(dtype: str, level: str, custom_white: Optional[Iterable[str]]
 
 def custom_oplists(custom_white: Optional[Iterable[str]] = None,
                    custom_black: Optional[Iterable[str]] = None) -> OpLists:
-    """Custom lists as overrides on top of a given policy (``policy=``): extend, not replace."""
+    """Custom lists as overrides on top of a given policy (``policy=``), each name in both
+    spellings: the core puts them over the policy (``amp_adapters.policy.with_custom_lists``)."""
+    cw, cb = _spelled(custom_white, custom_black)
+    return OpLists(lower=cw, fp32=cb)
+
+
+def _spelled(custom_white: Optional[Iterable[str]],
+             custom_black: Optional[Iterable[str]]) -> tuple[frozenset[str], frozenset[str]]:
+    """Both custom lists in both spellings; an op in both is refused, as natively."""
     cw, cb = both_spellings(custom_white or ()), both_spellings(custom_black or ())
-    return OpLists(lower=cw - cb, fp32=cb)
+    if cw & cb:
+        raise ConflictingOpError(sorted(cw & cb)[0], ["custom_white_list", "custom_black_list"])
+    return cw, cb

@@ -32,11 +32,10 @@ def test_static_scaling_and_master_grad_only_at_o2():
     assert resolve_decorate(level="O2", master_grad=True).master_grad is True
 
 
-def test_an_explicit_policy_wins_and_rejects_custom_lists_beside_it():
+def test_an_explicit_policy_wins_and_takes_custom_lists_on_top():
     assert resolve_decorate(policy="O1", level="O2").policy == Policy.preset("O1")
     lists = AutoMixedPrecisionLists(custom_white_list={"softmax"})
-    with pytest.raises(AmpConfigError, match="both policy= and amp_lists="):
-        resolve_decorate(lists, policy="O1")
+    assert resolve_decorate(lists, policy="O1").policy.paddle_ops.lower == {"softmax"}
     blacks = AutoMixedPrecisionLists(custom_black_varnames={"x"})
     assert resolve_decorate(blacks, policy="O1").black_varnames == frozenset({"x"})
 

@@ -238,12 +238,17 @@ def test_control_flow_reads_fp32_copies(static):
     assert np.array_equal(got, np.maximum(hv.astype(np.float32), 0))
 
 
-def test_policy_with_custom_op_lists_is_an_error(static):
+def test_policy_with_custom_op_lists_takes_them_on_top_and_refuses_edits_in_place(static):
     from amp_adapters import AmpConfigError
 
     lists = paddle_amp.AutoMixedPrecisionLists(custom_white_list={"scale"})
-    with pytest.raises(AmpConfigError, match="both policy= and amp_lists="):
-        paddle_amp.decorate(paddle.optimizer.SGD(0.1), amp_lists=lists,
+    opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), amp_lists=lists,
+                              policy=Policy.preset("O1"))
+    assert "scale" in opt.policy.paddle_ops.lower
+    edited = paddle_amp.AutoMixedPrecisionLists()
+    edited.white_list.add("scale")
+    with pytest.raises(AmpConfigError, match="edited in place"):
+        paddle_amp.decorate(paddle.optimizer.SGD(0.1), amp_lists=edited,
                             policy=Policy.preset("O1"))
     only_varnames = paddle_amp.AutoMixedPrecisionLists(custom_black_varnames={"x"})
     paddle_amp.decorate(paddle.optimizer.SGD(0.1), amp_lists=only_varnames,
