@@ -6,6 +6,9 @@
 - ``amp_demo`` is the only package that imports both backends, and only its two
   framework trainers do.
 - No import cycle between modules at import time.
+- The core has two floors: the policy kernel (``RULES``) and its services (``SERVICES``).
+  Every core module is on one of them, and no kernel module imports a service, not even
+  lazily inside a function: the kernel decides, the services measure, keep and tell.
 """
 import ast
 import re
@@ -21,6 +24,41 @@ PACKAGES = ("amp_adapters", "mxnet_amp", "paddle_amp", "amp_demo")
 FRAMEWORKS = {"mxnet": "mxnet", "paddle": "paddle"}
 BACKENDS = {"mxnet": "mxnet_amp", "paddle": "paddle_amp"}
 OUTSIDE_THE_CORE = {"mxnet", "paddle", "mxnet_amp", "paddle_amp", "amp_demo", "torch"}
+
+# the core's floors, by module (a package counts with everything in it)
+RULES = (  # the policy kernel: it decides
+    "amp_adapters.policy",
+    "amp_adapters.policyfile",
+    "amp_adapters.oplists",
+    "amp_adapters.planner",
+    "amp_adapters.device",
+    "amp_adapters.isa",
+    "amp_adapters.dtypes",
+    "amp_adapters.errors",
+    "amp_adapters.configcheck",
+    "amp_adapters.toml_duplicates",
+    "amp_adapters.params",
+    "amp_adapters.layers",
+    "amp_adapters.scaler",
+    "amp_adapters.loss_scale",
+)
+SERVICES = (  # its services: they measure, keep and tell
+    "amp_adapters.speedbook",
+    "amp_adapters.speed_source",  # the speed source a runtime supplies (speed-protocol)
+    "amp_adapters.speed_child",   # the one measuring child (speed-protocol)
+    "amp_adapters.measure_process",
+    "amp_adapters.timing",
+    "amp_adapters.memory",
+    "amp_adapters.native_speed",
+    "amp_adapters.speed_report",
+    "amp_adapters.report",
+    "amp_adapters.native_diff",
+    "amp_adapters.checkpoint",
+    "amp_adapters.cli",
+    "amp_adapters.doctor",
+    "amp_adapters.quiet",
+    "amp_adapters.fallback",
+)
 
 
 def modules(package: str) -> dict[str, Path]:
@@ -101,6 +139,58 @@ def test_the_scan_sees_what_the_old_core_did():
         path.unlink()
     assert {("amp_adapters.demo", True), ("<computed>", False), ("mxnet_amp.demo", False)} \
         <= found
+
+
+# each floor is a package with its own file map, once the modules stand in it
+FLOOR_PACKAGES = tuple(sorted({m.rpartition(".")[0].replace(".", "/") for m in RULES + SERVICES}
+                              - {"amp_adapters"}))
+MAPPED = PACKAGES + FLOOR_PACKAGES
+
+
+def floor(module: str):
+    """"rules" or "services" for a core module (None: on no floor)."""
+    for name, members in (("rules", RULES), ("services", SERVICES)):
+        if any(module == m or module.startswith(m + ".") for m in members):
+            return name
+    return None
+
+
+def kernel_imports_of_services(found: dict[str, Path]) -> list[str]:
+    return [f"{module}:{line} imports {name}{'' if top_level else ' (inside a function)'}"
+            for module, path in found.items() if floor(module) == "rules"
+            for name, line, top_level in imports(module, path)
+            if floor(name) == "services" or name == "<computed>"]
+
+
+def test_every_core_module_is_on_one_floor():
+    """A new core module says where it belongs: the kernel (it decides) or a service."""
+    core = [m for m in modules("amp_adapters") if m != "amp_adapters" and not any(
+        listed.startswith(m + ".") for listed in RULES + SERVICES)]  # not a floor's package
+    assert [m for m in core if floor(m) is None] == [], \
+        "tests/core/test_layering.py: put these core modules in RULES or SERVICES"
+    assert not set(RULES) & set(SERVICES)
+
+
+def test_the_kernel_imports_no_service_not_even_lazily():
+    assert kernel_imports_of_services(modules("amp_adapters")) == []
+
+
+def test_the_floor_scan_sees_a_lazy_import_of_a_service():
+    """The scanner is not blind: a kernel module reaching the speed book inside a function
+    (as a device truth read there would) is caught, by relative and by absolute name."""
+    probe = ROOT / "amp_adapters" / "__floor_probe__.py"
+    package, target = RULES[0].split(".")[:-1], SERVICES[0].split(".")
+    common = next(i for i, (a, b) in enumerate(zip(package + [""], target)) if a != b)
+    relative = "." * (len(package) - common + 1) + ".".join(target[common:])
+    try:  # "from .speedbook import machine", wherever the floors put the two
+        probe.write_text(f"def machine():\n    from {relative} import machine\n"
+                         f"    import {SERVICES[0]}\n    return machine()\n")
+        found = {RULES[0]: probe}
+        bad = kernel_imports_of_services(found)
+    finally:
+        probe.unlink()
+    assert {int(b.split(":")[1].split()[0]) for b in bad} == {2, 3}, bad  # both lines
+    assert all("(inside a function)" in b for b in bad), bad
 
 
 @pytest.mark.parametrize("framework, other", [("mxnet", "paddle"), ("paddle", "mxnet")])
@@ -229,7 +319,7 @@ def test_the_readme_layout_names_every_file_of_the_packages():
     readme = (ROOT / "docs" / "design.md").read_text("utf-8")
     block = readme.split("## Layout", 1)[1].split("```", 2)[1]
     layout = file_map(block)
-    for package in PACKAGES:
+    for package in MAPPED:
         named, actual = layout.get(package, set()), module_files(package)
         assert sorted(actual - named) == [], \
             f"docs/design.md ## Layout: add a line for these files of {package}/"
@@ -237,7 +327,7 @@ def test_the_readme_layout_names_every_file_of_the_packages():
             f"docs/design.md ## Layout names files that {package}/ does not have"
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", MAPPED)
 def test_each_package_docstring_states_its_file_map(package):
     """The same, for the ``Files:`` section of each package's docstring."""
     doc = ast.get_docstring(ast.parse((ROOT / package / "__init__.py").read_text("utf-8")))
