@@ -66,7 +66,17 @@ def rounding_cast() -> Callable:
 
     def cast(x, name):
         if name == "bfloat16" and x.dtype == paddle.float32:
-            return onednn_cast(x, "float32", "bfloat16")
+            if x.stop_gradient or x.is_leaf or not paddle.is_grad_enabled():
+                return onednn_cast(x, "float32", "bfloat16")
+            # an activation in training: oneDNN's cast hands its gradient back in oneDNN's
+            # layout, which a reshape's gradient then breaks ("could not create a primitive
+            # descriptor for a reorder primitive", SIGABRT, Paddle 2.6.2: a Linear after a
+            # flatten). So the values are rounded by oneDNN outside the graph, and the graph
+            # holds the plain cast of them, exact (x + (r - x) is r: Sterbenz)
+            with paddle.no_grad():
+                r = onednn_cast(onednn_cast(x, "float32", "bfloat16"), "bfloat16", "float32")
+                step = _C_ops.subtract(r, x)
+            return _C_ops.cast(_C_ops.add(x, step), dtypes[name])
         return _C_ops.cast(x, dtypes[name])
     return cast
 
