@@ -160,6 +160,8 @@ def push(policy: Policy, log: Optional[list] = None,
         if not (paddle.is_grad_enabled() if training is None else training):
             device = kernels.inference_profile(policy.dtype)
     frame = Frame(policy, device, log=log)
+    if _master_grads and policy.enabled and policy.level == "O2" and log is None:
+        _hook_master_grads()
     with _lock:
         if not _open[0]:
             _install()
@@ -168,6 +170,22 @@ def push(policy: Policy, log: Optional[list] = None,
     if policy.enabled and log is None:  # a cast report's region is no training's dtype
         _last_dtype[0] = policy.dtype
     return frame
+
+
+_master_grads: list = []  # O2 parameters decorated with master_grad=True
+
+
+def master_grad_params(params: list) -> None:
+    """``decorate(master_grad=True)``: after each backward run in an O2 region, the gradients
+    of ``params`` are float32 (the native's ``master_grad_hook``, registered as it does:
+    at each region's entry, for the backward that follows)."""
+    _master_grads.extend(params)
+
+
+def _hook_master_grads() -> None:
+    from paddle.base import core
+    from .masters import widen_grads
+    core.eager._add_backward_final_hook(lambda: widen_grads(list(_master_grads)))
 
 
 def pop(frame: Frame) -> None:
@@ -221,9 +239,9 @@ def _wants_grad(a, ours: bool):
 def _run(d: OpDecision, inputs: tuple, plain: Callable, low: Callable):
     """``inputs`` through the op as ``d`` says: its low route, emulated, or plain."""
     cast = kernels.rounding_cast()
-    if d.emulated:
-        args = tuple(_round(x, d.low_dtype) if r else x
-                     for x, r in zip(inputs, d.round_inputs))
+    if d.emulated:  # an input stored low (an O2 weight) is only widened: exact
+        args = tuple(_round(x, d.low_dtype) if r else cast(x, c) if c else x
+                     for x, r, c in zip(inputs, d.round_inputs, d.casts))
         out = plain(*args)
         return _round(out, d.low_dtype) if d.round_outputs else out
     if d.run_dtype is not None and d.run_dtype == d.low_dtype:
@@ -325,6 +343,8 @@ def _conv2d(x, weight, *args, **kw):
 
 
 _WRAPPERS = {"matmul": _matmul, "linear": _linear, "conv2d": _conv2d}
+# the program ops the wrappers plan: the only readers an O2 parameter stored low may have
+PLANNED_OPS = frozenset({"matmul_v2", "conv2d"})
 
 
 # [(the classes a wrapper plans for: eager Tensor, PIR Value), PIR Value or None]: set at

@@ -46,7 +46,7 @@ from amp_adapters.errors import AmpConfigError, check_flag
 from amp_adapters.loss_scale import LossScaleConfig, LossScaleState, check_guard, check_state, step
 from amp_adapters.loss_scale.checks import f32
 
-from . import dispatch
+from . import dispatch, masters
 
 log = logging.getLogger("paddle_amp.dygraph")
 
@@ -151,10 +151,7 @@ class AmpScaler:
     # -- the optimizer stages --------------------------------------------------------------
     @staticmethod
     def _parameters(optimizer) -> list:
-        groups = getattr(optimizer, "_param_groups", None)
-        if groups and isinstance(groups[0], dict):
-            return [p for g in groups for p in g["params"]]
-        return list(optimizer._parameter_list)
+        return masters.optimizer_params(optimizer)
 
     def _unscale(self, optimizer) -> None:
         if not self._enable:
@@ -168,6 +165,7 @@ class AmpScaler:
         import paddle
         from paddle import _legacy_C_ops
         params = self._parameters(optimizer)
+        masters.widen_grads(params)  # O2's low gradients: no CPU kernel unscales them
         self._params += params  # every optimizer's this step: what the guard names
         by_dtype: dict[Any, list] = {}
         for p in params:
