@@ -107,12 +107,15 @@ def test_master_weights_are_in_the_optimizer_state_by_parameter_name_and_load_ba
                for k, v in saved.items())
 
 
-def test_save_dtype_saves_the_state_dict_in_that_dtype_and_keeps_the_parameters():
-    model, _, _ = _train("mlp", "O2", steps=1, save_dtype="float32")
+def test_save_dtype_saves_the_state_dict_in_that_dtype_and_keeps_the_parameters(tmp_path):
+    model, opt, _ = _train("mlp", "O2", steps=1, save_dtype="float32")
     live = {p.name: p.dtype for p in model.parameters()}
     assert any(d != paddle.float32 for d in live.values())
     assert all(v.dtype == paddle.float32 for v in model.state_dict().values())
     assert {p.name: p.dtype for p in model.parameters()} == live
+    # a checkpoint keeps the live dtypes (a resume is exact) and loads back
+    amp.save_checkpoint(tmp_path / "ckpt", model, opt)
+    assert amp.load_checkpoint(tmp_path / "ckpt", model, opt) == 0
 
 
 def test_excluded_layers_by_type_and_by_instance_stay_float32():
