@@ -84,7 +84,9 @@ class Frame:
             return None
         if d.lacks_kernel and (op, d.low_dtype) not in _warned:
             _warned.add((op, d.low_dtype))
-            log.warning("paddle_amp.dygraph: %s runs in float32: %s", op, d.reason)
+            route = kernels.missing_routes(d.low_dtype).get(op)
+            log.warning("paddle_amp.dygraph: %s runs in float32: %s%s", op, d.reason,
+                        f" (its oneDNN route fails in eager mode: {route})" if route else "")
         acts = d.needs_action or (d.run_dtype is not None and d.run_dtype == d.low_dtype)
         self.plans[full] = d if acts else None
         return self.plans[full]
@@ -331,15 +333,16 @@ def _linear(x, weight, bias=None, *rest, **kw):
 
 
 def _conv2d(x, weight, *args, **kw):
-    """``conv2d`` (``nn.Conv2D``, ``F.conv2d``): decided, emulated when asked; it has no
-    oneDNN route in eager mode (Paddle's oneDNN conv2d reads its filter from a program's
-    context: "OneDnnContext does not have the input Filter", 2.6.2 and 3.3.1), so a bf16
-    plan falls back to float32, and says so."""
+    """``conv2d`` (``nn.Conv2D``, ``F.conv2d``): decided, emulated when asked, on oneDNN in
+    bf16 where its route's probe ran (``kernels.conv2d``: in Paddle 2.6.2 and 3.3.1 it does
+    not, so a bf16 plan falls back to float32, and the warning says why)."""
     orig = _originals["conv2d"]
     d = _planned(current(), "conv2d", x, weight)
     if d is None or d is _MISSING:
         return orig(x, weight, *args, **kw)
-    return _run(d, (x, weight), lambda a, b: orig(a, b, *args, **kw), None)
+    plain = lambda a, b: orig(a, b, *args, **kw)  # noqa: E731
+    return _run(d, (x, weight), plain, plain if _in_program(x) else
+                lambda a, b: kernels.conv2d(a, b, *args, **kw))
 
 
 _WRAPPERS = {"matmul": _matmul, "linear": _linear, "conv2d": _conv2d}
