@@ -5,9 +5,13 @@ Level O1 returns the models and optimizers as they are, as the native does (O1 k
 float32 parameters; ``auto_cast`` does the work). The native checks little at O1 (a wrong
 model type, ``save_dtype`` or ``dtype`` mostly passes) and at O2 casts the parameters
 before it checks the optimizers and ``save_dtype``: here a bad argument is an error before
-anything is touched, at every level. Level O2 (low-precision parameters, float32 master
-weights, ``save_dtype``, ``master_grad``, ``excluded_layers``) is not built yet: it is
-refused with a ``NotSupportedError`` that says what to use, never silently treated as O1.
+anything is touched, at every level.
+
+Level O2 (``o2``): the core's parameter plan (``params``: what only a routed low op reads
+is stored low; norms, biases, ``excluded_layers`` stay float32), the cast in place (the
+same Parameter objects), float32 masters kept by each optimizer in the native's format
+(``masters``), ``save_dtype`` as a state-dict hook, ``master_grad`` as the native's
+backward hook. The models and optimizers come back as given (the same objects).
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import logging
 from typing import Any
 
 from amp_adapters import resolve_policy
-from amp_adapters.errors import AmpConfigError, NotSupportedError, check_flag
+from amp_adapters.errors import AmpConfigError, check_flag
 
 from . import dispatch, kernels, masters
 from . import params as param_plan
