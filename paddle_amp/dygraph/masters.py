@@ -57,8 +57,10 @@ class Masters:
         self.params = {name: p for name, p in params.items()}  # low parameters, by name
         self.masters: dict[str, Any] = {}
         for name, p in self.params.items():
-            master = paddle.create_parameter(list(p.shape), "float32",
-                                             name=unique_name.generate(name + "_fp32_master"))
+            # a constant start (its values are set below): no draw from the user's RNG
+            master = paddle.create_parameter(
+                list(p.shape), "float32", name=unique_name.generate(name + "_fp32_master"),
+                default_initializer=paddle.nn.initializer.Constant(0.0))
             for attr in ("optimize_attr", "regularizer", "need_clip", "do_model_average"):
                 if hasattr(p, attr):
                     setattr(master, attr, getattr(p, attr))

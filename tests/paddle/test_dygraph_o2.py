@@ -244,3 +244,15 @@ def test_a_second_o2_decorate_is_refused():
     amp.decorate(model, level="O2", dtype=_low()[0], emulate=_low()[1])
     with pytest.raises(Exception, match="decorated at O2 already"):
         amp.decorate(model, level="O2", dtype=_low()[0], emulate=_low()[1])
+
+
+def test_decorate_draws_nothing_from_the_users_random_stream():
+    draws = []
+    for o2 in (False, True):
+        paddle.seed(0)
+        model = _mlp()
+        opt = paddle.optimizer.Adam(parameters=model.parameters())
+        if o2:
+            amp.decorate(model, opt, level="O2", dtype="float16", emulate=True)
+        draws.append(paddle.rand([4]).numpy())
+    assert np.array_equal(*draws)
