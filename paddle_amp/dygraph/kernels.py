@@ -68,17 +68,31 @@ def rounding_cast() -> Callable:
         if name == "bfloat16" and x.dtype == paddle.float32:
             if x.stop_gradient or x.is_leaf or not paddle.is_grad_enabled():
                 return onednn_cast(x, "float32", "bfloat16")
-            # an activation in training: oneDNN's cast hands its gradient back in oneDNN's
-            # layout, which a reshape's gradient then breaks ("could not create a primitive
-            # descriptor for a reorder primitive", SIGABRT, Paddle 2.6.2: a Linear after a
-            # flatten). So the values are rounded by oneDNN outside the graph, and the graph
-            # holds the plain cast of them, exact (x + (r - x) is r: Sterbenz)
-            with paddle.no_grad():
-                r = onednn_cast(onednn_cast(x, "float32", "bfloat16"), "bfloat16", "float32")
-                step = _C_ops.subtract(r, x)
-            return _C_ops.cast(_C_ops.add(x, step), dtypes[name])
+            return _rounded_bf16()(x)
         return _C_ops.cast(x, dtypes[name])
     return cast
+
+
+@functools.lru_cache(maxsize=None)
+def _rounded_bf16() -> Callable:
+    """oneDNN's rounding cast into bf16 for an activation in training, with Paddle's plain
+    cast as its gradient. oneDNN's own cast gradient comes back in oneDNN's layout, and a
+    reshape's gradient then aborts the process ("could not create a primitive descriptor
+    for a reorder primitive", SIGABRT, Paddle 2.6.2: a Linear after a flatten, in any CNN).
+    A PyLayer costs about 25 us a call here; rounding outside the graph and adding the
+    difference costs 5-7x a cast."""
+    import paddle
+    from paddle import _C_ops
+
+    class RoundedBf16(paddle.autograd.PyLayer):
+        @staticmethod
+        def forward(ctx, x):
+            return onednn_cast(x, "float32", "bfloat16")
+
+        @staticmethod
+        def backward(ctx, dy):
+            return _C_ops.cast(dy, paddle.float32)
+    return RoundedBf16.apply
 
 
 def matmul_v2(x, y, trans_x: bool = False, trans_y: bool = False):
