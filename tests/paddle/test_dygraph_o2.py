@@ -256,3 +256,33 @@ def test_decorate_draws_nothing_from_the_users_random_stream():
             amp.decorate(model, opt, level="O2", dtype="float16", emulate=True)
         draws.append(paddle.rand([4]).numpy())
     assert np.array_equal(*draws)
+
+
+def _pir() -> bool:
+    return bool(paddle.framework.use_pir_api()) if hasattr(paddle.framework, "use_pir_api") \
+        else False
+
+
+@pytest.mark.skipif(not _pir(), reason="to_static of a low-precision model: PIR only (Paddle "
+                   "3); the legacy IR's program runs float32 kernels (docs/dygraph.md)")
+def test_an_o2_model_trains_under_to_static_in_pir_as_in_eager_mode():
+    dtype, emulate = _low()
+    x, y = _data("mlp")
+    losses = []
+    for static in (False, True):
+        paddle.seed(0)
+        model = _mlp()
+        opt = paddle.optimizer.Adam(1e-2, parameters=model.parameters())
+        amp.decorate(model, opt, level="O2", dtype=dtype, emulate=emulate)
+
+        def forward(x):
+            with amp.auto_cast(level="O2", dtype=dtype, emulate=emulate):
+                return paddle.nn.functional.mse_loss(model(x), y)
+        step = paddle.jit.to_static(forward, full_graph=True) if static else forward
+        for _ in range(3):
+            loss = step(x)
+            loss.backward()
+            opt.step()
+            opt.clear_grad()
+        losses.append(float(loss))
+    assert np.isclose(losses[0], losses[1], rtol=1e-3), losses
