@@ -165,13 +165,19 @@ class AmpScaler:
         import paddle
         from paddle import _legacy_C_ops
         params = self._parameters(optimizer)
-        masters.widen_grads(params)  # O2's low gradients: no CPU kernel unscales them
         self._params += params  # every optimizer's this step: what the guard names
         by_dtype: dict[Any, list] = {}
+        low = []
         for p in params:
             g = p._grad_ivar()
             if g is not None:
-                by_dtype.setdefault(g.dtype, []).append(g)
+                if g.dtype in (paddle.float16, paddle.bfloat16):
+                    low.append(p)
+                else:
+                    by_dtype.setdefault(g.dtype, []).append(g)
+        if low:  # O2's low gradients, widened (exact): no CPU kernel unscales them
+            masters.widen_grads(low)
+            by_dtype.setdefault(paddle.float32, []).extend(p._grad_ivar() for p in low)
         scale = paddle.to_tensor(np.array([self._state.scale], np.float32))
         found = False
         for grads in by_dtype.values():
