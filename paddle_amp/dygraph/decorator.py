@@ -132,11 +132,13 @@ class _SaveAs:
     def __call__(self, state_dict: dict) -> None:
         import paddle
         cast = kernels.rounding_cast() if self.dtype != "float64" else None
-        for key, value in state_dict.items():
-            if paddle.is_floating_point(value) and value.dtype != getattr(paddle, self.dtype):
-                out = cast(value, self.dtype) if cast else value.astype(self.dtype)
-                out.name = value.name
-                state_dict[key] = out
+        with paddle.no_grad():  # values to save, not part of any graph
+            for key, value in state_dict.items():
+                if paddle.is_floating_point(value) and \
+                        value.dtype != getattr(paddle, self.dtype):
+                    out = cast(value, self.dtype) if cast else value.astype(self.dtype)
+                    out.name = value.name
+                    state_dict[key] = out
 
 
 def param_dtypes(model: Any) -> Any:
