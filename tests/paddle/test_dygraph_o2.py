@@ -9,6 +9,8 @@ The low dtype is the device truth's: bf16 where this CPU runs oneDNN's bf16 kern
 import numpy as np
 import paddle
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from paddle_amp import dygraph as amp
 from paddle_amp.dygraph.decorator import param_dtypes
@@ -286,3 +288,47 @@ def test_an_o2_model_trains_under_to_static_in_pir_as_in_eager_mode():
             opt.clear_grad()
         losses.append(float(loss))
     assert np.isclose(losses[0], losses[1], rtol=1e-3), losses
+
+
+def _clone_state(state):
+    """A deep copy of an optimizer state dict (tensors cloned, master_weights too)."""
+    out = {}
+    for k, v in state.items():
+        if isinstance(v, dict):
+            out[k] = {n: t.clone() for n, t in v.items()}
+        else:
+            out[k] = v.clone() if hasattr(v, "clone") else v
+    return out
+
+
+@settings(max_examples=12, deadline=None)
+@given(events=st.lists(st.sampled_from(["step", "overflow", "reload"]), min_size=1,
+                       max_size=6))
+def test_any_sequence_of_steps_overflows_and_state_reloads_keeps_o2_on_one_trajectory(events):
+    """Two O2 runs of the same steps and overflows, one of them reloading its optimizer and
+    model state from its own state dicts between steps, end bit-identical: the masters load
+    back into the live ones, an overflow changes nothing."""
+    x, y = _data("mlp")
+    runs = []
+    for reloads in (False, True):
+        paddle.seed(0)
+        model = _mlp()
+        opt = paddle.optimizer.Adam(1e-2, parameters=model.parameters())
+        model, opt = amp.decorate(model, opt, level="O2", dtype="float16", emulate=True)
+        scaler = amp.GradScaler(init_loss_scaling=64.0)
+        for event in events:
+            if event == "reload":
+                if reloads:
+                    state, params = _clone_state(opt.state_dict()), model.state_dict()
+                    params = {k: v.clone() for k, v in params.items()}
+                    model.set_state_dict(params)
+                    opt.set_state_dict(state)
+                continue
+            with amp.auto_cast(level="O2", dtype="float16", emulate=True):
+                loss = paddle.nn.functional.mse_loss(model(x), y)
+            scaled = scaler.scale(loss * (float("inf") if event == "overflow" else 1.0))
+            scaled.backward()
+            scaler.minimize(opt, scaled)
+            opt.clear_grad()
+        runs.append(_o2_state(model, opt))
+    _same(*runs)
