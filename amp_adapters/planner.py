@@ -390,9 +390,9 @@ def _target(policy: Policy, cat: Category, given: tuple[Optional[str], ...],
     """Rule: the category picks the dtype; promote/follow take the widest input, whatever
     the order (fp32 wins a promote), except that a promote op whose float32 inputs are all
     parameters beside activations in the low dtype runs low (``_params_down``). O2 lowers
-    every op not in fp32 (a promote op still promotes under ``Policy.use_promote``), but an op that follows or promotes float32 inputs none of its
-    readers computes low, with no low kernel measured faster (``idle``, from
-    ``_idle_move``), follows its data."""
+    every op not in fp32 (a promote op still promotes under ``Policy.use_promote``), but an
+    op that follows or promotes float32 inputs none of its readers computes low, with no
+    low kernel measured faster (``idle``, from ``_idle_move``), follows its data."""
     dtypes = tuple("float32" if d == UNKNOWN else d for d in given)
     low = policy.dtype
     if not policy.enabled or "float64" in dtypes:
