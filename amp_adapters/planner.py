@@ -416,9 +416,9 @@ def _target(policy: Policy, cat: Category, given: tuple[Optional[str], ...],
     """Rule: the category picks the dtype; promote/follow take the widest input, whatever
     the order (fp32 wins a promote), except that a promote op whose float32 inputs are all
     parameters beside activations in the low dtype runs low (``_params_down``). O2 lowers
-    every op not in fp32, but an op that follows or promotes float32 inputs none of its
-    readers computes low, with no low kernel measured faster (``idle``, from
-    ``_idle_move``), follows its data."""
+    every op not in fp32 (a promote op still promotes under ``Policy.use_promote``), but an
+    op that follows or promotes float32 inputs none of its readers computes low, with no
+    low kernel measured faster (``idle``, from ``_idle_move``), follows its data."""
     dtypes = tuple("float32" if d == UNKNOWN else d for d in given)
     low = policy.dtype
     if not policy.enabled or "float64" in dtypes:
@@ -435,7 +435,8 @@ def _target(policy: Policy, cat: Category, given: tuple[Optional[str], ...],
                        "plan decided that), no cast down and back", by_inputs=True)
     if idle is not None:
         return _Target("float32", cat.reason + f"; {idle}", by_inputs=True)
-    if policy.level == "O2" and widest(dtypes) is not None:
+    if policy.level == "O2" and widest(dtypes) is not None and not (
+            policy.use_promote and cat.category == "promote"):
         return _Target(low, cat.reason + f"; O2: every op not in fp32 runs in {low}")
     if cat.category == "promote" and _params_down(low, given, params):
         return _Target(low, cat.reason + f"; its float32 inputs are parameters: cast down to "

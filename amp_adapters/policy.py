@@ -181,7 +181,10 @@ class Policy:
     lists, exactly: the presets ``mxnet-native`` / ``paddle-native``).
     ``unlisted``: the category of an op that no list names (None: follow for the
     shared lists, the native's rule for native ones; Paddle's ``use_promote``
-    is ``"promote"``). ``native_version`` pins the native version whose lists
+    is ``"promote"``). ``use_promote``: at level O2, an op of category ``promote`` takes
+    its widest input's dtype (float32 when a floating input is float32), as at O1, instead
+    of O2's "every op not in fp32 runs low" (Paddle dygraph's ``use_promote=True``, its
+    default: ``GetAmpDestDtype``). ``native_version`` pins the native version whose lists
     ``defaults="native"`` reads (default: the installed one). Level ``OD``: only
     ``lower`` ops run low precision, every other op runs in fp32 (Paddle's "OD").
 
@@ -209,6 +212,7 @@ class Policy:
     emulate: bool = False
     defaults: str = "shared"
     unlisted: Optional[str] = None
+    use_promote: bool = False
     native_version: Optional[str] = None
     speed: str = "fixed"
     profile: Optional[str] = None
@@ -247,6 +251,7 @@ class Policy:
         if self.unlisted is not None and self.unlisted not in CATEGORIES:
             raise UnknownChoiceError("Policy.unlisted", self.unlisted, CATEGORIES)
         check_flag("Policy.emulate", self.emulate)
+        check_flag("Policy.use_promote", self.use_promote)
         if self.speed not in SPEEDS:
             raise UnknownChoiceError("Policy.speed", self.speed, SPEEDS)
         if self.profile is not None:

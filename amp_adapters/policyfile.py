@@ -29,7 +29,7 @@ from .oplists import CATEGORIES, FRAMEWORKS, canonical_ops, load_table
 from .toml_duplicates import find_duplicate
 
 TOP_KEYS = ("preset", "dtype", "level", "emulate", "speed", "profile", "unlisted",
-            "native_version", "ops", "layers", "loss_scale")
+            "use_promote", "native_version", "ops", "layers", "loss_scale")
 OPS_KEYS = (*CATEGORIES, "conditional_fp32", "replace")
 RULE_KEYS = ("op", "attr", "values")
 LOSS_SCALE_KINDS = KINDS
@@ -216,6 +216,8 @@ def check_policy_dict(d: Any, where: str, presets: Mapping[str, Any], dtypes: tu
         out["profile"] = _string(d["profile"], where, "profile")
     if "unlisted" in d:
         out["unlisted"] = _string(d["unlisted"], where, "unlisted", CATEGORIES)
+    if "use_promote" in d:
+        out["use_promote"] = _bool(d["use_promote"], where, "use_promote")
     if "native_version" in d:
         out["native_version"] = _string(d["native_version"], where, "native_version")
     if "ops" in d:

@@ -223,6 +223,8 @@ def policy_toml(policy: Policy, reasons: Mapping[str, Mapping[str, str]] = {},
         out.append(f"profile = {_q(policy.profile)}")
     if policy.unlisted is not None:
         out.append(f"unlisted = {_q(policy.unlisted)}   # the category of an op in no list")
+    if policy.use_promote:
+        out.append("use_promote = true   # at O2 a promote op still takes its widest input")
     if policy.native_version is not None:
         out.append(f"native_version = {_q(policy.native_version)}")
     for note in notes:

@@ -18,8 +18,11 @@ Files (one role each, named as in the other backends):
     guard.py         auto_cast / amp_guard
     scaling.py       GradScaler / AmpScaler on the core loss-scale state machine
     support.py       is_bfloat16_supported / is_float16_supported: this CPU's truth
-    decorator.py     decorate / amp_decorate (O1; O2 not built yet: a clear error)
+    decorator.py     decorate / amp_decorate (O1; O2: the plan, the cast, masters, hooks)
+    params.py        O2: each parameter's readers by its layer -> the core's plan_params
+    masters.py       O2: float32 master weights kept by the optimizer (the native's format)
     checkpoint.py    save_checkpoint / load_checkpoint: model, optimizer, loss scale, atomic
+                     (a load is a transaction: put back on any error)
     report.py        cast_report(layer, *inputs, policy=...): the CastReport of one forward
     query.py         is_autocast_enabled / get_autocast_dtype: what the active region does
 

@@ -5,9 +5,16 @@ The model's and the optimizer's ``state_dict`` (``paddle.save``'s files, readabl
 through ``amp_adapters.checkpoint`` (a temp folder, fsync, rename, a pointer swap), so a kill
 at any moment leaves the previous checkpoint loadable. ``load_checkpoint`` verifies the
 checksums (and the policy, when one is given), then checks that the saved parameters are
-exactly the model's (names, shapes, dtypes) before it sets anything: nothing changes on
-error. The resumed run continues the same trajectory: parameters, optimizer moments and
-the loss scale with all its counters.
+exactly the model's (names, shapes, dtypes) before it sets anything. Paddle's own
+``set_state_dict`` can still fail half way (an optimizer with moments meets a state
+without them: it sets the learning-rate schedule, then asserts), so the load is a
+transaction: the values it may change (parameters, buffers, moments, O2's masters, the
+schedule) are copied first and put back on any error, which is then a ``CheckpointError``.
+Nothing changes on error; the copy costs the memory of the model's and optimizer's state
+for the length of the load. The resumed run continues the same trajectory: parameters,
+optimizer moments (O2's masters too) and the loss scale with all its counters. The model's
+values are saved in their own dtypes (``save_dtype``'s hook is for ``paddle.save``: a
+resume must be exact).
 """
 from __future__ import annotations
 
@@ -23,7 +30,8 @@ MODEL, OPTIMIZER = "model.pdparams", "model.pdopt"
 
 def _param_names(model: Any) -> dict[str, str]:
     """{the parameter's place in the model (its state-dict key): its Paddle name}."""
-    return {key: getattr(value, "name", key) for key, value in model.state_dict().items()}
+    return {key: getattr(value, "name", key)
+            for key, value in model.state_dict(use_hook=False).items()}
 
 
 def _renamed(state: dict, saved: Any, now: dict[str, str], where: str) -> dict:
@@ -65,7 +73,7 @@ def save_checkpoint(path: Any, model: Any, optimizer: Any, scaler: Any = None, *
                         loss_scale=loss_scale,
                         meta={"optimizer": type(optimizer).__name__,
                               "params": _param_names(model)}) as folder:
-        paddle.save(model.state_dict(), str(folder / MODEL))
+        paddle.save(model.state_dict(use_hook=False), str(folder / MODEL))
         paddle.save(optimizer.state_dict(), str(folder / OPTIMIZER))
     return Path(path)
 
@@ -86,7 +94,7 @@ def load_checkpoint(path: Any, model: Any, optimizer: Any, scaler: Any = None, *
                               f"scale, and the scaler given is "
                               f"{'an enabled one' if scaled else 'none or disabled'}")
     params = paddle.load(str(ckpt.file(MODEL)))
-    current = model.state_dict()
+    current = model.state_dict(use_hook=False)
     if set(params) != set(current):
         raise CheckpointError(
             f"{where} does not fit this model: parameters missing from it "
@@ -100,8 +108,43 @@ def load_checkpoint(path: Any, model: Any, optimizer: Any, scaler: Any = None, *
                                   f"{value.dtype}{list(value.shape)} here")
     opt_state = _renamed(paddle.load(str(ckpt.file(OPTIMIZER))), ckpt.meta.get("params"),
                          _param_names(model), where)
-    model.set_state_dict(params)
-    optimizer.set_state_dict(opt_state)
+    undo = _snapshot(model, optimizer)
+    try:
+        model.set_state_dict(params)
+        optimizer.set_state_dict(opt_state)
+    except Exception as e:  # Paddle's own loaders, half way: put everything back
+        undo()
+        raise CheckpointError(f"{where} could not be loaded into this model and optimizer "
+                              f"({type(e).__name__}: {e}); both are as they were") from e
     if scaled:
         scaler._restore(ckpt.loss_scale.config, ckpt.loss_scale.state)
     return ckpt.step
+
+
+def _snapshot(model: Any, optimizer: Any):
+    """A copy of every value loading may change in ``model`` and ``optimizer``; returns the
+    function that puts them back."""
+    import paddle
+    from paddle.optimizer.lr import LRScheduler
+
+    from .masters import KEY
+    live = [t for _, t in model.named_parameters()]
+    live += [t for _, t in model.named_buffers() if t is not None]
+    live += [v for acc in getattr(optimizer, "_accumulators", {}).values() for v in acc.values()]
+    o2 = getattr(optimizer, KEY, None)
+    live += list(o2.masters.values()) if o2 is not None else []
+    with paddle.no_grad():
+        copies = [(t, t.clone()) for t in live if t._is_initialized()]
+    attrs = dict(vars(optimizer))
+    lr = getattr(optimizer, "_learning_rate", None)
+    lr_state = lr.state_dict() if isinstance(lr, LRScheduler) else None
+
+    def undo() -> None:
+        with paddle.no_grad():
+            for t, copy in copies:
+                paddle.assign(copy, output=t)
+        vars(optimizer).clear()
+        vars(optimizer).update(attrs)
+        if lr_state is not None:
+            lr.set_state_dict(lr_state)
+    return undo

@@ -112,26 +112,32 @@ def _policy_of(enable: Any = True, custom_white_list: Any = None, custom_black_l
                                                   level=base.level, emulate=base.emulate):
             # the native preset: in this runtime, the native is paddle.amp and its lists
             return _native(enable, white, black, lvl or base.level, dt or base.dtype,
-                           emulate or base.emulate)
+                           emulate or base.emulate, use_promote)
         changes: dict[str, Any] = {}
         if dt is not None and base.enabled:
             changes["dtype"] = dt
         if lvl is not None and lvl != "O0" and base.enabled:
             changes["level"] = lvl
         base = with_custom_lists(base, "paddle", custom_oplists(white, black))
+        if not use_promote and base.use_promote:  # False turns the policy's own off
+            changes["use_promote"] = False
         resolved = base.replace(**changes) if changes else base
         if not enable or lvl == "O0":
             return Policy.preset("O0")
         return resolved.with_emulation(emulate)
-    return _native(enable, white, black, lvl or NATIVE_LEVEL, dt or NATIVE_DTYPE, emulate)
+    return _native(enable, white, black, lvl or NATIVE_LEVEL, dt or NATIVE_DTYPE, emulate,
+                   use_promote)
 
 
 def _native(enable: bool, white: tuple, black: tuple, level: str, dtype: str,
-            emulate: bool) -> Policy:
+            emulate: bool, use_promote: bool = True) -> Policy:
     """paddle.amp's own decisions: its dygraph lists for ``dtype`` at ``level`` with the
-    custom lists applied (``native_lists``), every other op promoting."""
+    custom lists applied (``native_lists``), every other op promoting (float32 if any
+    floating input is float32), at O2 too with ``use_promote`` (``Policy.use_promote``);
+    without it every op not black-listed runs low at O2, as the native's
+    ``GetAmpDestDtype`` does (2.6.2 and 3.3.1; at O1 the native promotes either way)."""
     ops = native_oplists(dtype, "O1" if level == "O0" else level, white, black)
     if not enable or level == "O0":
         return Policy.preset("O0")
     return Policy(dtype=dtype, level=level, paddle_ops=ops, unlisted="promote",
-                  defaults="native", emulate=emulate)
+                  use_promote=use_promote, defaults="native", emulate=emulate)

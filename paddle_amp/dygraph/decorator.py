@@ -5,18 +5,28 @@ Level O1 returns the models and optimizers as they are, as the native does (O1 k
 float32 parameters; ``auto_cast`` does the work). The native checks little at O1 (a wrong
 model type, ``save_dtype`` or ``dtype`` mostly passes) and at O2 casts the parameters
 before it checks the optimizers and ``save_dtype``: here a bad argument is an error before
-anything is touched, at every level. Level O2 (low-precision parameters, float32 master
-weights, ``save_dtype``, ``master_grad``, ``excluded_layers``) is not built yet: it is
-refused with a ``NotSupportedError`` that says what to use, never silently treated as O1.
+anything is touched, at every level.
+
+Level O2 (``o2``): the core's parameter plan (``params``: what only a routed low op reads
+is stored low; norms, biases, ``excluded_layers`` stay float32), the cast in place (the
+same Parameter objects), float32 masters kept by each optimizer in the native's format
+(``masters``), ``save_dtype`` as a state-dict hook, ``master_grad`` as the native's
+backward hook. The models and optimizers come back as given (the same objects).
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from amp_adapters import resolve_policy
-from amp_adapters.errors import AmpConfigError, NotSupportedError, check_flag
+from amp_adapters.errors import AmpConfigError, check_flag
 
-from .config import DTYPES
+from . import dispatch, kernels, masters
+from . import params as param_plan
+from .config import DTYPES, policy_of
+
+log = logging.getLogger("paddle_amp.dygraph")
+O2_MARK = "_amp_adapters_o2_plan"  # a model decorated at O2: its ParamPlan
 
 SAVE_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
@@ -62,13 +72,78 @@ def decorate(models: Any, optimizers: Any = None, level: Any = "O1", dtype: Any 
     if policy is not None:
         resolved = resolve_policy(policy, device_type="cpu")
         level = resolved.level if resolved.level in ("O1", "O2") else "O1"
-    if level == "O2":
-        raise NotSupportedError(
-            "paddle_amp.dygraph.decorate(level='O2') is not built yet (low-precision "
-            "parameters with float32 master weights in eager mode); nothing was cast. Use "
-            "level='O1' (auto_cast does the mixed precision), or the static drop-in "
-            "paddle_amp.decorate for O2")
+    if level == "O1":
+        return models if optimizers is None else (models, optimizers)
+    model_list = _as_list(models, paddle.nn.Layer, "models")
+    for model in model_list:
+        if isinstance(model, paddle.DataParallel):
+            raise AmpConfigError("decorate: decorate the model first, then wrap it in "
+                                 "paddle.DataParallel (got a DataParallel model at O2)")
+        if getattr(model, O2_MARK, False):
+            raise AmpConfigError(f"decorate: {type(model).__name__} is decorated at O2 "
+                                 f"already (its parameters are stored low); decorate it once")
+    opt_list = [] if optimizers is None else _as_list(optimizers, paddle.optimizer.Optimizer,
+                                                      "optimizers")
+    for opt in opt_list:
+        if hasattr(opt, masters.KEY):
+            raise AmpConfigError(f"decorate: {type(opt).__name__} is decorated at O2 already; "
+                                 f"decorate it once")
+    resolved = policy_of(level="O2", dtype=None if policy is not None else dtype,
+                         policy=policy, emulate=emulate)
+    o2(model_list, opt_list, resolved, master_weight, save_dtype, master_grad,
+       excluded_layers)
     return models if optimizers is None else (models, optimizers)
+
+
+def o2(models: list, optimizers: list, policy: Any, master_weight: Any, save_dtype: Any,
+       master_grad: bool, excluded_layers: Any) -> None:
+    """Level O2 on arguments checked: the core's plan, then the cast, the masters, the
+    hooks (see the module docstring)."""
+    import paddle
+    plan, params = param_plan.plan(models, policy, excluded_layers)
+    low = {n: params[n] for n in sorted(plan.low)}
+    opt_params = [{id(p) for p in masters.optimizer_params(opt)} for opt in optimizers]
+    with paddle.no_grad():
+        fp32 = {n: p.clone() for n, p in low.items()}
+        for name, p in low.items():
+            param_plan.store_low(p, plan.dtypes[name])
+    for opt, ids in zip(optimizers, opt_params):
+        mine = {n: p for n, p in low.items() if id(p) in ids}
+        if mine:
+            masters.attach(opt, mine, policy.dtype, master_weight is not False, fp32)
+    for model in models:
+        setattr(model, O2_MARK, plan)
+        if save_dtype is not None:
+            for layer in model.sublayers(include_self=True):
+                layer.register_state_dict_hook(_SaveAs(save_dtype))
+    if master_grad:
+        dispatch.master_grad_params(list(low.values()))
+    log.info("paddle_amp.dygraph O2: %d of %d parameters stored in %s:\n%s", len(low),
+             len(params), policy.dtype, plan.format())
+
+
+class _SaveAs:
+    """``save_dtype``: a model's ``state_dict`` with its floating values in that dtype (the
+    parameters themselves keep theirs), as the native's ``StateDictHook``."""
+
+    def __init__(self, dtype: str):
+        self.dtype = dtype
+
+    def __call__(self, state_dict: dict) -> None:
+        import paddle
+        cast = kernels.rounding_cast() if self.dtype != "float64" else None
+        with paddle.no_grad():  # values to save, not part of any graph
+            for key, value in state_dict.items():
+                if paddle.is_floating_point(value) and \
+                        value.dtype != getattr(paddle, self.dtype):
+                    out = cast(value, self.dtype) if cast else value.astype(self.dtype)
+                    out.name = value.name
+                    state_dict[key] = out
+
+
+def param_dtypes(model: Any) -> Any:
+    """The O2 ``ParamPlan`` ``decorate`` applied to ``model`` (None: not decorated at O2)."""
+    return getattr(model, O2_MARK, None)
 
 
 amp_decorate = decorate

@@ -84,7 +84,9 @@ class Frame:
             return None
         if d.lacks_kernel and (op, d.low_dtype) not in _warned:
             _warned.add((op, d.low_dtype))
-            log.warning("paddle_amp.dygraph: %s runs in float32: %s", op, d.reason)
+            route = kernels.missing_routes(d.low_dtype).get(op)
+            log.warning("paddle_amp.dygraph: %s runs in float32: %s%s", op, d.reason,
+                        f" (its oneDNN route fails in eager mode: {route})" if route else "")
         acts = d.needs_action or (d.run_dtype is not None and d.run_dtype == d.low_dtype)
         self.plans[full] = d if acts else None
         return self.plans[full]
@@ -160,6 +162,8 @@ def push(policy: Policy, log: Optional[list] = None,
         if not (paddle.is_grad_enabled() if training is None else training):
             device = kernels.inference_profile(policy.dtype)
     frame = Frame(policy, device, log=log)
+    if _master_grads and policy.enabled and policy.level == "O2" and log is None:
+        _hook_master_grads()
     with _lock:
         if not _open[0]:
             _install()
@@ -168,6 +172,22 @@ def push(policy: Policy, log: Optional[list] = None,
     if policy.enabled and log is None:  # a cast report's region is no training's dtype
         _last_dtype[0] = policy.dtype
     return frame
+
+
+_master_grads: list = []  # O2 parameters decorated with master_grad=True
+
+
+def master_grad_params(params: list) -> None:
+    """``decorate(master_grad=True)``: after each backward run in an O2 region, the gradients
+    of ``params`` are float32 (the native's ``master_grad_hook``, registered as it does:
+    at each region's entry, for the backward that follows)."""
+    _master_grads.extend(params)
+
+
+def _hook_master_grads() -> None:
+    from paddle.base import core
+    from .masters import widen_grads
+    core.eager._add_backward_final_hook(lambda: widen_grads(list(_master_grads)))
 
 
 def pop(frame: Frame) -> None:
@@ -221,9 +241,9 @@ def _wants_grad(a, ours: bool):
 def _run(d: OpDecision, inputs: tuple, plain: Callable, low: Callable):
     """``inputs`` through the op as ``d`` says: its low route, emulated, or plain."""
     cast = kernels.rounding_cast()
-    if d.emulated:
-        args = tuple(_round(x, d.low_dtype) if r else x
-                     for x, r in zip(inputs, d.round_inputs))
+    if d.emulated:  # an input stored low (an O2 weight) is only widened: exact
+        args = tuple(_round(x, d.low_dtype) if r else cast(x, c) if c else x
+                     for x, r, c in zip(inputs, d.round_inputs, d.casts))
         out = plain(*args)
         return _round(out, d.low_dtype) if d.round_outputs else out
     if d.run_dtype is not None and d.run_dtype == d.low_dtype:
@@ -313,18 +333,21 @@ def _linear(x, weight, bias=None, *rest, **kw):
 
 
 def _conv2d(x, weight, *args, **kw):
-    """``conv2d`` (``nn.Conv2D``, ``F.conv2d``): decided, emulated when asked; it has no
-    oneDNN route in eager mode (Paddle's oneDNN conv2d reads its filter from a program's
-    context: "OneDnnContext does not have the input Filter", 2.6.2 and 3.3.1), so a bf16
-    plan falls back to float32, and says so."""
+    """``conv2d`` (``nn.Conv2D``, ``F.conv2d``): decided, emulated when asked, on oneDNN in
+    bf16 where its route's probe ran (``kernels.conv2d``: in Paddle 2.6.2 and 3.3.1 it does
+    not, so a bf16 plan falls back to float32, and the warning says why)."""
     orig = _originals["conv2d"]
     d = _planned(current(), "conv2d", x, weight)
     if d is None or d is _MISSING:
         return orig(x, weight, *args, **kw)
-    return _run(d, (x, weight), lambda a, b: orig(a, b, *args, **kw), None)
+    plain = lambda a, b: orig(a, b, *args, **kw)  # noqa: E731
+    return _run(d, (x, weight), plain, plain if _in_program(x) else
+                lambda a, b: kernels.conv2d(a, b, *args, **kw))
 
 
 _WRAPPERS = {"matmul": _matmul, "linear": _linear, "conv2d": _conv2d}
+# the program ops the wrappers plan: the only readers an O2 parameter stored low may have
+PLANNED_OPS = frozenset({"matmul_v2", "conv2d"})
 
 
 # [(the classes a wrapper plans for: eager Tensor, PIR Value), PIR Value or None]: set at

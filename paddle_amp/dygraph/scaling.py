@@ -46,7 +46,7 @@ from amp_adapters.errors import AmpConfigError, check_flag
 from amp_adapters.loss_scale import LossScaleConfig, LossScaleState, check_guard, check_state, step
 from amp_adapters.loss_scale.checks import f32
 
-from . import dispatch
+from . import dispatch, masters
 
 log = logging.getLogger("paddle_amp.dygraph")
 
@@ -151,10 +151,7 @@ class AmpScaler:
     # -- the optimizer stages --------------------------------------------------------------
     @staticmethod
     def _parameters(optimizer) -> list:
-        groups = getattr(optimizer, "_param_groups", None)
-        if groups and isinstance(groups[0], dict):
-            return [p for g in groups for p in g["params"]]
-        return list(optimizer._parameter_list)
+        return masters.optimizer_params(optimizer)
 
     def _unscale(self, optimizer) -> None:
         if not self._enable:
@@ -170,10 +167,17 @@ class AmpScaler:
         params = self._parameters(optimizer)
         self._params += params  # every optimizer's this step: what the guard names
         by_dtype: dict[Any, list] = {}
+        low = []
         for p in params:
             g = p._grad_ivar()
             if g is not None:
-                by_dtype.setdefault(g.dtype, []).append(g)
+                if g.dtype in (paddle.float16, paddle.bfloat16):
+                    low.append(p)
+                else:
+                    by_dtype.setdefault(g.dtype, []).append(g)
+        if low:  # O2's low gradients, widened (exact): no CPU kernel unscales them
+            masters.widen_grads(low)
+            by_dtype.setdefault(paddle.float32, []).extend(p._grad_ivar() for p in low)
         scale = paddle.to_tensor(np.array([self._state.scale], np.float32))
         found = False
         for grads in by_dtype.values():

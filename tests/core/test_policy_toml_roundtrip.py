@@ -118,7 +118,7 @@ def policies(draw):
         paddle_layers=draw(layer_lists()),
         loss_scale=draw(loss_scales(dtype)), emulate=draw(st.booleans()),
         defaults=draw(st.sampled_from(["shared", "native"])),
-        unlisted=draw(st.sampled_from([None, *CATEGORIES])),
+        unlisted=draw(st.sampled_from([None, *CATEGORIES])), use_promote=draw(st.booleans()),
         native_version=draw(st.sampled_from([None, *native_versions("paddle")])))
 
 

@@ -83,3 +83,31 @@ def test_a_checkpoint_that_does_not_fit_changes_nothing(tmp_path):
     assert before[2] == after[2]
     with pytest.raises(CheckpointError, match="no complete checkpoint|does not exist"):
         amp.load_checkpoint(tmp_path / "none", net, opt, scaler)
+
+
+def test_a_failure_half_way_through_paddles_loaders_changes_nothing(tmp_path):
+    """A checkpoint saved before the first step has no moments; an optimizer that has taken
+    a step has them: Paddle's set_state_dict then asserts after the model, the learning-rate
+    schedule and the master weights were set. The load puts everything back."""
+    def setup():
+        paddle.seed(3)
+        net = paddle.nn.Sequential(paddle.nn.Linear(8, 16), paddle.nn.ReLU(),
+                                   paddle.nn.Linear(16, 1))
+        sched = paddle.optimizer.lr.StepDecay(1e-2, step_size=1)
+        opt = paddle.optimizer.Adam(sched, parameters=net.parameters())
+        return net, opt, amp.GradScaler(init_loss_scaling=256.0, incr_every_n_steps=3), sched
+    net, opt, scaler, _ = setup()
+    amp.save_checkpoint(tmp_path / "ckpt", net, opt, scaler)
+    net2, opt2, scaler2, sched2 = setup()
+    for i in range(3):
+        _step(net2, opt2, scaler2, i + 3)
+        sched2.step()
+    before, lr = _state(net2, opt2, scaler2), sched2.state_dict()
+    with pytest.raises(CheckpointError, match="could not be loaded.*as they were"):
+        amp.load_checkpoint(tmp_path / "ckpt", net2, opt2, scaler2)
+    after = _state(net2, opt2, scaler2)
+    assert all(np.array_equal(a, b) for a, b in zip(before[0], after[0]))
+    assert before[1].keys() == after[1].keys()
+    assert all(np.array_equal(before[1][k], after[1][k]) for k in before[1])
+    assert before[2] == after[2] and sched2.state_dict() == lr
+    _step(net2, opt2, scaler2, 7)  # and the run goes on

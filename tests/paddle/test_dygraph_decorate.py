@@ -1,11 +1,15 @@
 """paddle_amp.dygraph.decorate: the native's signature and O1 behaviour (models and
-optimizers back as they are), every argument checked before anything is touched, O2 refused
-(not built yet) with nothing cast; the scaler's arguments checked the same way."""
+optimizers back as they are), every argument checked before anything is touched, at O2
+too (the native casts the parameters first, then raises); the scaler's arguments checked
+the same way."""
 import numpy as np
 import paddle
 import pytest
 
-from amp_adapters.errors import AmpConfigError, NotSupportedError
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amp_adapters.errors import AmpConfigError
 from paddle_amp import dygraph as amp
 
 
@@ -37,10 +41,14 @@ def test_o1_returns_what_it_was_given():
     (dict(excluded_layers=["Linear"]), AmpConfigError, "excluded_layers"),
     (dict(optimizers="adam"), AmpConfigError, "optimizers"),
     (dict(level="O2", save_dtype="int8"), AmpConfigError, "save_dtype"),
-    (dict(level="O2"), NotSupportedError, "not built yet"),
-    (dict(policy="O2-bf16"), NotSupportedError, "not built yet"),
+    (dict(level="O2", optimizers="adam"), AmpConfigError, "optimizers"),
+    (dict(level="O2", optimizers=[None]), AmpConfigError, "optimizers"),
+    (dict(level="O2", excluded_layers=[3]), AmpConfigError, "excluded_layers"),
+    (dict(level="O2", master_grad="yes"), TypeError, "master_grad"),
+    (dict(level="O2", dtype="bf16"), AmpConfigError, "dtype"),
+    (dict(policy="O2-bf16", emulate=2), TypeError, "emulate"),
 ])
-def test_a_bad_or_unbuilt_argument_is_refused_before_any_parameter_is_cast(kwargs, error, words):
+def test_a_bad_argument_is_refused_before_any_parameter_is_cast(kwargs, error, words):
     model, opt = _model_and_opt()
     before = [p.numpy().copy() for p in model.parameters()]
     dtypes = _dtypes(model)
@@ -68,3 +76,27 @@ def test_models_must_be_layers():
 def test_a_bad_scaler_argument_names_itself(kwargs, words):
     with pytest.raises((AmpConfigError, TypeError), match=words):
         amp.GradScaler(**kwargs)
+
+
+_BAD = {"level": st.sampled_from(["o2", "O3", 2, None]),
+        "dtype": st.sampled_from(["float32", "bf16", None, 16]),
+        "master_weight": st.sampled_from(["no", 0, 1.0]),
+        "save_dtype": st.sampled_from(["int8", "fp32", 32]),
+        "master_grad": st.sampled_from([None, "true", 1]),
+        "excluded_layers": st.sampled_from([["Linear"], 3, [paddle.nn.Linear, "x"]]),
+        "optimizers": st.sampled_from(["adam", [None], 3])}
+
+
+@settings(max_examples=25, deadline=None)
+@given(bad=st.sampled_from(sorted(_BAD)).flatmap(
+    lambda k: st.tuples(st.just(k), _BAD[k])), good_level=st.sampled_from(["O1", "O2"]))
+def test_any_bad_argument_at_o2_leaves_the_parameters_and_optimizer_as_they_were(bad,
+                                                                                  good_level):
+    model, opt = _model_and_opt()
+    before = [(p.numpy().copy(), p.dtype) for p in model.parameters()]
+    kwargs = {"optimizers": opt, "level": good_level, "dtype": "bfloat16", **dict([bad])}
+    with pytest.raises((AmpConfigError, TypeError)):
+        amp.decorate(model, **kwargs)
+    assert all(np.array_equal(a, p.numpy()) and d == p.dtype
+               for (a, d), p in zip(before, model.parameters()))
+    assert not hasattr(opt, "_amp_adapters_o2") and not opt._master_weights
