@@ -8,7 +8,7 @@ import inspect
 import paddle
 import pytest
 
-from amp_adapters import plan_op
+from amp_adapters import OpCall, plan_op
 from paddle_amp import dygraph as amp
 from paddle_amp.dygraph.config import policy_of
 from paddle_amp.dygraph.native_lists import native_sets
@@ -17,8 +17,8 @@ UNLISTED, DTYPE = "elementwise_add", "bfloat16"
 
 
 def _run(op, level, use_promote, dtypes=("float32", DTYPE)):
-    return plan_op(policy_of(level=level, dtype=DTYPE, use_promote=use_promote), "paddle", op,
-                   dtypes, device=None).run_dtype
+    return plan_op(policy_of(level=level, dtype=DTYPE, use_promote=use_promote), "paddle",
+                   OpCall(op, dtypes)).run_dtype
 
 
 def test_the_default_is_the_natives():
@@ -42,7 +42,7 @@ def test_lists_decide_whatever_use_promote_says(use_promote):
     assert _run("matmul_v2", "O2", use_promote) == DTYPE
     custom = policy_of(level="O2", dtype=DTYPE, use_promote=use_promote,
                        custom_black_list={UNLISTED})
-    assert plan_op(custom, "paddle", UNLISTED, ("float32", DTYPE)).run_dtype == "float32"
+    assert plan_op(custom, "paddle", OpCall(UNLISTED, ("float32", DTYPE))).run_dtype == "float32"
 
 
 def test_at_o1_the_native_promotes_whatever_use_promote_says():
