@@ -13,9 +13,10 @@ built ones too), the path of the layer that owns each parameter: the child names
 shared layer keeps its first path). An op reading ``linear_2.w_0`` then has ``2`` among
 its instance names.
 
-The paths are kept per program (the default main program while the model was called)
-and by parameter name for a copy of it (the doctor's replay clones the program; a
-parameter keeps its name in a clone). Without a Layer tree (``paddle.static.nn.fc``,
+The paths are kept per program (the default main program while the model was called),
+never by parameter name alone: two programs built under ``unique_name.guard()`` both
+have a ``linear_0.w_0``, owned by different layers. A copy of a program (the doctor's
+replay clones it) gets its source's paths (``note_copy``). Without a Layer tree (``paddle.static.nn.fc``,
 ``create_parameter``) there is no path: an op is named by its parameters, output
 variables and name scope, as before. In dynamic mode the wrapper only calls through.
 """
@@ -30,7 +31,6 @@ import paddle
 from amp_adapters.layers import layer_paths
 
 _by_program: "weakref.WeakKeyDictionary[Any, dict[str, str]]" = weakref.WeakKeyDictionary()
-_by_name: dict[str, str] = {}  # every program's: a copy of a program finds its paths here
 
 
 class _Calling(threading.local):
@@ -56,24 +56,25 @@ def note_model(root: Any, program: Any = None) -> dict[str, str]:
                 found.setdefault(name, path)
     if found:
         program = program if program is not None else paddle.static.default_main_program()
-        try:
-            _by_program.setdefault(program, {}).update(found)
-        except TypeError:  # a program that cannot be weakly referenced: by name only
-            pass
-        _by_name.update(found)
+        _by_program.setdefault(program, {}).update(found)
     return found
 
 
+def note_copy(source: Any, copy: Any) -> None:
+    """``copy`` (a clone of ``source``: its parameters keep their names) has ``source``'s
+    paths."""
+    found = _by_program.get(source)
+    if found:
+        _by_program.setdefault(copy, {}).update(found)
+
+
 def paths_of(program: Any, names: Iterable[str]) -> tuple[str, ...]:
-    """The layer paths of those of ``names`` that are parameters a noted model owns, in
-    ``program`` (else, for a copy of it, by name), each once, in order."""
-    try:
-        own = _by_program.get(program) if program is not None else None
-    except TypeError:
-        own = None
+    """The layer paths of those of ``names`` that are parameters a model noted in
+    ``program`` (or in the program it is a copy of) owns, each once, in order."""
+    own = _by_program.get(program) if program is not None else None
     out: list[str] = []
     for n in names:
-        path = (own or {}).get(n) or _by_name.get(n)
+        path = (own or {}).get(n)
         if path and path not in out:
             out.append(path)
     return tuple(out)

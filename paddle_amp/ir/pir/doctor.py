@@ -15,6 +15,7 @@ from typing import Optional
 import paddle
 
 from . import opnames
+from ...layer_paths import note_copy
 from .probe import static_mode
 from .values import value_dtype
 
@@ -181,6 +182,7 @@ class Doctor:
         """(a copy of this program, ``loss`` in it): what the doctor replays fixes on."""
         mapping = paddle.pir.IrMapping()
         copy = self.program.clone(mapping)
+        note_copy(self.program, copy)  # the copy's ops are named by the same layer paths
         return copy, mapping.look_up(loss)
 
     def doctor_ops(self) -> tuple:
