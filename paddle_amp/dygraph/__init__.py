@@ -15,6 +15,7 @@ Files (one role each, named as in the other backends):
     names.py         eager op names <-> program op names (one table, in amp_adapters.oplists)
     kernels.py       what this CPU runs low in eager mode: the oneDNN route, its probe
     dispatch.py      the per-op cast: paddle._C_ops entry points wrapped inside a region
+    paths.py         the path of the Layer running an op, for a policy's layer rules
     guard.py         auto_cast / amp_guard
     scaling.py       GradScaler / AmpScaler on the core loss-scale state machine
     support.py       is_bfloat16_supported / is_float16_supported: this CPU's truth
