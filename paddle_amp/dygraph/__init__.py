@@ -22,6 +22,7 @@ Files (one role each, named as in the other backends):
     decorator.py     decorate / amp_decorate (O1; O2 not built yet: a clear error)
     checkpoint.py    save_checkpoint / load_checkpoint: model, optimizer, loss scale, atomic
     report.py        cast_report(layer, *inputs, policy=...): the CastReport of one forward
+    doctor.py        doctor(model, loss_fn, optimizer): the core doctor on an eager model
     query.py         is_autocast_enabled / get_autocast_dtype: what the active region does
 
 The native's tools and data (debugging, accuracy_compare, amp_lists, white_list,
@@ -37,6 +38,7 @@ from paddle.base import core
 from . import scaling as grad_scaler
 from .checkpoint import load_checkpoint, save_checkpoint
 from .decorator import amp_decorate, decorate
+from .doctor import doctor
 from .guard import amp_guard, auto_cast, autocast
 from .query import (get_autocast_cpu_dtype, get_autocast_dtype, get_autocast_gpu_dtype,
                     is_autocast_enabled)
@@ -47,4 +49,5 @@ from .support import is_bfloat16_supported, is_float16_supported
 __all__ = ["auto_cast", "amp_guard", "autocast", "decorate", "amp_decorate", "GradScaler",
            "AmpScaler", "is_bfloat16_supported", "is_float16_supported",
            "is_autocast_enabled", "get_autocast_dtype", "get_autocast_cpu_dtype",
-           "get_autocast_gpu_dtype", "cast_report", "save_checkpoint", "load_checkpoint"]
+           "get_autocast_gpu_dtype", "cast_report", "save_checkpoint", "load_checkpoint",
+           "doctor"]

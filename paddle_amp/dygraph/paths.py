@@ -90,3 +90,15 @@ def leave() -> None:
         _open[0] -= 1
         if not _open[0] and paddle.nn.Layer.__call__ is _call:
             paddle.nn.Layer.__call__ = _native[0]
+
+
+class detached:
+    """A model called afresh inside another Layer's call (the doctor examines the model
+    from a hook of the loss): its paths count from it, not from the call running now."""
+
+    def __enter__(self) -> None:
+        self._saved = (_calls.root, _calls.paths)
+        _calls.root, _calls.paths = None, []
+
+    def __exit__(self, *exc: Any) -> None:
+        _calls.root, _calls.paths = self._saved
