@@ -15,8 +15,9 @@ its instance names.
 
 The paths are kept per program (the default main program while the model was called),
 never by parameter name alone: two programs built under ``unique_name.guard()`` both
-have a ``linear_0.w_0``, owned by different layers. A copy of a program (the doctor's
-replay clones it) gets its source's paths (``note_copy``). Without a Layer tree (``paddle.static.nn.fc``,
+have a ``linear_0.w_0``, owned by different layers. A copy of a program
+(``Program.clone``, both IRs: an eval program cloned for test, the doctor's replay) gets
+its source's paths (``note_copy``; ``watch_clones`` wraps ``clone``). Without a Layer tree (``paddle.static.nn.fc``,
 ``create_parameter``) there is no path: an op is named by its parameters, output
 variables and name scope, as before. In dynamic mode the wrapper only calls through.
 """
@@ -113,4 +114,28 @@ def watch_layers() -> None:
     layer.__call__ = __call__
 
 
+def watch_clones() -> None:
+    """Wrap ``clone`` of the program classes of both IRs (once, when paddle_amp is
+    imported): a clone has its source's layer paths (``note_copy``)."""
+    classes = [paddle.static.Program]
+    pir_program = getattr(getattr(paddle, "pir", None), "Program", None)
+    if isinstance(pir_program, type) and pir_program not in classes:
+        classes.append(pir_program)
+    for cls in classes:
+        native = getattr(cls, "clone", None)  # Paddle 2.6's PIR program has none
+        if native is None or getattr(native, "_paddle_amp_paths", False):
+            continue
+
+        def clone(self: Any, *args: Any, _native: Any = native, **kwargs: Any) -> Any:
+            copy = _native(self, *args, **kwargs)
+            note_copy(self, copy)
+            return copy
+
+        clone.__doc__ = native.__doc__
+        clone.__wrapped__ = native  # type: ignore[attr-defined]
+        clone._paddle_amp_paths = True  # type: ignore[attr-defined]
+        cls.clone = clone
+
+
 watch_layers()
+watch_clones()

@@ -132,9 +132,16 @@ def test_under_o2_a_layer_kept_fp32_keeps_its_weight_fp32():
 
 def test_a_program_built_under_fresh_names_takes_no_path_of_an_earlier_model():
     """Under ``unique_name.guard()`` two programs share parameter names (``linear_0.w_0``):
-    paths are kept per program (and per copy, the doctor's), so a later program whose Linear
-    is the model called (no path: its root) is not named by the earlier model's path."""
-    _encoder_rows(Policy.preset("O1"), fresh_names=True)  # linear_0.w_0 is layers.0.ffn there
+    paths are kept per program (and per clone: an eval program, the doctor's copy), so a
+    later program whose Linear is the model called (no path: its root) is not named by the
+    earlier model's path."""
+    _encoder_rows(Policy.preset("O1"), fresh_names=True)  # linear_0.w_0: layers.0.ffn there
+    first = paddle.static.Program()
+    with paddle.static.program_guard(first, paddle.static.Program()), \
+            paddle.utils.unique_name.guard():
+        _Encoder()(paddle.static.data("x", [4, 8], "float32"))
+    eval_copy = first.clone()  # (PIR programs take no for_test)
+    assert paddle_amp.layer_paths.path_of(eval_copy, "linear_0.w_0") == "layers.0.ffn"
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
         h = paddle.nn.Linear(8, 8)(paddle.static.data("x", [4, 8], "float32"))

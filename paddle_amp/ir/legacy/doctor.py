@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from paddle.base import core
 
-from ...layer_paths import note_copy
 from .probe import static_mode
 from .values import is_forward
 
@@ -92,7 +91,6 @@ class Doctor:
     def copy_with(self, loss) -> tuple:
         """(a copy of this program, ``loss`` in it): what the doctor replays fixes on."""
         copy = self.program.clone()
-        note_copy(self.program, copy)  # the copy's ops are named by the same layer paths
         return copy, copy.global_block().var(loss.name)
 
     def float32_twin(self, clone):

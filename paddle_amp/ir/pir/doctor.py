@@ -15,7 +15,6 @@ from typing import Optional
 import paddle
 
 from . import opnames
-from ...layer_paths import note_copy
 from .probe import static_mode
 from .values import value_dtype
 
@@ -182,7 +181,6 @@ class Doctor:
         """(a copy of this program, ``loss`` in it): what the doctor replays fixes on."""
         mapping = paddle.pir.IrMapping()
         copy = self.program.clone(mapping)
-        note_copy(self.program, copy)  # the copy's ops are named by the same layer paths
         return copy, mapping.look_up(loss)
 
     def doctor_ops(self) -> tuple:
