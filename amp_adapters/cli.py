@@ -2,7 +2,8 @@
 
     amp-adapters lists --framework mxnet --dtype float16 [--policy FILE|PRESET]
     amp-adapters explain softmax --framework paddle [--policy FILE|PRESET] [--attr act_type=softrelu]
-    amp-adapters diff --framework mxnet [--dtype float16] [--version V]  (shared O1 vs native)
+    amp-adapters diff --framework mxnet|paddle|paddle-dygraph [--dtype float16] [--version V]
+                      (shared O1 vs the native's lists; paddle-dygraph: paddle.amp's)
     amp-adapters info [--dtype bfloat16] [--measure] [--save PATH]
                       (which ops have real low-precision kernels here; --measure: how fast)
     amp-adapters profile [--save PATH] [--refresh]   (time them; save a profile a policy names)
@@ -38,8 +39,9 @@ from typing import Callable, Mapping, NoReturn, Optional, Sequence
 
 from . import __version__
 from .errors import AmpConfigError, UnknownOpError
-from .oplists import (CATEGORIES, FRAMEWORKS, LOW_DTYPES, installed_version, load_table,
-                      native_lists, native_versions)
+from .native_diff import DIFF_FRAMEWORKS
+from .oplists import (CATEGORIES, FRAMEWORKS, LOW_DTYPES, dygraph_versions, installed_version,
+                      load_table, native_lists, native_versions)
 from .planner import categorize, effective_lists
 from .policy import PRESETS, Policy, resolve_policy
 
@@ -247,8 +249,9 @@ DIFF_HELP = ("print, as a Markdown table, every op whose category differs betwee
 @subcommand
 def register_diff(sub: "argparse._SubParsersAction") -> None:
     p = sub.add_parser("diff", help=DIFF_HELP, description=DIFF_HELP)
-    p.add_argument("--framework", required=True, choices=FRAMEWORKS,
-                   help="whose op names and native lists to compare")
+    p.add_argument("--framework", required=True, choices=DIFF_FRAMEWORKS,
+                   help="whose op names and native lists to compare (paddle-dygraph: "
+                        "paddle.amp's lists, which paddle_amp.dygraph follows without policy=)")
     p.add_argument("--dtype", default="float16", choices=LOW_DTYPES,
                    help="the low-precision dtype")
     p.add_argument("--version", help="the native version whose lists to compare, one the data "
@@ -257,8 +260,9 @@ def register_diff(sub: "argparse._SubParsersAction") -> None:
 
 
 def _diff(args: argparse.Namespace) -> int:
-    from .native_diff import markdown
-    known = native_versions(args.framework)
+    from .native_diff import DYGRAPH, markdown
+    known = dygraph_versions() if args.framework == DYGRAPH else \
+        native_versions(args.framework)
     if args.version is not None and args.version not in known:
         raise AmpConfigError(f"--version {args.version!r}: no native lists of {args.framework} "
                              f"{args.version} here; known versions: {', '.join(known)}")

@@ -147,7 +147,7 @@ class Doctor(Session):
         params.update({n: p.data() for n, p in self.loss_fn.collect_params().items()})
         feed = {**dict(zip(names, (*data, *labels))), **params}
         if not self._steps and self.trainer is not None:
-            self._start_optimizer = self.trainer._updaters[0].get_states(dump_optimizer=True)
+            self._start_optimizer = _optimizer_states(self.trainer)
         if not self._steps:  # a layer rule must name a layer of this model (before recording)
             layers = layer_paths.block_layers(self.net, self.loss_fn)
             check_matched(self.policy.layer_patterns("mxnet"),
@@ -412,6 +412,16 @@ def _current_scale(trainer: Any, policy: Policy) -> float:
 
 
 # -- state: put back exactly what was there -----------------------------------------------------
+
+def _optimizer_states(trainer: Any) -> bytes:
+    """The trainer's optimizer and its state, pickled (``Updater.get_states``): held by the
+    kvstore's updater under ``update_on_kvstore`` (the trainer's own updaters stay empty
+    there), else by the trainer's first updater."""
+    kv = getattr(trainer, "_kvstore", None)
+    updater = getattr(kv, "_updater", None) if trainer._kv_initialized and \
+        trainer._update_on_kvstore else None
+    return (updater or trainer._updaters[0]).get_states(dump_optimizer=True)
+
 
 def _snapshot(net: HybridBlock, trainer: Any) -> dict:
     params = {}

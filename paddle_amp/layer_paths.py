@@ -13,9 +13,11 @@ built ones too), the path of the layer that owns each parameter: the child names
 shared layer keeps its first path). An op reading ``linear_2.w_0`` then has ``2`` among
 its instance names.
 
-The paths are kept per program (the default main program while the model was called)
-and by parameter name for a copy of it (the doctor's replay clones the program; a
-parameter keeps its name in a clone). Without a Layer tree (``paddle.static.nn.fc``,
+The paths are kept per program (the default main program while the model was called),
+never by parameter name alone: two programs built under ``unique_name.guard()`` both
+have a ``linear_0.w_0``, owned by different layers. A copy of a program
+(``Program.clone``, both IRs: an eval program cloned for test, the doctor's replay) gets
+its source's paths (``note_copy``; ``watch_clones`` wraps ``clone``). Without a Layer tree (``paddle.static.nn.fc``,
 ``create_parameter``) there is no path: an op is named by its parameters, output
 variables and name scope, as before. In dynamic mode the wrapper only calls through.
 """
@@ -30,7 +32,6 @@ import paddle
 from amp_adapters.layers import layer_paths
 
 _by_program: "weakref.WeakKeyDictionary[Any, dict[str, str]]" = weakref.WeakKeyDictionary()
-_by_name: dict[str, str] = {}  # every program's: a copy of a program finds its paths here
 
 
 class _Calling(threading.local):
@@ -56,24 +57,25 @@ def note_model(root: Any, program: Any = None) -> dict[str, str]:
                 found.setdefault(name, path)
     if found:
         program = program if program is not None else paddle.static.default_main_program()
-        try:
-            _by_program.setdefault(program, {}).update(found)
-        except TypeError:  # a program that cannot be weakly referenced: by name only
-            pass
-        _by_name.update(found)
+        _by_program.setdefault(program, {}).update(found)
     return found
 
 
+def note_copy(source: Any, copy: Any) -> None:
+    """``copy`` (a clone of ``source``: its parameters keep their names) has ``source``'s
+    paths."""
+    found = _by_program.get(source)
+    if found:
+        _by_program.setdefault(copy, {}).update(found)
+
+
 def paths_of(program: Any, names: Iterable[str]) -> tuple[str, ...]:
-    """The layer paths of those of ``names`` that are parameters a noted model owns, in
-    ``program`` (else, for a copy of it, by name), each once, in order."""
-    try:
-        own = _by_program.get(program) if program is not None else None
-    except TypeError:
-        own = None
+    """The layer paths of those of ``names`` that are parameters a model noted in
+    ``program`` (or in the program it is a copy of) owns, each once, in order."""
+    own = _by_program.get(program) if program is not None else None
     out: list[str] = []
     for n in names:
-        path = (own or {}).get(n) or _by_name.get(n)
+        path = (own or {}).get(n)
         if path and path not in out:
             out.append(path)
     return tuple(out)
@@ -112,4 +114,28 @@ def watch_layers() -> None:
     layer.__call__ = __call__
 
 
+def watch_clones() -> None:
+    """Wrap ``clone`` of the program classes of both IRs (once, when paddle_amp is
+    imported): a clone has its source's layer paths (``note_copy``)."""
+    classes = [paddle.static.Program]
+    pir_program = getattr(getattr(paddle, "pir", None), "Program", None)
+    if isinstance(pir_program, type) and pir_program not in classes:
+        classes.append(pir_program)
+    for cls in classes:
+        native = getattr(cls, "clone", None)  # Paddle 2.6's PIR program has none
+        if native is None or getattr(native, "_paddle_amp_paths", False):
+            continue
+
+        def clone(self: Any, *args: Any, _native: Any = native, **kwargs: Any) -> Any:
+            copy = _native(self, *args, **kwargs)
+            note_copy(self, copy)
+            return copy
+
+        clone.__doc__ = native.__doc__
+        clone.__wrapped__ = native  # type: ignore[attr-defined]
+        clone._paddle_amp_paths = True  # type: ignore[attr-defined]
+        cls.clone = clone
+
+
 watch_layers()
+watch_clones()

@@ -45,3 +45,28 @@ def check_scale_only_fix(rep, rec):
     assert rec.policy.replace(loss_scale=before.loss_scale) == before  # no op, no layer moves
     assert rec.policy.loss_scale.scale < 2 ** 15 and rec.verified
     assert rec.keeps == ("no op moves: every op that ran fp16 still does",)
+
+
+def paddle_dygraph_layered(kind):
+    """(model, loss_fn) of a ``LAYERED`` doctor model in eager mode, as a user writes it: a
+    ``paddle.nn.Sequential`` of four ``Linear`` with a ``LayerNorm`` after the third (paths
+    ``0``, ``1``, ``2``, ``3`` the norm, ``4``), and its loss as a Layer."""
+    import paddle
+    from amp_demo.doctor_models import LAYERED_FACTOR, NORM_AFTER
+    paddle.disable_static()
+    _, _, weights = layered_arrays(kind)
+    blocks = []
+    for i, (w, b) in enumerate(weights):
+        linear = paddle.nn.Linear(w.shape[0], w.shape[1])
+        linear.weight.set_value(w)
+        linear.bias.set_value(b)
+        blocks.append(linear)
+        if i == NORM_AFTER:
+            blocks.append(paddle.nn.LayerNorm(w.shape[1]))
+
+    class Loss(paddle.nn.Layer):
+        def forward(self, pred, label):
+            d = pred - label
+            return paddle.mean(d * d) * LAYERED_FACTOR[kind]
+
+    return paddle.nn.Sequential(*blocks), Loss()

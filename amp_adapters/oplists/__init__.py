@@ -260,3 +260,30 @@ def eager_to_program() -> Mapping[str, str]:
         raise AmpConfigError(f"paddle_dygraph.toml [eager_to_program]: {bad[0]!r} must map to "
                              f"a program op name")
     return MappingProxyType(dict(table))
+
+
+def dygraph_versions() -> tuple[str, ...]:
+    """The Paddle versions whose ``paddle.amp`` (dygraph) lists the data holds, oldest first."""
+    return tuple(sorted(_read("paddle_dygraph.toml")["native"], key=_version_key))
+
+
+@functools.lru_cache(maxsize=None)
+def dygraph_native_lists(dtype: str, version: Optional[str] = None) -> NativeLists:
+    """``paddle.amp``'s own dygraph lists at O1 for ``dtype`` (``paddle_dygraph.toml``
+    [native]), for ``version`` (default: the installed Paddle; the newest known version not
+    newer than it), each name in both spellings (an eager name and its program name:
+    ``eager_to_program``). An op in no list promotes (``unlisted``)."""
+    if dtype not in LOW_DTYPES:
+        raise UnknownChoiceError("low-precision dtype", dtype, LOW_DTYPES)
+    known = dygraph_versions()
+    version = version or installed_version("paddle")
+    older = [v for v in known if version is not None and _version_key(v) <= _version_key(version)]
+    picked = older[-1] if older else (known[-1] if version is None else known[0])
+    raw = _read("paddle_dygraph.toml")["native"][picked][dtype]
+    spell = eager_to_program()
+    both = lambda names: frozenset(m for n in names for m in (n, spell.get(n, n)))  # noqa: E731
+    fp32 = both(raw["fp32"])
+    return NativeLists(framework="paddle", version=picked, dtype=dtype,
+                       lower=both(raw["lower"]) - fp32, fp32=fp32, promote=frozenset(),
+                       follow=frozenset(), unlisted="promote", conditional_fp32=(),
+                       loss_output=(), fp32_params=MappingProxyType({}))

@@ -15,6 +15,7 @@ Files (one role each, named as in the other backends):
     names.py         eager op names <-> program op names (one table, in amp_adapters.oplists)
     kernels.py       what this CPU runs low in eager mode: the oneDNN route, its probe
     dispatch.py      the per-op cast: paddle._C_ops entry points wrapped inside a region
+    paths.py         the path of the Layer running an op, for a policy's layer rules
     guard.py         auto_cast / amp_guard
     scaling.py       GradScaler / AmpScaler on the core loss-scale state machine
     support.py       is_bfloat16_supported / is_float16_supported: this CPU's truth
@@ -24,6 +25,7 @@ Files (one role each, named as in the other backends):
     checkpoint.py    save_checkpoint / load_checkpoint: model, optimizer, loss scale, atomic
                      (a load is a transaction: put back on any error)
     report.py        cast_report(layer, *inputs, policy=...): the CastReport of one forward
+    doctor.py        doctor(model, loss_fn, optimizer): the core doctor on an eager model
     query.py         is_autocast_enabled / get_autocast_dtype: what the active region does
 
 The native's tools and data (debugging, accuracy_compare, amp_lists, white_list,
@@ -39,6 +41,7 @@ from paddle.base import core
 from . import scaling as grad_scaler
 from .checkpoint import load_checkpoint, save_checkpoint
 from .decorator import amp_decorate, decorate
+from .doctor import doctor
 from .guard import amp_guard, auto_cast, autocast
 from .query import (get_autocast_cpu_dtype, get_autocast_dtype, get_autocast_gpu_dtype,
                     is_autocast_enabled)
@@ -49,4 +52,5 @@ from .support import is_bfloat16_supported, is_float16_supported
 __all__ = ["auto_cast", "amp_guard", "autocast", "decorate", "amp_decorate", "GradScaler",
            "AmpScaler", "is_bfloat16_supported", "is_float16_supported",
            "is_autocast_enabled", "get_autocast_dtype", "get_autocast_cpu_dtype",
-           "get_autocast_gpu_dtype", "cast_report", "save_checkpoint", "load_checkpoint"]
+           "get_autocast_gpu_dtype", "cast_report", "save_checkpoint", "load_checkpoint",
+           "doctor"]

@@ -12,7 +12,9 @@ goes through (``paddle.matmul``, ``Tensor.matmul``, ``paddle.nn.functional.linea
   kernel), so the decisions are built into the program; a call on anything else (a
   legacy-IR program, SOT's simulation) passes through untouched;
 - otherwise the planner decides (``amp_adapters.plan_op`` with the active policy and the
-  device truth ``kernels.profile``), once per (op, input dtypes) in a region; an op planned
+  device truth ``kernels.profile``), once per (op, input dtypes) in a region, and, where
+  the policy has layer rules (``Policy.layers``), per path of the Layer running the op
+  (``paths``: ``2``, ``encoder.layers.3.ffn``, the planner's ``instance``); an op planned
   in the low dtype with a kernel here runs on its oneDNN route (``kernels.ROUTES``) and
   hands back float32 (exact: a widening cast); an emulated op computes in float32 on
   values rounded through the low dtype, and rounds its result; an op that falls back
@@ -32,10 +34,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from amp_adapters import OpDecision, Policy, OpCall, plan_op
+from amp_adapters import OpCall, OpDecision, Policy, plan_op
 from amp_adapters.device import DeviceProfile, ShapeClass
 
-from . import kernels
+from . import kernels, paths
 
 log = logging.getLogger("paddle_amp.dygraph")
 
@@ -57,30 +59,36 @@ class Frame:
     log: Optional[list] = None  # when a list: every call's decision, in call order (report)
     fast: dict = field(default_factory=dict)  # (op, element sizes) -> plan: _planned
     on: bool = False  # policy.enabled, a plain field (to_static's SOT reads no property)
+    layered: bool = False  # the policy has layer rules: ops are planned per Layer path
 
     def __post_init__(self) -> None:
         self.on = self.policy.enabled
+        self.layered = self.on and bool(self.policy.layer_patterns("paddle"))
 
-    def plan(self, key: tuple, ranks: Optional[tuple] = None) -> Any:
+    def plan(self, key: tuple, ranks: Optional[tuple] = None,
+             instance: Optional[str] = None) -> Any:
         """Decide ``key`` = (program op, *input dtypes) once in this region (with ``ranks``,
-        its inputs' ranks, for an op the device refuses by shape): the decision, None when
+        its inputs' ranks, for an op the device refuses by shape; ``instance``: the path of
+        the Layer running it, for the policy's layer rules): the decision, None when
         the op has nothing to do (no cast, no rounding, not run low), or ``BY_RANK`` when
         the decision depends on the inputs' ranks (``DeviceProfile.refusal``: a broadcast
-        operand's gradient on a reference implementation); then ask again with them."""
+        operand's gradient on a reference implementation); then ask again with them.
+        Kept in ``plans`` and ``decisions`` under ``_slot``."""
         full = key if ranks is None else key + ranks
         op, dtypes = key[0], key[1:]
         if ranks is None and self.device is not None and op in \
                 self.device.slow_broadcast_grads:
-            free = self._decide(key, None)
+            free = self._decide(key, None, instance)
             if free.run_dtype is not None and free.run_dtype == free.low_dtype:
-                self.plans[key] = BY_RANK
+                self.plans[_slot(key, instance)] = BY_RANK
                 return BY_RANK
-        d = self._decide(full, _shape(ranks))
-        self.ran[op] = self.decisions[full] = d
+        d = self._decide(full, _shape(ranks), instance)
+        slot = _slot(full, instance)
+        self.ran[op] = self.decisions[slot] = d
         if all(t is None for t in d.input_dtypes):
             # no floating input: nothing to cast or round (plan_op still plans a lower op's
             # emulation for it: rounding an integer result through float16 would be wrong)
-            self.plans[full] = None
+            self.plans[slot] = None
             return None
         if d.lacks_kernel and (op, d.low_dtype) not in _warned:
             _warned.add((op, d.low_dtype))
@@ -88,21 +96,30 @@ class Frame:
             log.warning("paddle_amp.dygraph: %s runs in float32: %s%s", op, d.reason,
                         f" (its oneDNN route fails in eager mode: {route})" if route else "")
         acts = d.needs_action or (d.run_dtype is not None and d.run_dtype == d.low_dtype)
-        self.plans[full] = d if acts else None
-        return self.plans[full]
+        self.plans[slot] = d if acts else None
+        return self.plans[slot]
 
-    def _decide(self, full: tuple, shape) -> OpDecision:
-        """``plan_op`` for ``full`` (op, dtypes..., [ranks...]), kept across regions."""
-        cached = _decided.get((self.policy, self.device, full))
+    def _decide(self, full: tuple, shape, instance: Optional[str] = None) -> OpDecision:
+        """``plan_op`` for ``full`` (op, dtypes..., [ranks...]) run by the Layer at path
+        ``instance``, kept across regions."""
+        slot = (self.policy, self.device, _slot(full, instance))
+        cached = _decided.get(slot)
         if cached is not None:
             return cached
         op, dtypes = full[0], full[1:3] if shape is not None else full[1:]
-        d = plan_op(self.policy, "paddle", OpCall(op, tuple(_name(t) for t in dtypes), shape=shape),
+        d = plan_op(self.policy, "paddle",
+                    OpCall(op, tuple(_name(t) for t in dtypes), shape=shape, instance=instance),
                     device=self.device)
         if len(_decided) > 4096:
             _decided.clear()
-        _decided[(self.policy, self.device, full)] = d
+        _decided[slot] = d
         return d
+
+
+def _slot(full: tuple, instance: Optional[str]) -> tuple:
+    """Where a plan of ``full`` run by the Layer at ``instance`` is kept (a region without
+    layer rules plans with no instance: the key alone)."""
+    return full if instance is None else (full, instance)
 
 
 BY_RANK = object()  # a plan that depends on the inputs' ranks (Frame.plan)
@@ -168,6 +185,8 @@ def push(policy: Policy, log: Optional[list] = None,
         if not _open[0]:
             _install()
         _open[0] += 1
+    if frame.layered:
+        paths.enter()
     _regions.frames.append(frame)
     if policy.enabled and log is None:  # a cast report's region is no training's dtype
         _last_dtype[0] = policy.dtype
@@ -200,6 +219,8 @@ def pop(frame: Frame) -> None:
         frames[:] = [f for f in frames if f is not frame]
     else:
         return  # not open in this thread (closed already)
+    if frame.layered:
+        paths.leave()
     with _lock:
         _open[0] -= 1
         if not _open[0]:
@@ -275,7 +296,7 @@ def _planned(frame: Optional[Frame], op: str, x, y) -> Any:
     if frame is None or _in_sot[0]() or not frame.on or not (
             isinstance(x, _Tensor[0]) and isinstance(y, _Tensor[0])):
         return _MISSING
-    if frame.log is not None:
+    if frame.log is not None or frame.layered:
         return _noted(frame, (op, x.dtype, y.dtype), x, y)
     sizes = (op, x.element_size(), y.element_size())
     fast = frame.fast
@@ -293,12 +314,19 @@ def _planned(frame: Optional[Frame], op: str, x, y) -> Any:
 
 
 def _noted(frame: Frame, key: tuple, x, y) -> Any:
-    """The plan of ``key``, its decision appended to ``frame.log`` (a report's region)."""
-    d, full = frame.plan(key), key
+    """The plan of ``key`` run by the Layer running now (its path, where the policy has
+    layer rules), its decision appended to ``frame.log`` (a report's region, a doctor's)."""
+    instance = paths.current() if frame.layered else None
+    full = key
+    slot = _slot(key, instance)
+    d = frame.plans[slot] if slot in frame.plans else frame.plan(key, None, instance)
     if d is BY_RANK:
         full = key + (x.ndim, y.ndim)
-        d = frame.plan(key, full[-2:])
-    frame.log.append(frame.decisions[full])
+        slot = _slot(full, instance)
+        d = frame.plans[slot] if slot in frame.plans else \
+            frame.plan(key, full[-2:], instance)
+    if frame.log is not None:
+        frame.log.append(frame.decisions[_slot(full, instance)])
     return d
 
 

@@ -4,7 +4,9 @@ MLP, a small CNN (conv, batch norm, pooling), a transformer encoder block
 (matmul, softmax, layer norm, gelu, residual adds) and an LSTM language-model
 step. ``mxnet_report`` traces the Gluon block in plain fp32 and plans it under
 a policy; ``paddle_report`` builds the static program, decorates its
-optimizer with the policy and returns what the rewrite applied.
+optimizer with the policy and returns what the rewrite applied; ``dygraph_report``
+builds the same model as eager-mode Layers and returns what ``paddle_amp.dygraph``
+decides for its forward.
 """
 import math
 
@@ -108,3 +110,54 @@ def paddle_report(name, policy):
         opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), policy=policy)
         opt.minimize(loss)
     return paddle_amp.cast_report(main)
+
+
+# -- the same models as Paddle dygraph Layers (eager mode, paddle_amp.dygraph) ----------------
+
+def dygraph_layer(name):
+    """(Layer, example input) for a reference model in eager mode, with the shapes above."""
+    nn, F = paddle.nn, paddle.nn.functional
+    paddle.disable_static()
+    if name == "mlp":
+        net = nn.Sequential(nn.Linear(D, D), nn.ReLU(), nn.Linear(D, V))
+        return net, paddle.ones([B, D])
+    if name == "cnn":
+        net = nn.Sequential(nn.Conv2D(1, C, 3, padding=1), nn.BatchNorm2D(C), nn.ReLU(),
+                            nn.MaxPool2D(2), nn.Flatten(), nn.Linear(C * (HW // 2) ** 2, V))
+        return net, paddle.ones([B, 1, HW, HW])
+    if name == "transformer":
+        return _DygraphTransformer(), paddle.ones([B, T, D])
+    return _DygraphLSTMStep(), paddle.to_tensor(np.arange(B * T).reshape(B, T) % V)
+
+
+class _DygraphTransformer(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        nn = paddle.nn
+        self.q, self.k, self.v, self.o = (nn.Linear(D, D) for _ in range(4))
+        self.ff1, self.ff2 = nn.Linear(D, 4 * D), nn.Linear(4 * D, D)
+        self.ln1, self.ln2 = nn.LayerNorm(D), nn.LayerNorm(D)
+
+    def forward(self, x):
+        F = paddle.nn.functional
+        att = paddle.matmul(self.q(x), self.k(x), transpose_y=True) * (1 / math.sqrt(D))
+        x = self.ln1(x + self.o(paddle.matmul(F.softmax(att, axis=-1), self.v(x))))
+        return self.ln2(x + self.ff2(F.gelu(self.ff1(x))))
+
+
+class _DygraphLSTMStep(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.embed, self.lstm = paddle.nn.Embedding(V, D), paddle.nn.LSTM(D, D)
+        self.out = paddle.nn.Linear(D, V)
+
+    def forward(self, tokens):
+        h, _ = self.lstm(self.embed(tokens))
+        return self.out(h)
+
+
+def dygraph_report(name, policy):
+    """What ``paddle_amp.dygraph`` decides for the model's forward under ``policy``."""
+    from paddle_amp import dygraph
+    net, x = dygraph_layer(name)
+    return dygraph.cast_report(net, x, policy=policy)

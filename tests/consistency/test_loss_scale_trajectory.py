@@ -1,12 +1,13 @@
-"""One loss-scale rule everywhere: the core, a real Gluon trainer and a real Paddle
-(legacy-IR) program go through the same states, bit for bit, for random configs.
+"""One loss-scale rule everywhere: the core, a real Gluon trainer, a real Paddle
+(legacy-IR) program and Paddle's dynamic graph (``paddle_amp.dygraph.GradScaler``) go
+through the same states, bit for bit, for random configs.
 
 Configs cover what the issue found drifting (non-dyadic factors such as 1.7/0.3,
 floors below 1 and none at all, no ceiling, hysteresis 1-3, intervals 1-5) and
 float32-exact ones (which Paddle runs with its fused op). Each backend trains a
 one-weight model whose gradient is 0, or inf on the steps the sequence marks,
 so the overflow decisions are the sequence's. When the core's guard stops a
-run (a no-floor scale collapsing), both backends must stop at the same step.
+run (a no-floor scale collapsing), every backend must stop at the same step.
 Derandomized and bounded: part of ``make test``.
 """
 import math
@@ -21,6 +22,7 @@ import mxnet as mx
 
 import mxnet_amp
 import paddle_amp
+from paddle_amp import dygraph
 from amp_adapters import DynamicLossScale, OverflowGuardError, Policy
 from amp_adapters.loss_scale import check_guard
 from paddle_amp.scaling import native_update_is_exact
@@ -91,12 +93,39 @@ class PaddleRun:
 
     def step(self, found_inf):
         x = np.full((1, 1), np.inf if found_inf else 0.0, np.float32)
+        paddle.enable_static()  # a DygraphRun's step runs in dynamic mode
         with paddle.static.scope_guard(self.scope):
             self.exe.run(self.main, feed={"x": x})
         return self.opt.loss_scale(self.scope).state
 
     def check_guard(self):
         self.opt.check_guard(self.scope)
+
+
+class DygraphRun:
+    """``paddle_amp.dygraph``'s GradScaler on one eager weight, under ``policy=`` holding the
+    config; x = inf makes the gradient inf."""
+
+    def __init__(self, loss_scale):
+        paddle.disable_static()
+        self.policy = Policy(loss_scale=loss_scale)
+        one = paddle.nn.initializer.Constant(1.0)
+        self.w = paddle.create_parameter([1], "float32", default_initializer=one)
+        self.opt = paddle.optimizer.SGD(0.1, parameters=[self.w])
+        self.scaler = dygraph.GradScaler(policy=self.policy)
+
+    def step(self, found_inf):
+        paddle.disable_static()  # a PaddleRun's step runs in static mode
+        x = paddle.to_tensor(np.full((1,), np.inf if found_inf else 0.0, np.float32))
+        with dygraph.auto_cast(policy=self.policy):
+            loss = (self.w * x).sum()
+        scaled = self.scaler.scale(loss)
+        scaled.backward()
+        try:
+            self.scaler.minimize(self.opt, scaled)
+        finally:
+            self.opt.clear_grad()
+        return self.scaler.loss_scale()[1]
 
 
 SEEN = {"fused": 0, "elementary": 0, "collapsed": 0}
@@ -115,7 +144,7 @@ SEEN = {"fused": 0, "elementary": 0, "collapsed": 0}
                                      growth_interval=5, max_consecutive_skips=None),
          [True, True, False] * 30)
 def test_same_state_every_step_in_core_gluon_and_paddle(config, found_infs):
-    gl, pd = GluonRun(config), PaddleRun(config)
+    gl, pd, dy = GluonRun(config), PaddleRun(config), DygraphRun(config)
     assert pd.fused == native_update_is_exact(config.config)
     SEEN["fused" if pd.fused else "elementary"] += 1
     core = config
@@ -129,11 +158,14 @@ def test_same_state_every_step_in_core_gluon_and_paddle(config, found_infs):
             assert pd.step(f) == core.state
             with pytest.raises(OverflowGuardError, match="collapsed"):
                 pd.check_guard()
+            with pytest.raises(OverflowGuardError, match="collapsed"):
+                dy.step(f)
             SEEN["collapsed"] += 1
             return
         assert gl.step(f) == core.state, (t, f)
         assert pd.step(f) == core.state, (t, f)
         pd.check_guard()
+        assert dy.step(f) == core.state, (t, f)
 
 
 def test_the_property_test_covered_both_paddle_paths():
@@ -148,8 +180,8 @@ def test_the_issue_sequences(growth, backoff):
     """The issue's report: 27.0 in the core and MXNet, 27.000001907348633 in Paddle."""
     config = DynamicLossScale(scale=10.0, growth_factor=growth, backoff_factor=backoff,
                               growth_interval=1, min_scale=1.0, max_scale=math.inf)
-    gl, pd, core = GluonRun(config), PaddleRun(config), config
+    gl, pd, dy, core = GluonRun(config), PaddleRun(config), DygraphRun(config), config
     assert not pd.fused
     for f in [False, True, False, False, True, True, False] * 3:
         core = core.adjust(f)
-        assert gl.step(f) == pd.step(f) == core.state
+        assert gl.step(f) == pd.step(f) == dy.step(f) == core.state

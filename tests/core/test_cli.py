@@ -255,3 +255,29 @@ def test_a_closed_pipe_ends_quietly_with_status_0():
     finally:
         os.close(write_end)
     assert r.returncode == 0 and r.stderr == "", r.stderr
+
+
+def _diff_rows(out):
+    return {line.split("|")[1].strip(" `"): (line.split("|")[3].strip(), line.split("|")[4].strip())
+            for line in out.splitlines() if line.startswith("| `")}
+
+
+@pytest.mark.parametrize("version", ["2.6.2", "3.3.1"])
+def test_diff_covers_paddles_dygraph_lists(capsys, version):
+    """``--framework paddle-dygraph``: Paddle's ops under paddle.amp's own lists (white, black,
+    every other op promoting) against the shared O1, from the data (no Paddle imported)."""
+    assert main(["diff", "--framework", "paddle-dygraph", "--version", version]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"**paddle-dygraph {version}, float16**")
+    rows = _diff_rows(out)
+    assert rows["conv3d"] == ("promote", "lower")  # in no paddle.amp list: it promotes
+    assert rows["batch_norm"] == ("promote", "follow")
+    assert "matmul_v2" not in rows and "softmax" not in rows  # white / black in both
+    assert main(["diff", "--framework", "paddle", "--version", version]) == 0
+    static = _diff_rows(capsys.readouterr().out)
+    assert static["conv3d"] == ("fp32", "lower")  # the static O1 runs an unlisted op in fp32
+
+
+def test_diff_refuses_a_dygraph_version_the_data_does_not_hold(capsys):
+    assert main(["diff", "--framework", "paddle-dygraph", "--version", "1.0"]) == 2
+    assert "known versions: 2.6.2, 3.3.1" in capsys.readouterr().err

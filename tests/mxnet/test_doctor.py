@@ -515,3 +515,41 @@ def test_where_bf16_is_emulated_the_doctor_does_not_offer_it():
         assert not any("bfloat16" in what for what in tried[True])
     finally:
         amp.reset()
+
+
+def test_the_trial_starts_from_the_recorded_optimizer_state_under_update_on_kvstore():
+    """With ``update_on_kvstore=True`` the optimizer state lives in the kvstore's updater,
+    not the trainer's: the trial of a fix still starts from Adam's moments as they were at
+    the first recorded step (warm-up steps ran before the doctor), so its held-out step
+    matches the same trial where the trainer updates (``update_on_kvstore=False``). (Before:
+    under the kvstore the trial's Adam started from no moments.)"""
+    def trial(on_kvstore):
+        amp.init(policy=P.policy("layer_overflow"))
+        net, loss_fn = P.mxnet_layered("layer_overflow")
+        trainer = gluon.Trainer(net.collect_params(), "adam", {"learning_rate": 0.05},
+                                kvstore=mx.kv.create("local"), update_on_kvstore=on_kvstore)
+        amp.init_trainer(trainer)
+
+        def step(s, factor=1.0):
+            x, y, _ = P.layered_arrays("layer_overflow", s)
+            with autograd.record():
+                loss = loss_fn(net(mx.nd.array(x * factor)), mx.nd.array(y))
+                with amp.scale_loss(loss, trainer) as scaled:
+                    autograd.backward(scaled)
+            trainer.step(4)
+        for s in range(2):  # warm-up on small inputs (no overflow): Adam's moments exist
+            step(s, 0.01)
+        assert bool(trainer._update_on_kvstore) == on_kvstore
+        assert amp.loss_scale(trainer).skipped_steps == 0
+        with doctor(net, loss_fn, trainer) as dr:
+            for s in range(2):
+                step(s)
+        rec = dr.recommendation()
+        report = dr.replay(rec.policy)
+        amp.reset()
+        return report
+
+    on, off = trial(True), trial(False)
+    assert [s.updated for s in on.steps] == [s.updated for s in off.steps] == [True, True]
+    for a, b in zip(on.ops, off.ops):
+        assert a.outputs[1].max_abs == pytest.approx(b.outputs[1].max_abs, rel=1e-5), a.name

@@ -1,7 +1,10 @@
 """auto_cast's lists are paddle.amp's, with both spellings of an op meaning the op
 (hypothesis over custom lists): the native's own ``_update_list`` decides an eager op as we
 do, except where its default lists name the op in one spelling only (there we take both);
-and a custom list written in the other spelling decides alike."""
+and a custom list written in the other spelling decides alike. The data copy of the lists
+(``amp-adapters diff --framework paddle-dygraph``) is the installed Paddle's, and the diff
+says where this runtime's native decisions and O1's differ."""
+import paddle
 import pytest
 from hypothesis import given, settings, strategies as st
 
@@ -75,3 +78,40 @@ def test_the_native_preset_means_paddle_amp_here(dtype):
     assert mine == policy_of(dtype=dtype, custom_black_list=["matmul"])
     assert categorize(mine, "paddle", "matmul_v2").category == "fp32"
     assert categorize(mine, "paddle", "elementwise_add").category == "promote"
+
+
+def test_the_data_copy_of_paddle_amps_lists_is_the_installed_paddles():
+    """``paddle_dygraph.toml`` [native] (what ``amp-adapters diff --framework paddle-dygraph``
+    reads without Paddle) holds the installed ``paddle.amp``'s O1 lists exactly."""
+    from paddle.amp import amp_lists
+
+    from amp_adapters.oplists import _read
+    version = paddle.__version__
+    data = _read("paddle_dygraph.toml")["native"][version]
+    for dtype in ("float16", "bfloat16"):
+        assert set(data[dtype]["lower"]) == set(amp_lists.white_list()[dtype]["O1"])
+        assert set(data[dtype]["fp32"]) == set(amp_lists.black_list()[dtype]["O1"])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_diff_says_where_o1_and_this_runtimes_native_decisions_differ(capsys, dtype):
+    """Every row of ``amp-adapters diff --framework paddle-dygraph`` is an op that
+    ``paddle_amp.dygraph`` categorizes differently without ``policy=`` (paddle.amp's lists)
+    and with ``policy="O1"``, as the row says; every other listed op is categorized alike."""
+    from amp_adapters.cli import main
+    from amp_adapters.oplists import dygraph_native_lists, load_table
+    from amp_adapters.planner import categorize
+    from paddle_amp.dygraph.config import policy_of
+    assert main(["diff", "--framework", "paddle-dygraph", "--dtype", dtype]) == 0
+    rows = {line.split("|")[1].strip(" `"): (line.split("|")[3].strip(),
+                                              line.split("|")[4].strip())
+            for line in capsys.readouterr().out.splitlines() if line.startswith("| `")}
+    native, o1 = policy_of(dtype=dtype), policy_of(policy="O1", dtype=dtype)
+    ops = dygraph_native_lists(dtype).names | load_table("paddle").names
+    for op in ops:
+        pair = (categorize(native, "paddle", op).category, categorize(o1, "paddle", op).category)
+        if op in rows:
+            assert pair == rows[op], op
+        else:
+            assert pair[0] == pair[1], op
+    assert rows

@@ -128,3 +128,28 @@ def test_under_o2_a_layer_kept_fp32_keeps_its_weight_fp32():
         plan.reasons["dense1.w_0"]
     assert plan.dtypes["dense0.w_0"] == plan.dtypes["dense2.w_0"] == "float16"
 
+
+
+def test_a_program_built_under_fresh_names_takes_no_path_of_an_earlier_model():
+    """Under ``unique_name.guard()`` two programs share parameter names (``linear_0.w_0``):
+    paths are kept per program (and per clone: an eval program, the doctor's copy), so a
+    later program whose Linear is the model called (no path: its root) is not named by the
+    earlier model's path."""
+    _encoder_rows(Policy.preset("O1"), fresh_names=True)  # linear_0.w_0: layers.0.ffn there
+    first = paddle.static.Program()
+    with paddle.static.program_guard(first, paddle.static.Program()), \
+            paddle.utils.unique_name.guard():
+        _Encoder()(paddle.static.data("x", [4, 8], "float32"))
+    eval_copy = first.clone()  # (PIR programs take no for_test)
+    assert paddle_amp.layer_paths.path_of(eval_copy, "linear_0.w_0") == "layers.0.ffn"
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+        h = paddle.nn.Linear(8, 8)(paddle.static.data("x", [4, 8], "float32"))
+        loss = paddle.mean(h)
+    assert "linear_0.w_0" in {p.name for p in main.global_block().all_parameters()}
+    assert paddle_amp.layer_paths.path_of(main, "linear_0.w_0") is None
+    policy = Policy.preset("O1", paddle_layers=LayerLists(fp32={"layers.0.ffn"}))
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+        opt = paddle_amp.decorate(paddle.optimizer.SGD(0.1), emulate=True, policy=policy)
+        with pytest.raises(AmpConfigError, match="'layers.0.ffn' matches no layer"):
+            opt.minimize(loss)
