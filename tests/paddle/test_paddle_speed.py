@@ -15,7 +15,7 @@ import paddle
 import pytest
 
 import paddle_amp
-from amp_adapters import Policy, measure_process
+from amp_adapters import Policy, measure_process, speed_source
 from amp_adapters.device import Cost, DeviceProfile, ShapeClass
 from amp_adapters.isa import describe_bf16
 from amp_adapters.speedbook import SpeedBook, machine
@@ -124,7 +124,8 @@ def test_a_saved_profile_replays_the_same_plan(static, monkeypatch, tmp_path):
     monkeypatch.undo()
     onednn_cpu(monkeypatch)
     monkeypatch.setenv("AMP_ADAPTERS_CACHE", str(tmp_path / "empty"))
-    monkeypatch.setattr(speed, "timer", lambda *a: lambda *b: pytest.fail("measured again"))
+    monkeypatch.setattr(speed_source, "measure",
+                        lambda *a: lambda *b: pytest.fail("measured again"))
     BOOKS.cache_clear()
     from paddle_helpers import Static
     env = Static.new()
@@ -157,7 +158,8 @@ def test_an_eval_program_is_planned_by_its_forward_cost(static, monkeypatch):
 
 def _speed_children():
     return [c.proc.pid for key, c in measure_process._children.items()
-            if key[1] == "paddle_amp.speed_child" and c.proc.poll() is None]
+            if key[1] == "amp_adapters.speed_child" and key[3] == ("paddle_amp.speed",)
+            and c.proc.poll() is None]
 
 
 def _gemm_runs_low(program, training):
@@ -278,11 +280,12 @@ def test_the_timer_times_on_the_place_the_program_runs_on():
 
 def test_the_timer_hands_the_child_its_place(static, monkeypatch):
     sent = []
-    monkeypatch.setattr(speed, "call", lambda server, fn, *args: sent.append(args) or FAST)
+    monkeypatch.setattr(speed_source, "call",
+                        lambda server, fn, *args, argv=(): sent.append(args) or FAST)
     onednn_cpu(monkeypatch)
     measure = speed.timer("CPU", BF16, ir.of(static.main).probe, ("CUDAPlace", 1))
     assert measure("matmul_v2", ShapeClass.of([(64, 32), (32, 32)], 2), True) == FAST
-    assert sent[-1][-1] == ["CUDAPlace", 1]
+    assert sent[-1][-1]["how"]["place"] == ["CUDAPlace", 1]
 
 
 def test_a_gpu_book_is_keyed_by_the_gpus_name_and_compute_capability():
