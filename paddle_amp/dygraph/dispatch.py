@@ -12,7 +12,9 @@ goes through (``paddle.matmul``, ``Tensor.matmul``, ``paddle.nn.functional.linea
   kernel), so the decisions are built into the program; a call on anything else (a
   legacy-IR program, SOT's simulation) passes through untouched;
 - otherwise the planner decides (``amp_adapters.plan_op`` with the active policy and the
-  device truth ``kernels.profile``), once per (op, input dtypes) in a region; an op planned
+  device truth ``kernels.profile``), once per (op, input dtypes) in a region (under
+  measured speed, ``policy="auto"``, once per (op, input dtypes, shape class): the device
+  then carries the core's speed-book lookup, ``speed.profile``); an op planned
   in the low dtype with a kernel here runs on its oneDNN route (``kernels.ROUTES``) and
   hands back float32 (exact: a widening cast); an emulated op computes in float32 on
   values rounded through the low dtype, and rounds its result; an op that falls back
@@ -35,7 +37,7 @@ from typing import Any, Callable, Optional
 from amp_adapters import OpDecision, Policy, plan_op
 from amp_adapters.device import DeviceProfile, ShapeClass
 
-from . import kernels
+from . import kernels, speed
 
 log = logging.getLogger("paddle_amp.dygraph")
 
@@ -57,25 +59,32 @@ class Frame:
     log: Optional[list] = None  # when a list: every call's decision, in call order (report)
     fast: dict = field(default_factory=dict)  # (op, element sizes) -> plan: _planned
     on: bool = False  # policy.enabled, a plain field (to_static's SOT reads no property)
+    # measured speed: decisions per shape class (``_by_shape``), from the device's costs
+    measured: bool = False
 
     def __post_init__(self) -> None:
         self.on = self.policy.enabled
+        self.measured = self.device is not None and self.device.costs is not None
 
-    def plan(self, key: tuple, ranks: Optional[tuple] = None) -> Any:
+    def plan(self, key: tuple, ranks: Optional[tuple] = None,
+             shape: Optional[ShapeClass] = None) -> Any:
         """Decide ``key`` = (program op, *input dtypes) once in this region (with ``ranks``,
-        its inputs' ranks, for an op the device refuses by shape): the decision, None when
-        the op has nothing to do (no cast, no rounding, not run low), or ``BY_RANK`` when
-        the decision depends on the inputs' ranks (``DeviceProfile.refusal``: a broadcast
-        operand's gradient on a reference implementation); then ask again with them."""
+        its inputs' ranks, for an op the device refuses by shape; with ``shape``, its
+        inputs' shape class, under measured speed): the decision, None when the op has
+        nothing to do (no cast, no rounding, not run low), or ``BY_RANK`` when the decision
+        depends on the inputs' ranks (``DeviceProfile.refusal``: a broadcast operand's
+        gradient on a reference implementation); then ask again with them."""
         full = key if ranks is None else key + ranks
-        op, dtypes = key[0], key[1:]
-        if ranks is None and self.device is not None and op in \
+        if shape is not None:
+            full = key + (shape,)
+        op = key[0]
+        if ranks is None and shape is None and self.device is not None and op in \
                 self.device.slow_broadcast_grads:
             free = self._decide(key, None)
             if free.run_dtype is not None and free.run_dtype == free.low_dtype:
                 self.plans[key] = BY_RANK
                 return BY_RANK
-        d = self._decide(full, _shape(ranks))
+        d = self._decide(full, shape if shape is not None else _shape(ranks))
         self.ran[op] = self.decisions[full] = d
         if all(t is None for t in d.input_dtypes):
             # no floating input: nothing to cast or round (plan_op still plans a lower op's
@@ -106,14 +115,17 @@ class Frame:
 BY_RANK = object()  # a plan that depends on the inputs' ranks (Frame.plan)
 
 
+def _result_rank(a: int, b: int) -> int:
+    """The rank of a GEMM's result on operands of ranks ``a`` and ``b``."""
+    return max(a, b) if min(a, b) >= 2 else max(a, b) - 1
+
+
 def _shape(ranks: Optional[tuple]):
     """The shape class of a GEMM's operands of ``ranks`` (dimensions unknown: the broadcast
     rule reads ranks only)."""
     if ranks is None:
         return None
-    a, b = ranks
-    result = max(a, b) if min(a, b) >= 2 else max(a, b) - 1
-    return ShapeClass(tuple((None,) * r for r in ranks), result)
+    return ShapeClass(tuple((None,) * r for r in ranks), _result_rank(*ranks))
 
 
 class _Regions(threading.local):
@@ -159,6 +171,7 @@ def push(policy: Policy, log: Optional[list] = None,
         import paddle
         if not (paddle.is_grad_enabled() if training is None else training):
             device = kernels.inference_profile(policy.dtype)
+        device = speed.profile(device, policy)  # measured speed: the core's book
     frame = Frame(policy, device, log=log)
     with _lock:
         if not _open[0]:
@@ -255,6 +268,8 @@ def _planned(frame: Optional[Frame], op: str, x, y) -> Any:
     if frame is None or _in_sot[0]() or not frame.on or not (
             isinstance(x, _Tensor[0]) and isinstance(y, _Tensor[0])):
         return _MISSING
+    if frame.measured:
+        return _by_shape(frame, (op, x.dtype, y.dtype), x, y)
     if frame.log is not None:
         return _noted(frame, (op, x.dtype, y.dtype), x, y)
     sizes = (op, x.element_size(), y.element_size())
@@ -279,6 +294,18 @@ def _noted(frame: Frame, key: tuple, x, y) -> Any:
         full = key + (x.ndim, y.ndim)
         d = frame.plan(key, full[-2:])
     frame.log.append(frame.decisions[full])
+    return d
+
+
+def _by_shape(frame: Frame, key: tuple, x, y) -> Any:
+    """The plan of ``key`` for inputs of ``x``'s and ``y``'s shape class, under measured speed
+    (an op is lowered only where it was measured faster at its shape class: decided once
+    per shape class in a region), its decision logged in a report's region."""
+    shape = ShapeClass.of([x.shape, y.shape], _result_rank(len(x.shape), len(y.shape)))
+    full = key + (shape,)
+    d = frame.plans[full] if full in frame.plans else frame.plan(key, shape=shape)
+    if frame.log is not None:
+        frame.log.append(frame.decisions[full])
     return d
 
 
