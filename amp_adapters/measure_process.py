@@ -10,11 +10,10 @@ process that read the answer from the cache. So a backend's measurement runs her
 child process: one per environment, started at the first measurement and kept until
 this process exits (the parent waits for each answer: nothing of it runs meanwhile).
 
-``call(server, fn, *args, argv=...)`` runs ``fn(*args)`` there and returns its result;
-arguments and results are JSON values, or a ``Cost`` (sent as its fields). ``server`` is
-the child module (``amp_adapters.speed_child``, which every runtime's speed source uses,
-with the source's timer module as ``argv``), run as ``python -m server *argv`` (a child
-per ``argv``) with this process's ``sys.path`` and environment (so the same
+``call(server, fn, *args)`` runs ``fn(*args)`` there and returns its result; arguments
+and results are JSON values, or a ``Cost`` (sent as its fields). ``server`` is the
+backend's child module (``mxnet_amp.speed_child``, ``paddle_amp.speed_child``), run as
+``python -m server`` with this process's ``sys.path`` and environment (so the same
 oneDNN ISA limits and thread settings); it hands the functions it serves to ``serve``,
 which reads a JSON request per line and answers one per line on a private descriptor
 (what a framework prints goes to stderr).
@@ -95,11 +94,11 @@ class _Child:
     """One child process and its pipes; ``ask`` sends a request and waits for its answer
     (a reader thread hands the child's lines over, so a wait can time out on every OS)."""
 
-    def __init__(self, server: str, env: Mapping[str, str], argv: tuple = ()):
+    def __init__(self, server: str, env: Mapping[str, str]):
         self.stderr = tempfile.TemporaryFile()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", server, *argv], env=dict(env),
+                [sys.executable, "-m", server], env=dict(env),
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr)
         except (OSError, ValueError, subprocess.SubprocessError) as e:
             self.stderr.close()
@@ -167,16 +166,15 @@ def child_env() -> dict:
     return {**os.environ, **onednn_env(), "PYTHONPATH": os.pathsep.join(dict.fromkeys(path))}
 
 
-def call(server: str, fn: Callable, *args: Any, argv: tuple = ()) -> Any:
-    """``fn(*args)`` in this process's child ``server`` (a module that ``serve``s ``fn``, run
-    with the command-line arguments ``argv``: a child per distinct ``argv``), started now if
-    there is none for the oneDNN ISA limits and thread settings in ``os.environ`` now; its
-    result (``MeasureError``: it raised there; ``ChildFailed``:
+def call(server: str, fn: Callable, *args: Any) -> Any:
+    """``fn(*args)`` in this process's child ``server`` (a module that ``serve``s ``fn``),
+    started now if there is none for the oneDNN ISA limits and thread settings in
+    ``os.environ`` now; its result (``MeasureError``: it raised there; ``ChildFailed``:
     the child died, did not answer, or could not start). Blocks until the answer (host
     syncs: the child's)."""
     # a child per what changes a timing (``speedbook.TIMING_ENV``), not per variable
     timing = {**os.environ, **onednn_env()}  # the simulated CPU class's limits included
-    key = (os.getpid(), server, tuple(timing.get(k) for k in TIMING_ENV), tuple(argv))
+    key = (os.getpid(), server, tuple(timing.get(k) for k in TIMING_ENV))
     with _lock:
         child = _children.get(key)
         if child is not None and child.proc.poll() is not None:
@@ -188,7 +186,7 @@ def call(server: str, fn: Callable, *args: Any, argv: tuple = ()) -> Any:
                           "measuring process (sys.executable is empty): measuring in this "
                           "process")
                 return fn(*args)
-            child = _children[key] = _Child(server, child_env(), tuple(argv))
+            child = _children[key] = _Child(server, child_env())
         return _decode(child.ask({"fn": fn.__name__, "args": list(args)}))
 
 

@@ -9,7 +9,10 @@ A runtime (MXNet, Paddle's static programs in each IR, Paddle's dygraph) supplie
   timed (no recipe for the op, shapes that fit no such op, no low kernel here). Pure and
   cheap: it is also the test of what is measurable at all;
 - how: ``source.timer`` names the module whose ``time_job(job) -> Optional[Cost]`` times a
-  job; it runs in the measuring child, never in the process that plans;
+  job, and ``source.child`` the runtime's measuring child module (``python -m``), which
+  loads that timer and serves the core's ``time_job``: a job is timed there, never in the
+  process that plans (the core imports no backend, not even by a computed name: the
+  child is the backend's, its loop, protocol and the job's decoding are the core's);
 - whose: ``framework`` (the profile entries' framework: ``"mxnet"``, ``"paddle"``,
   ``"paddle-pir"``, ``"paddle-dygraph"``: the runtimes time different routes, so their
   timings are not each other's), ``version``, ``dtype``, and ``gpu`` (the machine's GPU
@@ -17,23 +20,20 @@ A runtime (MXNet, Paddle's static programs in each IR, Paddle's dygraph) supplie
 
 Everything else is the core's, the same for every runtime: the book (``book``: one
 ``speedbook.SpeedBook`` per source and saved profile in a process, on this machine's
-cache, keyed as ``speedbook`` keys), the measuring child (``CHILD``, a process per
-source's timer module, ``measure_process``), the lookup a ``DeviceProfile`` carries
+cache, keyed as ``speedbook`` keys), the measuring (``measure``: the job sent to the
+source's child, ``measure_process``, one process per child module), the lookup a ``DeviceProfile`` carries
 (``costs``: only under measured speed, only for what the source can time) and the
 native-speed line (``note``). A source is a frozen value: equal sources share a book.
 """
 from __future__ import annotations
 
-import importlib
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Protocol, runtime_checkable
 
 from .device import Cost, CostLookup, ShapeClass
 from .measure_process import call
 from .speedbook import Measure, SpeedBook, machine
-
-CHILD = "amp_adapters.speed_child"  # the measuring child's module (``python -m``)
-
 
 @dataclass(frozen=True)
 class Job:
@@ -69,7 +69,8 @@ class SpeedSource(Protocol):
     framework: str
     version: str
     dtype: str
-    timer: str  # the module whose ``time_job(Job) -> Optional[Cost]`` the child runs
+    timer: str  # the module whose ``time_job(Job) -> Optional[Cost]`` times a job
+    child: str  # the measuring child's module (``python -m``), which loads ``timer``
     gpu: Optional[str]
 
     def job(self, op: str, shape: ShapeClass, training: bool) -> Optional[Job]:
@@ -77,19 +78,26 @@ class SpeedSource(Protocol):
 
 
 def time_job(timer: str, job: Mapping[str, Any]) -> Optional[Cost]:
-    """In the measuring child: ``job`` (``Job.to_json``) timed by ``timer``'s ``time_job``."""
-    return importlib.import_module(timer).time_job(Job.from_json(job))
+    """What a measuring child serves: ``job`` (``Job.to_json``) timed by the ``time_job`` of
+    the module ``timer``, which the child loaded (a source's own module: loaded wherever
+    the source exists; never imported here by name)."""
+    module = sys.modules.get(timer)
+    if module is None:
+        raise RuntimeError(f"the timer module {timer!r} is not loaded in this measuring "
+                           f"process: the source's child module must import it")
+    return module.time_job(Job.from_json(job))
 
 
 def measure(source: SpeedSource) -> Measure:
     """The ``SpeedBook``'s ``measure`` for ``source``: its job, timed in the measuring child
-    of its timer (``measure_process.call``: timing here would leave this process's memory
-    changed for the model); None where ``source`` has no job (no child is started)."""
+    ``source.child`` (``measure_process.call``: timing here would leave this process's
+    memory changed for the model); None where ``source`` has no job (no child is
+    started)."""
     def timed(op: str, shape: ShapeClass, training: bool) -> Optional[Cost]:
         job = source.job(op, shape, training)
         if job is None:
             return None
-        return call(CHILD, time_job, source.timer, job.to_json(), argv=(source.timer,))
+        return call(source.child, time_job, source.timer, job.to_json())
     return timed
 
 

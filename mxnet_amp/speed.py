@@ -227,6 +227,7 @@ class MXNetSource:
     framework: str = "mxnet"
     version: str = mx.__version__
     timer: str = "mxnet_amp.speed"
+    child: str = "mxnet_amp.speed_child"
 
     def job(self, op: str, shape: ShapeClass, training: bool) -> Optional[Job]:
         if recipe(op, shape) is None:

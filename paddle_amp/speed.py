@@ -56,6 +56,7 @@ class StaticSource:
     place: tuple = ("CPUPlace",)
     version: str = paddle.__version__
     timer: str = "paddle_amp.speed"
+    child: str = "paddle_amp.speed_child"
 
     @property
     def gpu(self) -> Optional[str]:

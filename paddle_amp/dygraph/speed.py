@@ -40,6 +40,7 @@ class DygraphSource:
     framework: str = "paddle-dygraph"
     version: str = paddle.__version__
     timer: str = "paddle_amp.dygraph.speed"
+    child: str = "paddle_amp.speed_child"
     gpu: Optional[str] = None  # eager mode's low route is oneDNN's: a CPU
 
     def job(self, op: str, shape: ShapeClass, training: bool) -> Optional[Job]:
