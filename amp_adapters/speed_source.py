@@ -20,7 +20,7 @@ A runtime (MXNet, Paddle's static programs in each IR, Paddle's dygraph) supplie
 
 Everything else is the core's, the same for every runtime: the book (``book``: one
 ``speedbook.SpeedBook`` per source and saved profile in a process, on this machine's
-cache, keyed as ``speedbook`` keys), the measuring (``measure``: the job sent to the
+cache, keyed as ``speedbook`` keys), the device profile's costs (``profile``), the measuring (``measure``: the job sent to the
 source's child, ``measure_process``, one process per child module), the lookup a ``DeviceProfile`` carries
 (``costs``: only under measured speed, only for what the source can time) and the
 native-speed line (``note``). A source is a frozen value: equal sources share a book.
@@ -28,10 +28,10 @@ native-speed line (``note``). A source is a frozen value: equal sources share a 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional, Protocol, runtime_checkable
 
-from .device import Cost, CostLookup, ShapeClass
+from .device import Cost, CostLookup, DeviceProfile, ShapeClass
 from .measure_process import call
 from .speedbook import Measure, SpeedBook, machine
 
@@ -160,6 +160,14 @@ def costs(source: SpeedSource, policy: Any, training: bool) -> Optional[CostLook
     if key not in _lookups:
         _lookups[key] = lookup(source, book(source, policy.profile), training)
     return _lookups[key]
+
+
+def profile(device: DeviceProfile, source: SpeedSource, policy: Any) -> DeviceProfile:
+    """``device`` (a backend's kernels, routes and rules, for training or inference as its
+    ``training`` says) with the measured-speed lookup where ``policy`` measures
+    (``costs``), else as it is: how every runtime's plan gets its costs."""
+    found = costs(source, policy, device.training)
+    return device if found is None else replace(device, costs=found)
 
 
 def note(who: str, policy: Any, source: SpeedSource, training: bool) -> bool:

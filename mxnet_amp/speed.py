@@ -35,7 +35,7 @@ from mxnet import autograd
 from mxnet import ndarray as nd
 
 from amp_adapters import Policy, speed_source
-from amp_adapters.device import Cost, CostLookup, DeviceProfile, ShapeClass
+from amp_adapters.device import Cost, DeviceProfile, ShapeClass
 from amp_adapters.speed_source import Job
 from amp_adapters.speedbook import SpeedBook, gpu_key, machine, nvidia_gpu, warn_once
 from amp_adapters.timing import ratio_of
@@ -261,19 +261,12 @@ def measurer(ctx: Optional[mx.Context], dtype: str) -> Callable[[str, ShapeClass
     return speed_source.measure(source(ctx, dtype))
 
 
-def costs(policy: Policy, ctx: mx.Context, training: bool) -> Optional[CostLookup]:
-    """``DeviceProfile.costs`` for ``policy`` on ``ctx``: a lookup in this process's book
-    (``speed_source.costs``) under measured speed, else None (nothing measured)."""
-    if not speed_source.measures(policy):
-        return None
-    return speed_source.costs(source(ctx, policy.dtype), policy, training)
-
-
 def profile(ctx: mx.Context, policy: Policy, training: bool) -> DeviceProfile:
     """The device profile a plan under ``policy`` on ``ctx`` reads: the kernels
-    (``kernels.device_profile``), with the measured-speed lookup where the policy measures
-    (``costs``). As ``paddle_amp.speed.profile``."""
-    return device_profile(ctx, policy, training, costs(policy, ctx, training))
+    (``kernels.device_profile``), with the core's measured-speed lookup where the policy
+    measures (``speed_source.profile``). As ``paddle_amp.speed.profile``."""
+    return speed_source.profile(device_profile(ctx, policy, training),
+                                source(ctx, policy.dtype), policy)
 
 
 def here(ctx: mx.Context, facts: Optional[tuple[str, object]] = None) -> dict:

@@ -1,7 +1,7 @@
 """Measured speed on Paddle's static programs: their speed source (``StaticSource``).
 
 Under ``Policy.speed == "measured"`` (the preset ``"auto"``) the device profile's
-``costs`` (``costs``) is a lookup in the core's book (``amp_adapters.speed_source``): a
+``costs`` (``profile``) is a lookup in the core's book (``amp_adapters.speed_source``): a
 saved profile, this machine's cache, or a measurement now. The measurement (the source's
 job, timed by ``time_job`` in the core's measuring child) times one op the O1 lists lower
 (``TIMED``: the GEMMs and the convolution; None for any other op: not measured) at the
@@ -34,7 +34,7 @@ import numpy as np
 import paddle
 
 from amp_adapters import Policy, speed_source
-from amp_adapters.device import Cost, CostLookup, DeviceProfile, ShapeClass
+from amp_adapters.device import Cost, DeviceProfile, ShapeClass
 from amp_adapters.speed_source import Job
 from amp_adapters.speedbook import SpeedBook, gpu_key
 
@@ -110,22 +110,13 @@ def _gpu(place: Place) -> Optional[str]:
     return gpu_of(place)
 
 
-def costs(policy: Policy, device: str, probe: Probe, training: bool) -> Optional[CostLookup]:
-    """``DeviceProfile.costs`` for ``policy``: a lookup in this process's book for its dtype,
-    profile file and IR under measured speed (``speed_source.lookup``: only what the source
-    can time), else None (fixed speed: nothing measured)."""
-    if not speed_source.measures(policy):
-        return None
-    return speed_source.lookup(source(device, policy.dtype, probe),
-                               book(device, policy.dtype, policy.profile, probe), training)
-
-
 def profile(policy: Policy, device: str, probe: Probe, training: bool) -> DeviceProfile:
     """The device profile a rewrite under ``policy`` plans on: the kernels of ``device`` in
-    ``probe``'s IR (``kernels.device_profile``), with the measured-speed lookup where the
-    policy measures (``costs``)."""
-    return device_profile(device, policy.dtype, probe, training,
-                          costs(policy, device, probe, training))
+    ``probe``'s IR (``kernels.device_profile``), with the core's measured-speed lookup
+    where the policy measures (``speed_source.profile``: this process's book for the
+    dtype, profile file and IR; only what the source can time is looked up)."""
+    return speed_source.profile(device_profile(device, policy.dtype, probe, training),
+                                source(device, policy.dtype, probe), policy)
 
 
 def measurable(op: str, shape: ShapeClass) -> bool:

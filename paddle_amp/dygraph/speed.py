@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Optional
 
 import paddle
@@ -65,10 +65,9 @@ def source(dtype: str) -> DygraphSource:
 
 def profile(device: DeviceProfile, policy: Policy) -> DeviceProfile:
     """``device`` (``kernels.profile`` or ``kernels.inference_profile``) with the core's
-    measured-speed lookup where ``policy`` measures (the same lookup for every region, so
-    its decisions are kept across regions); ``device`` as it is otherwise."""
-    costs = speed_source.costs(source(policy.dtype), policy, device.training)
-    return device if costs is None else replace(device, costs=costs)
+    measured-speed lookup where ``policy`` measures (``speed_source.profile``: the same
+    lookup for every region, so its decisions are kept across regions)."""
+    return speed_source.profile(device, source(policy.dtype), policy)
 
 
 def time_job(job: Job) -> Cost:

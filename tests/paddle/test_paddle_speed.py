@@ -18,7 +18,7 @@ import paddle_amp
 from amp_adapters import Policy, measure_process, speed_source
 from amp_adapters.device import Cost, DeviceProfile, ShapeClass
 from amp_adapters.isa import describe_bf16
-from amp_adapters.speedbook import SpeedBook, machine
+from amp_adapters.speedbook import machine
 from paddle_amp import ir, kernels, speed
 from paddle_helpers import batch, is_pir, mlp, own_speed_cache  # noqa: F401 (a fixture)
 
@@ -32,18 +32,20 @@ BOOKS = speed.book  # the process's books (a test may replace ``speed.book``)
 pytestmark = pytest.mark.usefixtures("own_speed_cache")
 
 
-def fake_books(monkeypatch, measure):
-    """``speed.book`` answering from ``measure(op, shape, training)``: costs as data. Returns
-    the books made, by IR."""
-    made = {}
+class _Made:
+    """The static programs' books the core made in this test (``values()``: read when asked)."""
 
-    def book(device, dtype, profile, probe):
-        if probe.name not in made:
-            made[probe.name] = SpeedBook(speed.framework(probe), paddle.__version__, dtype,
-                                         measure, profile=profile)
-        return made[probe.name]
-    monkeypatch.setattr(speed, "book", book)
-    return made
+    def values(self):
+        return [b for (src, _), b in speed_source._books.items()
+                if isinstance(src, speed.StaticSource)]
+
+
+def fake_books(monkeypatch, measure):
+    """The core's books answering from ``measure(op, shape, training)``: costs as data.
+    Returns the books made."""
+    monkeypatch.setattr(speed_source, "measure", lambda source: measure)
+    speed_source.forget()
+    return _Made()
 
 
 def onednn_cpu(monkeypatch):
