@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Optional, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Optional, Protocol, runtime_checkable
 
 from .device import Cost, CostLookup, DeviceProfile, ShapeClass
 from .measure_process import call
@@ -162,12 +162,15 @@ def costs(source: SpeedSource, policy: Any, training: bool) -> Optional[CostLook
     return _lookups[key]
 
 
-def profile(device: DeviceProfile, source: SpeedSource, policy: Any) -> DeviceProfile:
+def profile(device: DeviceProfile, policy: Any,
+            source: Callable[[], SpeedSource]) -> DeviceProfile:
     """``device`` (a backend's kernels, routes and rules, for training or inference as its
     ``training`` says) with the measured-speed lookup where ``policy`` measures
-    (``costs``), else as it is: how every runtime's plan gets its costs."""
-    found = costs(source, policy, device.training)
-    return device if found is None else replace(device, costs=found)
+    (``costs`` of the source ``source()`` makes: only then, since a source may ask the
+    framework for its device), else as it is: how every runtime's plan gets its costs."""
+    if not measures(policy):
+        return device
+    return replace(device, costs=costs(source(), policy, device.training))
 
 
 def note(who: str, policy: Any, source: SpeedSource, training: bool) -> bool:

@@ -265,8 +265,8 @@ def profile(ctx: mx.Context, policy: Policy, training: bool) -> DeviceProfile:
     """The device profile a plan under ``policy`` on ``ctx`` reads: the kernels
     (``kernels.device_profile``), with the core's measured-speed lookup where the policy
     measures (``speed_source.profile``). As ``paddle_amp.speed.profile``."""
-    return speed_source.profile(device_profile(ctx, policy, training),
-                                source(ctx, policy.dtype), policy)
+    return speed_source.profile(device_profile(ctx, policy, training), policy,
+                                lambda: source(ctx, policy.dtype))
 
 
 def here(ctx: mx.Context, facts: Optional[tuple[str, object]] = None) -> dict:

@@ -115,8 +115,8 @@ def profile(policy: Policy, device: str, probe: Probe, training: bool) -> Device
     ``probe``'s IR (``kernels.device_profile``), with the core's measured-speed lookup
     where the policy measures (``speed_source.profile``: this process's book for the
     dtype, profile file and IR; only what the source can time is looked up)."""
-    return speed_source.profile(device_profile(device, policy.dtype, probe, training),
-                                source(device, policy.dtype, probe), policy)
+    return speed_source.profile(device_profile(device, policy.dtype, probe, training), policy,
+                                lambda: source(device, policy.dtype, probe))
 
 
 def measurable(op: str, shape: ShapeClass) -> bool:

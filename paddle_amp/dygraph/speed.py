@@ -67,7 +67,7 @@ def profile(device: DeviceProfile, policy: Policy) -> DeviceProfile:
     """``device`` (``kernels.profile`` or ``kernels.inference_profile``) with the core's
     measured-speed lookup where ``policy`` measures (``speed_source.profile``: the same
     lookup for every region, so its decisions are kept across regions)."""
-    return speed_source.profile(device, source(policy.dtype), policy)
+    return speed_source.profile(device, policy, lambda: source(policy.dtype))
 
 
 def time_job(job: Job) -> Cost:

@@ -118,3 +118,16 @@ def test_no_runtime_builds_its_own_book_or_calls_its_child():
                     "from amp_adapters.speed_source import time_job" not in text):
                 found.append(f"{path.relative_to(ROOT)}: serves its own functions")
     assert found == []
+
+
+def test_a_profile_gets_the_cores_costs_only_where_the_policy_measures():
+    """Where the policy does not measure the source is not even made (a source may ask the
+    framework for its device: a GPU's name)."""
+    from amp_adapters.device import DeviceProfile
+    device = DeviceProfile(frozenset({"gemm"}), training=True)
+    assert speed_source.profile(device, Policy.preset("O1-bf16"),
+                                lambda: pytest.fail("a source made for fixed speed")) is device
+    got = speed_source.profile(device, Policy.preset("auto"), Toy)
+    assert got.kernels == device.kernels and got.training
+    assert got.costs is speed_source.costs(Toy(), Policy.preset("auto"), True)
+    assert speed_source.profile(device, Policy.preset("auto"), Toy) == got  # kept: equal
