@@ -20,10 +20,11 @@ A runtime (MXNet, Paddle's static programs in each IR, Paddle's dygraph) supplie
 
 Everything else is the core's, the same for every runtime: the book (``book``: one
 ``speedbook.SpeedBook`` per source and saved profile in a process, on this machine's
-cache, keyed as ``speedbook`` keys), the device profile's costs (``profile``), the measuring (``measure``: the job sent to the
-source's child, ``measure_process``, one process per child module), the lookup a ``DeviceProfile`` carries
-(``costs``: only under measured speed, only for what the source can time) and the
-native-speed line (``note``). A source is a frozen value: equal sources share a book.
+cache, keyed as ``speedbook`` keys), the measuring (``measure``: the job sent to the
+source's child, ``measure_process``, one process per child module), the lookup a
+``DeviceProfile`` carries (``costs``: only under measured speed, only for what the source
+can time; ``profile`` adds it to a backend's kernels) and the native-speed line
+(``note``). A source is a frozen value: equal sources share a book and a lookup.
 """
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from typing import Any, Callable, Mapping, Optional, Protocol, runtime_checkable
 from .device import Cost, CostLookup, DeviceProfile, ShapeClass
 from .measure_process import call
 from .speedbook import Measure, SpeedBook, machine
+
 
 @dataclass(frozen=True)
 class Job:
