@@ -31,6 +31,7 @@ DEVICE_TESTS := tests/core/test_cpu_class.py tests/core/test_fallback_info.py \
 	tests/paddle/test_paddle_bf16_slow_grads.py tests/paddle/test_paddle_kernels_behind_casts.py \
 	tests/paddle/test_paddle_speed.py tests/paddle/test_paddle_doctor.py \
 	tests/paddle/test_dygraph_autocast.py tests/paddle/test_dygraph_training.py \
+	tests/paddle/test_dygraph_auto.py \
 	tests/paddle/test_dygraph_to_static.py tests/paddle/test_dygraph_report.py \
 	tests/paddle/test_dygraph_o2.py tests/paddle/test_dygraph_conv2d.py tests/demo \
 	tests/consistency/test_cast_reports.py tests/docs/test_doctor_page.py

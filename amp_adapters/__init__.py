@@ -12,6 +12,8 @@ Files:
     planner.py    categorize / plan_op: the cast decision for one op (an OpCall)
     device.py     DeviceProfile: what a device runs low, on which route, and how fast
     speedbook.py  measured speed kept: saved profiles, the per-machine cache, measuring
+    speed_source.py  SpeedSource: what a runtime supplies to be timed (a Job, a timer,
+                  its child module); the book, the lookup and the job server per source
     timing.py     side-by-side timing: interleaved pairs, median ratio and spread
     measure_process.py  measurements in a kept child process (the planning process untouched)
     memory.py     a step's peak memory: a fresh process per run, VmHWM, median of three

@@ -30,8 +30,10 @@ Files:
 
     config.py     init()'s native arguments -> Policy
     kernels.py    which ops have a low-precision kernel on a device (probed once)
-    speed.py      measured speed: an op low with its casts against float32 (SpeedBook's timer)
-    speed_child.py  the measuring child process (python -m mxnet_amp.speed_child)
+    speed.py      measured speed: MXNet's speed source (an op low with its casts against
+                  float32); the book and the job server are the core's
+    speed_child.py  the measuring child process (python -m mxnet_amp.speed_child): the
+                  core's job server with this backend's timer loaded
     memory.py     (memory) MXNet's count of its tensor bytes: the storage profiler's counter
     lists/        the native list_* helpers, and the symbol_fp16 / symbol_bf16 lists
     patching.py   (rewrite) init/reset: cast wrappers around MXNet's op functions

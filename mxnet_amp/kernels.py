@@ -168,7 +168,7 @@ def device_profile(ctx: mx.Context, policy: Policy, training: bool,
                    costs: Optional[CostLookup] = None) -> DeviceProfile:
     """What ``ctx``'s device runs in ``policy.dtype`` (``amp_adapters.device``): the ops
     whose kernel runs there, forward and, for ``training``, backward (probed lazily,
-    ``KernelSet``); ``costs``: the measured-speed lookup (``speed.costs``, under
+    ``KernelSet``); ``costs``: the measured-speed lookup (``speed_source.profile`` adds it, under
     ``Policy.speed == "measured"``). MXNet picks oneDNN by itself, so no op needs a route
     asked for."""
     return DeviceProfile(KernelSet(ctx, policy.dtype, backward=training),

@@ -1,6 +1,7 @@
 """Measured speed on MXNet: one op in the low dtype, its casts included, against float32.
 
-``measure(op, shape, training)`` is the ``amp_adapters.speedbook.Measure`` of this backend:
+``MXNetSource`` is this runtime's ``amp_adapters.speed_source.SpeedSource`` (the book, the
+cache, the measuring child are the core's); its timer, ``measure(op, shape, training)``,
 for an op the O1 lists lower (the GEMMs and convolutions, legacy and ``mx.np``/``mx.npx``)
 it builds the op's call at the shape class's concrete shapes (``ShapeClass.concrete``:
 an unknown dimension at ``UNKNOWN_DIM``) and times, with ``amp_adapters.timing.ratio_of``:
@@ -24,17 +25,18 @@ and padding as "same": a shape class is an estimate of cost, not a replay of the
 """
 from __future__ import annotations
 
+import functools
 import math
+from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 import mxnet as mx
 from mxnet import autograd
 from mxnet import ndarray as nd
 
-from amp_adapters import Policy
-from amp_adapters.native_speed import note
-from amp_adapters.device import Cost, CostLookup, DeviceProfile, ShapeClass
-from amp_adapters.measure_process import call
+from amp_adapters import Policy, speed_source
+from amp_adapters.device import Cost, DeviceProfile, ShapeClass
+from amp_adapters.speed_source import Job
 from amp_adapters.speedbook import SpeedBook, gpu_key, machine, nvidia_gpu, warn_once
 from amp_adapters.timing import ratio_of
 
@@ -211,45 +213,60 @@ def _run(call: Call, inputs: list, dtype: Optional[str], backward: bool) -> Call
     return once
 
 
-def measurer(ctx: Optional[mx.Context], dtype: str) -> Callable[[str, ShapeClass, bool],
-                                                                 Optional[Cost]]:
-    """``measure`` bound to a device and a dtype, run in the measuring child process
-    (``amp_adapters.measure_process``: timing here would leave this process's memory
-    changed for the model): a ``SpeedBook``'s ``measure``."""
-    ctx = ctx or mx.cpu()
+@dataclass(frozen=True)
+class MXNetSource:
+    """MXNet's ``amp_adapters.speed_source.SpeedSource``: an op with a recipe here
+    (``RECIPES``) at a shape class it can build, timed by ``measure`` on the device
+    ``device_type`` ``device_id`` (the device the model runs on; ``gpu``: its key, None on
+    a CPU)."""
 
-    def remote(op: str, shape: ShapeClass, training: bool) -> Optional[Cost]:
+    dtype: str
+    device_type: str = "cpu"
+    device_id: int = 0
+    gpu: Optional[str] = None
+    framework: str = "mxnet"
+    version: str = mx.__version__
+    timer: str = "mxnet_amp.speed"
+    child: str = "mxnet_amp.speed_child"
+
+    def job(self, op: str, shape: ShapeClass, training: bool) -> Optional[Job]:
         if recipe(op, shape) is None:
             return None  # known here: no child started for it
-        return call("mxnet_amp.speed_child", measure_on, op, shape.operands,
-                    shape.result_rank, training, dtype, ctx.device_type, ctx.device_id)
-    return remote
+        return Job(op, shape, training, self.dtype, {"device_type": self.device_type,
+                                                     "device_id": self.device_id})
 
 
-def measure_on(op: str, operands: list, result_rank: Optional[int], training: bool,
-               dtype: str, device_type: str, device_id: int) -> Optional[Cost]:
-    """``measure`` with its arguments as JSON values: what ``measurer`` calls in the child."""
-    shape = ShapeClass(tuple(None if s is None else tuple(s) for s in operands), result_rank)
-    return measure(op, shape, training, dtype=dtype, ctx=mx.Context(device_type, device_id))
+def time_job(job: Job) -> Optional[Cost]:
+    """``measure`` of ``job`` on its device: what the measuring child runs."""
+    return measure(job.op, job.shape, job.training, dtype=job.dtype,
+                   ctx=mx.Context(job.how["device_type"], job.how["device_id"]))
 
 
-def costs(policy: Policy, ctx: mx.Context, training: bool) -> Optional[CostLookup]:
-    """``DeviceProfile.costs`` for ``policy`` on ``ctx``: a lookup in this process's book
-    (the policy's saved profile, this machine's cache, or timed now by ``measure`` on
-    ``ctx``, host syncs included) under measured speed, else None (nothing measured)."""
-    if not policy.enabled or policy.speed != "measured":
-        return None
-    return book(ctx, policy).for_training(training)
+def source(ctx: Optional[mx.Context], dtype: str) -> MXNetSource:
+    """The speed source of ``ctx`` (default the CPU) in ``dtype``."""
+    ctx = ctx or mx.cpu()
+    return _source(ctx.device_type, ctx.device_id, dtype)
+
+
+@functools.lru_cache(maxsize=None)
+def _source(device_type: str, device_id: int, dtype: str) -> MXNetSource:
+    return MXNetSource(dtype, device_type, device_id,
+                       here(mx.Context(device_type, device_id)).get("gpu"))
+
+
+def measurer(ctx: Optional[mx.Context], dtype: str) -> Callable[[str, ShapeClass, bool],
+                                                                 Optional[Cost]]:
+    """``measure`` bound to a device and a dtype, run in the measuring child process: a
+    ``SpeedBook``'s ``measure`` (``speed_source.measure``)."""
+    return speed_source.measure(source(ctx, dtype))
 
 
 def profile(ctx: mx.Context, policy: Policy, training: bool) -> DeviceProfile:
     """The device profile a plan under ``policy`` on ``ctx`` reads: the kernels
-    (``kernels.device_profile``), with the measured-speed lookup where the policy measures
-    (``costs``). As ``paddle_amp.speed.profile``."""
-    return device_profile(ctx, policy, training, costs(policy, ctx, training))
-
-
-_books: dict[tuple, SpeedBook] = {}
+    (``kernels.device_profile``), with the core's measured-speed lookup where the policy
+    measures (``speed_source.profile``). As ``paddle_amp.speed.profile``."""
+    return speed_source.profile(device_profile(ctx, policy, training), policy,
+                                lambda: source(ctx, policy.dtype))
 
 
 def here(ctx: mx.Context, facts: Optional[tuple[str, object]] = None) -> dict:
@@ -269,20 +286,15 @@ def here(ctx: mx.Context, facts: Optional[tuple[str, object]] = None) -> dict:
 
 def book(ctx: mx.Context, policy: Policy) -> SpeedBook:
     """The one ``SpeedBook`` of this process for ``policy``'s dtype and saved profile on
-    ``ctx`` (framework "mxnet", this MXNet's version, keyed by ``here(ctx)``); its
-    measurements run on ``ctx``, the device the model runs on."""
-    key = (policy.dtype, policy.profile, ctx.device_type, ctx.device_id)
-    if key not in _books:
-        _books[key] = SpeedBook("mxnet", mx.__version__, policy.dtype,
-                                measurer(ctx, policy.dtype), profile=policy.profile,
-                                here=here(ctx))
-    return _books[key]
+    ``ctx`` (``speed_source.book``); its measurements run on ``ctx``, the device the model
+    runs on."""
+    return speed_source.book(source(ctx, policy.dtype), policy.profile)
 
 
 def note_native_speed(policy: Policy, training: bool) -> None:
     """Say once per process when the native's decisions run an op slower than float32 here
     (``amp_adapters.native_speed.note``)."""
-    note("mxnet_amp", policy, "mxnet", mx.__version__, training)
+    speed_source.note("mxnet_amp", policy, source(None, policy.dtype), training)
 
 
 def install_speed_book(book: SpeedBook, policy: Policy, device_type: str = "cpu",
@@ -290,13 +302,14 @@ def install_speed_book(book: SpeedBook, policy: Policy, device_type: str = "cpu"
     """Use ``book`` for ``policy`` on the device ``device_type`` ``device_id`` from now on (a
     profile given as data: a book whose ``measure`` is another timer, or a fixed answer in
     a test)."""
-    _books[(policy.dtype, policy.profile, device_type, device_id)] = book
+    speed_source.install(source(mx.Context(device_type, device_id), policy.dtype), book,
+                         policy.profile)
 
 
 def forget_speed_books() -> None:
     """Drop this process's books (``reset``): the next plan reads the profile and the cache
     again (``AMP_ADAPTERS_CACHE`` as it is then); nothing measured is lost, it is on disk."""
-    _books.clear()
+    speed_source.forget()
 
 
 def speed_probe(dtype: str):

@@ -1,9 +1,12 @@
-"""mxnet_amp's measuring child process (``amp_adapters.measure_process``): run as
-``python -m mxnet_amp.speed_child`` by ``speed.measurer``, it times ops (``speed.measure_on``)
-away from the process that plans, so what a timing allocates never changes that process."""
+"""mxnet_amp's measuring child process (``amp_adapters.measure_process``): run as ``python -m
+mxnet_amp.speed_child`` for ``speed.MXNetSource`` (its ``child``), it serves the core's job
+timer (``speed_source.time_job``) with this backend's timer module loaded, away from the
+process that plans, so what a timing allocates never changes that process. (A module of
+the backend's, not the core's: the core imports no backend, not even by a computed name.)"""
 from amp_adapters.measure_process import serve
+from amp_adapters.speed_source import time_job
 
-from .speed import measure_on
+from . import speed  # noqa: F401  (the timer the jobs name, loaded for time_job)
 
 if __name__ == "__main__":
-    serve(measure_on)
+    serve(time_job)

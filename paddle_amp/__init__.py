@@ -22,9 +22,10 @@ Files:
     config.py     decorate()'s native arguments (both overloads) -> Policy + loss scale
     kernels.py    which ops have a low-precision kernel on the device used: the recipes and
                   the device profile, run by the probe of the program's IR (in ir/)
-    speed.py      measured speed (policy "auto"): the timer per op and shape class, one
-                  SpeedBook per process, the costs the device profile reads
-    speed_child.py  the measuring child process (python -m paddle_amp.speed_child)
+    speed.py      measured speed (policy "auto"): the static programs' speed source per IR
+                  (the job per op and shape class, its timer); the book: the core's
+    speed_child.py  the measuring child process (python -m paddle_amp.speed_child): the
+                  core's job server with the static and dygraph timers loaded
     memory.py     (memory) Paddle's count of its tensor bytes: the host allocator's peak
     onednn_log.py (kernels) oneDNN's verbose log of one block: which implementation ran
     lists.py      AutoMixedPrecisionLists (and BF16): live sets -> OpLists

@@ -80,7 +80,7 @@ def device_profile(device: str, dtype: str, probe: Probe, training: bool = True,
     (``amp_adapters.device``): the kernels (``lowp_kernels``), the oneDNN route
     (``onednn_kernels``), the casts kept plain (``plain_cast_readers``) and, for
     ``training``, the slow broadcast gradients (``slow_broadcast_grads``); ``costs``: the
-    measured-speed lookup (``Policy.speed == "measured"``: ``speed.costs``)."""
+    measured-speed lookup (``Policy.speed == "measured"``: ``speed_source.profile`` adds it)."""
     return DeviceProfile(
         lowp_kernels(device, dtype, probe), onednn_kernels(device, dtype, probe),
         slow_broadcast_grads(device, dtype, probe) if training else frozenset(),

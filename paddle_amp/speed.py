@@ -1,8 +1,9 @@
-"""Measured speed on Paddle: the timer the core's ``SpeedBook`` calls, and one book per process.
+"""Measured speed on Paddle's static programs: their speed source (``StaticSource``).
 
 Under ``Policy.speed == "measured"`` (the preset ``"auto"``) the device profile's
-``costs`` (``costs``) is a ``SpeedBook`` lookup: a saved profile, this machine's cache,
-or a measurement now. The measurement (``timer``) times one op the O1 lists lower
+``costs`` (``profile``) is a lookup in the core's book (``amp_adapters.speed_source``): a
+saved profile, this machine's cache, or a measurement now. The measurement (the source's
+job, timed by ``time_job`` in the core's measuring child) times one op the O1 lists lower
 (``TIMED``: the GEMMs and the convolution; None for any other op: not measured) at the
 shape class the model uses (``ShapeClass.concrete``: an unknown batch is taken as
 ``UNKNOWN_DIM``), in the low dtype behind the casts a rewrite adds (their route as the
@@ -26,16 +27,16 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 import paddle
 
-from amp_adapters import Policy
-from amp_adapters.native_speed import note
-from amp_adapters.device import Cost, CostLookup, DeviceProfile, ShapeClass
-from amp_adapters.measure_process import call
-from amp_adapters.speedbook import SpeedBook, gpu_key, machine
+from amp_adapters import Policy, speed_source
+from amp_adapters.device import Cost, DeviceProfile, ShapeClass
+from amp_adapters.speed_source import Job
+from amp_adapters.speedbook import SpeedBook, gpu_key
 
 from .ir import probe_named
 from .ir.protocol import Probe
@@ -44,28 +45,83 @@ from .kernels import device_profile
 TIMED = ("matmul_v2", "matmul", "mul", "conv2d")  # the ops O1 lowers that a timer builds
 
 
-def costs(policy: Policy, device: str, probe: Probe, training: bool) -> Optional[CostLookup]:
-    """``DeviceProfile.costs`` for ``policy``: a lookup in this process's book for its dtype,
-    profile file and IR under measured speed, else None (fixed speed: nothing measured)."""
-    if not policy.enabled or policy.speed != "measured":
-        return None
-    lookup = book(device, policy.dtype, policy.profile, probe).for_training(training)
-    # only what a timer can build is looked up: a book keeps no "cannot be measured", so
-    # it would ask (and a saved profile would warn of a missing entry) at every lookup
-    return lambda op, shape: lookup(op, shape) if measurable(op, shape) else None
+@dataclass(frozen=True)
+class StaticSource:
+    """Paddle's static programs' ``amp_adapters.speed_source.SpeedSource``, one per IR (the
+    probe named ``ir``), place timed on and dtype: an op of ``TIMED`` at shapes it fits
+    (``fit``), on the routes the device profile gives it, timed by the IR's probe."""
+
+    dtype: str
+    ir: str
+    place: tuple = ("CPUPlace",)
+    version: str = paddle.__version__
+    timer: str = "paddle_amp.speed"
+    child: str = "paddle_amp.speed_child"
+
+    @property
+    def gpu(self) -> Optional[str]:
+        """The GPU timed on (``gpu_of``), asked of Paddle only when a book is made."""
+        return _gpu(self.place)
+
+    @property
+    def framework(self) -> str:
+        """The profile entries' framework name for this IR (``framework``)."""
+        return "paddle" if self.ir == "legacy" else f"paddle-{self.ir}"
+
+    def job(self, op: str, shape: ShapeClass, training: bool) -> Optional[Job]:
+        if not measurable(op, shape):
+            return None
+        inputs, attrs = fit(op, shape.concrete())  # type: ignore[misc]
+        device = "CPU" if self.place[0] == "CPUPlace" else "GPU"
+        profile = device_profile(device, self.dtype, probe_named(self.ir), training)
+        route = profile.route(op)
+        if route == "none":
+            return None
+        cast_in = None
+        if profile.route("cast") == "onednn":
+            cast_in = "plain" if op in profile.plain_casts_before else "onednn"
+        return Job(op, shape, training, self.dtype, {
+            "ir": self.ir, "inputs": {k: list(v) for k, v in inputs.items()}, "attrs": attrs,
+            "onednn": route == "onednn", "cast_in": cast_in, "place": list(self.place)})
+
+
+def time_job(job: Job) -> Cost:
+    """``Probe.time`` of the job's IR on the job's place: what the measuring child runs."""
+    how = job.how
+    return probe_named(how["ir"]).time(
+        job.op, {k: tuple(v) for k, v in how["inputs"].items()}, how["attrs"], job.training,
+        job.dtype, how["onednn"], how["cast_in"], place=place_of(tuple(how["place"])))
+
+
+def source(device: str, dtype: str, probe: Probe, place: Optional[Place] = None
+           ) -> StaticSource:
+    """The speed source of a program of ``probe``'s IR on ``device`` in ``dtype``, timed on
+    ``place`` (default ``timing_place(device)``)."""
+    return _source(timing_place(device) if place is None else tuple(place), dtype, probe.name)
+
+
+@functools.lru_cache(maxsize=None)
+def _source(place: Place, dtype: str, ir_name: str) -> StaticSource:
+    return StaticSource(dtype, ir_name, place)
+
+
+@functools.lru_cache(maxsize=None)
+def _gpu(place: Place) -> Optional[str]:
+    return gpu_of(place)
 
 
 def profile(policy: Policy, device: str, probe: Probe, training: bool) -> DeviceProfile:
     """The device profile a rewrite under ``policy`` plans on: the kernels of ``device`` in
-    ``probe``'s IR (``kernels.device_profile``), with the measured-speed lookup where the
-    policy measures (``costs``)."""
-    return device_profile(device, policy.dtype, probe, training,
-                          costs(policy, device, probe, training))
+    ``probe``'s IR (``kernels.device_profile``), with the core's measured-speed lookup
+    where the policy measures (``speed_source.profile``: this process's book for the
+    dtype, profile file and IR; only what the source can time is looked up)."""
+    return speed_source.profile(device_profile(device, policy.dtype, probe, training), policy,
+                                lambda: source(device, policy.dtype, probe))
 
 
 def measurable(op: str, shape: ShapeClass) -> bool:
-    """Whether ``timer`` can build ``op`` at ``shape``: one of ``TIMED``, its operands of
-    known rank and fitting it (``fit``)."""
+    """Whether ``op`` can be built at ``shape``: one of ``TIMED``, its operands of known rank
+    and fitting it (``fit``)."""
     return op in TIMED and all(s is not None for s in shape.operands) \
         and fit(op, shape.concrete()) is not None
 
@@ -105,61 +161,25 @@ def gpu_of(place: Place, facts: Optional[tuple[str, object]] = None) -> Optional
 
 
 def book(device: str, dtype: str, profile: Optional[str], probe: Probe) -> SpeedBook:
-    """The one ``SpeedBook`` per (place timed on, dtype, profile file, IR) in this process (a
-    malformed profile file raises ``AmpConfigError`` here, before anything is rewritten)."""
-    return _book(timing_place(device), dtype, profile, probe)
+    """The one ``SpeedBook`` per (place timed on, dtype, profile file, IR) in this process
+    (``speed_source.book``; a malformed profile file raises ``AmpConfigError`` here, before
+    anything is rewritten)."""
+    return speed_source.book(source(device, dtype, probe), profile)
 
 
-@functools.lru_cache(maxsize=None)
-def _book(place: Place, dtype: str, profile: Optional[str], probe: Probe) -> SpeedBook:
-    device = "CPU" if place[0] == "CPUPlace" else "GPU"
-    return SpeedBook(framework(probe), paddle.__version__, dtype,
-                     timer(device, dtype, probe, place), profile=profile,
-                     here=machine(gpu=gpu_of(place)))
-
-
-book.cache_clear = _book.cache_clear  # type: ignore[attr-defined]  # tests: books afresh
+book.cache_clear = speed_source.forget  # type: ignore[attr-defined]  # tests: books afresh
 
 
 def framework(probe: Probe) -> str:
     """The profile entries' framework name for ``probe``'s IR."""
-    return "paddle" if probe.name == "legacy" else f"paddle-{probe.name}"
+    return StaticSource("bfloat16", probe.name).framework
 
 
 def timer(device: str, dtype: str, probe: Probe, place: Optional[Place] = None):
-    """``measure(op, shape, training) -> Optional[Cost]`` for ``SpeedBook``: ``op`` timed by
-    ``probe`` at ``shape`` on the routes the device profile gives it, on ``place``
-    (default ``timing_place(device)``) (None: an op without a timing recipe, shapes that
-    fit it not, or no low kernel here)."""
-    place = timing_place(device) if place is None else place
-
-    def measure(op: str, shape: ShapeClass, training: bool) -> Optional[Cost]:
-        if not measurable(op, shape):
-            return None
-        fitted = fit(op, shape.concrete())
-        profile = device_profile(device, dtype, probe, training)
-        route = profile.route(op)
-        if route == "none":
-            return None
-        cast_in = None
-        if profile.route("cast") == "onednn":
-            cast_in = "plain" if op in profile.plain_casts_before else "onednn"
-        inputs, attrs = fitted
-        # timed in the measuring child (``amp_adapters.measure_process``): timing here would
-        # leave this process's memory changed for the model
-        return call("paddle_amp.speed_child", time_on, probe.name, op, inputs, attrs,
-                    training, dtype, route == "onednn", cast_in, list(place))
-    return measure
-
-
-def time_on(ir_name: str, op: str, inputs: dict, attrs: dict, training: bool, dtype: str,
-            onednn: bool, cast_in: Optional[str], place: Optional[list] = None) -> Cost:
-    """``Probe.time`` of the IR named ``ir_name`` with its arguments as JSON values, on
-    ``place`` (``timing_place``'s answer; default the CPU): what ``timer`` calls in the
-    child."""
-    return probe_named(ir_name).time(op, {k: tuple(v) for k, v in inputs.items()}, attrs,
-                                     training, dtype, onednn, cast_in,
-                                     place=place_of(tuple(place or ("CPUPlace",))))
+    """``measure(op, shape, training) -> Optional[Cost]`` for ``SpeedBook``: the source's job
+    timed in the measuring child (``speed_source.measure``) (None: an op without a timing
+    recipe, shapes that fit it not, or no low kernel here)."""
+    return speed_source.measure(source(device, dtype, probe, place))
 
 
 def fit(op: str, shapes: tuple) -> Optional[tuple[dict, dict]]:
@@ -238,4 +258,4 @@ def speed_probe(dtype: str):
 def note_native_speed(policy: Policy, probe: Probe, training: bool) -> None:
     """Say once per process when the native's decisions run an op slower than float32 here
     (``amp_adapters.native_speed.note``), for a program in ``probe``'s IR."""
-    note("paddle_amp", policy, framework(probe), paddle.__version__, training)
+    speed_source.note("paddle_amp", policy, StaticSource(policy.dtype, probe.name), training)

@@ -1,9 +1,14 @@
-"""paddle_amp's measuring child process (``amp_adapters.measure_process``): run as
-``python -m paddle_amp.speed_child`` by ``speed.timer``, it times ops (``speed.time_on``)
-away from the process that plans, so what a timing allocates never changes that process."""
+"""paddle_amp's measuring child process (``amp_adapters.measure_process``): run as ``python -m
+paddle_amp.speed_child`` for the static programs' and the dygraph runtime's speed sources
+(their ``child``), it serves the core's job timer (``speed_source.time_job``) with both
+timer modules loaded, away from the process that plans, so what a timing allocates never
+changes that process. (A module of the backend's, not the core's: the core imports no
+backend, not even by a computed name.)"""
 from amp_adapters.measure_process import serve
+from amp_adapters.speed_source import time_job
 
-from .speed import time_on
+from . import speed  # noqa: F401  (the timers the jobs name, loaded for time_job)
+from .dygraph import speed as dygraph_speed  # noqa: F401
 
 if __name__ == "__main__":
-    serve(time_on)
+    serve(time_job)

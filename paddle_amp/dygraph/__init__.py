@@ -14,6 +14,7 @@ Files (one role each, named as in the other backends):
     native_lists.py  paddle.amp's own dygraph white/black lists, read from the installed one
     names.py         eager op names <-> program op names (one table, in amp_adapters.oplists)
     kernels.py       what this CPU runs low in eager mode: the oneDNN route, its probe
+    speed.py         policy="auto": eager mode's speed source (the core's book and child)
     dispatch.py      the per-op cast: paddle._C_ops entry points wrapped inside a region
     paths.py         the path of the Layer running an op, for a policy's layer rules
     guard.py         auto_cast / amp_guard

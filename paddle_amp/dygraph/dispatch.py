@@ -12,7 +12,9 @@ goes through (``paddle.matmul``, ``Tensor.matmul``, ``paddle.nn.functional.linea
   kernel), so the decisions are built into the program; a call on anything else (a
   legacy-IR program, SOT's simulation) passes through untouched;
 - otherwise the planner decides (``amp_adapters.plan_op`` with the active policy and the
-  device truth ``kernels.profile``), once per (op, input dtypes) in a region, and, where
+  device truth ``kernels.profile``), once per (op, input dtypes) in a region (under
+  measured speed, ``policy="auto"``, once per (op, input dtypes, shape class): the device
+  then carries the core's speed-book lookup, ``speed.profile``), and, where
   the policy has layer rules (``Policy.layers``), per path of the Layer running the op
   (``paths``: ``2``, ``encoder.layers.3.ffn``, the planner's ``instance``); an op planned
   in the low dtype with a kernel here runs on its oneDNN route (``kernels.ROUTES``) and
@@ -37,7 +39,7 @@ from typing import Any, Callable, Optional
 from amp_adapters import OpCall, OpDecision, Policy, plan_op
 from amp_adapters.device import DeviceProfile, ShapeClass
 
-from . import kernels, paths
+from . import kernels, paths, speed
 
 log = logging.getLogger("paddle_amp.dygraph")
 
@@ -60,29 +62,35 @@ class Frame:
     fast: dict = field(default_factory=dict)  # (op, element sizes) -> plan: _planned
     on: bool = False  # policy.enabled, a plain field (to_static's SOT reads no property)
     layered: bool = False  # the policy has layer rules: ops are planned per Layer path
+    # measured speed: decisions per shape class (``_by_shape``), from the device's costs
+    measured: bool = False
 
     def __post_init__(self) -> None:
         self.on = self.policy.enabled
         self.layered = self.on and bool(self.policy.layer_patterns("paddle"))
+        self.measured = self.device is not None and self.device.costs is not None
 
     def plan(self, key: tuple, ranks: Optional[tuple] = None,
-             instance: Optional[str] = None) -> Any:
+             instance: Optional[str] = None, shape: Optional[ShapeClass] = None) -> Any:
         """Decide ``key`` = (program op, *input dtypes) once in this region (with ``ranks``,
         its inputs' ranks, for an op the device refuses by shape; ``instance``: the path of
-        the Layer running it, for the policy's layer rules): the decision, None when
+        the Layer running it, for the policy's layer rules; with ``shape``, its inputs'
+        shape class, under measured speed): the decision, None when
         the op has nothing to do (no cast, no rounding, not run low), or ``BY_RANK`` when
         the decision depends on the inputs' ranks (``DeviceProfile.refusal``: a broadcast
         operand's gradient on a reference implementation); then ask again with them.
         Kept in ``plans`` and ``decisions`` under ``_slot``."""
         full = key if ranks is None else key + ranks
-        op, dtypes = key[0], key[1:]
-        if ranks is None and self.device is not None and op in \
+        if shape is not None:
+            full = key + (shape,)
+        op = key[0]
+        if ranks is None and shape is None and self.device is not None and op in \
                 self.device.slow_broadcast_grads:
             free = self._decide(key, None, instance)
             if free.run_dtype is not None and free.run_dtype == free.low_dtype:
                 self.plans[_slot(key, instance)] = BY_RANK
                 return BY_RANK
-        d = self._decide(full, _shape(ranks), instance)
+        d = self._decide(full, shape if shape is not None else _shape(ranks), instance)
         slot = _slot(full, instance)
         self.ran[op] = self.decisions[slot] = d
         if all(t is None for t in d.input_dtypes):
@@ -125,14 +133,17 @@ def _slot(full: tuple, instance: Optional[str]) -> tuple:
 BY_RANK = object()  # a plan that depends on the inputs' ranks (Frame.plan)
 
 
+def _result_rank(a: int, b: int) -> int:
+    """The rank of a GEMM's result on operands of ranks ``a`` and ``b``."""
+    return max(a, b) if min(a, b) >= 2 else max(a, b) - 1
+
+
 def _shape(ranks: Optional[tuple]):
     """The shape class of a GEMM's operands of ``ranks`` (dimensions unknown: the broadcast
     rule reads ranks only)."""
     if ranks is None:
         return None
-    a, b = ranks
-    result = max(a, b) if min(a, b) >= 2 else max(a, b) - 1
-    return ShapeClass(tuple((None,) * r for r in ranks), result)
+    return ShapeClass(tuple((None,) * r for r in ranks), _result_rank(*ranks))
 
 
 class _Regions(threading.local):
@@ -178,6 +189,7 @@ def push(policy: Policy, log: Optional[list] = None,
         import paddle
         if not (paddle.is_grad_enabled() if training is None else training):
             device = kernels.inference_profile(policy.dtype)
+        device = speed.profile(device, policy)  # measured speed: the core's book
     frame = Frame(policy, device, log=log)
     if _master_grads and policy.enabled and policy.level == "O2" and log is None:
         _hook_master_grads()
@@ -296,6 +308,8 @@ def _planned(frame: Optional[Frame], op: str, x, y) -> Any:
     if frame is None or _in_sot[0]() or not frame.on or not (
             isinstance(x, _Tensor[0]) and isinstance(y, _Tensor[0])):
         return _MISSING
+    if frame.measured:
+        return _by_shape(frame, (op, x.dtype, y.dtype), x, y)
     if frame.log is not None or frame.layered:
         return _noted(frame, (op, x.dtype, y.dtype), x, y)
     sizes = (op, x.element_size(), y.element_size())
@@ -327,6 +341,20 @@ def _noted(frame: Frame, key: tuple, x, y) -> Any:
             frame.plan(key, full[-2:], instance)
     if frame.log is not None:
         frame.log.append(frame.decisions[_slot(full, instance)])
+    return d
+
+
+def _by_shape(frame: Frame, key: tuple, x, y) -> Any:
+    """The plan of ``key`` for inputs of ``x``'s and ``y``'s shape class, under measured speed
+    (an op is lowered only where it was measured faster at its shape class: decided once
+    per shape class in a region, and per Layer path where the policy has layer rules), its
+    decision logged in a report's region."""
+    instance = paths.current() if frame.layered else None
+    shape = ShapeClass.of([x.shape, y.shape], _result_rank(len(x.shape), len(y.shape)))
+    slot = _slot(key + (shape,), instance)
+    d = frame.plans[slot] if slot in frame.plans else frame.plan(key, None, instance, shape)
+    if frame.log is not None:
+        frame.log.append(frame.decisions[slot])
     return d
 
 

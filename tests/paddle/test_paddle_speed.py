@@ -15,10 +15,10 @@ import paddle
 import pytest
 
 import paddle_amp
-from amp_adapters import Policy, measure_process
+from amp_adapters import Policy, measure_process, speed_source
 from amp_adapters.device import Cost, DeviceProfile, ShapeClass
 from amp_adapters.isa import describe_bf16
-from amp_adapters.speedbook import SpeedBook, machine
+from amp_adapters.speedbook import machine
 from paddle_amp import ir, kernels, speed
 from paddle_helpers import batch, is_pir, mlp, own_speed_cache  # noqa: F401 (a fixture)
 
@@ -32,18 +32,20 @@ BOOKS = speed.book  # the process's books (a test may replace ``speed.book``)
 pytestmark = pytest.mark.usefixtures("own_speed_cache")
 
 
-def fake_books(monkeypatch, measure):
-    """``speed.book`` answering from ``measure(op, shape, training)``: costs as data. Returns
-    the books made, by IR."""
-    made = {}
+class _Made:
+    """The static programs' books the core made in this test (``values()``: read when asked)."""
 
-    def book(device, dtype, profile, probe):
-        if probe.name not in made:
-            made[probe.name] = SpeedBook(speed.framework(probe), paddle.__version__, dtype,
-                                         measure, profile=profile)
-        return made[probe.name]
-    monkeypatch.setattr(speed, "book", book)
-    return made
+    def values(self):
+        return [b for (src, _), b in speed_source._books.items()
+                if isinstance(src, speed.StaticSource)]
+
+
+def fake_books(monkeypatch, measure):
+    """The core's books answering from ``measure(op, shape, training)``: costs as data.
+    Returns the books made."""
+    monkeypatch.setattr(speed_source, "measure", lambda source: measure)
+    speed_source.forget()
+    return _Made()
 
 
 def onednn_cpu(monkeypatch):
@@ -124,7 +126,8 @@ def test_a_saved_profile_replays_the_same_plan(static, monkeypatch, tmp_path):
     monkeypatch.undo()
     onednn_cpu(monkeypatch)
     monkeypatch.setenv("AMP_ADAPTERS_CACHE", str(tmp_path / "empty"))
-    monkeypatch.setattr(speed, "timer", lambda *a: lambda *b: pytest.fail("measured again"))
+    monkeypatch.setattr(speed_source, "measure",
+                        lambda *a: lambda *b: pytest.fail("measured again"))
     BOOKS.cache_clear()
     from paddle_helpers import Static
     env = Static.new()
@@ -278,11 +281,12 @@ def test_the_timer_times_on_the_place_the_program_runs_on():
 
 def test_the_timer_hands_the_child_its_place(static, monkeypatch):
     sent = []
-    monkeypatch.setattr(speed, "call", lambda server, fn, *args: sent.append(args) or FAST)
+    monkeypatch.setattr(speed_source, "call",
+                        lambda server, fn, *args: sent.append(args) or FAST)
     onednn_cpu(monkeypatch)
     measure = speed.timer("CPU", BF16, ir.of(static.main).probe, ("CUDAPlace", 1))
     assert measure("matmul_v2", ShapeClass.of([(64, 32), (32, 32)], 2), True) == FAST
-    assert sent[-1][-1] == ["CUDAPlace", 1]
+    assert sent[-1][-1]["how"]["place"] == ["CUDAPlace", 1]
 
 
 def test_a_gpu_book_is_keyed_by_the_gpus_name_and_compute_capability():
