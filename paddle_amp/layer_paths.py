@@ -117,11 +117,8 @@ def watch_layers() -> None:
 def watch_clones() -> None:
     """Wrap ``clone`` of the program classes of both IRs (once, when paddle_amp is
     imported): a clone has its source's layer paths (``note_copy``)."""
-    classes = [paddle.static.Program]
-    pir_program = getattr(getattr(paddle, "pir", None), "Program", None)
-    if isinstance(pir_program, type) and pir_program not in classes:
-        classes.append(pir_program)
-    for cls in classes:
+    from .ir import program_types
+    for cls in dict.fromkeys(program_types()):
         native = getattr(cls, "clone", None)  # Paddle 2.6's PIR program has none
         if native is None or getattr(native, "_paddle_amp_paths", False):
             continue
