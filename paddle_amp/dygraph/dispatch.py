@@ -57,6 +57,7 @@ class Frame:
     log: Optional[list] = None  # when a list: every call's decision, in call order (report)
     fast: dict = field(default_factory=dict)  # (op, element sizes) -> plan: _planned
     on: bool = False  # policy.enabled, a plain field (to_static's SOT reads no property)
+    owner: Optional[list] = None  # the frames of the thread that opened it (pop from any)
 
     def __post_init__(self) -> None:
         self.on = self.policy.enabled
@@ -117,13 +118,16 @@ def _shape(ranks: Optional[tuple]):
 
 
 class _Regions(threading.local):
-    """The regions open in this thread, innermost last: like Paddle's own tracer state, a
-    region opened in one thread (the training loop) does not reach another (a reader)."""
+    """The regions open in this thread, innermost last, and the dtype of the last region
+    this thread entered: like Paddle's own tracer state, a region opened in one thread (the
+    training loop) does not reach another (a reader, another trainer)."""
 
     frames: list = []  # noqa: RUF012  (threading.local: each thread starts from this)
+    last_dtype: str = "float16"  # paddle.amp's amp_global_state().amp_dtype: last set
 
     def __init__(self) -> None:
         self.frames = []
+        self.last_dtype = "float16"
 
 
 _regions = _Regions()
@@ -132,7 +136,6 @@ _lock = threading.Lock()
 _decided: dict = {}  # (policy, device, key) -> OpDecision: a region re-entered plans nothing
 _warned: set = set()
 _originals: dict[str, Callable] = {}
-_last_dtype: list[str] = ["float16"]  # paddle.amp's amp_global_state().amp_dtype: last set
 
 
 def current() -> Optional[Frame]:
@@ -142,8 +145,9 @@ def current() -> Optional[Frame]:
 
 
 def last_dtype() -> str:
-    """The dtype of the last region entered (the native GradScaler reads the same)."""
-    return _last_dtype[0]
+    """The dtype of the last region this thread entered (the native GradScaler reads the
+    same; a region in another thread is no business of this thread's scaler)."""
+    return _regions.last_dtype
 
 
 def push(policy: Policy, log: Optional[list] = None,
@@ -159,28 +163,30 @@ def push(policy: Policy, log: Optional[list] = None,
         import paddle
         if not (paddle.is_grad_enabled() if training is None else training):
             device = kernels.inference_profile(policy.dtype)
-    frame = Frame(policy, device, log=log)
+    frame = Frame(policy, device, log=log, owner=_regions.frames)
     with _lock:
         if not _open[0]:
             _install()
         _open[0] += 1
-    _regions.frames.append(frame)
+        frame.owner.append(frame)
     if policy.enabled and log is None:  # a cast report's region is no training's dtype
-        _last_dtype[0] = policy.dtype
+        _regions.last_dtype = policy.dtype
     return frame
 
 
 def pop(frame: Frame) -> None:
-    """Close ``frame`` (the innermost region of this thread, or another one of it); the last
-    region out, of all threads, removes the wrappers."""
-    frames = _regions.frames
-    if frames and frames[-1] is frame:
-        frames.pop()
-    elif any(f is frame for f in frames):
-        frames[:] = [f for f in frames if f is not frame]
-    else:
-        return  # not open in this thread (closed already)
+    """Close ``frame`` (the innermost region of the thread that opened it, or another one of
+    its regions), from any thread: a region closed by another thread (a generator finished
+    elsewhere, a callback) is closed in its own thread's stack. The last region out, of all
+    threads, removes the wrappers. Closing a closed region does nothing."""
     with _lock:
+        frames = frame.owner
+        if frames is None or not any(f is frame for f in frames):
+            return  # closed already
+        if frames[-1] is frame:
+            frames.pop()
+        else:
+            frames[:] = [f for f in frames if f is not frame]
         _open[0] -= 1
         if not _open[0]:
             _uninstall()

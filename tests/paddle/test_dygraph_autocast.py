@@ -292,3 +292,49 @@ def test_a_cast_report_in_bf16_does_not_switch_a_float16_scaler_off():
     scaler = amp.GradScaler(init_loss_scaling=8.0)
     amp.cast_report(paddle.nn.Linear(4, 4), paddle.ones([2, 4]), policy="O1-bf16")
     assert scaler.scale(paddle.ones([1])).item() == 8.0 and scaler.is_enable()
+
+
+def test_a_bf16_region_in_another_thread_does_not_switch_this_threads_scaler_off():
+    """The dtype a float16 ``GradScaler`` reads is its own thread's last region's: a bf16
+    region open (or closed) in another thread is not this thread's training."""
+    import threading
+    entered, done, seen = threading.Event(), threading.Event(), {}
+
+    def other():
+        with amp.auto_cast(dtype="bfloat16"):
+            entered.set()
+            done.wait(10)
+
+    def trainer():
+        with amp.auto_cast(dtype="float16", emulate=True):
+            pass
+        scaler = amp.GradScaler(init_loss_scaling=8.0)
+        entered.wait(10)
+        seen["scaled"] = scaler.scale(paddle.ones([1])).item()
+        seen["enabled"] = scaler.is_enable()
+        seen["dtype"] = dispatch.last_dtype()
+
+    threads = [threading.Thread(target=other), threading.Thread(target=trainer)]
+    threads[0].start()
+    threads[1].start()
+    threads[1].join()
+    done.set()
+    threads[0].join()
+    assert seen == {"scaled": 8.0, "enabled": True, "dtype": "float16"}
+
+
+def test_a_region_closed_from_another_thread_is_closed():
+    """A region opened here and closed by another thread (a generator finished there, a
+    callback) leaves no region open here, and the last one out removes the wrappers."""
+    import threading
+    x, w = _data()
+    plain = paddle.matmul(x, w).numpy()
+    cm = amp.auto_cast(dtype="float16", emulate=True)
+    frame = cm.__enter__()
+    assert dispatch.current() is frame
+    t = threading.Thread(target=cm.__exit__, args=(None, None, None))
+    t.start()
+    t.join()
+    assert dispatch.current() is None
+    assert paddle._C_ops.matmul is ORIGINAL_MATMUL
+    np.testing.assert_array_equal(paddle.matmul(x, w).numpy(), plain)  # float32 again
