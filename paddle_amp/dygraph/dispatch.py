@@ -27,15 +27,17 @@ outside ``auto_cast`` nothing is wrapped and nothing costs.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from amp_adapters import OpDecision, Policy, plan_op
 from amp_adapters.device import DeviceProfile, ShapeClass
 
-from . import kernels
+from . import kernels, legacy
 
 log = logging.getLogger("paddle_amp.dygraph")
 
@@ -57,7 +59,9 @@ class Frame:
     log: Optional[list] = None  # when a list: every call's decision, in call order (report)
     fast: dict = field(default_factory=dict)  # (op, element sizes) -> plan: _planned
     on: bool = False  # policy.enabled, a plain field (to_static's SOT reads no property)
-    owner: Optional[list] = None  # the frames of the thread that opened it (pop from any)
+    # in a legacy program being built: (its block, the op count at entry, ids of the ops an
+    # inner region wrote): the ops appended in between are written at exit (``legacy``)
+    legacy: Optional[tuple] = None
 
     def __post_init__(self) -> None:
         self.on = self.policy.enabled
@@ -124,10 +128,12 @@ class _Regions(threading.local):
 
     frames: list = []  # noqa: RUF012  (threading.local: each thread starts from this)
     last_dtype: str = "float16"  # paddle.amp's amp_global_state().amp_dtype: last set
+    written: Optional[set] = None  # a to_static trace's: ids of the ops regions wrote (jit)
 
     def __init__(self) -> None:
         self.frames = []
         self.last_dtype = "float16"
+        self.written = None
 
 
 _regions = _Regions()
@@ -136,12 +142,34 @@ _lock = threading.Lock()
 _decided: dict = {}  # (policy, device, key) -> OpDecision: a region re-entered plans nothing
 _warned: set = set()
 _originals: dict[str, Callable] = {}
+# region -> the frames of the thread that opened it (closed from any thread); not a field:
+# a region that refers to its own stack is a cycle SOT's guards recurse into
+_owners: "weakref.WeakKeyDictionary[Frame, list]" = weakref.WeakKeyDictionary()
 
 
 def current() -> Optional[Frame]:
     """The innermost active region, or None."""
     frames = _regions.frames
     return frames[-1] if frames else None
+
+
+def state_key() -> Any:
+    """What decides this thread's ops now, as a key: None outside a region that runs mixed
+    precision, else the innermost region's (policy, device truth). ``to_static`` keys its
+    programs by it (``jit``)."""
+    frame = current()
+    return None if frame is None or not frame.on else (frame.policy, frame.device)
+
+
+@contextlib.contextmanager
+def tracing() -> Iterator[set]:
+    """A ``to_static`` trace in this thread: yields the ids of the legacy-program ops that
+    regions opened inside it wrote (``jit``: the enclosing region leaves them)."""
+    before, _regions.written = _regions.written, set()
+    try:
+        yield _regions.written
+    finally:
+        _regions.written = before
 
 
 def last_dtype() -> str:
@@ -163,12 +191,16 @@ def push(policy: Policy, log: Optional[list] = None,
         import paddle
         if not (paddle.is_grad_enabled() if training is None else training):
             device = kernels.inference_profile(policy.dtype)
-    frame = Frame(policy, device, log=log, owner=_regions.frames)
+    frame = Frame(policy, device, log=log)
+    block = legacy.building_block() if policy.enabled else None
+    if block is not None:
+        frame.legacy = (block, len(block.ops), set())
     with _lock:
         if not _open[0]:
             _install()
         _open[0] += 1
-        frame.owner.append(frame)
+        _owners[frame] = _regions.frames
+        _regions.frames.append(frame)
     if policy.enabled and log is None:  # a cast report's region is no training's dtype
         _regions.last_dtype = policy.dtype
     return frame
@@ -178,9 +210,12 @@ def pop(frame: Frame) -> None:
     """Close ``frame`` (the innermost region of the thread that opened it, or another one of
     its regions), from any thread: a region closed by another thread (a generator finished
     elsewhere, a callback) is closed in its own thread's stack. The last region out, of all
-    threads, removes the wrappers. Closing a closed region does nothing."""
+    threads, removes the wrappers. Closing a closed region does nothing. A region in a
+    legacy program being built writes the ops appended in it (``legacy.rewrite``)."""
+    frames = _owners.get(frame)
+    if frame.legacy is not None and frames is not None and any(f is frame for f in frames):
+        _close_in_program(frame, frames)
     with _lock:
-        frames = frame.owner
         if frames is None or not any(f is frame for f in frames):
             return  # closed already
         if frames[-1] is frame:
@@ -192,6 +227,20 @@ def pop(frame: Frame) -> None:
             _uninstall()
 
 
+def _close_in_program(frame: Frame, frames: list) -> None:
+    """Write the legacy-program ops ``frame`` saw appended; the enclosing region in the same
+    block leaves them as written."""
+    block, start, done = frame.legacy
+    frame.legacy = None
+    legacy.rewrite(frame, block, start, done)
+    outer = [f for f in frames if f is not frame and f.legacy is not None and
+             f.legacy[0] is block]
+    if outer:
+        outer[-1].legacy[2].update(legacy.claimed(block, start))
+    elif _regions.written is not None:
+        _regions.written.update(legacy.claimed(block, start))
+
+
 _NAMES: dict[Any, Optional[str]] = {}
 
 
@@ -201,6 +250,7 @@ def _name(dtype: Any) -> Optional[str]:
         import paddle
         for n in ("float16", "bfloat16", "float32", "float64"):
             _NAMES[getattr(paddle, n)] = n
+            _NAMES[n] = n  # a legacy program's var, read by name (legacy.rewrite)
     return _NAMES.get(dtype)
 
 
