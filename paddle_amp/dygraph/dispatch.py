@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
@@ -62,6 +61,10 @@ class Frame:
     # in a legacy program being built: (its block, the op count at entry, ids of the ops an
     # inner region wrote): the ops appended in between are written at exit (``legacy``)
     legacy: Optional[tuple] = None
+    # program op -> its decision, for the ops a float32 call of runs as it is here (the
+    # wrappers' fast path: ``quiet``); counted: whether it keeps the wrappers installed
+    quiet: dict = field(default_factory=dict)
+    counted: bool = False
 
     def __post_init__(self) -> None:
         self.on = self.policy.enabled
@@ -142,9 +145,9 @@ _lock = threading.Lock()
 _decided: dict = {}  # (policy, device, key) -> OpDecision: a region re-entered plans nothing
 _warned: set = set()
 _originals: dict[str, Callable] = {}
-# region -> the frames of the thread that opened it (closed from any thread); not a field:
-# a region that refers to its own stack is a cycle SOT's guards recurse into
-_owners: "weakref.WeakKeyDictionary[Frame, list]" = weakref.WeakKeyDictionary()
+# id(open region) -> the frames of the thread that opened it (closed from any thread); not a
+# field: a region that refers to its own stack is a cycle SOT's guards recurse into
+_owners: dict = {}
 
 
 def current() -> Optional[Frame]:
@@ -195,11 +198,15 @@ def push(policy: Policy, log: Optional[list] = None,
     block = legacy.building_block() if policy.enabled else None
     if block is not None:
         frame.legacy = (block, len(block.ops), set())
+    frame.quiet = quiet(frame)
+    # a region that decides nothing (O0, enable=False) needs no wrapper: it costs nothing
+    frame.counted = frame.on or log is not None
     with _lock:
-        if not _open[0]:
-            _install()
-        _open[0] += 1
-        _owners[frame] = _regions.frames
+        if frame.counted:
+            if not _open[0]:
+                _install()
+            _open[0] += 1
+        _owners[id(frame)] = _regions.frames
         _regions.frames.append(frame)
     if policy.enabled and log is None:  # a cast report's region is no training's dtype
         _regions.last_dtype = policy.dtype
@@ -212,19 +219,55 @@ def pop(frame: Frame) -> None:
     elsewhere, a callback) is closed in its own thread's stack. The last region out, of all
     threads, removes the wrappers. Closing a closed region does nothing. A region in a
     legacy program being built writes the ops appended in it (``legacy.rewrite``)."""
-    frames = _owners.get(frame)
-    if frame.legacy is not None and frames is not None and any(f is frame for f in frames):
+    frames = _owners.get(id(frame))
+    if frame.legacy is not None and frames is not None and frame in frames:  # (by identity)
         _close_in_program(frame, frames)
     with _lock:
-        if frames is None or not any(f is frame for f in frames):
+        if frames is None or frame not in frames:
             return  # closed already
+        del _owners[id(frame)]
         if frames[-1] is frame:
             frames.pop()
         else:
             frames[:] = [f for f in frames if f is not frame]
-        _open[0] -= 1
-        if not _open[0]:
-            _uninstall()
+        if frame.counted:
+            _open[0] -= 1
+            if not _open[0]:
+                _uninstall()
+
+
+_PROGRAM_OPS = ("matmul_v2", "conv2d")  # what the wrappers plan (``_WRAPPERS``)
+
+
+def quiet(frame: Frame) -> dict:
+    """What ``frame`` knows at entry: program op -> its decision, for each wrapped op whose
+    call on float32 inputs runs as it is (nothing to cast, round or run low), so a wrapper
+    hands such a call straight on, with no planning per call (``_matmul``): an op the
+    policy keeps float32, or a region that lowers nothing. Not for a report's region (it
+    logs each call), or an op without a kernel here not yet warned about (its first call
+    plans, and says so)."""
+    if frame.log is not None or not frame.on:
+        return {}
+    # by identity: a training loop enters a region per step with the same checked policy
+    # and device objects (both cached), and hashing a Policy costs tens of microseconds
+    key = (id(frame.policy), id(frame.device), len(_warned))  # (a warning since: plan again)
+    kept = _quiet.get(key)
+    if kept is not None and kept[0] is frame.policy and kept[1] is frame.device:
+        return kept[2]
+    out = {}
+    for op in _PROGRAM_OPS:
+        # (an op whose plan depends on ranks runs low on some: never quiet, it acts)
+        d = frame._decide((op, "float32", "float32"), None)
+        acts = d.needs_action or (d.run_dtype is not None and d.run_dtype == d.low_dtype)
+        if not acts and (not d.lacks_kernel or (op, d.low_dtype) in _warned):
+            out[op] = d
+    if len(_quiet) > 256:
+        _quiet.clear()
+    _quiet[key] = (frame.policy, frame.device, out)
+    return out
+
+
+_quiet: dict = {}  # (id(policy), id(device), warnings) -> (policy, device, quiet ops)
 
 
 def _close_in_program(frame: Frame, frames: list) -> None:
@@ -344,7 +387,21 @@ def _by_rank(frame: Frame, key: tuple, x, y) -> Any:
     return frame.plans[full] if full in frame.plans else frame.plan(key, full[-2:])
 
 
+# The wrappers' fast path, first in each: in a region whose float32 call of the op runs as
+# it is (``Frame.quiet``), a call on two float32 eager tensors (element sizes 4 and 4, the
+# only pair of sizes 1, 2, 4, 8 that sums to 8; an int32 one gets the same answer, run as
+# it is) is recorded and handed on: no planning, no dtype read (about 1 us each), no key.
+# Anything else takes the planned path (``_planned``).
+
 def _matmul(x, y, transpose_x=False, transpose_y=False, *rest, **kw):
+    frames = _regions.frames
+    if frames:
+        frame = frames[-1]
+        d = frame.quiet.get("matmul_v2")
+        if d is not None and isinstance(x, _EAGER) and isinstance(y, _EAGER) and \
+                x.element_size() + y.element_size() == 8 and not rest and not kw:
+            frame.ran["matmul_v2"] = d
+            return _originals["matmul"](x, y, transpose_x, transpose_y)
     orig = _originals["matmul"]
     d = _planned(current(), "matmul_v2", x, y)
     if d is None or d is _MISSING or rest or kw:
@@ -357,6 +414,14 @@ def _matmul(x, y, transpose_x=False, transpose_y=False, *rest, **kw):
 def _linear(x, weight, bias=None, *rest, **kw):
     """``F.linear`` in eager mode: its GEMM decided as ``matmul_v2``, its bias add as the
     native's ``add`` (promotion: float32 with a float32 bias)."""
+    frames = _regions.frames
+    if frames:
+        frame = frames[-1]
+        d = frame.quiet.get("matmul_v2")
+        if d is not None and isinstance(x, _EAGER) and isinstance(weight, _EAGER) and \
+                x.element_size() + weight.element_size() == 8 and not rest and not kw:
+            frame.ran["matmul_v2"] = d
+            return _originals["linear"](x, weight, bias)
     orig = _originals["linear"]
     d = _planned(current(), "matmul_v2", x, weight)
     if d is None or d is _MISSING or rest or kw:
@@ -373,6 +438,14 @@ def _conv2d(x, weight, *args, **kw):
     oneDNN route in eager mode (Paddle's oneDNN conv2d reads its filter from a program's
     context: "OneDnnContext does not have the input Filter", 2.6.2 and 3.3.1), so a bf16
     plan falls back to float32, and says so."""
+    frames = _regions.frames
+    if frames:
+        frame = frames[-1]
+        d = frame.quiet.get("conv2d")
+        if d is not None and isinstance(x, _EAGER) and isinstance(weight, _EAGER) and \
+                x.element_size() + weight.element_size() == 8:
+            frame.ran["conv2d"] = d
+            return _originals["conv2d"](x, weight, *args, **kw)
     orig = _originals["conv2d"]
     d = _planned(current(), "conv2d", x, weight)
     if d is None or d is _MISSING:
@@ -383,6 +456,8 @@ def _conv2d(x, weight, *args, **kw):
 _WRAPPERS = {"matmul": _matmul, "linear": _linear, "conv2d": _conv2d}
 
 
+_EAGER: Any = ()  # the eager Tensor class (set at the first install; () matches nothing)
+
 # [(the classes a wrapper plans for: eager Tensor, PIR Value), PIR Value or None]: set at
 # the first install
 _Tensor: list = []
@@ -391,10 +466,18 @@ _Tensor: list = []
 _in_sot: list = [lambda: False]
 
 
+_C_OPS: list = []  # paddle._C_ops, imported once
+
+
 def _install() -> None:
-    from paddle import _C_ops
-    from paddle.base import core
+    global _EAGER
+    if not _C_OPS:
+        from paddle import _C_ops
+        _C_OPS.append(_C_ops)
+    _C_ops = _C_OPS[0]
     if not _Tensor:
+        from paddle.base import core
+        _EAGER = core.eager.Tensor
         value = getattr(getattr(__import__("paddle"), "pir", None), "Value", None)
         value = value if isinstance(value, type) else None
         _Tensor.append((core.eager.Tensor,) + ((value,) if value is not None else ()))
@@ -413,7 +496,7 @@ def _install() -> None:
 
 
 def _uninstall() -> None:
-    from paddle import _C_ops
+    _C_ops = _C_OPS[0]
     for name, wrapper in _WRAPPERS.items():
         # only our own wrapper goes: a patch another tool made since stays
         if name in _originals and getattr(_C_ops, name) is wrapper:

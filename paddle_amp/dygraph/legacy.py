@@ -33,10 +33,20 @@ OPS = {"matmul_v2": ("X", "Y"), "conv2d": ("Input", "Filter")}
 
 def building_block() -> Any:
     """The block a legacy program being built appends to, or None (eager mode, PIR)."""
-    from paddle.base import framework
-    if framework.in_dygraph_mode() or getattr(framework, "in_pir_mode", lambda: False)():
+    if not _FRAMEWORK:
+        from paddle.base import framework
+        _FRAMEWORK.append(framework)
+    framework = _FRAMEWORK[0]
+    if framework.in_dygraph_mode() or getattr(framework, "in_pir_mode", _no)():
         return None
     return framework.default_main_program().current_block()
+
+
+_FRAMEWORK: list = []  # paddle.base.framework, imported once (a region is entered per step)
+
+
+def _no() -> bool:
+    return False
 
 
 def rewrite(frame, block, start: int, done: set) -> None:

@@ -338,3 +338,30 @@ def test_a_region_closed_from_another_thread_is_closed():
     assert dispatch.current() is None
     assert paddle._C_ops.matmul is ORIGINAL_MATMUL
     np.testing.assert_array_equal(paddle.matmul(x, w).numpy(), plain)  # float32 again
+
+
+def test_a_region_that_decides_nothing_wraps_nothing():
+    """``enable=False`` (O0) decides nothing: no entry point is wrapped for it, so its ops
+    cost what they cost without AMP; a region that decides opens the wrappers as before."""
+    with amp.auto_cast(enable=False):
+        assert paddle._C_ops.matmul is ORIGINAL_MATMUL
+        with amp.auto_cast(dtype="float16", emulate=True):
+            assert paddle._C_ops.matmul is not ORIGINAL_MATMUL
+        assert paddle._C_ops.matmul is ORIGINAL_MATMUL
+    assert paddle._C_ops.matmul is ORIGINAL_MATMUL
+
+
+def test_a_float32_call_the_region_keeps_float32_is_not_planned_per_call(monkeypatch):
+    """What the region knows at entry (a float32 ``matmul`` runs as it is under this policy)
+    is not planned again per call; a bf16 input still is (cast up, as the policy says)."""
+    x, w = _data()
+    with amp.auto_cast(dtype="bfloat16", custom_black_list={"matmul_v2"}) as region:
+        paddle.matmul(x, w)  # (a first call, before the probe below)
+        planned = []
+        real = dispatch._planned
+        monkeypatch.setattr(dispatch, "_planned", lambda *a: planned.append(a) or real(*a))
+        out = paddle.matmul(x, w)
+        assert planned == [] and region.ran["matmul_v2"].run_dtype == "float32"
+        low = paddle.matmul(x.astype("bfloat16"), w.astype("bfloat16"))
+        assert len(planned) == 1 and low.dtype == paddle.float32
+    np.testing.assert_array_equal(out.numpy(), paddle.matmul(x, w).numpy())
