@@ -64,6 +64,7 @@ class Frame:
     # program op -> its decision, for the ops a float32 call of runs as it is here (the
     # wrappers' fast path: ``quiet``); counted: whether it keeps the wrappers installed
     quiet: dict = field(default_factory=dict)
+    gemm: Optional[OpDecision] = None  # quiet["matmul_v2"] (an attribute: read per call)
     counted: bool = False
 
     def __post_init__(self) -> None:
@@ -199,6 +200,7 @@ def push(policy: Policy, log: Optional[list] = None,
     if block is not None:
         frame.legacy = (block, len(block.ops), set())
     frame.quiet = quiet(frame)
+    frame.gemm = frame.quiet.get("matmul_v2")
     # a region that decides nothing (O0, enable=False) needs no wrapper: it costs nothing
     frame.counted = frame.on or log is not None
     with _lock:
@@ -393,39 +395,40 @@ def _by_rank(frame: Frame, key: tuple, x, y) -> Any:
 # it is) is recorded and handed on: no planning, no dtype read (about 1 us each), no key.
 # Anything else takes the planned path (``_planned``).
 
-def _matmul(x, y, transpose_x=False, transpose_y=False, *rest, **kw):
+def _matmul(x, y, transpose_x=False, transpose_y=False, *rest):
+    # (no **kw: Paddle calls its _C_ops positionally, and an empty dict per call costs)
     frames = _regions.frames
     if frames:
         frame = frames[-1]
-        d = frame.quiet.get("matmul_v2")
+        d = frame.gemm
         if d is not None and isinstance(x, _EAGER) and isinstance(y, _EAGER) and \
-                x.element_size() + y.element_size() == 8 and not rest and not kw:
+                x.element_size() + y.element_size() == 8 and not rest:
             frame.ran["matmul_v2"] = d
             return _originals["matmul"](x, y, transpose_x, transpose_y)
     orig = _originals["matmul"]
     d = _planned(current(), "matmul_v2", x, y)
-    if d is None or d is _MISSING or rest or kw:
-        return orig(x, y, transpose_x, transpose_y, *rest, **kw)
+    if d is None or d is _MISSING or rest:
+        return orig(x, y, transpose_x, transpose_y, *rest)
     plain = lambda a, b: orig(a, b, transpose_x, transpose_y)  # noqa: E731
     return _run(d, (x, y), plain, plain if _in_program(x) else
                 lambda a, b: kernels.matmul_v2(a, b, transpose_x, transpose_y))
 
 
-def _linear(x, weight, bias=None, *rest, **kw):
+def _linear(x, weight, bias=None, *rest):
     """``F.linear`` in eager mode: its GEMM decided as ``matmul_v2``, its bias add as the
     native's ``add`` (promotion: float32 with a float32 bias)."""
     frames = _regions.frames
     if frames:
         frame = frames[-1]
-        d = frame.quiet.get("matmul_v2")
+        d = frame.gemm
         if d is not None and isinstance(x, _EAGER) and isinstance(weight, _EAGER) and \
-                x.element_size() + weight.element_size() == 8 and not rest and not kw:
+                x.element_size() + weight.element_size() == 8 and not rest:
             frame.ran["matmul_v2"] = d
             return _originals["linear"](x, weight, bias)
     orig = _originals["linear"]
     d = _planned(current(), "matmul_v2", x, weight)
-    if d is None or d is _MISSING or rest or kw:
-        return orig(x, weight, bias, *rest, **kw)
+    if d is None or d is _MISSING or rest:
+        return orig(x, weight, bias, *rest)
     mm = _originals["matmul"]
     plain = lambda a, b: mm(a, b, False, False)  # noqa: E731
     out = _run(d, (x, weight), plain, plain if _in_program(x) else
