@@ -9,8 +9,9 @@ goes through (``paddle.matmul``, ``Tensor.matmul``, ``paddle.nn.functional.linea
 
 - a call on values of a PIR program being built (``to_static``, Paddle 3) is planned
   alike; its low route is the op itself on bf16 values (the PIR executor picks oneDNN's
-  kernel), so the decisions are built into the program; a call on anything else (a
-  legacy-IR program, SOT's simulation) passes through untouched;
+  kernel), so the decisions are built into the program; a legacy-IR program's ops do not
+  come through here: a region there writes them when it closes (``legacy``); a call in
+  SOT's simulation passes through untouched;
 - otherwise the planner decides (``amp_adapters.plan_op`` with the active policy and the
   device truth ``kernels.profile``), once per (op, input dtypes) in a region; an op planned
   in the low dtype with a kernel here runs on its oneDNN route (``kernels.ROUTES``) and
@@ -22,8 +23,10 @@ Results come back float32 because the ops after a lowered one have no plain bf16
 on a CPU and the eager dispatcher cannot reach oneDNN's: a bf16 tensor handed to the next
 op would crash it. The low op's numerics are kept (its result carries bf16 rounding); the
 ops after it compute in float32, as Paddle's native promotion does for a Linear's bias add.
-The wrappers are installed when the first region opens and removed when the last closes:
-outside ``auto_cast`` nothing is wrapped and nothing costs.
+The wrappers are installed when the first region that decides opens and removed when the
+last closes: outside ``auto_cast`` (and in an ``O0`` region) nothing is wrapped and nothing
+costs. A region works out at entry which wrapped ops run as they are on float32 inputs
+(``quiet``): such a call is handed on without planning.
 """
 from __future__ import annotations
 

@@ -180,3 +180,36 @@ def test_a_script_that_points_paddle_amp_at_ours_gets_our_region_in_a_program():
         paddle.amp = native
     assert _bf16_exact(eager)
     np.testing.assert_allclose(static, eager, rtol=1e-6, atol=1e-6)
+
+
+class Nested(paddle.nn.Layer):
+    """A forward that opens a bf16 region around its second layer only."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = paddle.nn.Linear(16, 16, bias_attr=False)
+        self.b = paddle.nn.Linear(16, 4, bias_attr=False)
+
+    def forward(self, x):
+        h = self.a(x)
+        with amp.auto_cast(dtype="bfloat16"):
+            return self.b(h)
+
+
+@BF16_ONLY
+def test_each_op_of_a_program_is_decided_by_its_innermost_region_as_in_eager_mode():
+    """Called in the caller's region (fp16 emulated), the first layer is that region's and
+    the second the forward's own bf16 region's, as in eager mode: the inner region's ops
+    are not written again by the outer one."""
+    paddle.seed(0)
+    net = Nested()
+    x = _x()
+    with _region("float16"):
+        eager = net(x).numpy()
+    with amp.auto_cast(enable=False):
+        plain = net(x).numpy()
+    static = paddle.jit.to_static(net, full_graph=True)
+    with _region("float16"):
+        out = static(x).numpy()
+    assert _bf16_exact(out) and not np.array_equal(eager, plain)
+    np.testing.assert_allclose(out, eager, rtol=1e-6, atol=1e-6)
