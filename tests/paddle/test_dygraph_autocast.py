@@ -4,6 +4,8 @@ eager and program spelling; bad input refused before anything is switched on."""
 import numpy as np
 import paddle
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from amp_adapters import OpLists, Policy
 from amp_adapters.errors import AmpConfigError, ConflictingOpError, UnknownOpError
@@ -365,3 +367,44 @@ def test_a_float32_call_the_region_keeps_float32_is_not_planned_per_call(monkeyp
         low = paddle.matmul(x.astype("bfloat16"), w.astype("bfloat16"))
         assert len(planned) == 1 and low.dtype == paddle.float32
     np.testing.assert_array_equal(out.numpy(), paddle.matmul(x, w).numpy())
+
+
+_KINDS = {"O0": dict(enable=False), "fp16": dict(dtype="float16", emulate=True),
+          "keep": dict(dtype="bfloat16", custom_black_list={"matmul_v2"})}
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("open"), st.sampled_from(sorted(_KINDS))),
+                          st.tuples(st.just("close"), st.integers(0, 5), st.booleans())),
+                max_size=10))
+def test_regions_opened_and_closed_in_any_order_from_any_thread(steps):
+    """Regions opened in any order and closed in any order, some from another thread: this
+    thread's innermost open region is ``current()``, the last deciding region in it is the
+    dtype its scaler reads, and the wrappers are installed exactly while a region that
+    decides (not ``O0``) is open; all closed, nothing stays."""
+    import threading
+    opened = []  # (kind, context manager, frame), in opening order
+    last = dispatch.last_dtype()
+    try:
+        for step in steps:
+            if step[0] == "open":
+                cm = amp.auto_cast(**_KINDS[step[1]])
+                opened.append((step[1], cm, cm.__enter__()))
+                if step[1] != "O0":
+                    last = opened[-1][2].policy.dtype
+            elif opened:
+                _, cm, _ = opened.pop(step[1] % len(opened))
+                if step[2]:
+                    t = threading.Thread(target=cm.__exit__, args=(None, None, None))
+                    t.start()
+                    t.join()
+                else:
+                    cm.__exit__(None, None, None)
+            assert dispatch.current() is (opened[-1][2] if opened else None)
+            deciding = any(kind != "O0" for kind, _, _ in opened)
+            assert (paddle._C_ops.matmul is not ORIGINAL_MATMUL) == deciding
+            assert dispatch.last_dtype() == last
+    finally:
+        for _, cm, _ in reversed(opened):
+            cm.__exit__(None, None, None)
+    assert dispatch.current() is None and paddle._C_ops.matmul is ORIGINAL_MATMUL
