@@ -19,7 +19,7 @@ import time
 SECTIONS = ("mxnet_step_overhead", "paddle_step_overhead", "check_cost", "casts_per_step",
             "emulation_cost", "loss_scaling_claim", "mxnet_op_cost", "paddle_minimize_size",
             "paddle_check_parts", "paddle_skip_fold", "claim_families", "checkpoint_cost",
-            "bf16_cpu", "memory")
+            "bf16_cpu", "memory", "dygraph_dispatch")
 
 
 def header() -> str:

@@ -50,3 +50,20 @@ def ratio(stats: Mapping[str, Stats], name: str, baseline: str) -> str:
     b = stats[baseline].median
     s = stats[name]
     return f"{s.median / b:.2f}x ({s.p10 / b:.2f}-{s.p90 / b:.2f})"
+
+
+def interleaved_self_timed(variants: Mapping[str, Callable[[], float]], steps: int = 200,
+                           warmup: int = 20) -> dict[str, Stats]:
+    """``interleaved`` for variants that time themselves (each call returns the seconds of
+    its own timed part: what a variant must set up untimed, such as entering a region, stays
+    out of its figure)."""
+    for fn in variants.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
+    for i in range(steps):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            times[name].append(variants[name]())
+    return {name: Stats(float(np.median(t)), float(np.percentile(t, 10)),
+                        float(np.percentile(t, 90)), len(t)) for name, t in times.items()}

@@ -17,6 +17,8 @@ Files (one role each, named as in the other backends):
     speed.py         policy="auto": eager mode's speed source (the core's book and child)
     dispatch.py      the per-op cast: paddle._C_ops entry points wrapped inside a region
     paths.py         the path of the Layer running an op, for a policy's layer rules
+    legacy.py        a region in a legacy program being built: its ops written at exit
+    jit.py           to_static: programs keyed by the region state; a legacy trace in one
     guard.py         auto_cast / amp_guard
     scaling.py       GradScaler / AmpScaler on the core loss-scale state machine
     support.py       is_bfloat16_supported / is_float16_supported: this CPU's truth
@@ -49,6 +51,9 @@ from .query import (get_autocast_cpu_dtype, get_autocast_dtype, get_autocast_gpu
 from .report import cast_report
 from .scaling import AmpScaler, GradScaler
 from .support import is_bfloat16_supported, is_float16_supported
+from . import jit as _jit
+
+_jit.install()  # to_static's programs keyed by the region state (before any is traced)
 
 __all__ = ["auto_cast", "amp_guard", "autocast", "decorate", "amp_decorate", "GradScaler",
            "AmpScaler", "is_bfloat16_supported", "is_float16_supported",

@@ -9,8 +9,9 @@ goes through (``paddle.matmul``, ``Tensor.matmul``, ``paddle.nn.functional.linea
 
 - a call on values of a PIR program being built (``to_static``, Paddle 3) is planned
   alike; its low route is the op itself on bf16 values (the PIR executor picks oneDNN's
-  kernel), so the decisions are built into the program; a call on anything else (a
-  legacy-IR program, SOT's simulation) passes through untouched;
+  kernel), so the decisions are built into the program; a legacy-IR program's ops do not
+  come through here: a region there writes them when it closes (``legacy``); a call in
+  SOT's simulation passes through untouched;
 - otherwise the planner decides (``amp_adapters.plan_op`` with the active policy and the
   device truth ``kernels.profile``), once per (op, input dtypes) in a region (under
   measured speed, ``policy="auto"``, once per (op, input dtypes, shape class): the device
@@ -26,20 +27,23 @@ Results come back float32 because the ops after a lowered one have no plain bf16
 on a CPU and the eager dispatcher cannot reach oneDNN's: a bf16 tensor handed to the next
 op would crash it. The low op's numerics are kept (its result carries bf16 rounding); the
 ops after it compute in float32, as Paddle's native promotion does for a Linear's bias add.
-The wrappers are installed when the first region opens and removed when the last closes:
-outside ``auto_cast`` nothing is wrapped and nothing costs.
+The wrappers are installed when the first region that decides opens and removed when the
+last closes: outside ``auto_cast`` (and in an ``O0`` region) nothing is wrapped and nothing
+costs. A region works out at entry which wrapped ops run as they are on float32 inputs
+(``quiet``): such a call is handed on without planning.
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from amp_adapters import OpCall, OpDecision, Policy, plan_op
 from amp_adapters.device import DeviceProfile, ShapeClass
 
-from . import kernels, paths, speed
+from . import kernels, legacy, paths, speed
 
 log = logging.getLogger("paddle_amp.dygraph")
 
@@ -64,6 +68,14 @@ class Frame:
     layered: bool = False  # the policy has layer rules: ops are planned per Layer path
     # measured speed: decisions per shape class (``_by_shape``), from the device's costs
     measured: bool = False
+    # in a legacy program being built: (its block, the op count at entry, ids of the ops an
+    # inner region wrote): the ops appended in between are written at exit (``legacy``)
+    legacy: Optional[tuple] = None
+    # program op -> its decision, for the ops a float32 call of runs as it is here (the
+    # wrappers' fast path: ``quiet``); counted: whether it keeps the wrappers installed
+    quiet: dict = field(default_factory=dict)
+    gemm: Optional[OpDecision] = None  # quiet["matmul_v2"] (an attribute: read per call)
+    counted: bool = False
 
     def __post_init__(self) -> None:
         self.on = self.policy.enabled
@@ -147,13 +159,18 @@ def _shape(ranks: Optional[tuple]):
 
 
 class _Regions(threading.local):
-    """The regions open in this thread, innermost last: like Paddle's own tracer state, a
-    region opened in one thread (the training loop) does not reach another (a reader)."""
+    """The regions open in this thread, innermost last, and the dtype of the last region
+    this thread entered: like Paddle's own tracer state, a region opened in one thread (the
+    training loop) does not reach another (a reader, another trainer)."""
 
     frames: list = []  # noqa: RUF012  (threading.local: each thread starts from this)
+    last_dtype: str = "float16"  # paddle.amp's amp_global_state().amp_dtype: last set
+    written: Optional[set] = None  # a to_static trace's: ids of the ops regions wrote (jit)
 
     def __init__(self) -> None:
         self.frames = []
+        self.last_dtype = "float16"
+        self.written = None
 
 
 _regions = _Regions()
@@ -162,7 +179,9 @@ _lock = threading.Lock()
 _decided: dict = {}  # (policy, device, key) -> OpDecision: a region re-entered plans nothing
 _warned: set = set()
 _originals: dict[str, Callable] = {}
-_last_dtype: list[str] = ["float16"]  # paddle.amp's amp_global_state().amp_dtype: last set
+# id(open region) -> the frames of the thread that opened it (closed from any thread); not a
+# field: a region that refers to its own stack is a cycle SOT's guards recurse into
+_owners: dict = {}
 
 
 def current() -> Optional[Frame]:
@@ -171,9 +190,29 @@ def current() -> Optional[Frame]:
     return frames[-1] if frames else None
 
 
+def state_key() -> Any:
+    """What decides this thread's ops now, as a key: None outside a region that runs mixed
+    precision, else the innermost region's (policy, device truth). ``to_static`` keys its
+    programs by it (``jit``)."""
+    frame = current()
+    return None if frame is None or not frame.on else (frame.policy, frame.device)
+
+
+@contextlib.contextmanager
+def tracing() -> Iterator[set]:
+    """A ``to_static`` trace in this thread: yields the ids of the legacy-program ops that
+    regions opened inside it wrote (``jit``: the enclosing region leaves them)."""
+    before, _regions.written = _regions.written, set()
+    try:
+        yield _regions.written
+    finally:
+        _regions.written = before
+
+
 def last_dtype() -> str:
-    """The dtype of the last region entered (the native GradScaler reads the same)."""
-    return _last_dtype[0]
+    """The dtype of the last region this thread entered (the native GradScaler reads the
+    same; a region in another thread is no business of this thread's scaler)."""
+    return _regions.last_dtype
 
 
 def push(policy: Policy, log: Optional[list] = None,
@@ -193,15 +232,24 @@ def push(policy: Policy, log: Optional[list] = None,
     frame = Frame(policy, device, log=log)
     if _master_grads and policy.enabled and policy.level == "O2" and log is None:
         _hook_master_grads()
+    block = legacy.building_block() if policy.enabled else None
+    if block is not None:
+        frame.legacy = (block, len(block.ops), set())
+    frame.quiet = quiet(frame)
+    frame.gemm = frame.quiet.get("matmul_v2")
+    # a region that decides nothing (O0, enable=False) needs no wrapper: it costs nothing
+    frame.counted = frame.on or log is not None
     with _lock:
-        if not _open[0]:
-            _install()
-        _open[0] += 1
+        if frame.counted:
+            if not _open[0]:
+                _install()
+            _open[0] += 1
+        _owners[id(frame)] = _regions.frames
+        _regions.frames.append(frame)
     if frame.layered:
         paths.enter()
-    _regions.frames.append(frame)
     if policy.enabled and log is None:  # a cast report's region is no training's dtype
-        _last_dtype[0] = policy.dtype
+        _regions.last_dtype = policy.dtype
     return frame
 
 
@@ -222,21 +270,76 @@ def _hook_master_grads() -> None:
 
 
 def pop(frame: Frame) -> None:
-    """Close ``frame`` (the innermost region of this thread, or another one of it); the last
-    region out, of all threads, removes the wrappers."""
-    frames = _regions.frames
-    if frames and frames[-1] is frame:
-        frames.pop()
-    elif any(f is frame for f in frames):
-        frames[:] = [f for f in frames if f is not frame]
-    else:
-        return  # not open in this thread (closed already)
-    if frame.layered:
-        paths.leave()
+    """Close ``frame`` (the innermost region of the thread that opened it, or another one of
+    its regions), from any thread: a region closed by another thread (a generator finished
+    elsewhere, a callback) is closed in its own thread's stack. The last region out, of all
+    threads, removes the wrappers. Closing a closed region does nothing. A region in a
+    legacy program being built writes the ops appended in it (``legacy.rewrite``)."""
+    frames = _owners.get(id(frame))
+    if frame.legacy is not None and frames is not None and frame in frames:  # (by identity)
+        _close_in_program(frame, frames)
     with _lock:
-        _open[0] -= 1
-        if not _open[0]:
-            _uninstall()
+        if frames is None or frame not in frames:
+            return  # closed already
+        del _owners[id(frame)]
+        if frames[-1] is frame:
+            frames.pop()
+        else:
+            frames[:] = [f for f in frames if f is not frame]
+        if frame.layered:
+            paths.leave()
+        if frame.counted:
+            _open[0] -= 1
+            if not _open[0]:
+                _uninstall()
+
+
+_PROGRAM_OPS = ("matmul_v2", "conv2d")  # what the wrappers plan (``_WRAPPERS``)
+
+
+def quiet(frame: Frame) -> dict:
+    """What ``frame`` knows at entry: program op -> its decision, for each wrapped op whose
+    call on float32 inputs runs as it is (nothing to cast, round or run low), so a wrapper
+    hands such a call straight on, with no planning per call (``_matmul``): an op the
+    policy keeps float32, or a region that lowers nothing. Not for a report's region (it
+    logs each call), or an op without a kernel here not yet warned about (its first call
+    plans, and says so), nor a region that decides per Layer path or per shape class."""
+    if frame.log is not None or not frame.on or frame.layered or frame.measured:
+        return {}  # (decided per Layer path, or per shape class: never at entry)
+    # by identity: a training loop enters a region per step with the same checked policy
+    # and device objects (both cached), and hashing a Policy costs tens of microseconds
+    key = (id(frame.policy), id(frame.device), len(_warned))  # (a warning since: plan again)
+    kept = _quiet.get(key)
+    if kept is not None and kept[0] is frame.policy and kept[1] is frame.device:
+        return kept[2]
+    out = {}
+    for op in _PROGRAM_OPS:
+        # (an op whose plan depends on ranks runs low on some: never quiet, it acts)
+        d = frame._decide((op, "float32", "float32"), None)
+        acts = d.needs_action or (d.run_dtype is not None and d.run_dtype == d.low_dtype)
+        if not acts and (not d.lacks_kernel or (op, d.low_dtype) in _warned):
+            out[op] = d
+    if len(_quiet) > 256:
+        _quiet.clear()
+    _quiet[key] = (frame.policy, frame.device, out)
+    return out
+
+
+_quiet: dict = {}  # (id(policy), id(device), warnings) -> (policy, device, quiet ops)
+
+
+def _close_in_program(frame: Frame, frames: list) -> None:
+    """Write the legacy-program ops ``frame`` saw appended; the enclosing region in the same
+    block leaves them as written."""
+    block, start, done = frame.legacy
+    frame.legacy = None
+    legacy.rewrite(frame, block, start, done)
+    outer = [f for f in frames if f is not frame and f.legacy is not None and
+             f.legacy[0] is block]
+    if outer:
+        outer[-1].legacy[2].update(legacy.claimed(block, start))
+    elif _regions.written is not None:
+        _regions.written.update(legacy.claimed(block, start))
 
 
 _NAMES: dict[Any, Optional[str]] = {}
@@ -248,6 +351,7 @@ def _name(dtype: Any) -> Optional[str]:
         import paddle
         for n in ("float16", "bfloat16", "float32", "float64"):
             _NAMES[getattr(paddle, n)] = n
+            _NAMES[n] = n  # a legacy program's var, read by name (legacy.rewrite)
     return _NAMES.get(dtype)
 
 
@@ -364,23 +468,46 @@ def _by_rank(frame: Frame, key: tuple, x, y) -> Any:
     return frame.plans[full] if full in frame.plans else frame.plan(key, full[-2:])
 
 
-def _matmul(x, y, transpose_x=False, transpose_y=False, *rest, **kw):
+# The wrappers' fast path, first in each: in a region whose float32 call of the op runs as
+# it is (``Frame.quiet``), a call on two float32 eager tensors (element sizes 4 and 4, the
+# only pair of sizes 1, 2, 4, 8 that sums to 8; an int32 one gets the same answer, run as
+# it is) is recorded and handed on: no planning, no dtype read (about 1 us each), no key.
+# Anything else takes the planned path (``_planned``).
+
+def _matmul(x, y, transpose_x=False, transpose_y=False, *rest):
+    # (no **kw: Paddle calls its _C_ops positionally, and an empty dict per call costs)
+    frames = _regions.frames
+    if frames:
+        frame = frames[-1]
+        d = frame.gemm
+        if d is not None and isinstance(x, _EAGER) and isinstance(y, _EAGER) and \
+                x.element_size() + y.element_size() == 8 and not rest:
+            frame.ran["matmul_v2"] = d
+            return _originals["matmul"](x, y, transpose_x, transpose_y)
     orig = _originals["matmul"]
     d = _planned(current(), "matmul_v2", x, y)
-    if d is None or d is _MISSING or rest or kw:
-        return orig(x, y, transpose_x, transpose_y, *rest, **kw)
+    if d is None or d is _MISSING or rest:
+        return orig(x, y, transpose_x, transpose_y, *rest)
     plain = lambda a, b: orig(a, b, transpose_x, transpose_y)  # noqa: E731
     return _run(d, (x, y), plain, plain if _in_program(x) else
                 lambda a, b: kernels.matmul_v2(a, b, transpose_x, transpose_y))
 
 
-def _linear(x, weight, bias=None, *rest, **kw):
+def _linear(x, weight, bias=None, *rest):
     """``F.linear`` in eager mode: its GEMM decided as ``matmul_v2``, its bias add as the
     native's ``add`` (promotion: float32 with a float32 bias)."""
+    frames = _regions.frames
+    if frames:
+        frame = frames[-1]
+        d = frame.gemm
+        if d is not None and isinstance(x, _EAGER) and isinstance(weight, _EAGER) and \
+                x.element_size() + weight.element_size() == 8 and not rest:
+            frame.ran["matmul_v2"] = d
+            return _originals["linear"](x, weight, bias)
     orig = _originals["linear"]
     d = _planned(current(), "matmul_v2", x, weight)
-    if d is None or d is _MISSING or rest or kw:
-        return orig(x, weight, bias, *rest, **kw)
+    if d is None or d is _MISSING or rest:
+        return orig(x, weight, bias, *rest)
     mm = _originals["matmul"]
     plain = lambda a, b: mm(a, b, False, False)  # noqa: E731
     out = _run(d, (x, weight), plain, plain if _in_program(x) else
@@ -392,6 +519,14 @@ def _conv2d(x, weight, *args, **kw):
     """``conv2d`` (``nn.Conv2D``, ``F.conv2d``): decided, emulated when asked, on oneDNN in
     bf16 where its route's probe ran (``kernels.conv2d``: in Paddle 2.6.2 and 3.3.1 it does
     not, so a bf16 plan falls back to float32, and the warning says why)."""
+    frames = _regions.frames
+    if frames:
+        frame = frames[-1]
+        d = frame.quiet.get("conv2d")
+        if d is not None and isinstance(x, _EAGER) and isinstance(weight, _EAGER) and \
+                x.element_size() + weight.element_size() == 8:
+            frame.ran["conv2d"] = d
+            return _originals["conv2d"](x, weight, *args, **kw)
     orig = _originals["conv2d"]
     d = _planned(current(), "conv2d", x, weight)
     if d is None or d is _MISSING:
@@ -406,6 +541,8 @@ _WRAPPERS = {"matmul": _matmul, "linear": _linear, "conv2d": _conv2d}
 PLANNED_OPS = frozenset({"matmul_v2", "conv2d"})
 
 
+_EAGER: Any = ()  # the eager Tensor class (set at the first install; () matches nothing)
+
 # [(the classes a wrapper plans for: eager Tensor, PIR Value), PIR Value or None]: set at
 # the first install
 _Tensor: list = []
@@ -414,10 +551,18 @@ _Tensor: list = []
 _in_sot: list = [lambda: False]
 
 
+_C_OPS: list = []  # paddle._C_ops, imported once
+
+
 def _install() -> None:
-    from paddle import _C_ops
-    from paddle.base import core
+    global _EAGER
+    if not _C_OPS:
+        from paddle import _C_ops
+        _C_OPS.append(_C_ops)
+    _C_ops = _C_OPS[0]
     if not _Tensor:
+        from paddle.base import core
+        _EAGER = core.eager.Tensor
         value = getattr(getattr(__import__("paddle"), "pir", None), "Value", None)
         value = value if isinstance(value, type) else None
         _Tensor.append((core.eager.Tensor,) + ((value,) if value is not None else ()))
@@ -436,7 +581,7 @@ def _install() -> None:
 
 
 def _uninstall() -> None:
-    from paddle import _C_ops
+    _C_ops = _C_OPS[0]
     for name, wrapper in _WRAPPERS.items():
         # only our own wrapper goes: a patch another tool made since stays
         if name in _originals and getattr(_C_ops, name) is wrapper:

@@ -31,6 +31,21 @@ from amp_adapters.speedbook import machine
 ONEDNN_ATTRS = ("use_mkldnn", True, "mkldnn_data_type", "bfloat16")
 
 
+def _eagerly(probe: Callable) -> Callable:
+    """``probe`` run in dynamic mode: a region first opened while ``to_static`` builds a
+    legacy program asks for the device truth there, and a probe's tensors need eager mode
+    (its answer is cached for the process: a failure there would read as no kernel)."""
+    @functools.wraps(probe)
+    def run(*args):
+        from paddle.base import framework
+        if framework.in_dygraph_mode():
+            return probe(*args)
+        from paddle.base.dygraph import guard
+        with guard():
+            return probe(*args)
+    return run
+
+
 def _vartype(dtype: str) -> int:
     from paddle.base import core
     return int({"float32": core.VarDesc.VarType.FP32,
@@ -45,6 +60,7 @@ def onednn_cast(x, src: str, dst: str):
 
 
 @functools.lru_cache(maxsize=None)
+@_eagerly
 def plain_cast_rounds() -> bool:
     """Whether Paddle's plain float32 -> bfloat16 cast rounds to nearest even (3.3.1) rather
     than truncating (2.6.2): ties to even both ways, and a value above a tie."""
@@ -160,6 +176,7 @@ def missing_routes(dtype: str) -> dict[str, str]:
 
 
 @functools.lru_cache(maxsize=None)
+@_eagerly
 def low_kernels(dtype: str) -> frozenset[str]:
     """The program ops whose ``dtype`` route runs here in eager mode, forward and backward."""
     if dtype != "bfloat16" or bf16_class(machine()) == "none":
@@ -168,6 +185,7 @@ def low_kernels(dtype: str) -> frozenset[str]:
 
 
 @functools.lru_cache(maxsize=None)
+@_eagerly
 def slow_broadcast_grads(dtype: str) -> frozenset[str]:
     """Of ``low_kernels``, the ops whose gradient for an operand of fewer dimensions than the
     result (a Linear's weight on a batch of sequences) runs a reference implementation in

@@ -4,6 +4,8 @@ eager and program spelling; bad input refused before anything is switched on."""
 import numpy as np
 import paddle
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from amp_adapters import OpLists, Policy
 from amp_adapters.errors import AmpConfigError, ConflictingOpError, UnknownOpError
@@ -292,3 +294,117 @@ def test_a_cast_report_in_bf16_does_not_switch_a_float16_scaler_off():
     scaler = amp.GradScaler(init_loss_scaling=8.0)
     amp.cast_report(paddle.nn.Linear(4, 4), paddle.ones([2, 4]), policy="O1-bf16")
     assert scaler.scale(paddle.ones([1])).item() == 8.0 and scaler.is_enable()
+
+
+def test_a_bf16_region_in_another_thread_does_not_switch_this_threads_scaler_off():
+    """The dtype a float16 ``GradScaler`` reads is its own thread's last region's: a bf16
+    region open (or closed) in another thread is not this thread's training."""
+    import threading
+    entered, done, seen = threading.Event(), threading.Event(), {}
+
+    def other():
+        with amp.auto_cast(dtype="bfloat16"):
+            entered.set()
+            done.wait(10)
+
+    def trainer():
+        with amp.auto_cast(dtype="float16", emulate=True):
+            pass
+        scaler = amp.GradScaler(init_loss_scaling=8.0)
+        entered.wait(10)
+        seen["scaled"] = scaler.scale(paddle.ones([1])).item()
+        seen["enabled"] = scaler.is_enable()
+        seen["dtype"] = dispatch.last_dtype()
+
+    threads = [threading.Thread(target=other), threading.Thread(target=trainer)]
+    threads[0].start()
+    threads[1].start()
+    threads[1].join()
+    done.set()
+    threads[0].join()
+    assert seen == {"scaled": 8.0, "enabled": True, "dtype": "float16"}
+
+
+def test_a_region_closed_from_another_thread_is_closed():
+    """A region opened here and closed by another thread (a generator finished there, a
+    callback) leaves no region open here, and the last one out removes the wrappers."""
+    import threading
+    x, w = _data()
+    plain = paddle.matmul(x, w).numpy()
+    cm = amp.auto_cast(dtype="float16", emulate=True)
+    frame = cm.__enter__()
+    assert dispatch.current() is frame
+    t = threading.Thread(target=cm.__exit__, args=(None, None, None))
+    t.start()
+    t.join()
+    assert dispatch.current() is None
+    assert paddle._C_ops.matmul is ORIGINAL_MATMUL
+    np.testing.assert_array_equal(paddle.matmul(x, w).numpy(), plain)  # float32 again
+
+
+def test_a_region_that_decides_nothing_wraps_nothing():
+    """``enable=False`` (O0) decides nothing: no entry point is wrapped for it, so its ops
+    cost what they cost without AMP; a region that decides opens the wrappers as before."""
+    with amp.auto_cast(enable=False):
+        assert paddle._C_ops.matmul is ORIGINAL_MATMUL
+        with amp.auto_cast(dtype="float16", emulate=True):
+            assert paddle._C_ops.matmul is not ORIGINAL_MATMUL
+        assert paddle._C_ops.matmul is ORIGINAL_MATMUL
+    assert paddle._C_ops.matmul is ORIGINAL_MATMUL
+
+
+def test_a_float32_call_the_region_keeps_float32_is_not_planned_per_call(monkeypatch):
+    """What the region knows at entry (a float32 ``matmul`` runs as it is under this policy)
+    is not planned again per call; a bf16 input still is (cast up, as the policy says)."""
+    x, w = _data()
+    with amp.auto_cast(dtype="bfloat16", custom_black_list={"matmul_v2"}) as region:
+        paddle.matmul(x, w)  # (a first call, before the probe below)
+        planned = []
+        real = dispatch._planned
+        monkeypatch.setattr(dispatch, "_planned", lambda *a: planned.append(a) or real(*a))
+        out = paddle.matmul(x, w)
+        assert planned == [] and region.ran["matmul_v2"].run_dtype == "float32"
+        low = paddle.matmul(x.astype("bfloat16"), w.astype("bfloat16"))
+        assert len(planned) == 1 and low.dtype == paddle.float32
+    np.testing.assert_array_equal(out.numpy(), paddle.matmul(x, w).numpy())
+
+
+_KINDS = {"O0": dict(enable=False), "fp16": dict(dtype="float16", emulate=True),
+          "keep": dict(dtype="bfloat16", custom_black_list={"matmul_v2"})}
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.one_of(st.tuples(st.just("open"), st.sampled_from(sorted(_KINDS))),
+                          st.tuples(st.just("close"), st.integers(0, 5), st.booleans())),
+                max_size=10))
+def test_regions_opened_and_closed_in_any_order_from_any_thread(steps):
+    """Regions opened in any order and closed in any order, some from another thread: this
+    thread's innermost open region is ``current()``, the last deciding region in it is the
+    dtype its scaler reads, and the wrappers are installed exactly while a region that
+    decides (not ``O0``) is open; all closed, nothing stays."""
+    import threading
+    opened = []  # (kind, context manager, frame), in opening order
+    last = dispatch.last_dtype()
+    try:
+        for step in steps:
+            if step[0] == "open":
+                cm = amp.auto_cast(**_KINDS[step[1]])
+                opened.append((step[1], cm, cm.__enter__()))
+                if step[1] != "O0":
+                    last = opened[-1][2].policy.dtype
+            elif opened:
+                _, cm, _ = opened.pop(step[1] % len(opened))
+                if step[2]:
+                    t = threading.Thread(target=cm.__exit__, args=(None, None, None))
+                    t.start()
+                    t.join()
+                else:
+                    cm.__exit__(None, None, None)
+            assert dispatch.current() is (opened[-1][2] if opened else None)
+            deciding = any(kind != "O0" for kind, _, _ in opened)
+            assert (paddle._C_ops.matmul is not ORIGINAL_MATMUL) == deciding
+            assert dispatch.last_dtype() == last
+    finally:
+        for _, cm, _ in reversed(opened):
+            cm.__exit__(None, None, None)
+    assert dispatch.current() is None and paddle._C_ops.matmul is ORIGINAL_MATMUL

@@ -1,8 +1,9 @@
-"""paddle.jit.to_static of a forward that opens paddle_amp.dygraph.auto_cast: it converts and
-runs in both translators (AST, and SOT where Paddle has it); in a PIR program (Paddle 3's
-default IR) the region's decisions are built into the program (bf16 GEMMs, the same result
-as eager mode) and paddle.jit.save keeps them. A legacy-IR program runs float32 (Paddle
-2.6.2, or FLAGS_enable_pir_api=0): docs/dygraph.md, "Not built yet"."""
+"""paddle.jit.to_static of a forward that opens paddle_amp.dygraph.auto_cast, or called inside
+one: it converts and runs in both translators (AST, and SOT where Paddle has it); in a PIR
+program (Paddle 3's default IR) and in a legacy one (Paddle 2.6.2, or 3.x with
+FLAGS_enable_pir_api=0) the region's decisions are built into the program (bf16 GEMMs: eager
+mode's result and gradients), paddle.jit.save keeps them, and a program runs only under the
+region state it was traced in."""
 import os
 
 import numpy as np
@@ -55,9 +56,49 @@ def test_to_static_converts_a_forward_that_opens_a_region(full_graph):
     assert net.fc1.weight.grad is not None and np.isfinite(net.fc1.weight.grad.numpy()).all()
 
 
-@pytest.mark.skipif(not BF16, reason="the device truth (isa.bf16_class) says this CPU class "
-                                     "has no oneDNN bf16 kernel (no AVX-512 in use)")
-def test_a_pir_program_keeps_the_regions_bf16_decisions_and_jit_save_too(tmp_path):
+BF16_ONLY = pytest.mark.skipif(not BF16, reason="the device truth (isa.bf16_class) says this "
+                               "CPU class has no oneDNN bf16 kernel (no AVX-512 in use)")
+
+
+class Plain(paddle.nn.Layer):
+    """A forward that opens no region (the caller's decides)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = paddle.nn.Linear(16, 4, bias_attr=False)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def _grads(net, out):
+    out.mean().backward()
+    grads = [p.grad.numpy().copy() for p in net.parameters()]
+    net.clear_gradients()
+    return grads
+
+
+@BF16_ONLY
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_program_gives_eager_modes_bf16_result_and_gradients(bias):
+    """The program (PIR or legacy) runs each GEMM as eager mode does: bf16 on oneDNN, handed
+    back float32: the same forward and the same gradients."""
+    paddle.seed(0)
+    net = Net(bias=bias)
+    x = _x()
+    eager = net(x)
+    eager_grads = _grads(net, eager)
+    static = paddle.jit.to_static(net, full_graph=True)
+    out = static(x)
+    assert not bias or _bf16_exact(eager.numpy())
+    assert _bf16_exact(out.numpy()) == _bf16_exact(eager.numpy())
+    np.testing.assert_allclose(out.numpy(), eager.numpy(), rtol=1e-6, atol=1e-6)
+    for got, want in zip(_grads(net, out), eager_grads):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@BF16_ONLY
+def test_a_program_keeps_the_regions_bf16_decisions_and_jit_save_too(tmp_path):
     paddle.seed(0)
     net = Net(bias=False)
     x = _x()
@@ -66,11 +107,109 @@ def test_a_pir_program_keeps_the_regions_bf16_decisions_and_jit_save_too(tmp_pat
     static = paddle.jit.to_static(
         net, input_spec=[paddle.static.InputSpec([None, 16], "float32")], full_graph=True)
     out = static(x).numpy()
-    paddle.jit.save(static, os.path.join(tmp_path, "net"))
-    loaded = paddle.jit.load(os.path.join(tmp_path, "net"))(x).numpy()
-    if not _pir():
-        assert not _bf16_exact(out)  # a legacy-IR program: float32 for now
-        return
-    assert _bf16_exact(out) and _bf16_exact(loaded)
+    assert _bf16_exact(out)
     np.testing.assert_allclose(out, eager, rtol=1e-6, atol=1e-6)
-    np.testing.assert_array_equal(loaded, out)
+    # kept as traced: runs as it is wherever it is loaded
+    paddle.jit.save(static, os.path.join(tmp_path, "kept"), clip_extra=False)
+    np.testing.assert_array_equal(paddle.jit.load(os.path.join(tmp_path, "kept"))(x).numpy(),
+                                  out)
+    # Paddle's default save clips the ops' extra attributes; a legacy program's bf16 GEMM
+    # then needs oneDNN switched on where it is loaded (as Paddle Inference runs bf16)
+    paddle.jit.save(static, os.path.join(tmp_path, "net"))
+    loaded = paddle.jit.load(os.path.join(tmp_path, "net"))
+    if not _pir():
+        paddle.set_flags({"FLAGS_use_mkldnn": True})
+    try:
+        np.testing.assert_array_equal(loaded(x).numpy(), out)
+    finally:
+        paddle.set_flags({"FLAGS_use_mkldnn": False})
+
+
+def _region(dtype):
+    return amp.auto_cast(dtype=dtype, emulate=dtype == "float16")
+
+
+@pytest.mark.parametrize("dtype", ["float16", pytest.param("bfloat16", marks=BF16_ONLY)])
+def test_a_program_runs_only_under_the_region_state_it_was_traced_in(dtype):
+    """A function traced inside a region (the caller's) has the region's decisions, as eager
+    mode there; called outside it, it runs float32 as eager mode does (Paddle's program cache
+    keys no AMP state: ours is part of the key), and inside again the region's program."""
+    paddle.seed(0)
+    net = Plain()
+    x = _x()
+    plain = net(x).numpy()
+    with _region(dtype):
+        eager = net(x).numpy()
+    assert not np.array_equal(eager, plain)
+    static = paddle.jit.to_static(net, full_graph=True)
+    with _region(dtype):
+        inside = static(x).numpy()
+    outside = static(x).numpy()
+    with _region(dtype):
+        again = static(x).numpy()
+    np.testing.assert_allclose(inside, eager, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(outside, plain, rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(again, inside)
+
+
+class Aliased(paddle.nn.Layer):
+    """A forward written for ``paddle.amp``, run with ``paddle.amp`` pointed at ours."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = paddle.nn.Linear(16, 4, bias_attr=False)
+
+    def forward(self, x):
+        with paddle.amp.auto_cast(dtype="bfloat16"):
+            return self.fc(x)
+
+
+@BF16_ONLY
+def test_a_script_that_points_paddle_amp_at_ours_gets_our_region_in_a_program():
+    """Paddle's AST translator swaps ``paddle.amp.auto_cast`` for its own recorder by
+    identity: with ``paddle.amp = dygraph`` (docs/dygraph.md) the program still gets ours."""
+    native = paddle.amp
+    paddle.amp = amp
+    try:
+        paddle.seed(0)
+        net = Aliased()
+        x = _x()
+        eager = net(x).numpy()
+        static = paddle.jit.to_static(net, full_graph=True)(x).numpy()
+    finally:
+        paddle.amp = native
+    assert _bf16_exact(eager)
+    np.testing.assert_allclose(static, eager, rtol=1e-6, atol=1e-6)
+
+
+class Nested(paddle.nn.Layer):
+    """A forward that opens a bf16 region around its second layer only."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = paddle.nn.Linear(16, 16, bias_attr=False)
+        self.b = paddle.nn.Linear(16, 4, bias_attr=False)
+
+    def forward(self, x):
+        h = self.a(x)
+        with amp.auto_cast(dtype="bfloat16"):
+            return self.b(h)
+
+
+@BF16_ONLY
+def test_each_op_of_a_program_is_decided_by_its_innermost_region_as_in_eager_mode():
+    """Called in the caller's region (fp16 emulated), the first layer is that region's and
+    the second the forward's own bf16 region's, as in eager mode: the inner region's ops
+    are not written again by the outer one."""
+    paddle.seed(0)
+    net = Nested()
+    x = _x()
+    with _region("float16"):
+        eager = net(x).numpy()
+    with amp.auto_cast(enable=False):
+        plain = net(x).numpy()
+    static = paddle.jit.to_static(net, full_graph=True)
+    with _region("float16"):
+        out = static(x).numpy()
+    assert _bf16_exact(out) and not np.array_equal(eager, plain)
+    np.testing.assert_allclose(out, eager, rtol=1e-6, atol=1e-6)

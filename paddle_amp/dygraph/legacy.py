@@ -1,0 +1,137 @@
+"""A region in a legacy-IR program being built (``paddle.jit.to_static`` on Paddle 2.6, or 3.x
+with ``FLAGS_enable_pir_api=0``): the ops it appended, run as eager mode runs them.
+
+In a legacy program Paddle's layers append ops through ``LayerHelper``, never through the
+``paddle._C_ops`` entry points ``dispatch`` wraps. So a region remembers where its block
+stood when it opened (Paddle's own ``convert_auto_cast`` records a region the same way: a
+block and an op range) and, when it closes, goes over the ops appended since: each op
+``dispatch`` wraps in eager mode (``OPS``) is planned by the region (``Frame.plan``, the same
+decisions, recorded in ``region.ran``) and written with the static drop-in's legacy writing
+(``paddle_amp.ir.legacy``) as eager mode runs it:
+
+- lowered with a kernel here: its floating inputs cast into the low dtype (rounding: oneDNN's
+  cast where Paddle's plain one truncates, as in eager mode), the op on oneDNN's bf16
+  kernel by the attributes the native bf16 rewrite sets (``use_mkldnn``,
+  ``mkldnn_data_type``; its gradient op inherits them), and its result cast back to float32
+  under the name the ops after it read: the ops after it compute in float32, as in eager
+  mode, so the program gives eager mode's loss; every cast operand wants a gradient when
+  one does (oneDNN's bf16 ``matmul_v2_grad`` crashes otherwise, as in eager mode);
+- emulated: inputs and result rounded through the low dtype;
+- otherwise (falls back, nothing to do): as it is.
+
+``paddle.jit.save`` saves these ops, so a loaded program keeps the decisions. A region's ops
+inside a control-flow sub-block (a converted ``if`` or loop) are not revisited: they run
+float32.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+# program op -> its floating input slots, in the order eager mode plans them (dispatch)
+OPS = {"matmul_v2": ("X", "Y"), "conv2d": ("Input", "Filter")}
+
+
+def building_block() -> Any:
+    """The block a legacy program being built appends to, or None (eager mode, PIR)."""
+    if not _FRAMEWORK:
+        from paddle.base import framework
+        _FRAMEWORK.append(framework)
+    framework = _FRAMEWORK[0]
+    if framework.in_dygraph_mode() or getattr(framework, "in_pir_mode", _no)():
+        return None
+    return framework.default_main_program().current_block()
+
+
+_FRAMEWORK: list = []  # paddle.base.framework, imported once (a region is entered per step)
+
+
+def _no() -> bool:
+    return False
+
+
+def rewrite(frame, block, start: int, done: set) -> None:
+    """Write the ops ``block`` gained from ``start`` on as ``frame`` plans them (eager mode's
+    route); ``done``: ids of ops an inner region wrote already (its plan stands)."""
+    from . import kernels
+    from .dispatch import BY_RANK
+    from ..env import DTYPE_OF
+    from ..ir.legacy.program import LegacyProgram
+    from ..ir.legacy.values import Cursor, role
+    ir = LegacyProgram(block.program)
+    ir.block = block
+    if not kernels.plain_cast_rounds():
+        ir.use_onednn_casts()
+    i = start
+    while i < len(block.ops):
+        op = block.ops[i]
+        if id(op) in done or op.type not in OPS:
+            i += 1
+            continue
+        names = [op.input(slot)[0] for slot in OPS[op.type]]
+        vars_ = [block._var_recursive(n) for n in names]
+        key = (op.type,) + tuple(DTYPE_OF.get(v.dtype) for v in vars_)
+        d = frame.plans[key] if key in frame.plans else frame.plan(key)
+        if d is BY_RANK:
+            ranks = tuple(len(v.shape) for v in vars_)
+            d = frame.plans.get(key + ranks) or frame.plan(key, ranks)
+        if d is not None:
+            ir.cursor = Cursor(op, i, role(op))
+            _write(ir, op, names, d)
+            i = ir.cursor.at
+        ir.cursor = None
+        i += 1
+
+
+def _write(ir, op, names: list, d) -> None:
+    """``op`` (reading ``names``) written as the decision ``d`` runs it in eager mode."""
+    out = op.output(_OUT[op.type])[0]
+    if d.emulated:
+        for name, r in zip(names, d.round_inputs):
+            if r:
+                op._rename_input(name, ir.round(op, name, d.low_dtype))
+        if d.round_outputs:
+            ir.round_output(op, out, d.low_dtype)
+        return
+    low = d.run_dtype is not None and d.run_dtype == d.low_dtype
+    cast = []
+    for name, c in zip(names, d.casts):
+        if c:
+            new = ir.cast(op, name, c)
+            op._rename_input(name, new)
+            cast.append(new)
+    if not low:
+        return
+    if any(not ir.block._var_recursive(n).stop_gradient for n in cast):
+        for n in cast:  # oneDNN's bf16 matmul_v2_grad crashes on one missing gradient
+            ir.require_grad(n)
+    ir.use_onednn(op)
+    _hand_back(ir, op, out, d.low_dtype)
+
+
+_OUT = {"matmul_v2": "Out", "conv2d": "Output"}
+
+
+def _hand_back(ir, op, out: str, low: str) -> None:
+    """``op`` writes ``out`` in ``low`` under a new name, cast back into ``out`` (float32)
+    right after it: what eager mode hands the ops after it."""
+    from paddle.base import unique_name
+    from ..env import VARTYPE_OF
+    from ..ir.legacy.writing import _insert_cast_op
+    block = ir.block
+    var = block._var_recursive(out)
+    raw = block.create_var(name=unique_name.generate(f"{out}.{low}"), dtype=VARTYPE_OF[low],
+                           shape=var.shape, lod_level=var.lod_level, persistable=False,
+                           stop_gradient=var.stop_gradient)
+    op._rename_output(out, raw.name)
+    at = ir.cursor
+    # a plain cast, as eager mode's (widening is exact; oneDNN's reorder of the gradient
+    # back into bf16 fails on a GEMM's result: "could not create a primitive descriptor")
+    _insert_cast_op(block, at.at + 1, raw.name, out, VARTYPE_OF[low], var.dtype, at.role, {})
+    at.at += 1
+
+
+def claimed(block, start: int) -> set:
+    """The ids of the ops ``block`` holds from ``start`` on (a closed region's: an enclosing
+    region leaves them as written)."""
+    return {id(op) for op in block.ops[start:]}
+
