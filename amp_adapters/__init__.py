@@ -6,52 +6,25 @@ state machine and reports. It imports neither framework; ``mxnet_amp`` and
 
 Files:
 
-    policy.py     Policy: dtype, level, op-list overrides, loss scale, emulate; presets, files
-    dtypes.py     the dtype vocabulary: names, low dtypes, aliases, widest-wins order
-    oplists/      op lists as data (canonical vocabulary -> each framework's op names)
-    planner.py    categorize / plan_op: the cast decision for one op (an OpCall)
-    device.py     DeviceProfile: what a device runs low, on which route, and how fast
-    speedbook.py  measured speed kept: saved profiles, the per-machine cache, measuring
-    speed_source.py  SpeedSource: what a runtime supplies to be timed (a Job, a timer,
-                  its child module); the book, the lookup and the job server per source
-    timing.py     side-by-side timing: interleaved pairs, median ratio and spread
-    measure_process.py  measurements in a kept child process (the planning process untouched)
-    memory.py     a step's peak memory: a fresh process per run, VmHWM, median of three
-    isa.py        what oneDNN uses for bf16 here: CPU flags capped by the ISA limit
-    speed_report.py  info --measure / profile: per-op measured speed, the saved profile
-    params.py     plan_params: which parameters O2 stores in the low dtype
-    loss_scale/   the loss-scale rule, once: LossScaleConfig, LossScaleState, update over
-                  the ArrayOps vocabulary (NumpyOps here), check_guard, strict state dicts
-    scaler.py     DynamicLossScale / StaticLossScale / NoOpLossScale: config + state views
-    policyfile.py reading and checking a policy file's structure (before anything is built)
-    configcheck.py the one form of a config error; tables, unknown keys, lists of names
-    toml_duplicates.py which key a policy file gives twice, and the line of each giving
-    checkpoint.py atomic, verified checkpoint folders (the backends' save/load_checkpoint)
-    report.py     CastReport: decisions per op and the graph's casts; print(report) is the table
-    fallback.py   what a backend says about ops without a low-precision kernel here
-    native_speed.py  the one line when the native's decisions are slower than float32 here
-    quiet.py      framework log noise off, for our command and examples
-    errors.py     the config and checkpoint errors
-    cli.py        ``amp-adapters lists|explain|diff`` (other subcommands come by entry point)
-    native_diff.py  where the shared O1 and each native default disagree, and why
-    layers.py     per-layer precision: op instances kept fp32 or run low, by name pattern
-    doctor/       the numerics doctor's core: range stats, findings, the recommended policy TOML
+    rules/        the policy kernel: policy, lists, planner, device, loss-scale rule
+    services/     its services: speed, memory, reports, checkpoints, doctor, command
 """
 import os as _os
 
-from . import isa as _isa
-from .dtypes import LOW_DTYPES, dtype_name
-from .errors import (AmpConfigError, CheckpointError, ConflictingOpError, NotSupportedError,
-                     OverflowGuardError, UnknownChoiceError, UnknownOpError)
-from .layers import LayerLists, UnmatchedLayerWarning
-from .params import ParamPlan, ParamUse, plan_params
-from .planner import (UNKNOWN, Category, OpCall, OpDecision, attrs_read, categorize,
-                      effective_lists, output_fp32, plan_op, widest)
-from .policy import DTYPES, LEVELS, PRESETS, OpLists, Policy, resolve_policy
-from .loss_scale import LossScaleConfig, LossScaleState
-from .report import CastReport, compare, kernel_differences, policy_disagreements
-from .scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale,
-                     loss_scale_from_config, loss_scale_from_parts, loss_scale_from_state_dict)
+from .rules import isa as _isa
+from .rules.dtypes import LOW_DTYPES, dtype_name
+from .rules.errors import (AmpConfigError, CheckpointError, ConflictingOpError, NotSupportedError,
+                           OverflowGuardError, UnknownChoiceError, UnknownOpError)
+from .rules.layers import LayerLists, UnmatchedLayerWarning
+from .rules.params import ParamPlan, ParamUse, plan_params
+from .rules.planner import (UNKNOWN, Category, OpCall, OpDecision, attrs_read, categorize,
+                            effective_lists, output_fp32, plan_op, widest)
+from .rules.policy import DTYPES, LEVELS, PRESETS, OpLists, Policy, resolve_policy
+from .rules.loss_scale import LossScaleConfig, LossScaleState
+from .services.report import CastReport, compare, kernel_differences, policy_disagreements
+from .rules.scaler import (DynamicLossScale, LossScale, NoOpLossScale, StaticLossScale,
+                           loss_scale_from_config, loss_scale_from_parts,
+                           loss_scale_from_state_dict)
 
 # AMP_ADAPTERS_CPU=avx2|avx512_core: run as that CPU class (isa.simulated): oneDNN limited to
 # match in this process, for a framework whose oneDNN has not started yet, and its children

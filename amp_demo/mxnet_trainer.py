@@ -9,7 +9,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 from amp_adapters import Policy
-from amp_adapters.timing import ratio_of
+from amp_adapters.services.timing import ratio_of
 from mxnet_amp import cast_report, init, init_trainer, loss_scale, reset, scale_loss
 
 from .data import DigitsData, evaluate

@@ -11,7 +11,7 @@ import numpy as np
 import paddle
 
 from amp_adapters import Policy
-from amp_adapters.timing import ratio_of
+from amp_adapters.services.timing import ratio_of
 from paddle_amp import cast_report, decorate
 
 from .data import DigitsData, evaluate

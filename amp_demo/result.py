@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from amp_adapters import Policy
-from amp_adapters.dtypes import short_name
+from amp_adapters.rules.dtypes import short_name
 
 OnStep = Callable[[int, float, float], None]  # (step, loss, scale): progress callback
 

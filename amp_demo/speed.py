@@ -2,7 +2,7 @@
 
 The digits MLP (64-64-10) costs per op, not per FLOP: no AMP makes it faster. This table
 trains a GEMM-bound MLP (1024-1024-1024-10, batch 256, random data) instead, one step of
-float32 and one of AMP in turn (``amp_adapters.timing.ratio_of``: interleaved pairs,
+float32 and one of AMP in turn (``amp_adapters.services.timing.ratio_of``: interleaved pairs,
 median ratio and spread), under the native's bf16 decisions (``O1-bf16``) and under
 ``auto`` (bf16 only where this machine measured it faster). Each (framework, policy) runs
 in a child process: MXNet's ``init`` patches the process, and Paddle fixes its IR at
@@ -83,7 +83,7 @@ def format_rows(result: Sequence[SpeedRow]) -> str:
 
 def main(argv: Sequence[str]) -> int:
     """``python -m amp_demo.speed FRAMEWORK POLICY``: one row, as a JSON line."""
-    from amp_adapters.quiet import quiet_frameworks
+    from amp_adapters.services.quiet import quiet_frameworks
     quiet_frameworks()
     framework, policy = argv
     if framework not in ("mxnet", "paddle"):

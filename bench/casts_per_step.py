@@ -50,7 +50,7 @@ def mxnet_rows() -> list[str]:
     from consistency_models import MODELS, mxnet_block
     from mxnet_amp._mx import registry
     from mxnet_amp.graph import rewrite
-    from amp_adapters.device import DeviceProfile
+    from amp_adapters.rules.device import DeviceProfile
 
     rows = []
     for name in MODELS:
@@ -86,7 +86,7 @@ def paddle_rows() -> list[str]:
     from paddle.static.amp import fp16_lists
 
     import paddle_amp
-    from amp_adapters.device import DeviceProfile
+    from amp_adapters.rules.device import DeviceProfile
     from consistency_models import MODELS, paddle_forward
 
     every_op = frozenset(core.get_all_op_names())

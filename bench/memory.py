@@ -1,5 +1,5 @@
 """Memory of one training step: fp32, the native bf16 AMP, and ours per policy, as ratios to
-fp32, measured by ``amp_adapters.memory`` (a fresh process per run, the high-water mark reset
+fp32, measured by ``amp_adapters.services.memory`` (a fresh process per run, the high-water mark reset
 before one step after warm-up, median of three), as the CPU is and with oneDNN limited to
 AVX512_CORE.
 
@@ -24,8 +24,8 @@ import os
 import sys
 from typing import Optional
 
-from amp_adapters.memory import (RUNS, MemoryMeasureFailed, StepMemory, Workload, fixed_env,
-                                 main, measure, stated)
+from amp_adapters.services.memory import (RUNS, MemoryMeasureFailed, StepMemory, Workload,
+                                          fixed_env, main, measure, stated)
 
 SERVER = "bench.memory"
 MIB = 1 << 20
@@ -275,8 +275,8 @@ HEAD = ["| framework | model | config | peak / fp32 | transient / fp32 | framewo
 
 
 def run() -> str:
-    from amp_adapters.isa import describe_bf16
-    from amp_adapters.speedbook import machine
+    from amp_adapters.rules.isa import describe_bf16
+    from amp_adapters.services.speedbook import machine
 
     parts = ["## Memory of one training step: native, ours per policy, against fp32", "",
              __doc__.split("\n\n")[1].replace("\n", " "), "",

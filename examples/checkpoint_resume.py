@@ -16,7 +16,7 @@ had never stopped (same scales, same skipped steps, same weights).
 import argparse
 import sys
 
-from amp_adapters.quiet import quiet_frameworks
+from amp_adapters.services.quiet import quiet_frameworks
 
 quiet_frameworks()  # framework log noise off: glog INFO lines, "Cannot decide type", ...
 

@@ -6,7 +6,7 @@ Clipping the *scaled* gradients would clip at max_norm * scale, i.e. not at all.
 
     python examples/gluon_clipping.py
 """
-from amp_adapters.quiet import quiet_frameworks
+from amp_adapters.services.quiet import quiet_frameworks
 
 quiet_frameworks()  # framework log noise off: glog INFO lines, "Cannot decide type", ...
 

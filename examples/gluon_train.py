@@ -10,7 +10,7 @@ crashes there: "FP16 gemm on cpu not implemented"), as is O2's master update.
 import argparse
 import os
 
-from amp_adapters.quiet import quiet_frameworks
+from amp_adapters.services.quiet import quiet_frameworks
 
 quiet_frameworks()  # framework log noise off: glog INFO lines, "Cannot decide type", ...
 

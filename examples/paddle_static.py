@@ -10,7 +10,7 @@ import os
 
 os.environ.setdefault("FLAGS_enable_pir_api", "0")  # Paddle 3.x: the legacy program IR
 
-from amp_adapters.quiet import quiet_frameworks
+from amp_adapters.services.quiet import quiet_frameworks
 
 quiet_frameworks()  # framework log noise off: glog INFO lines, "Cannot decide type", ...
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from amp_adapters import Policy
-from amp_adapters.layers import check_matched
+from amp_adapters.rules.layers import check_matched
 
 _policy: Optional[Policy] = None
 _layer_names: set[str] = set()    # the node names, block names and paths seen under init

@@ -3,7 +3,7 @@
 One checkpoint is the parameters (``net.save_parameters``), the optimizer
 state (``trainer.save_states``: moments, update counts, the optimizer), the
 loss-scale state and ``last_step_skipped``, and the step, published by
-``amp_adapters.checkpoint`` (temp folder, fsync, rename, pointer swap), so a
+``amp_adapters.services.checkpoint`` (temp folder, fsync, rename, pointer swap), so a
 kill at any moment leaves the previous checkpoint loadable. Loading verifies
 the checksums, the policy, the optimizer type and every parameter's name and
 shape before it changes anything. Both read the parameters back to the host
@@ -18,8 +18,8 @@ from typing import Any, Optional
 import mxnet as mx
 from mxnet import gluon
 
-from amp_adapters import checkpoint as core
-from amp_adapters.errors import AmpConfigError, CheckpointError
+from amp_adapters.services import checkpoint as core
+from amp_adapters.rules.errors import AmpConfigError, CheckpointError
 
 from .active import active_policy
 from .scaling import AmpTrainerState, checked_restore

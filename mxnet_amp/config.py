@@ -6,10 +6,10 @@ from typing import Optional, Sequence
 import mxnet as mx
 
 from amp_adapters import AmpConfigError, OpLists, Policy
-from amp_adapters.errors import check_flag
-from amp_adapters.dtypes import low_dtype
-from amp_adapters.policy import PolicyLike
-from amp_adapters.policy import resolve_policy
+from amp_adapters.rules.errors import check_flag
+from amp_adapters.rules.dtypes import low_dtype
+from amp_adapters.rules.policy import PolicyLike
+from amp_adapters.rules.policy import resolve_policy
 
 from ._mx import registry
 
@@ -23,7 +23,7 @@ def device_type(ctx: Optional[mx.Context] = None) -> str:
     """The device a policy runs on, as MXNet answers it: ``ctx``'s ``device_type``, else
     ``"gpu"`` where MXNet sees a GPU (``mx.context.num_gpus() > 0``: ``init`` patches
     before any context is chosen), else ``"cpu"``. The preset ``"auto"`` takes its dtype
-    from it (``amp_adapters.device.auto_dtype``)."""
+    from it (``amp_adapters.rules.device.auto_dtype``)."""
     if ctx is not None:
         return ctx.device_type
     return "gpu" if mx.context.num_gpus() > 0 else "cpu"

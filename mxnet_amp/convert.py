@@ -19,7 +19,7 @@ a user runs with ``auto`` is for where it runs; to convert for another machine, 
 profile measured there, ``Policy(profile=...)``, whose costs then decide). Each op is
 measured for inference at the shape class MXNet infers from ``input_shapes=`` (and the
 shapes parameters declare); an unknown dimension, such as the batch, at
-``amp_adapters.device.UNKNOWN_DIM``. Parameters stay
+``amp_adapters.rules.device.UNKNOWN_DIM``. Parameters stay
 float32 and are cast inside the graph once per dtype, unless
 ``cast_optional_params=True``: then a parameter that only feeds low-precision
 ops is declared (``__dtype__``) and returned in that dtype, as natively.
@@ -35,9 +35,9 @@ from mxnet.gluon import HybridBlock, SymbolBlock
 from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
 from amp_adapters import AmpConfigError, ConflictingOpError
-from amp_adapters.dtypes import low_dtype
-from amp_adapters.layers import check_matched
-from amp_adapters.oplists import native_lists
+from amp_adapters.rules.dtypes import low_dtype
+from amp_adapters.rules.layers import check_matched
+from amp_adapters.rules.oplists import native_lists
 
 from ._mx import declared as with_dtypes
 from ._mx import dtype_name, mx_dtype

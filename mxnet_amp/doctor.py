@@ -17,13 +17,13 @@ the doctor costs nothing when it is off). Per batch, the graph ``init``'s
 policy gives ``loss_fn(net(x), y)`` (traced once, for hybridized and
 imperative blocks alike) runs op by op on copies of the current parameters,
 forward and backward at the trainer's loss scale, and so does the same graph
-without its AMP casts (float32); the core (``amp_adapters.doctor``) turns the
+without its AMP casts (float32); the core (``amp_adapters.services.doctor``) turns the
 values into the report and the recommendation. Each batch is kept, with the
 parameters and the trainer's optimizer state the first step started from, for the
 recommendation: it trains under each candidate fix (``replay``, the trial: a copy
 of the optimizer updates copies of the parameters), narrowest first, and recommends
 the first whose trial is clean on steps held out of its derivation
-(``amp_adapters.doctor.verify``). The block also wraps ``trainer.step`` of the one
+(``amp_adapters.services.doctor.verify``). The block also wraps ``trainer.step`` of the one
 trainer, to learn each step's batch size. On exit the parameters, their gradients,
 the trainer's optimizer state and the loss-scale state are put back bit for bit as
 they were when the block was entered.
@@ -41,13 +41,13 @@ from mxnet import autograd
 from mxnet.gluon import HybridBlock
 
 from amp_adapters import Policy
-from amp_adapters.doctor import DoctorReport, Recorder, StepRecord, scale_ceiling
-from amp_adapters.doctor.bf16 import Bf16Speed
-from amp_adapters.doctor.session import Session
-from amp_adapters.doctor.verify import after_step
-from amp_adapters.dtypes import FLOAT_DTYPES
-from amp_adapters.layers import check_matched
-from amp_adapters.policy import PolicyLike
+from amp_adapters.services.doctor import DoctorReport, Recorder, StepRecord, scale_ceiling
+from amp_adapters.services.doctor.bf16 import Bf16Speed
+from amp_adapters.services.doctor.session import Session
+from amp_adapters.services.doctor.verify import after_step
+from amp_adapters.rules.dtypes import FLOAT_DTYPES
+from amp_adapters.rules.layers import check_matched
+from amp_adapters.rules.policy import PolicyLike
 
 from . import layer_paths, patching, scaling
 from ._mx import dtype_name, unpatched
@@ -174,7 +174,7 @@ class Doctor(Session):
         return super().bf16_speed()
 
     def replay(self, policy: Policy) -> DoctorReport:
-        """The trial of ``policy`` (``amp_adapters.doctor.verify``): training under it from
+        """The trial of ``policy`` (``amp_adapters.services.doctor.verify``): training under it from
         the state the first recorded step started from, over the recorded batches in
         order. Each step runs the traced graph planned under ``policy`` (``graph.rewrite``)
         on the trial's own copy of the parameters, at the scale ``policy``'s loss scale has

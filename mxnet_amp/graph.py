@@ -16,10 +16,10 @@ from typing import AbstractSet, Callable, Iterator, Mapping, Optional
 import mxnet as mx
 
 from amp_adapters import OpDecision, ParamUse, Policy, OpCall, plan_op
-from amp_adapters.device import DeviceProfile, ShapeClass
-from amp_adapters.dtypes import AMP_DTYPES, FLOAT_RANK, LOW_DTYPES, widest
-from amp_adapters.dtypes import FLOAT_DTYPES as FLOATS
-from amp_adapters.oplists import passes_through
+from amp_adapters.rules.device import DeviceProfile, ShapeClass
+from amp_adapters.rules.dtypes import AMP_DTYPES, FLOAT_RANK, LOW_DTYPES, widest
+from amp_adapters.rules.dtypes import FLOAT_DTYPES as FLOATS
+from amp_adapters.rules.oplists import passes_through
 
 from ._mx import cast, declared, dtype_name, graph_shapes, input_names, mx_dtype, unpatched
 from .kernels import log_fallback
@@ -173,7 +173,7 @@ def rewrite(sym: mx.sym.Symbol, known: Mapping[str, str], policy: Policy,
     measured speed, which measures on this machine's CPU (``_device``). ``shapes``: the
     known shapes of inputs; measured speed plans each op at the shape class MXNet's
     partial shape inference gives from them (an unknown dimension, such as the batch,
-    measured at ``amp_adapters.device.UNKNOWN_DIM``).
+    measured at ``amp_adapters.rules.device.UNKNOWN_DIM``).
     ``params``: the inputs that are parameters (weights), so that a promote op casts a
     float32 parameter down beside a low activation rather than the activation up.
     ``optional_params`` (the native ``cast_optional_params``): of these parameter

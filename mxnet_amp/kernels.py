@@ -23,9 +23,9 @@ from mxnet import autograd
 from mxnet import ndarray as nd
 
 from amp_adapters import OpDecision, Policy
-from amp_adapters.device import CostLookup, DeviceProfile
-from amp_adapters.fallback import FallbackNotices
-from amp_adapters.quiet import stderr_silenced
+from amp_adapters.rules.device import CostLookup, DeviceProfile
+from amp_adapters.services.fallback import FallbackNotices
+from amp_adapters.services.quiet import stderr_silenced
 
 from ._mx import cast, dtype_name, unpatched
 
@@ -166,7 +166,7 @@ class KernelSet(collections.abc.Set):
 
 def device_profile(ctx: mx.Context, policy: Policy, training: bool,
                    costs: Optional[CostLookup] = None) -> DeviceProfile:
-    """What ``ctx``'s device runs in ``policy.dtype`` (``amp_adapters.device``): the ops
+    """What ``ctx``'s device runs in ``policy.dtype`` (``amp_adapters.rules.device``): the ops
     whose kernel runs there, forward and, for ``training``, backward (probed lazily,
     ``KernelSet``); ``costs``: the measured-speed lookup (``speed_source.profile`` adds it, under
     ``Policy.speed == "measured"``). MXNet picks oneDNN by itself, so no op needs a route
@@ -186,7 +186,7 @@ def log_fallback(op: str, ctx: mx.Context, decision: OpDecision) -> None:
 
 def summarize_fallbacks(what: str, decisions: Sequence[OpDecision], ctx: mx.Context) -> None:
     """One line about a model: ops in the low dtype, in float32 and why (when any lacks a
-    kernel here; see ``amp_adapters.fallback.summary``)."""
+    kernel here; see ``amp_adapters.services.fallback.summary``)."""
     _notices.summarize(what, decisions, str(ctx))
 
 

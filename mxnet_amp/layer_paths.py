@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from amp_adapters.layers import layer_paths, stems_of
+from amp_adapters.rules.layers import layer_paths, stems_of
 
 
 def tree_paths(root: Any) -> dict[int, str]:
     """{id(block): its path from ``root``}: the child names of ``Block._children`` joined by
     ``.`` (``2`` for a HybridSequential's third child, ``encoder.layers.3``); ``root`` is
-    ``""`` (``amp_adapters.layers.layer_paths``)."""
+    ``""`` (``amp_adapters.rules.layers.layer_paths``)."""
     return layer_paths(root, lambda b: b._children.items())
 
 

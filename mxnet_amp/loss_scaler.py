@@ -17,7 +17,7 @@ import logging
 from typing import Any, Optional, Sequence
 
 from amp_adapters import DynamicLossScale, LossScale
-from amp_adapters.loss_scale import SkipWindow, check_guard
+from amp_adapters.rules.loss_scale import SkipWindow, check_guard
 
 from .native_fields import NativeScalerFields
 from .overflow import FiniteCheck

@@ -36,10 +36,10 @@ from mxnet.gluon import HybridBlock, Trainer
 from mxnet.optimizer import Updater
 
 from amp_adapters import AmpConfigError, ParamPlan, ParamUse, Policy, plan_params
-from amp_adapters.dtypes import LOW_DTYPES
+from amp_adapters.rules.dtypes import LOW_DTYPES
 
 from ._mx import _BF16, _ND_AMP_CAST, cast, dtype_name, input_names, unpatched
-from amp_adapters.policy import PolicyLike
+from amp_adapters.rules.policy import PolicyLike
 from .config import user_policy
 from .graph import nodes
 from .active import active_policy

@@ -1,4 +1,4 @@
-"""MXNet's own count of its tensor bytes, for ``amp_adapters.memory`` (a ``TensorBytes``).
+"""MXNet's own count of its tensor bytes, for ``amp_adapters.services.memory`` (a ``TensorBytes``).
 
 MXNet 1.9 has no query of CPU memory; its profiler, run with ``profile_memory=True``,
 keeps a counter of the bytes its storage holds ("Memory: cpu/0" in the aggregate
@@ -29,7 +29,7 @@ class ProfilerBytes:
         # MXNet writes its trace to this file when the process exits, whatever is set later
         # (never name a device such as os.devnull: MXNet replaces the file): by default in
         # the temporary directory, which a measuring process has to itself
-        # (``amp_adapters.memory.measure_once``)
+        # (``amp_adapters.services.memory.measure_once``)
         self.filename = filename or os.path.join(tempfile.gettempdir(),
                                                  f"amp-adapters-mx-{os.getpid()}.json")
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from amp_adapters import LossScale, loss_scale_from_parts
-from amp_adapters.loss_scale import mxnet_fields
+from amp_adapters.rules.loss_scale import mxnet_fields
 
 
 def _field(name: str) -> property:

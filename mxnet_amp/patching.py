@@ -41,9 +41,9 @@ from mxnet import base
 
 from amp_adapters import (UNKNOWN, AmpConfigError, OpDecision, Policy, attrs_read,
                           effective_lists, OpCall, plan_op)
-from amp_adapters.oplists import load_table, native_lists
-from amp_adapters.device import ShapeClass
-from amp_adapters.dtypes import AMP_DTYPES
+from amp_adapters.rules.oplists import load_table, native_lists
+from amp_adapters.rules.device import ShapeClass
+from amp_adapters.rules.dtypes import AMP_DTYPES
 
 from ._mx import (_local, bypassed, call_unpatched, cast, fc_needs_split, fc_split_bias,
                   frozen_params, is_symbol, is_tensor, multicast_widest, symbol_shape,

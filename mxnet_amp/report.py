@@ -11,8 +11,8 @@ import mxnet as mx
 from mxnet.gluon import HybridBlock
 
 from amp_adapters import CastReport, Policy
-from amp_adapters.policy import PolicyLike
-from amp_adapters.report import GraphCasts, cast_bytes
+from amp_adapters.rules.policy import PolicyLike
+from amp_adapters.services.report import GraphCasts, cast_bytes
 
 from ._mx import dtype_name
 from .active import active_policy

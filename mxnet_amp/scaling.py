@@ -34,9 +34,9 @@ from mxnet.gluon import Trainer
 
 from amp_adapters import (AmpConfigError, LossScale, LossScaleConfig, Policy, StaticLossScale,
                           loss_scale_from_parts)
-from amp_adapters.loss_scale import SkipWindow, check_guard
-from amp_adapters.loss_scale.state_dict import check_same_config
-from amp_adapters.scaler import LOSS_SCALE_KINDS
+from amp_adapters.rules.loss_scale import SkipWindow, check_guard
+from amp_adapters.rules.loss_scale.state_dict import check_same_config
+from amp_adapters.rules.scaler import LOSS_SCALE_KINDS
 
 from ._mx import unpatched
 from .active import active_policy, check_layers

@@ -1,10 +1,10 @@
 """Measured speed on MXNet: one op in the low dtype, its casts included, against float32.
 
-``MXNetSource`` is this runtime's ``amp_adapters.speed_source.SpeedSource`` (the book, the
+``MXNetSource`` is this runtime's ``amp_adapters.services.speed_source.SpeedSource`` (the book, the
 cache, the measuring child are the core's); its timer, ``measure(op, shape, training)``,
 for an op the O1 lists lower (the GEMMs and convolutions, legacy and ``mx.np``/``mx.npx``)
 it builds the op's call at the shape class's concrete shapes (``ShapeClass.concrete``:
-an unknown dimension at ``UNKNOWN_DIM``) and times, with ``amp_adapters.timing.ratio_of``:
+an unknown dimension at ``UNKNOWN_DIM``) and times, with ``amp_adapters.services.timing.ratio_of``:
 
 - low: ``amp_cast`` of each floating input to the low dtype, the op, ``amp_cast`` of its
   output back to float32 (what the plan inserts around a lowered op);
@@ -34,13 +34,14 @@ import mxnet as mx
 from mxnet import autograd
 from mxnet import ndarray as nd
 
-from amp_adapters import Policy, speed_source
-from amp_adapters.device import Cost, DeviceProfile, ShapeClass
-from amp_adapters.speed_source import Job
-from amp_adapters.speedbook import SpeedBook, gpu_key, machine, nvidia_gpu, warn_once
-from amp_adapters.timing import ratio_of
+from amp_adapters import Policy
+from amp_adapters.services import speed_source
+from amp_adapters.rules.device import Cost, DeviceProfile, ShapeClass
+from amp_adapters.services.speed_source import Job
+from amp_adapters.services.speedbook import SpeedBook, gpu_key, machine, nvidia_gpu, warn_once
+from amp_adapters.services.timing import ratio_of
 
-from amp_adapters.quiet import stderr_silenced
+from amp_adapters.services.quiet import stderr_silenced
 
 from ._mx import _ND_AMP_CAST, mx_dtype, unpatched
 from .kernels import _drain, device_profile
@@ -215,7 +216,7 @@ def _run(call: Call, inputs: list, dtype: Optional[str], backward: bool) -> Call
 
 @dataclass(frozen=True)
 class MXNetSource:
-    """MXNet's ``amp_adapters.speed_source.SpeedSource``: an op with a recipe here
+    """MXNet's ``amp_adapters.services.speed_source.SpeedSource``: an op with a recipe here
     (``RECIPES``) at a shape class it can build, timed by ``measure`` on the device
     ``device_type`` ``device_id`` (the device the model runs on; ``gpu``: its key, None on
     a CPU)."""
@@ -293,7 +294,7 @@ def book(ctx: mx.Context, policy: Policy) -> SpeedBook:
 
 def note_native_speed(policy: Policy, training: bool) -> None:
     """Say once per process when the native's decisions run an op slower than float32 here
-    (``amp_adapters.native_speed.note``)."""
+    (``amp_adapters.services.native_speed.note``)."""
     speed_source.note("mxnet_amp", policy, source(None, policy.dtype), training)
 
 
@@ -316,7 +317,7 @@ def speed_probe(dtype: str):
     """``amp-adapters info --measure``'s answer for MXNet on this CPU (``speed_report``): the
     book ``policy="auto"`` reads, the device profiles, and a small and a large GEMM and a
     convolution as samples."""
-    from amp_adapters.speed_report import Sample, SpeedProbe
+    from amp_adapters.services.speed_report import Sample, SpeedProbe
 
     policy, ctx = Policy.preset("auto", dtype=dtype), mx.cpu()
     samples = tuple(Sample(op, ShapeClass.of(shapes), what) for op, shapes, what in (

@@ -1,10 +1,10 @@
-"""mxnet_amp's measuring child process (``amp_adapters.measure_process``): run as ``python -m
+"""mxnet_amp's measuring child process (``amp_adapters.services.measure_process``): run as ``python -m
 mxnet_amp.speed_child`` for ``speed.MXNetSource`` (its ``child``), it serves the core's job
 timer (``speed_source.time_job``) with this backend's timer module loaded, away from the
 process that plans, so what a timing allocates never changes that process. (A module of
 the backend's, not the core's: the core imports no backend, not even by a computed name.)"""
-from amp_adapters.measure_process import serve
-from amp_adapters.speed_source import time_job
+from amp_adapters.services.measure_process import serve
+from amp_adapters.services.speed_source import time_job
 
 from . import speed  # noqa: F401  (the timer the jobs name, loaded for time_job)
 

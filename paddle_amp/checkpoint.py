@@ -3,7 +3,7 @@
 ``save`` writes ``paddle.static.save``'s files (``model.pdparams``: parameters,
 ``model.pdopt``: optimizer accumulators, learning rate and the loss-scale vars,
 ``model.pdmodel``, or ``model.json`` under PIR: the program) from ``scope`` through
-``amp_adapters.checkpoint`` (temp folder, fsync, rename, pointer swap), so a
+``amp_adapters.services.checkpoint`` (temp folder, fsync, rename, pointer swap), so a
 kill at any moment leaves the previous checkpoint loadable; the files stay
 readable by ``paddle.static.load``. Either IR (the persistables are the IR layer's
 ``persistables()``). ``load`` verifies the checksums and the
@@ -20,8 +20,8 @@ import numpy as np
 import paddle
 
 
-from amp_adapters import checkpoint as ckpt_core
-from amp_adapters.errors import CheckpointError
+from amp_adapters.services import checkpoint as ckpt_core
+from amp_adapters.rules.errors import CheckpointError
 
 from . import ir
 

@@ -16,9 +16,10 @@ from typing import Optional
 
 from amp_adapters import (LEVELS, AmpConfigError, DynamicLossScale, LossScale, OpLists, Policy,
                           StaticLossScale, UnknownChoiceError)
-from amp_adapters.dtypes import LOW_DTYPES, low_dtype
-from amp_adapters.errors import check_flag
-from amp_adapters.policy import PolicyLike, default_loss_scale, resolve_policy, with_custom_lists
+from amp_adapters.rules.dtypes import LOW_DTYPES, low_dtype
+from amp_adapters.rules.errors import check_flag
+from amp_adapters.rules.policy import (PolicyLike, default_loss_scale, resolve_policy,
+                                       with_custom_lists)
 
 from .env import current_device
 from .lists import check_lists, known_ops

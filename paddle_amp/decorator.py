@@ -18,8 +18,8 @@ import paddle
 from paddle.base import core, framework
 
 from amp_adapters import CastReport, LossScale, ParamPlan, Policy
-from amp_adapters.device import DeviceProfile
-from amp_adapters.errors import check_flag
+from amp_adapters.rules.device import DeviceProfile
+from amp_adapters.rules.errors import check_flag
 
 from .amp_nn import check_finite_and_unscale, update_loss_scaling  # noqa: F401 (native names)
 from .casting import cast_model_to_fp16, cast_parameters_to_fp16  # noqa: F401 (native names)
@@ -285,7 +285,7 @@ class OptimizerWithMixedPrecision:
         loss-scale state) and ``step`` as the newest checkpoint in the folder ``path``.
 
         Atomic: the previous checkpoint stays valid until this one is complete (see
-        ``amp_adapters.checkpoint``). ``step`` defaults to the loss scale's
+        ``amp_adapters.services.checkpoint``). ``step`` defaults to the loss scale's
         ``total_steps``. Returns ``path`` as a ``Path``."""
         scaling, scope = self._built("save_checkpoint"), scope or paddle.static.global_scope()
         checkpoint.check_saveable(program, self._train_program, scope)

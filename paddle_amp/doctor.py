@@ -13,12 +13,12 @@ nothing global) first hands each feed of the decorated program to the doctor,
 which runs the program's forward and backward ops (no optimizer, no
 loss-scale update) in a scratch scope on copies of the current persistables,
 fetching every op's output, and the same ops with the AMP casts made float32;
-the core (``amp_adapters.doctor``) turns the values into the report and the
+the core (``amp_adapters.services.doctor``) turns the values into the report and the
 recommendation. Each feed is kept, with the persistables the first step started from,
 so the recommendation can train under each candidate fix (``replay``, the trial: a
 copy of the program decorated with it and a fresh copy of the optimizer, in a scratch
 scope) and recommend the narrowest whose trial is clean on steps held out of its
-derivation (``amp_adapters.doctor.verify``). On exit every persistable of the program
+derivation (``amp_adapters.services.doctor.verify``). On exit every persistable of the program
 (parameters, optimizer state, the loss-scale state) is put back bit for bit as it was.
 
 The IR-specific part is in the IR layer (``ProgramIR.doctor_ops``,
@@ -35,9 +35,9 @@ import numpy as np
 import paddle
 
 from amp_adapters import Policy
-from amp_adapters.doctor import DoctorReport, Recorder, scale_ceiling
-from amp_adapters.doctor.bf16 import Bf16Speed
-from amp_adapters.doctor.session import Session
+from amp_adapters.services.doctor import DoctorReport, Recorder, scale_ceiling
+from amp_adapters.services.doctor.bf16 import Bf16Speed
+from amp_adapters.services.doctor.session import Session
 
 from . import ir
 from .env import from_low
@@ -186,7 +186,7 @@ class Doctor(Session):
         return Bf16Speed() if current_device() == "GPU" else super().bf16_speed()
 
     def replay(self, policy: Policy) -> DoctorReport:
-        """The trial of ``policy`` (``amp_adapters.doctor.verify``): training under it from
+        """The trial of ``policy`` (``amp_adapters.services.doctor.verify``): training under it from
         the state the first recorded step started from, over the recorded feeds in order.
         A copy of the program as it was before the rewrite (kept by ``backward``) is
         decorated with ``policy`` and a fresh copy of the user's optimizer (its type and

@@ -9,7 +9,7 @@ import numpy as np
 import paddle
 from paddle.base import core, framework
 
-from amp_adapters.dtypes import FLOAT_DTYPES, SHORT_NAMES
+from amp_adapters.rules.dtypes import FLOAT_DTYPES, SHORT_NAMES
 
 VarType = core.VarDesc.VarType
 

@@ -4,7 +4,7 @@ The module sets are the installed native's defaults (``native_lists``, the
 data of the ``paddle-native`` preset), as fresh copies: edit a list object's
 sets, not these.
 """
-from amp_adapters.oplists import native_lists
+from amp_adapters.rules.oplists import native_lists
 
 from .lists import (AutoMixedPrecisionLists, CustomOpLists,  # noqa: F401
                     check_amp_dtype)

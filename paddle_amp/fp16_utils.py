@@ -7,7 +7,7 @@ exposed: calling one raises ``NotSupportedError`` saying what to use.
 """
 from paddle.base import core
 
-from amp_adapters.errors import unsupported
+from amp_adapters.rules.errors import unsupported
 
 from .casting import (cast_model_to_fp16, cast_parameters_to_fp16,  # noqa: F401
                       find_op_index, find_true_post_op, find_true_prev_op, map_block)

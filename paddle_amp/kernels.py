@@ -16,7 +16,7 @@ Two kinds of kernel count (``plain_kernels`` | ``onednn_kernels``):
   its own probe (``casts_on_onednn``; legacy IR only), and then means: the casts the
   rewrite inserts between float32 and bf16 go to oneDNN (``ProgramIR.use_onednn_casts``),
   but those in front of an op that trains only behind plain ones (``plain_cast_readers``).
-  They need a CPU with AVX-512 (the project's device truth, ``amp_adapters.isa.bf16_class``,
+  They need a CPU with AVX-512 (the project's device truth, ``amp_adapters.rules.isa.bf16_class``,
   a cheap gate that honours a simulated class, which Paddle's cpuid answer
   ``core.supports_bfloat16`` cannot) and a oneDNN
   that uses it (a bf16 add that runs, forward and backward, ``GATE``; it fails where
@@ -35,7 +35,7 @@ added to a batch), its gradient sums over the extra dimensions, and the oneDNN o
 (``reduction,ref:any``): a Transformer block's training step took 4-6x its fp32 time,
 6.1 s of 6.5 s in those sums on 2.6.2. ``slow_broadcast_grads`` finds such ops from
 oneDNN's own log of a probe (``onednn_log``), not from a table of versions; training
-keeps those instances in float32 (``amp_adapters.device.DeviceProfile.refusal``).
+keeps those instances in float32 (``amp_adapters.rules.device.DeviceProfile.refusal``).
 
 This file holds the recipes and the assembly; the programs are built and run by the
 probe of the program's IR (``ir.of(program).probe``: ``ir/legacy/probe.py``,
@@ -51,9 +51,9 @@ from typing import Optional
 import numpy as np
 from paddle.base import core
 
-from amp_adapters.device import CostLookup, DeviceProfile
-from amp_adapters.isa import bf16_class
-from amp_adapters.speedbook import machine
+from amp_adapters.rules.device import CostLookup, DeviceProfile
+from amp_adapters.rules.isa import bf16_class
+from amp_adapters.services.speedbook import machine
 
 from . import ir as program_ir
 from .env import VARTYPE_OF, from_low, to_low
@@ -77,7 +77,7 @@ def lowp_kernels(device: str, dtype: str, probe: Optional[Probe] = None) -> froz
 def device_profile(device: str, dtype: str, probe: Probe, training: bool = True,
                    costs: Optional[CostLookup] = None) -> DeviceProfile:
     """What ``device`` runs in ``dtype`` for a program of ``probe``'s IR
-    (``amp_adapters.device``): the kernels (``lowp_kernels``), the oneDNN route
+    (``amp_adapters.rules.device``): the kernels (``lowp_kernels``), the oneDNN route
     (``onednn_kernels``), the casts kept plain (``plain_cast_readers``) and, for
     ``training``, the slow broadcast gradients (``slow_broadcast_grads``); ``costs``: the
     measured-speed lookup (``Policy.speed == "measured"``: ``speed_source.profile`` adds it)."""

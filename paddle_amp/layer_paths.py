@@ -9,7 +9,7 @@ So, once paddle_amp is imported, ``Layer.__call__`` in static mode notes, when t
 outermost layer being called returns (the model: every parameter exists by then, lazily
 built ones too), the path of the layer that owns each parameter: the child names
 (``Layer.named_children``) from that root, ``2`` or ``encoder.layers.3.ffn``, the paths
-``Layer.named_sublayers`` gives (``amp_adapters.layers.layer_paths``: depth first, a
+``Layer.named_sublayers`` gives (``amp_adapters.rules.layers.layer_paths``: depth first, a
 shared layer keeps its first path). An op reading ``linear_2.w_0`` then has ``2`` among
 its instance names.
 
@@ -29,7 +29,7 @@ from typing import Any, Iterable, Optional
 
 import paddle
 
-from amp_adapters.layers import layer_paths
+from amp_adapters.rules.layers import layer_paths
 
 _by_program: "weakref.WeakKeyDictionary[Any, dict[str, str]]" = weakref.WeakKeyDictionary()
 

@@ -1,7 +1,7 @@
 """``AutoMixedPrecisionLists`` (and the bf16 one): the native list objects, as core overrides.
 
 Like the native objects they hold live, mutable sets that start from the
-installed native's default lists (``amp_adapters.oplists.native_lists``, the
+installed native's default lists (``amp_adapters.rules.oplists.native_lists``, the
 data of the ``paddle-native`` preset) and take the custom lists as the native
 does (a custom white op leaves the black/gray set, a custom black op leaves
 the white/gray set and joins ``unsupported_list``). In-place edits such as
@@ -19,8 +19,8 @@ import paddle
 from paddle.base import core
 
 from amp_adapters import AmpConfigError, ConflictingOpError, OpLists, Policy
-from amp_adapters.dtypes import low_dtype
-from amp_adapters.oplists import load_table, native_lists
+from amp_adapters.rules.dtypes import low_dtype
+from amp_adapters.rules.oplists import load_table, native_lists
 
 from .env import current_device
 from .kernels import lowp_kernels
@@ -115,7 +115,7 @@ class _Lists:
 
     def custom(self) -> OpLists:
         """The user's custom lists as given, which ``decorate(policy=...)`` puts on top of the
-        policy (``amp_adapters.policy.with_custom_lists``). A live set edited in place since
+        policy (``amp_adapters.rules.policy.with_custom_lists``). A live set edited in place since
         has no meaning beside a policy: refused, rather than ignored."""
         edited = [attr for attr, _ in self._sets
                   if frozenset(getattr(self, attr)) != self._as_built[attr]]

@@ -1,4 +1,4 @@
-"""Paddle's own count of its tensor bytes, for ``amp_adapters.memory`` (a ``TensorBytes``).
+"""Paddle's own count of its tensor bytes, for ``amp_adapters.services.memory`` (a ``TensorBytes``).
 
 Paddle's host allocator counts the bytes it has handed out (``Allocated``), with a peak:
 ``paddle.base.core.host_memory_stat_peak_value("Allocated", 0)``. Paddle 3 resets that peak

@@ -37,11 +37,11 @@ from typing import AbstractSet, Any, Optional
 
 from amp_adapters import (CastReport, OpCall, OpDecision, ParamPlan, Policy, output_fp32,
                           plan_op, plan_params)
-from amp_adapters.layers import check_matched
-from amp_adapters.device import DeviceProfile, ShapeClass
-from amp_adapters.dtypes import FLOAT_DTYPES, LOW_DTYPES
-from amp_adapters.fallback import FallbackNotices
-from amp_adapters.oplists import passes_through
+from amp_adapters.rules.layers import check_matched
+from amp_adapters.rules.device import DeviceProfile, ShapeClass
+from amp_adapters.rules.dtypes import FLOAT_DTYPES, LOW_DTYPES
+from amp_adapters.services.fallback import FallbackNotices
+from amp_adapters.rules.oplists import passes_through
 
 from . import ir as program_ir
 from .layer_paths import paths_of

@@ -9,7 +9,7 @@ the backward pass:
 2. on overflow, which gradients were not finite (``check_guard`` names them);
 3. the optimizer's ops, made a true skip by the IR's skip table (a kernel that
    skips itself, a fold, or the guard block);
-4. ``amp_adapters.loss_scale.update`` itself, called with the IR's ``ArrayOps``:
+4. ``amp_adapters.rules.loss_scale.update`` itself, called with the IR's ``ArrayOps``:
    the program *is* the core's transition. Paddle's fused ``update_loss_scaling``
    (plus a clip) moves the scale only where it is bit-equal to the rule
    (``native_update_is_exact``); the counters are always the core's.
@@ -26,9 +26,9 @@ import numpy as np
 import paddle
 
 from amp_adapters import LossScale
-from amp_adapters.loss_scale import (FIELDS, SkipWindow, StateArrays, check_guard, count_step,
-                                     update)
-from amp_adapters.loss_scale.checks import f32
+from amp_adapters.rules.loss_scale import (FIELDS, SkipWindow, StateArrays, check_guard, count_step,
+                                           update)
+from amp_adapters.rules.loss_scale.checks import f32
 
 from . import state as scope_state
 from .ir import ScalingIR

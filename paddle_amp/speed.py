@@ -1,7 +1,7 @@
 """Measured speed on Paddle's static programs: their speed source (``StaticSource``).
 
 Under ``Policy.speed == "measured"`` (the preset ``"auto"``) the device profile's
-``costs`` (``profile``) is a lookup in the core's book (``amp_adapters.speed_source``): a
+``costs`` (``profile``) is a lookup in the core's book (``amp_adapters.services.speed_source``): a
 saved profile, this machine's cache, or a measurement now. The measurement (the source's
 job, timed by ``time_job`` in the core's measuring child) times one op the O1 lists lower
 (``TIMED``: the GEMMs and the convolution; None for any other op: not measured) at the
@@ -33,10 +33,11 @@ from typing import Optional
 import numpy as np
 import paddle
 
-from amp_adapters import Policy, speed_source
-from amp_adapters.device import Cost, DeviceProfile, ShapeClass
-from amp_adapters.speed_source import Job
-from amp_adapters.speedbook import SpeedBook, gpu_key
+from amp_adapters import Policy
+from amp_adapters.services import speed_source
+from amp_adapters.rules.device import Cost, DeviceProfile, ShapeClass
+from amp_adapters.services.speed_source import Job
+from amp_adapters.services.speedbook import SpeedBook, gpu_key
 
 from .ir import probe_named
 from .ir.protocol import Probe
@@ -47,7 +48,7 @@ TIMED = ("matmul_v2", "matmul", "mul", "conv2d")  # the ops O1 lowers that a tim
 
 @dataclass(frozen=True)
 class StaticSource:
-    """Paddle's static programs' ``amp_adapters.speed_source.SpeedSource``, one per IR (the
+    """Paddle's static programs' ``amp_adapters.services.speed_source.SpeedSource``, one per IR (the
     probe named ``ir``), place timed on and dtype: an op of ``TIMED`` at shapes it fits
     (``fit``), on the routes the device profile gives it, timed by the IR's probe."""
 
@@ -240,7 +241,7 @@ def speed_probe(dtype: str):
     """``amp-adapters info --measure``'s answer for Paddle on this CPU, in the legacy IR
     (``speed_report``): the book ``policy="auto"`` reads, the device profiles, and a small
     and a large GEMM and a convolution as samples."""
-    from amp_adapters.speed_report import Sample, SpeedProbe
+    from amp_adapters.services.speed_report import Sample, SpeedProbe
 
     from .env import current_device
     from .ir import default_probe
@@ -257,5 +258,5 @@ def speed_probe(dtype: str):
 
 def note_native_speed(policy: Policy, probe: Probe, training: bool) -> None:
     """Say once per process when the native's decisions run an op slower than float32 here
-    (``amp_adapters.native_speed.note``), for a program in ``probe``'s IR."""
+    (``amp_adapters.services.native_speed.note``), for a program in ``probe``'s IR."""
     speed_source.note("paddle_amp", policy, StaticSource(policy.dtype, probe.name), training)

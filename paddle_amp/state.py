@@ -11,7 +11,7 @@ from typing import Any, Optional
 import numpy as np
 
 from amp_adapters import AmpConfigError, LossScale, loss_scale_from_parts
-from amp_adapters.loss_scale import COUNTERS, LossScaleConfig, LossScaleState, load_state
+from amp_adapters.rules.loss_scale import COUNTERS, LossScaleConfig, LossScaleState, load_state
 
 # Each field's var dtype: the counters ``update_loss_scaling`` reads and writes are int32.
 _INT32 = frozenset({"good_steps", "bad_steps"})

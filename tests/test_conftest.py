@@ -3,7 +3,7 @@ that measures, the demo's bf16 rows among them, never writes the user's cache)."
 import os
 import tempfile
 
-from amp_adapters.speedbook import cache_dir
+from amp_adapters.services.speedbook import cache_dir
 
 
 def test_the_suite_measures_into_its_own_cache_not_the_users():

@@ -1,11 +1,11 @@
-"""Regenerate amp_adapters/oplists/{mxnet,paddle}.toml from the installed frameworks.
+"""Regenerate amp_adapters/rules/oplists/{mxnet,paddle}.toml from the installed frameworks.
 
 Run once per framework upgrade (not part of the package: it imports the frameworks):
 
-    .venv/bin/python tools/gen_oplists.py mxnet  > amp_adapters/oplists/mxnet.toml
+    .venv/bin/python tools/gen_oplists.py mxnet  > amp_adapters/rules/oplists/mxnet.toml
     .venv-paddle3/bin/python tools/gen_oplists.py paddle --dump /tmp/paddle3.json
     .venv/bin/python tools/gen_oplists.py paddle --merge /tmp/paddle3.json \
-        > amp_adapters/oplists/paddle.toml
+        > amp_adapters/rules/oplists/paddle.toml
 
 (Paddle's table is the union over both supported versions; a name either
 registry lacks is listed as ``unregistered``.)
@@ -16,7 +16,7 @@ natives' default lists, exactly, one section per framework version:
     .venv/bin/python tools/gen_oplists.py native --dump /tmp/n1.json
     .venv-paddle3/bin/python tools/gen_oplists.py native --dump /tmp/n2.json
     .venv/bin/python tools/gen_oplists.py native --merge /tmp/n1.json /tmp/n2.json \
-        > amp_adapters/oplists/native.toml
+        > amp_adapters/rules/oplists/native.toml
 
 The canonical mapping is written by hand in ``tools/op_mapping.toml`` (data, as the
 categories in ``canonical.toml`` are); every other name in the native AMP lists is kept

@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from amp_adapters import Policy, categorize, effective_lists
-from amp_adapters.dtypes import low_dtype
-from amp_adapters.oplists import load_table, native_lists
+from amp_adapters.rules.dtypes import low_dtype
+from amp_adapters.rules.oplists import load_table, native_lists
 
 from ..patching import active_policy
 from . import symbol_bf16, symbol_fp16  # noqa: F401

@@ -1,6 +1,6 @@
 """``mxnet.contrib.amp.lists.symbol_bf16``: the native bfloat16 lists (from the core data,
-``amp_adapters/oplists/native.toml``; sorted, the native's own order is not kept)."""
-from amp_adapters.oplists import native_lists
+``amp_adapters/rules/oplists/native.toml``; sorted, the native's own order is not kept)."""
+from amp_adapters.rules.oplists import native_lists
 
 _n = native_lists("mxnet", "bfloat16")
 BF16_FUNCS = sorted(_n.lower)

@@ -1,5 +1,5 @@
 """``paddle.static.amp.bf16.amp_lists``: the bf16 list object and default sets (core data)."""
-from amp_adapters.oplists import native_lists
+from amp_adapters.rules.oplists import native_lists
 
 from ..fp16_lists import (black_list as black_list_fp16,  # noqa: F401
                           gray_list as gray_list_fp16, white_list as white_list_fp16)

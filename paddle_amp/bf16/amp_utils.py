@@ -7,7 +7,7 @@
 """
 import numpy as np
 
-from amp_adapters.errors import unsupported
+from amp_adapters.rules.errors import unsupported
 
 from ..casting import (cast_model, cast_parameters, find_true_post_op,  # noqa: F401
                        find_true_prev_op)

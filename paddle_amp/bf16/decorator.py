@@ -1,5 +1,5 @@
 """``paddle.static.amp.bf16.decorator``: ``decorate_bf16`` on paddle_amp's optimizer."""
-from amp_adapters.errors import check_flag
+from amp_adapters.rules.errors import check_flag
 
 from ..decorator import OptimizerWithMixedPrecision, decorate  # noqa: F401
 from ..lists import AutoMixedPrecisionListsBF16

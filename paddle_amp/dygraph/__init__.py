@@ -12,7 +12,7 @@ Files (one role each, named as in the other backends):
 
     config.py        auto_cast's arguments (and policy=, emulate=) -> one checked Policy
     native_lists.py  paddle.amp's own dygraph white/black lists, read from the installed one
-    names.py         eager op names <-> program op names (one table, in amp_adapters.oplists)
+    names.py         eager op names <-> program op names (one table, in amp_adapters.rules.oplists)
     kernels.py       what this CPU runs low in eager mode: the oneDNN route, its probe
     speed.py         policy="auto": eager mode's speed source (the core's book and child)
     dispatch.py      the per-op cast: paddle._C_ops entry points wrapped inside a region

@@ -2,7 +2,7 @@
 
 The model's and the optimizer's ``state_dict`` (``paddle.save``'s files, readable by
 ``paddle.load``: ``model.pdparams``, ``model.pdopt``) and the scaler's loss-scale state go
-through ``amp_adapters.checkpoint`` (a temp folder, fsync, rename, a pointer swap), so a kill
+through ``amp_adapters.services.checkpoint`` (a temp folder, fsync, rename, a pointer swap), so a kill
 at any moment leaves the previous checkpoint loadable. ``load_checkpoint`` verifies the
 checksums (and the policy, when one is given), then checks that the saved parameters are
 exactly the model's (names, shapes, dtypes) before it sets anything. Paddle's own
@@ -21,9 +21,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from amp_adapters import checkpoint as ckpt_core
-from amp_adapters.errors import CheckpointError
-from amp_adapters.scaler import loss_scale_from_parts
+from amp_adapters.services import checkpoint as ckpt_core
+from amp_adapters.rules.errors import CheckpointError
+from amp_adapters.rules.scaler import loss_scale_from_parts
 
 MODEL, OPTIMIZER = "model.pdparams", "model.pdopt"
 

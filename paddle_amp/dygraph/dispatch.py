@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
 from amp_adapters import OpCall, OpDecision, Policy, plan_op
-from amp_adapters.device import DeviceProfile, ShapeClass
+from amp_adapters.rules.device import DeviceProfile, ShapeClass
 
 from . import kernels, legacy, paths, speed
 

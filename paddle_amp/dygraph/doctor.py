@@ -1,5 +1,5 @@
 """``doctor``: which op of an eager-mode model goes wrong under AMP, and the policy that fixes
-it, by the layer's path in the model (the core doctor, ``amp_adapters.doctor``; this file
+it, by the layer's path in the model (the core doctor, ``amp_adapters.services.doctor``; this file
 only runs the model and hands the values over).
 
     with amp.doctor(model, loss_fn, optimizer, policy="O1", emulate=True) as dr:
@@ -21,7 +21,7 @@ touched) and the backward values into each call. The recommendation trains under
 candidate fix (``replay``) from the parameters and optimizer state the first recorded
 step started from, with the user's optimizer, over the recorded batches in order, and
 recommends the narrowest whose trial is clean on held-out steps
-(``amp_adapters.doctor.verify``). On exit the parameters, the optimizer state and the
+(``amp_adapters.services.doctor.verify``). On exit the parameters, the optimizer state and the
 scaler are put back as they were.
 
 The other ops of an eager forward run as Paddle runs them (float32 on a CPU) and are not
@@ -37,10 +37,10 @@ from typing import Any, Optional
 import numpy as np
 
 from amp_adapters import Policy
-from amp_adapters.doctor import DoctorReport, Recorder, StepRecord, scale_ceiling
-from amp_adapters.doctor.session import Session
-from amp_adapters.doctor.verify import after_step
-from amp_adapters.layers import layer_paths
+from amp_adapters.services.doctor import DoctorReport, Recorder, StepRecord, scale_ceiling
+from amp_adapters.services.doctor.session import Session
+from amp_adapters.services.doctor.verify import after_step
+from amp_adapters.rules.layers import layer_paths
 
 from . import dispatch, paths
 from .config import policy_of
@@ -221,7 +221,7 @@ class Doctor(Session):
     # -- the trial ---------------------------------------------------------------------------
 
     def replay(self, policy: Policy) -> DoctorReport:
-        """The trial of ``policy`` (``amp_adapters.doctor.verify``): training under it from
+        """The trial of ``policy`` (``amp_adapters.services.doctor.verify``): training under it from
         the parameters and optimizer state the first recorded step started from, over the
         recorded batches in order, at the scale ``policy``'s loss scale reaches (from its
         initial scale, as a new run); unless the core skips a step (``after_step``), the

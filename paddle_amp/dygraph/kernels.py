@@ -13,7 +13,7 @@ nearest even, wherever the plain one does not (``rounding_cast``, a probe, not a
 
 ``profile(dtype)`` is the device truth the planner reads: the ops whose route ran here,
 forward and backward, on tiny inputs. Gated by the project's device truth
-(``amp_adapters.isa.bf16_class``: no oneDNN bf16 kernel on a CPU class ``"none"``, such as
+(``amp_adapters.rules.isa.bf16_class``: no oneDNN bf16 kernel on a CPU class ``"none"``, such as
 ``AMP_ADAPTERS_CPU=avx2``). float16 has no CPU kernel on either route (``emulate=True``
 rounds through it instead). Answers are cached per process.
 """
@@ -24,9 +24,9 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from amp_adapters.device import DeviceProfile
-from amp_adapters.isa import bf16_class
-from amp_adapters.speedbook import machine
+from amp_adapters.rules.device import DeviceProfile
+from amp_adapters.rules.isa import bf16_class
+from amp_adapters.services.speedbook import machine
 
 ONEDNN_ATTRS = ("use_mkldnn", True, "mkldnn_data_type", "bfloat16")
 

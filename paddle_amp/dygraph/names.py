@@ -1,4 +1,4 @@
-"""Eager op names and program op names: one table (``amp_adapters.oplists.eager_to_program``).
+"""Eager op names and program op names: one table (``amp_adapters.rules.oplists.eager_to_program``).
 
 Paddle's dynamic graph runs ``matmul`` and ``add`` where a program holds ``matmul_v2`` and
 ``elementwise_add``. The planner and the op tables speak program names, and users' custom
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from amp_adapters.oplists import eager_to_program
+from amp_adapters.rules.oplists import eager_to_program
 
 
 def program_name(eager: str) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Iterable, Optional
 
 from amp_adapters import OpLists
-from amp_adapters.errors import ConflictingOpError
+from amp_adapters.rules.errors import ConflictingOpError
 
 from .names import both_spellings
 
@@ -39,7 +39,7 @@ def native_oplists(dtype: str, level: str, custom_white: Optional[Iterable[str]]
 def custom_oplists(custom_white: Optional[Iterable[str]] = None,
                    custom_black: Optional[Iterable[str]] = None) -> OpLists:
     """Custom lists as overrides on top of a given policy (``policy=``), each name in both
-    spellings: the core puts them over the policy (``amp_adapters.policy.with_custom_lists``)."""
+    spellings: the core puts them over the policy (``amp_adapters.rules.policy.with_custom_lists``)."""
     cw, cb = _spelled(custom_white, custom_black)
     return OpLists(lower=cw, fp32=cb)
 

@@ -4,7 +4,7 @@
 A path is the model's own structure, the child names from the model called (the outermost
 ``Layer`` call) down to the layer whose ``forward`` runs the op: ``2``, ``encoder.layers.3.ffn``,
 the paths ``Layer.named_sublayers`` gives and the static runtime names a layer by
-(``paddle_amp.layer_paths``, ``amp_adapters.layers.layer_paths``: depth first, a shared layer
+(``paddle_amp.layer_paths``, ``amp_adapters.rules.layers.layer_paths``: depth first, a shared layer
 keeps its first path). The model's own ``forward`` has no path (its root).
 
 ``Layer.__call__`` is wrapped only while a region whose policy has layer rules is open
@@ -17,7 +17,7 @@ import threading
 import weakref
 from typing import Any, Optional
 
-from amp_adapters.layers import layer_paths
+from amp_adapters.rules.layers import layer_paths
 
 
 class _Calls(threading.local):

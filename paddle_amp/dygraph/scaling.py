@@ -6,7 +6,7 @@ The native's surface and defaults (``AmpScaler``: 2**15, 1000 steps; ``GradScale
 What differs, and why:
 
 - it works on a CPU (the native turns itself off there);
-- the moves are the core's (``amp_adapters.loss_scale.step`` on a ``LossScaleConfig``: no
+- the moves are the core's (``amp_adapters.rules.loss_scale.step`` on a ``LossScaleConfig``: no
   third copy of the rule). Without ``policy=`` the config is the native's rule: float32
   ratios, no floor, no ceiling; with it, the policy's ``[loss_scale]``;
 - an overflow step is skipped on the host: the optimizer is not called, so parameters and
@@ -42,9 +42,10 @@ from typing import Any, Optional
 import numpy as np
 
 from amp_adapters import resolve_policy
-from amp_adapters.errors import AmpConfigError, check_flag
-from amp_adapters.loss_scale import LossScaleConfig, LossScaleState, check_guard, check_state, step
-from amp_adapters.loss_scale.checks import f32
+from amp_adapters.rules.errors import AmpConfigError, check_flag
+from amp_adapters.rules.loss_scale import (LossScaleConfig, LossScaleState, check_guard,
+                                           check_state, step)
+from amp_adapters.rules.loss_scale.checks import f32
 
 from . import dispatch, masters
 

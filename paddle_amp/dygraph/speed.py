@@ -1,7 +1,7 @@
 """Measured speed in eager mode: the dygraph runtime's speed source (``DygraphSource``).
 
 Under ``policy="auto"`` (``Policy.speed == "measured"``) a region's device profile carries
-the core's lookup (``amp_adapters.speed_source.costs``): the same book, cache and measuring
+the core's lookup (``amp_adapters.services.speed_source.costs``): the same book, cache and measuring
 child as the static programs and MXNet, under the framework ``"paddle-dygraph"`` (eager
 mode reaches oneDNN by another route than a program, so its timings are its own). An op
 is timed where it has an eager low route here (``kernels.low_kernels``: ``matmul_v2``,
@@ -22,10 +22,11 @@ from typing import Optional
 
 import paddle
 
-from amp_adapters import Policy, speed_source
-from amp_adapters.device import Cost, DeviceProfile, ShapeClass
-from amp_adapters.speed_source import Job
-from amp_adapters.timing import ratio_of
+from amp_adapters import Policy
+from amp_adapters.services import speed_source
+from amp_adapters.rules.device import Cost, DeviceProfile, ShapeClass
+from amp_adapters.services.speed_source import Job
+from amp_adapters.services.timing import ratio_of
 
 from . import kernels
 
@@ -34,7 +35,7 @@ BUDGET_S = 0.15  # per ratio; a training key measures two (forward, forward + ba
 
 @dataclass(frozen=True)
 class DygraphSource:
-    """Eager mode's ``amp_adapters.speed_source.SpeedSource`` on this CPU for ``dtype``."""
+    """Eager mode's ``amp_adapters.services.speed_source.SpeedSource`` on this CPU for ``dtype``."""
 
     dtype: str
     framework: str = "paddle-dygraph"

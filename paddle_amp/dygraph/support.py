@@ -4,7 +4,7 @@ The native answers False for every CPU, with or without oneDNN's bf16 kernels. H
 supports a dtype when ``auto_cast`` really runs an op in it here (``kernels.low_kernels``:
 the project's device truth gates it, a probe runs it forward and backward). A bf16 class
 ``"emulated"`` CPU (AVX-512 without bf16 instructions) answers True: the kernels run, about
-2-3x slower than float32 (``amp_adapters.isa``). Other devices: the native's answer.
+2-3x slower than float32 (``amp_adapters.rules.isa``). Other devices: the native's answer.
 """
 from __future__ import annotations
 

@@ -29,9 +29,9 @@ from typing import (AbstractSet, Any, Callable, ContextManager, Hashable, Iterab
                     Mapping, Optional, Protocol, runtime_checkable)
 
 from amp_adapters import ParamUse
-from amp_adapters.device import ShapeClass
-from amp_adapters.loss_scale import ArrayOps, LossScaleConfig
-from amp_adapters.report import GraphCasts
+from amp_adapters.rules.device import ShapeClass
+from amp_adapters.rules.loss_scale import ArrayOps, LossScaleConfig
+from amp_adapters.services.report import GraphCasts
 
 # The reason a control-flow op (cond, while) and what it reads stay float32, in both IRs.
 CONTROL_FLOW = "control flow: its blocks run in float32"
@@ -112,7 +112,7 @@ class Probe(Protocol):
     def time(self, op: str, inputs: Mapping[str, tuple[int, ...]], attrs: Mapping[str, Any],
              training: bool, dtype: str, onednn: bool, cast_in: Optional[str],
              place: Any = None) -> Optional[Any]:
-        """``amp_adapters.device.Cost`` of ``op`` on float32 parameters of the shapes
+        """``amp_adapters.rules.device.Cost`` of ``op`` on float32 parameters of the shapes
         ``inputs``, in ``dtype`` behind casts (route ``cast_in``), the op on oneDNN with
         ``onednn``, its result cast to float32, against the op in float32 (forward; with
         ``training`` forward and backward too), on ``place`` (default the CPU). None: an op it cannot build; a failure

@@ -1,6 +1,6 @@
 """``Probe.time``'s measurement, once for both IRs: four small programs (low and float32,
 forward and forward + backward), each startup run once in one scope, then the low one
-against the float32 one by ``amp_adapters.timing.ratio_of`` (interleaved pairs; every run
+against the float32 one by ``amp_adapters.services.timing.ratio_of`` (interleaved pairs; every run
 fetches the loss: a host sync). Each IR's probe only builds a program (``Build``), inside
 its own IR guard."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any, Callable
 
 import paddle
 
-from amp_adapters.device import Cost
-from amp_adapters.timing import ratio_of
+from amp_adapters.rules.device import Cost
+from amp_adapters.services.timing import ratio_of
 
 # the budget per ratio: one warm-up pair (an executor's first run builds its plan), then 5
 # interleaved pairs, more while 0.1 s lasts

@@ -8,7 +8,7 @@ import mxnet as mx
 import paddle
 import pytest
 
-from amp_adapters.doctor import recommend
+from amp_adapters.services.doctor import recommend
 from mxnet import autograd, gluon
 
 import mxnet_amp

@@ -24,7 +24,7 @@ import mxnet_amp
 import paddle_amp
 from paddle_amp import dygraph
 from amp_adapters import DynamicLossScale, OverflowGuardError, Policy
-from amp_adapters.loss_scale import check_guard
+from amp_adapters.rules.loss_scale import check_guard
 from paddle_amp.scaling import native_update_is_exact
 
 

@@ -1,5 +1,5 @@
 """One policy, three runtimes, one declared speed source: MXNet, Paddle's static programs (each
-IR) and Paddle's dygraph each supply an ``amp_adapters.speed_source.SpeedSource`` (a job per op
+IR) and Paddle's dygraph each supply an ``amp_adapters.services.speed_source.SpeedSource`` (a job per op
 and shape class, a timer module), and the core's book keys each under its own framework in
 the one cache."""
 import importlib
@@ -8,9 +8,10 @@ import sys
 import mxnet as mx
 import paddle
 
-from amp_adapters import Policy, speed_source
-from amp_adapters.device import ShapeClass
-from amp_adapters.speed_source import SpeedSource
+from amp_adapters import Policy
+from amp_adapters.services import speed_source
+from amp_adapters.rules.device import ShapeClass
+from amp_adapters.services.speed_source import SpeedSource
 
 
 def sources():

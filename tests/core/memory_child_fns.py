@@ -1,10 +1,10 @@
 """A measuring process for tests/core/test_memory.py: numpy workloads (no framework) served by
-``amp_adapters.memory.main`` (run as ``python -m memory_child_fns NAME ARGS``)."""
+``amp_adapters.services.memory.main`` (run as ``python -m memory_child_fns NAME ARGS``)."""
 import os
 
 import numpy as np
 
-from amp_adapters.memory import Workload, main
+from amp_adapters.services.memory import Workload, main
 
 MIB = 1 << 20
 

@@ -1,6 +1,6 @@
 """A framework-free timer for tests/core/test_speed_source.py: ``time_job`` answers a cost
 made from the job (no timing), run in the core's measuring child."""
-from amp_adapters.device import Cost
+from amp_adapters.rules.device import Cost
 
 
 def time_job(job):

@@ -3,8 +3,8 @@ each is a fresh interpreter, as a data-parallel rank or a second program is): ea
 own ``SpeedBook`` on a shared cache file."""
 from pathlib import Path
 
-from amp_adapters.device import Cost, ShapeClass
-from amp_adapters.speedbook import SpeedBook
+from amp_adapters.rules.device import Cost, ShapeClass
+from amp_adapters.services.speedbook import SpeedBook
 
 MLP = ShapeClass.of([(64, 2048), (2048, 2048), (2048,)], result_rank=2)
 HERE = {"cpu": "Test CPU", "flags": ["avx512_bf16", "avx512f"], "gpu": None, "isa": {}}

@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from amp_adapters import AmpConfigError, DynamicLossScale, NoOpLossScale, Policy
-from amp_adapters.device import auto_dtype
-from amp_adapters.policy import PRESETS, preset_fields, resolve_policy
+from amp_adapters.rules.device import auto_dtype
+from amp_adapters.rules.policy import PRESETS, preset_fields, resolve_policy
 
 GPU_SPELLINGS = ["gpu", "GPU", "gpu:0", "gpu:3", " Gpu:1 "]  # mx ctx.device_type, Paddle's
 CPU_SPELLINGS = ["cpu", "CPU", "cpu:0", "cpu_pinned", "cpu_shared", "xpu:0", "npu"]

@@ -1,6 +1,6 @@
 """The memory section's verdicts (bench/memory.py): which targets a model's rows hold, from
 given figures (no measurement here)."""
-from amp_adapters.memory import StepMemory
+from amp_adapters.services.memory import StepMemory
 from bench.memory import _targets
 
 MIB = 1 << 20

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from amp_adapters import CheckpointError, DynamicLossScale, Policy
-from amp_adapters import checkpoint as ckpt
+from amp_adapters.services import checkpoint as ckpt
 
 POLICY = Policy.preset("O1")
 
@@ -183,7 +183,7 @@ def test_a_checkpoint_of_an_older_loss_scale_format_loads(tmp_path, monkeypatch)
     """After a loss-scale format change, the saved loss scale and the saved policy's are
     upgraded (so the policy still compares equal) instead of refused."""
     import importlib
-    sd = importlib.import_module("amp_adapters.loss_scale.state_dict")
+    sd = importlib.import_module("amp_adapters.rules.loss_scale.state_dict")
     _save(tmp_path, 1)
     monkeypatch.setattr(sd, "FORMAT_VERSION", 2)
     with pytest.raises(CheckpointError, match="no upgrade from format 1"):

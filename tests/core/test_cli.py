@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import amp_adapters
 from amp_adapters import AmpConfigError
-from amp_adapters.cli import _attr, main
+from amp_adapters.services.cli import _attr, main
 from amp_demo import command
 
 DEMO = {"demo": command.register}  # the subcommand amp_demo installs (entry point)

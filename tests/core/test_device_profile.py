@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from amp_adapters import AmpConfigError, Policy, UnknownChoiceError, OpCall, plan_op
-from amp_adapters.device import (EXACT_UP_TO, MARGIN, TRAIN_MARGIN, Cost, DeviceProfile,
-                                 ShapeClass, speed_refusal)
+from amp_adapters.rules.device import (EXACT_UP_TO, MARGIN, TRAIN_MARGIN, Cost, DeviceProfile,
+                                       ShapeClass, speed_refusal)
 
 F32, BF16 = "float32", "bfloat16"
 AUTO = Policy.preset("auto")
@@ -259,7 +259,7 @@ def test_the_report_reads_the_refusal_kind_not_the_reason_words():
     import dataclasses
 
     from amp_adapters import CastReport
-    from amp_adapters.layers import LayerLists
+    from amp_adapters.rules.layers import LayerLists
     seq = ShapeClass.of([(8, 16, 32), (32, 64)], result_rank=3)
     slow = DeviceProfile({"matmul_v2"}, slow_broadcast_grads={"matmul_v2"}, training=True)
     by_rule = plan_op(Policy.preset("O1-bf16"), "paddle", OpCall(

@@ -1,6 +1,6 @@
-"""The doctor's candidate fixes (amp_adapters.doctor.candidates) and the choice among them:
+"""The doctor's candidate fixes (amp_adapters.services.doctor.candidates) and the choice among them:
 narrowest first, derived from the first half of the recorded steps, each verified by a
-trial that holds the rest out (amp_adapters.doctor.verify), the first clean one
+trial that holds the rest out (amp_adapters.services.doctor.verify), the first clean one
 recommended. Reports are built from records here; the trial is a function of the policy
 (what a backend's is: training under it from the recorded state)."""
 import dataclasses
@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amp_adapters import Policy
-from amp_adapters.doctor import recommend
-from amp_adapters.doctor.candidates import backward_scale, candidates, keeps, passes
-from amp_adapters.doctor.report import DoctorReport, OpRecord, StepRecord
-from amp_adapters.doctor.stats import Range
+from amp_adapters.services.doctor import recommend
+from amp_adapters.services.doctor.candidates import backward_scale, candidates, keeps, passes
+from amp_adapters.services.doctor.report import DoctorReport, OpRecord, StepRecord
+from amp_adapters.services.doctor.stats import Range
 
 BASE = Policy.preset("O1", emulate=True)
 OK = Range(8, 1.0, 0.0, 0.0, 0.0, 0.0)
@@ -184,8 +184,8 @@ def test_bf16_is_no_candidate_where_this_cpu_emulates_it_unless_measured_faster(
     ``isa.bf16_class``): the kernel exists and is slower than float32, so the candidate is
     not offered on a kernel alone (it was, against docs/doctor.md); a measurement that says
     faster (costs as data) lets it back in, one that says slower keeps it out."""
-    from amp_adapters.device import Cost
-    from amp_adapters.doctor.bf16 import Bf16Speed
+    from amp_adapters.rules.device import Cost
+    from amp_adapters.services.doctor.bf16 import Bf16Speed
     assert _kinds(speed=Bf16Speed(emulated=False)) == ["layers", "bf16", "all_ops"]
     assert _kinds(speed=Bf16Speed(emulated=True)) == ["layers", "all_ops"]
     faster = Bf16Speed(emulated=True, cost=lambda op: Cost(0.5, 0.01, 0.5, 0.01))
@@ -197,8 +197,8 @@ def test_bf16_is_no_candidate_where_this_cpu_emulates_it_unless_measured_faster(
 def test_under_measured_speed_bf16_must_be_measured_faster_for_every_low_op():
     """A measured-speed policy lowers an op only where it was timed faster: so does its
     bfloat16 candidate (a tie within the margin, no measurement, or slower: not offered)."""
-    from amp_adapters.device import Cost
-    from amp_adapters.doctor.bf16 import Bf16Speed, refusal
+    from amp_adapters.rules.device import Cost
+    from amp_adapters.services.doctor.bf16 import Bf16Speed, refusal
     measured = BASE.replace(speed="measured")
     book = {"FullyConnected": Cost(0.6, 0.02, 0.6, 0.02)}
     assert _kinds(measured, Bf16Speed(cost=book.get)) == ["layers", "bf16", "all_ops"]
@@ -212,7 +212,7 @@ def test_under_measured_speed_bf16_must_be_measured_faster_for_every_low_op():
 
 
 def test_the_session_takes_the_cpu_class_from_the_device_truth():
-    from amp_adapters.doctor.session import Session
-    from amp_adapters.isa import bf16_class
-    from amp_adapters.speedbook import machine
+    from amp_adapters.services.doctor.session import Session
+    from amp_adapters.rules.isa import bf16_class
+    from amp_adapters.services.speedbook import machine
     assert Session().bf16_speed().emulated == (bf16_class(machine()) == "emulated")

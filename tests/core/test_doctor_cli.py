@@ -1,7 +1,8 @@
 """``amp-adapters doctor`` on a demo model: a readable report and a policy file that loads."""
 import pytest
 
-from amp_adapters import Policy, cli
+from amp_adapters import Policy
+from amp_adapters.services import cli
 
 pytest.importorskip("mxnet")
 from amp_demo import doctor_command  # noqa: E402

@@ -8,9 +8,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from amp_adapters import OpLists, Policy
-from amp_adapters.doctor import (Recorder, flush_fraction, policy_toml, range_stats, recommend,
-                                 relative_error, scale_ceiling, scale_for_gradients)
-from amp_adapters.loss_scale import LossScaleConfig
+from amp_adapters.services.doctor import (Recorder, flush_fraction, policy_toml, range_stats,
+                                          recommend, relative_error, scale_ceiling,
+                                          scale_for_gradients)
+from amp_adapters.rules.loss_scale import LossScaleConfig
 
 finite32 = st.floats(allow_nan=False, allow_infinity=False, width=32)
 
@@ -134,7 +135,7 @@ def test_every_fix_says_why_it_starts_the_loss_scale_higher():
     """The scale the underflowing gradients need is part of every fix, with its reason as
     the comment of init_scale, whichever fix it is (the loss scale alone, a layer, an op
     type); without a replay the recommendation is the widest fix, by the same code."""
-    from amp_adapters.doctor.candidates import candidates
+    from amp_adapters.services.doctor.candidates import candidates
     policy = Policy.preset("O1", emulate=True)
     rep = _planted_report()
     fixes = candidates(rep, policy)

@@ -1,4 +1,4 @@
-"""The doctor's verification is out of sample (amp_adapters.doctor.verify): a fix is derived
+"""The doctor's verification is out of sample (amp_adapters.services.doctor.verify): a fix is derived
 from the first half of the recorded steps, and verified by a trial, training under it with
 optimizer updates, whose later steps were held out of the derivation; the file says on how
 many steps. Before, the recorded steps were replayed on the recorded parameters, without an
@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amp_adapters import DynamicLossScale, NoOpLossScale, Policy, StaticLossScale
-from amp_adapters.doctor import recommend
-from amp_adapters.doctor.candidates import candidates
-from amp_adapters.doctor.report import DoctorReport, OpRecord, StepRecord
-from amp_adapters.doctor.stats import Range
-from amp_adapters.doctor.verify import after_step, derived_steps, verdict
+from amp_adapters.services.doctor import recommend
+from amp_adapters.services.doctor.candidates import candidates
+from amp_adapters.services.doctor.report import DoctorReport, OpRecord, StepRecord
+from amp_adapters.services.doctor.stats import Range
+from amp_adapters.services.doctor.verify import after_step, derived_steps, verdict
 
 BASE = Policy.preset("O1", emulate=True)
 OK = Range(8, 1.0, 0.0, 0.0, 0.0, 0.0)

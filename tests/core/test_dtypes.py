@@ -6,9 +6,9 @@ from hypothesis import strategies as st
 
 from amp_adapters import (AmpConfigError, DynamicLossScale, NoOpLossScale, Policy,
                           StaticLossScale, UnknownChoiceError)
-from amp_adapters.dtypes import (ALIASES, AMP_DTYPES, FLOAT_DTYPES, LOW_DTYPES, POLICY_DTYPES,
-                                 SHORT_NAMES, dtype_name, low_dtype, short_name, widest)
-from amp_adapters.policy import default_loss_scale
+from amp_adapters.rules.dtypes import (ALIASES, AMP_DTYPES, FLOAT_DTYPES, LOW_DTYPES, POLICY_DTYPES,
+                                       SHORT_NAMES, dtype_name, low_dtype, short_name, widest)
+from amp_adapters.rules.policy import default_loss_scale
 
 MXNET_BF16 = np.dtype([("bfloat16", np.uint16)])  # how MXNet 1.x spells bfloat16 (no mxnet here)
 

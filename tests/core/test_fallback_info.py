@@ -1,12 +1,12 @@
 """amp-adapters info: rendered from each backend's kernel answer (plain data here)."""
 import pytest
 
-from amp_adapters import fallback as info
-from amp_adapters.isa import bf16_class, describe_bf16
-from amp_adapters.speedbook import machine
+from amp_adapters.services import fallback as info
+from amp_adapters.rules.isa import bf16_class, describe_bf16
+from amp_adapters.services.speedbook import machine
 
 AVX512 = ["avx512bw", "avx512dq", "avx512f", "avx512vl"]
-from amp_adapters.cli import main
+from amp_adapters.services.cli import main
 
 
 def _gemm_only(device, dtype):

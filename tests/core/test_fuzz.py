@@ -18,15 +18,15 @@ from hypothesis import strategies as st
 
 from amp_adapters import (AmpConfigError, DynamicLossScale, NoOpLossScale, Policy,
                           StaticLossScale, loss_scale_from_state_dict)
-from amp_adapters.checkpoint import describe_policy
-from amp_adapters.oplists import CATEGORIES, canonical_ops, load_table
+from amp_adapters.services.checkpoint import describe_policy
+from amp_adapters.rules.oplists import CATEGORIES, canonical_ops, load_table
 
-# The loss-scale fuzz needs issue 11's strict core (amp_adapters/loss_scale/): the older one
+# The loss-scale fuzz needs issue 11's strict core (amp_adapters/rules/loss_scale/): the older one
 # fails it at once (a state_dict with kind=[] raises "unhashable type", a missing key is filled
 # with its default).
-STRICT_CORE = importlib.util.find_spec("amp_adapters.loss_scale") is not None
+STRICT_CORE = importlib.util.find_spec("amp_adapters.rules.loss_scale") is not None
 needs_strict_core = pytest.mark.skipif(
-    not STRICT_CORE, reason="needs issue 11's strict loss-scale core (amp_adapters.loss_scale)")
+    not STRICT_CORE, reason="needs issue 11's strict loss-scale core (amp_adapters.rules.loss_scale)")
 
 FUZZ = settings(derandomize=True, max_examples=300, deadline=None,
                 suppress_health_check=list(HealthCheck))

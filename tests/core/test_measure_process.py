@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_adapters import measure_process
-from amp_adapters.device import Cost
-from amp_adapters.measure_process import MeasureError
-from amp_adapters.measure_process import call as call_in
-from amp_adapters.speedbook import ISA_ENV, MeasuringFailed
+from amp_adapters.services import measure_process
+from amp_adapters.rules.device import Cost
+from amp_adapters.services.measure_process import MeasureError
+from amp_adapters.services.measure_process import call as call_in
+from amp_adapters.services.speedbook import ISA_ENV, MeasuringFailed
 
 
 SERVER = "measure_child_fns"  # this folder's child module

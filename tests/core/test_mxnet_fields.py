@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amp_adapters import AmpConfigError, DynamicLossScale, NoOpLossScale, StaticLossScale
-from amp_adapters.loss_scale import check_state, mxnet_fields, step
-from amp_adapters.loss_scale.checks import f32
+from amp_adapters.rules.loss_scale import check_state, mxnet_fields, step
+from amp_adapters.rules.loss_scale.checks import f32
 
 VALUES = st.one_of(
     st.integers(-3, 12), st.sampled_from([0.0, -1.0, 0.5, math.nan, math.inf, 1e-45, 3.0e38,

@@ -1,6 +1,6 @@
 """The native presets (``mxnet-native``, ``paddle-native``) against the installed natives.
 
-``amp_adapters/oplists/native.toml`` must hold every default list of the
+``amp_adapters/rules/oplists/native.toml`` must hold every default list of the
 installed ``mxnet.contrib.amp`` and ``paddle.static.amp`` exactly, and the
 planner must put each op where the native would. Each framework part skips
 with a reason when the framework is not installed; run this file under both
@@ -13,9 +13,9 @@ os.environ.setdefault("FLAGS_enable_pir_api", "0")
 import pytest  # noqa: E402
 
 from amp_adapters import AmpConfigError, Policy, categorize, effective_lists  # noqa: E402
-from amp_adapters.oplists import (installed_version, native_lists,  # noqa: E402
-                                  native_versions, pick_version)
-from amp_adapters.policy import PRESETS, resolve_policy  # noqa: E402
+from amp_adapters.rules.oplists import (installed_version, native_lists, native_versions,
+                                        pick_version)
+from amp_adapters.rules.policy import PRESETS, resolve_policy  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +154,7 @@ def test_readme_lists_every_difference_between_o1_and_the_native_defaults(framew
     output: regenerate them when this fails."""
     from pathlib import Path
 
-    from amp_adapters.native_diff import differences, markdown
+    from amp_adapters.services.native_diff import differences, markdown
     readme = (Path(__file__).resolve().parents[2] / "docs" / "migrating.md").read_text("utf-8")
     assert markdown(framework, "float16", version) in readme
     native = Policy.preset(f"{framework}-native", native_version=version)
@@ -164,7 +164,7 @@ def test_readme_lists_every_difference_between_o1_and_the_native_defaults(framew
 
 
 def test_cli_diff_prints_the_table(capsys):
-    from amp_adapters.cli import main
+    from amp_adapters.services.cli import main
     assert main(["diff", "--framework", "paddle", "--version", "2.6.2"]) == 0
     out = capsys.readouterr().out
     assert "| `relu` | relu | promote | follow |" in out
@@ -189,7 +189,7 @@ def test_native_version_pins_the_lists():
 
 
 def test_cli_takes_a_preset_name_for_policy(capsys):
-    from amp_adapters.cli import main
+    from amp_adapters.services.cli import main
     assert main(["lists", "--framework", "mxnet", "--policy", "mxnet-native"]) == 0
     out = capsys.readouterr().out
     lower = effective_lists(Policy.preset("mxnet-native"), "mxnet")["lower"]

@@ -1,4 +1,4 @@
-"""amp_adapters.native_speed: when the native's bf16 decisions are slower than float32, known
+"""amp_adapters.services.native_speed: when the native's bf16 decisions are slower than float32, known
 without timing (the CPU's flags and oneDNN's ISA caps as data, a speed cache on disk)."""
 import logging
 import re
@@ -8,11 +8,11 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_adapters import native_speed as ns
-from amp_adapters import speedbook
-from amp_adapters.device import Cost
-from amp_adapters.isa import cap, describe_bf16, why_emulated
-from amp_adapters.speedbook import ProfileFile, write_profile
+from amp_adapters.services import native_speed as ns
+from amp_adapters.services import speedbook
+from amp_adapters.rules.device import Cost
+from amp_adapters.rules.isa import cap, describe_bf16, why_emulated
+from amp_adapters.services.speedbook import ProfileFile, write_profile
 
 AVX512 = ["avx2", "avx512bw", "avx512dq", "avx512f", "avx512vl"]
 OPS = frozenset({"FullyConnected"})

@@ -2,7 +2,7 @@
 import tomllib
 from pathlib import Path
 
-from amp_adapters.oplists import _read, canonical_defaults, load_table
+from amp_adapters.rules.oplists import _read, canonical_defaults, load_table
 
 ROOT = Path(__file__).resolve().parents[2]
 MAPPING = tomllib.loads((ROOT / "tools" / "op_mapping.toml").read_text("utf-8"))

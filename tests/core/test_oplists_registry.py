@@ -1,4 +1,4 @@
-"""The op tables (amp_adapters/oplists/*.toml) against the installed frameworks.
+"""The op tables (amp_adapters/rules/oplists/*.toml) against the installed frameworks.
 
 For each framework that is installed (each part skips with a reason if not):
 
@@ -24,7 +24,7 @@ os.environ.setdefault("FLAGS_enable_pir_api", "0")
 import pytest  # noqa: E402
 
 from amp_adapters import Policy, categorize  # noqa: E402
-from amp_adapters.oplists import load_table  # noqa: E402
+from amp_adapters.rules.oplists import load_table  # noqa: E402
 
 # the generator's priority when a name is in two native lists: the safest wins
 PRIORITY = ("fp32", "lower", "promote", "follow")

@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_adapters.device import DeviceProfile
+from amp_adapters.rules.device import DeviceProfile
 from amp_adapters import ParamUse, Policy, plan_params
 
 O2 = Policy.preset("O2")
@@ -116,7 +116,7 @@ def test_readers_of_a_computing_op_are_not_looked_through():
 
 
 def test_pass_through_ops_are_canonical_and_move_values_only():
-    from amp_adapters.oplists import canonical_ops, pass_through_ops, passes_through
+    from amp_adapters.rules.oplists import canonical_ops, pass_through_ops, passes_through
     assert {"reshape", "transpose"} <= pass_through_ops() <= canonical_ops()
     assert passes_through("paddle", "reshape2") and passes_through("mxnet", "transpose")
     assert not passes_through("paddle", "elementwise_add")
@@ -126,7 +126,7 @@ def test_a_layer_kept_float32_keeps_the_parameters_only_it_reads_float32():
     """O2 stores a parameter low only where every reader computes low: a reader a layer rule
     keeps in float32 keeps its weight float32 (no cast up per use), the other layer's goes low."""
     from amp_adapters import ParamUse
-    from amp_adapters.layers import LayerLists
+    from amp_adapters.rules.layers import LayerLists
     policy = O2.replace(layers=LayerLists(fp32=frozenset({"dense2"})))
     uses = {"dense1_weight": [ParamUse("FullyConnected", slot="weight", instance=("dense1_fwd",))],
             "dense2_weight": [ParamUse("FullyConnected", slot="weight", instance=("dense2_fwd",))]}

@@ -5,10 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_adapters.device import DeviceProfile
+from amp_adapters.rules.device import DeviceProfile
 from amp_adapters import (AmpConfigError, OpCall, OpLists, Policy, categorize, effective_lists,
                           plan_op, widest)
-from amp_adapters.oplists import load_table
+from amp_adapters.rules.oplists import load_table
 
 O1 = Policy.preset("O1")
 F32, F16, BF16 = "float32", "float16", "bfloat16"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_adapters.device import DeviceProfile
+from amp_adapters.rules.device import DeviceProfile
 from amp_adapters import UNKNOWN, Policy, attrs_read, OpCall, plan_op
 
 O1, O2 = Policy.preset("O1"), Policy.preset("O2")

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from amp_adapters import ParamUse, Policy, OpCall, plan_op
-from amp_adapters.device import Cost, DeviceProfile, ShapeClass
+from amp_adapters.rules.device import Cost, DeviceProfile, ShapeClass
 
 F32, F16 = "float32", "float16"
 O2, O2_EMU = Policy.preset("O2"), Policy.preset("O2", emulate=True)

@@ -2,7 +2,7 @@
 none of their readers computes low (``plan_op``'s ``readers``), in both frameworks."""
 import pytest
 
-from amp_adapters.device import DeviceProfile
+from amp_adapters.rules.device import DeviceProfile
 from amp_adapters import ParamUse, Policy, OpCall, plan_op
 
 F32, F16, BF16 = "float32", "float16", "bfloat16"

@@ -4,7 +4,7 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_adapters.device import DeviceProfile, ShapeClass
+from amp_adapters.rules.device import DeviceProfile, ShapeClass
 from amp_adapters import UNKNOWN, Policy, OpCall, plan_op
 
 F32, F16, BF16 = "float32", "float16", "bfloat16"

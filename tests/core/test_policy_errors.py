@@ -4,7 +4,7 @@ import re
 import pytest
 
 from amp_adapters import AmpConfigError, DynamicLossScale, Policy, UnknownOpError
-from amp_adapters.policyfile import loss_scale_keys
+from amp_adapters.rules.policyfile import loss_scale_keys
 
 RULE = {"op": "LeakyReLU", "attr": "act_type", "values": ["gelu"]}
 
@@ -146,7 +146,7 @@ def test_directory_is_not_a_policy_file(tmp_path):
 def test_validation_happens_before_anything_is_built(monkeypatch):
     # An error anywhere in the dict (here the last key checked) means no OpLists, no loss
     # scale, no Policy was constructed.
-    import amp_adapters.policy as policy_mod
+    import amp_adapters.rules.policy as policy_mod
     built = []
     monkeypatch.setattr(policy_mod, "loss_scale_from_config",
                         lambda d: built.append(d))

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amp_adapters import AmpConfigError, LayerLists, Policy, OpCall, plan_op
-from amp_adapters.doctor.recommend import policy_toml
-from amp_adapters.layers import check_matched, layer_paths, matches, unmatched
+from amp_adapters.services.doctor.recommend import policy_toml
+from amp_adapters.rules.layers import check_matched, layer_paths, matches, unmatched
 
 FC = ("FullyConnected", ["float32", "float32", "float32"])
 

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from amp_adapters import (DynamicLossScale, NoOpLossScale, OpLists, Policy, StaticLossScale,
                           resolve_policy)
-from amp_adapters.doctor import policy_toml
-from amp_adapters.layers import LayerLists
-from amp_adapters.oplists import CATEGORIES, canonical_ops, load_table, native_versions
-from amp_adapters.policy import PRESETS
+from amp_adapters.services.doctor import policy_toml
+from amp_adapters.rules.layers import LayerLists
+from amp_adapters.rules.oplists import CATEGORIES, canonical_ops, load_table, native_versions
+from amp_adapters.rules.policy import PRESETS
 
 LISTS = (*CATEGORIES, "conditional_fp32")
 
@@ -158,7 +158,7 @@ def test_the_doctor_under_auto_writes_a_file_that_loads_back(tmp_path):
     check found ``speed`` missing)."""
     import numpy as np
 
-    from amp_adapters.doctor import Recorder, recommend
+    from amp_adapters.services.doctor import Recorder, recommend
     policy = resolve_policy("auto")
     r = Recorder("mxnet", policy.dtype, emulated=False)
     r.begin_step(1.0)

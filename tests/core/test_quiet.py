@@ -3,7 +3,7 @@ own settings, and never a warning about the user's model."""
 import os
 import warnings
 
-from amp_adapters.quiet import NOISE_ENV, quiet_frameworks
+from amp_adapters.services.quiet import NOISE_ENV, quiet_frameworks
 
 
 def test_sets_the_noise_variables_but_keeps_the_users(monkeypatch):
@@ -29,7 +29,7 @@ def test_our_info_lines_are_off_unless_a_level_was_set(monkeypatch):
     """Paddle 3 gives the root logger an INFO handler at import: our INFO lines would show,
     timestamped, where on Paddle 2.6 they do not. A level the user set stays."""
     import logging
-    from amp_adapters.quiet import OUR_LOGGERS
+    from amp_adapters.services.quiet import OUR_LOGGERS
     for name in OUR_LOGGERS:
         monkeypatch.setattr(logging.getLogger(name), "level", logging.NOTSET)
     monkeypatch.setattr(logging.getLogger("mxnet_amp"), "level", logging.DEBUG)

@@ -2,9 +2,9 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_adapters.device import DeviceProfile, ShapeClass
+from amp_adapters.rules.device import DeviceProfile, ShapeClass
 from amp_adapters import CastReport, Policy, compare, kernel_differences, OpCall, plan_op
-from amp_adapters.report import GraphCasts
+from amp_adapters.services.report import GraphCasts
 
 O1 = Policy.preset("O1")
 
@@ -160,7 +160,7 @@ def test_an_op_without_a_kernel_that_the_other_model_lacks_is_a_kernel_differenc
 
 
 def test_graph_casts_count_the_bytes_of_the_casts_of_a_known_size():
-    from amp_adapters.report import GraphCasts, cast_bytes
+    from amp_adapters.services.report import GraphCasts, cast_bytes
 
     assert cast_bytes((4, 16), "bfloat16") == 128
     assert cast_bytes((-1, 16), "float16") is None  # the batch is not fed yet

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from amp_adapters import AmpConfigError, DynamicLossScale, OverflowGuardError, StaticLossScale
 from scaler_cases import CORRUPTIONS, GOOD, corrupt
 
-from amp_adapters.loss_scale import (NUMPY_OPS, LossScaleConfig, LossScaleState, SkipWindow,
-                                     StateArrays, check_guard, load_state, state_dict, step,
-                                     update)
+from amp_adapters.rules.loss_scale import (NUMPY_OPS, LossScaleConfig, LossScaleState, SkipWindow,
+                                           StateArrays, check_guard, load_state, state_dict, step,
+                                           update)
 
 
 def reference(config, s, found_inf):
@@ -228,7 +228,7 @@ def test_native_constructors_refuse_bools_plainly():
 
 
 def test_numpy_ops_provide_the_whole_vocabulary():
-    from amp_adapters.loss_scale import ArrayOps
+    from amp_adapters.rules.loss_scale import ArrayOps
     assert isinstance(NUMPY_OPS, ArrayOps)
     assert not isinstance(object(), ArrayOps)
 

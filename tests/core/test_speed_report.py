@@ -1,9 +1,9 @@
 """amp-adapters info --measure / profile: the per-op speed table and the saved profile, from a
 backend's answer given as data (a speed book whose timer returns fixed costs)."""
-from amp_adapters.cli import main
-from amp_adapters.device import Cost, DeviceProfile, ShapeClass
-from amp_adapters.speed_report import Sample, SpeedProbe, measure
-from amp_adapters.speedbook import SpeedBook, read_profile
+from amp_adapters.services.cli import main
+from amp_adapters.rules.device import Cost, DeviceProfile, ShapeClass
+from amp_adapters.services.speed_report import Sample, SpeedProbe, measure
+from amp_adapters.services.speedbook import SpeedBook, read_profile
 
 GEMM = Sample("FullyConnected", ShapeClass.of([(64, 2048), (2048, 2048), (2048,)]), "GEMM big")
 SMALL = Sample("FullyConnected", ShapeClass.of([(64, 64), (64, 64), (64,)]), "GEMM small")
@@ -52,7 +52,7 @@ def test_a_backend_that_fails_says_so_in_its_line(tmp_path):
 
 
 def test_the_profile_command_needs_no_framework_to_start(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr("amp_adapters.speed_report.installed",
+    monkeypatch.setattr("amp_adapters.services.speed_report.installed",
                         lambda: {"mxnet": provider(tmp_path)})
     assert main(["profile", "--save", str(tmp_path / "p.json")], commands={}) == 0
     out = capsys.readouterr().out
@@ -63,7 +63,7 @@ def test_profile_refresh_measures_this_dtype_again_and_keeps_every_other_entry(
         capsys, tmp_path, monkeypatch):
     """``amp-adapters profile --refresh``: the samples and the models' keys of this dtype are
     measured again; another framework's entries and another dtype's are kept as they were."""
-    from amp_adapters.speedbook import ProfileFile, write_profile
+    from amp_adapters.services.speedbook import ProfileFile, write_profile
     here = {"cpu": "Test CPU", "flags": [], "gpu": None, "isa": {}}
     model = ("mxnet", "1.9.1", "bfloat16+train", "FullyConnected", "64x512;512x512>2")
     kept = {("paddle", "2.6.2", "bfloat16", "mul", "64x8;8x16>2"): Cost(0.9, 0.01),
@@ -71,7 +71,7 @@ def test_profile_refresh_measures_this_dtype_again_and_keeps_every_other_entry(
     write_profile(tmp_path / "c.json",
                   ProfileFile(here, {**kept, model: Cost(3.0, 0.0, 3.0, 0.0)}))
     monkeypatch.setenv("AMP_ADAPTERS_REFRESH", "0")  # the command sets it; undone after
-    monkeypatch.setattr("amp_adapters.speed_report.installed",
+    monkeypatch.setattr("amp_adapters.services.speed_report.installed",
                         lambda: {"mxnet": provider(tmp_path)})
     assert main(["profile", "--refresh"], commands={}) == 0
     assert "measured again 1 more bfloat16 entries" in capsys.readouterr().out

@@ -1,4 +1,4 @@
-"""The speed source, declared once in the core (``amp_adapters.speed_source``): a runtime
+"""The speed source, declared once in the core (``amp_adapters.services.speed_source``): a runtime
 supplies what to time (a ``Job``) and its timer module; the book, the lookup under measured
 speed and the measuring child are the core's, the same for every runtime.
 
@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from amp_adapters import Policy, measure_process, speed_source
-from amp_adapters.device import Cost, ShapeClass
-from amp_adapters.speed_source import Job, SpeedSource
+from amp_adapters import Policy
+from amp_adapters.services import measure_process, speed_source
+from amp_adapters.rules.device import Cost, ShapeClass
+from amp_adapters.services.speed_source import Job, SpeedSource
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -115,7 +116,7 @@ def test_no_runtime_builds_its_own_book_or_calls_its_child():
                     found.append(f"{path.relative_to(ROOT)}: {pattern}")
             if re.search(r"\bserve\(", text) and (
                     "serve(time_job)" not in text or
-                    "from amp_adapters.speed_source import time_job" not in text):
+                    "from amp_adapters.services.speed_source import time_job" not in text):
                 found.append(f"{path.relative_to(ROOT)}: serves its own functions")
     assert found == []
 
@@ -123,7 +124,7 @@ def test_no_runtime_builds_its_own_book_or_calls_its_child():
 def test_a_profile_gets_the_cores_costs_only_where_the_policy_measures():
     """Where the policy does not measure the source is not even made (a source may ask the
     framework for its device: a GPU's name)."""
-    from amp_adapters.device import DeviceProfile
+    from amp_adapters.rules.device import DeviceProfile
     device = DeviceProfile(frozenset({"gemm"}), training=True)
     assert speed_source.profile(device, Policy.preset("O1-bf16"),
                                 lambda: pytest.fail("a source made for fixed speed")) is device

@@ -12,16 +12,14 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from amp_adapters import AmpConfigError, Policy, OpCall, plan_op
-from amp_adapters.device import Cost, DeviceProfile, ShapeClass
-from amp_adapters import speedbook
-from amp_adapters.speedbook import (ISA_ENV, RETRY_AFTER_S, Failure, MeasuringFailed,
-                                    ProfileFile,
-                                    SpeedBook, gpu_key, machine, machine_id, nvidia_gpu,
-                                    parse_profile,
-                                    read_profile, write_profile)
+from amp_adapters.rules.device import Cost, DeviceProfile, ShapeClass
+from amp_adapters.services import speedbook
+from amp_adapters.services.speedbook import (ISA_ENV, RETRY_AFTER_S, Failure, MeasuringFailed,
+                                             ProfileFile, SpeedBook, gpu_key, machine, machine_id,
+                                             nvidia_gpu, parse_profile, read_profile, write_profile)
 
 import speedbook_procs
-from amp_adapters.timing import ratio_of, spread_of
+from amp_adapters.services.timing import ratio_of, spread_of
 
 MLP = ShapeClass.of([(64, 2048), (2048, 2048), (2048,)], result_rank=2)
 HERE = {"cpu": "Test CPU", "flags": ["avx512_bf16", "avx512f"], "gpu": None, "isa": {}}
@@ -259,7 +257,7 @@ def test_an_op_that_fails_in_the_child_is_kept_a_dying_child_is_not(tmp_path):
     """The failures of a real measuring child: the op raised there or crashed it (SIGABRT:
     answers, kept as no kernel), the child ended otherwise (no answer, kept only until its
     retry time)."""
-    from amp_adapters import measure_process
+    from amp_adapters.services import measure_process
 
     def raises(op, shape, training):
         return measure_process.call("measure_child_fns", math.sqrt, -1)
@@ -464,7 +462,7 @@ def test_a_cache_this_version_cannot_read_is_set_aside_not_overwritten(tmp_path)
 def test_a_filesystem_without_flock_measures_without_the_lock(tmp_path, monkeypatch):
     import errno
 
-    from amp_adapters import speedbook
+    from amp_adapters.services import speedbook
 
     def no_flock(fd, how):
         raise OSError(errno.ENOLCK, "No locks available")

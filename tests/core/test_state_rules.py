@@ -12,9 +12,9 @@ from amp_adapters import (AmpConfigError, DynamicLossScale, LossScaleConfig, Los
                           NoOpLossScale, Policy, StaticLossScale, UnknownChoiceError,
                           loss_scale_from_config, loss_scale_from_parts,
                           loss_scale_from_state_dict)
-from amp_adapters.errors import check_flag
-sd = importlib.import_module("amp_adapters.loss_scale.state_dict")
-from amp_adapters.loss_scale.consistency import check_state
+from amp_adapters.rules.errors import check_flag
+sd = importlib.import_module("amp_adapters.rules.loss_scale.state_dict")
+from amp_adapters.rules.loss_scale.consistency import check_state
 
 ISSUE_CASES = [  # (constructor keywords, the field the error names)
     (dict(scale=1024.0, bad_steps=5, hysteresis=2), "bad_steps"),
@@ -182,7 +182,7 @@ def test_a_drop_in_emulate_argument_must_be_a_bool():
 
 
 def test_check_policy_must_be_a_bool(tmp_path):
-    from amp_adapters import checkpoint
+    from amp_adapters.services import checkpoint
     with pytest.raises(TypeError, match="check_policy must be true or false"):
         checkpoint.load(tmp_path, framework="numpy", check_policy="no")
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from amp_adapters import cli
+from amp_adapters.services import cli
 from amp_demo import command
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -51,7 +51,7 @@ def amp_adapters(argv, cwd):
     """``amp-adapters ARGV`` as a user runs it (the installed subcommands), with this checkout
     first on the path, on a CPU without bf16 kernels as the page says (oneDNN limited to
     AVX2: where bf16 runs, the doctor tries the model in bf16 before an op type)."""
-    r = subprocess.run([sys.executable, "-m", "amp_adapters.cli", *argv], cwd=cwd,
+    r = subprocess.run([sys.executable, "-m", "amp_adapters.services.cli", *argv], cwd=cwd,
                        capture_output=True, text=True, timeout=300,
                        env={**os.environ, "DNNL_MAX_CPU_ISA": "AVX2",
                             "ONEDNN_MAX_CPU_ISA": "AVX2", "PYTHONPATH": os.pathsep.join(

@@ -10,8 +10,8 @@ from mxnet import gluon
 
 import mxnet_amp as amp
 from amp_adapters import Policy
-from amp_adapters.device import Cost
-from amp_adapters.speedbook import SpeedBook
+from amp_adapters.rules.device import Cost
+from amp_adapters.services.speedbook import SpeedBook
 from mxnet_amp.config import device_type, init_policy
 from mxnet_amp.kernels import has_kernel
 from mxnet_amp.speed import install_speed_book

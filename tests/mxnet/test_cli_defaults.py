@@ -1,7 +1,7 @@
 """`amp-adapters lists/explain` without --policy answer for what `mxnet_amp.init()` decides."""
 from amp_adapters import categorize, effective_lists
-from amp_adapters.cli import main
-from amp_adapters.oplists import load_table
+from amp_adapters.services.cli import main
+from amp_adapters.rules.oplists import load_table
 
 import mxnet_amp as amp
 

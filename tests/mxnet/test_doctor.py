@@ -434,7 +434,7 @@ def test_bf16_is_a_candidate_whose_replay_has_no_overflow_where_this_cpu_runs_it
     """The planted forward overflow in one layer: on a CPU whose bf16 kernels run every op the
     model ran in fp16, the same model in bf16 is a candidate (after the layer), and its
     replay of the recorded steps overflows nowhere (float32's range)."""
-    from amp_adapters.doctor.candidates import candidates, passes
+    from amp_adapters.services.doctor.candidates import candidates, passes
     from mxnet_amp.kernels import has_kernel
     if not has_kernel("FullyConnected", mx.cpu(), "bfloat16", backward=True):
         pytest.skip("no bfloat16 FullyConnected kernel here (oneDNN needs AVX-512)")
@@ -498,10 +498,10 @@ def test_where_bf16_is_emulated_the_doctor_does_not_offer_it():
     bf16 kernels the model in bf16 is tried next, unless the device's truth says oneDNN
     emulates bf16 here (slower than float32): then it is not tried (the CPU class is given
     as data; the session reads it from ``isa.bf16_class``)."""
-    from amp_adapters.doctor import recommend
-    from amp_adapters.doctor.bf16 import Bf16Speed
-    from amp_adapters.isa import bf16_class
-    from amp_adapters.speedbook import machine
+    from amp_adapters.services.doctor import recommend
+    from amp_adapters.services.doctor.bf16 import Bf16Speed
+    from amp_adapters.rules.isa import bf16_class
+    from amp_adapters.services.speedbook import machine
     dr = _dense_doctor(P.policy("overflow"))
     try:
         assert dr.bf16_speed().emulated == (bf16_class(machine()) == "emulated")

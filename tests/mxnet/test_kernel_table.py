@@ -1,7 +1,7 @@
 """The MXNet backend's answer to amp-adapters info agrees with its probes (no CPU assumed)."""
 import mxnet as mx
 
-from amp_adapters import fallback as info
+from amp_adapters.services import fallback as info
 from mxnet_amp.kernels import has_kernel, lowp_kernels
 
 

@@ -2,7 +2,7 @@
 counts the storage a bracket allocates, from the profiler's own statistics."""
 import mxnet as mx
 
-from amp_adapters.memory import TensorBytes
+from amp_adapters.services.memory import TensorBytes
 from mxnet_amp.memory import ProfilerBytes, peak_from_stats
 
 MIB = 1 << 20

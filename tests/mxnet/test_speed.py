@@ -6,7 +6,7 @@ A plan from costs given as data needs no kernel: those tests give the kernel set
 too (``kernel_as_data``) and trace the net without running it where the plan lowers an op,
 so they run on every CPU class; only the tests that run a bfloat16 kernel (the real timer,
 an imperative call computing in bf16) are skipped where the device truth
-(``amp_adapters.isa.bf16_class``) says oneDNN has none."""
+(``amp_adapters.rules.isa.bf16_class``) says oneDNN has none."""
 import logging
 import math
 import os
@@ -18,10 +18,11 @@ from mxnet import autograd, gluon
 
 import mxnet_amp as amp
 from amp_adapters import Policy
-from amp_adapters import measure_process, speedbook
-from amp_adapters.device import Cost, ShapeClass
-from amp_adapters.speedbook import SpeedBook, machine, machine_id, ProfileFile, write_profile
-from amp_adapters.isa import bf16_class, describe_bf16
+from amp_adapters.services import measure_process, speedbook
+from amp_adapters.rules.device import Cost, ShapeClass
+from amp_adapters.services.speedbook import (SpeedBook, machine, machine_id, ProfileFile,
+                                             write_profile)
+from amp_adapters.rules.isa import bf16_class, describe_bf16
 from mxnet_amp import kernels
 from mxnet_amp.speed import install_speed_book
 from mxnet_amp.speed import measure, measurer
@@ -29,7 +30,7 @@ from mxnet_amp.speed import measure, measurer
 needs_bf16 = pytest.mark.skipif(
     bf16_class(machine()) == "none",
     reason=f"runs a bfloat16 kernel, and this CPU has none: {describe_bf16(machine())} "
-    f"(amp_adapters.isa.bf16_class: 'none'; oneDNN's bf16 kernels need AVX-512)")
+    f"(amp_adapters.rules.isa.bf16_class: 'none'; oneDNN's bf16 kernels need AVX-512)")
 AUTO = Policy.preset("auto")
 
 
@@ -160,7 +161,7 @@ def test_the_real_timer_gives_finite_ratios_for_training_and_inference():
 @needs_bf16
 def test_the_book_times_in_the_measuring_child_not_in_this_process(cache):
     """Timing allocates a model's sizes; done here it left the training process slower
-    (``amp_adapters.measure_process``), so the book's measurement runs in the child."""
+    (``amp_adapters.services.measure_process``), so the book's measurement runs in the child."""
     measure_process.close_all()
     book = SpeedBook("mxnet", mx.__version__, "bfloat16", measurer(mx.cpu(), "bfloat16"))
     cost = book.lookup("FullyConnected", ShapeClass.of([(8, 64), (64, 64), (64,)]), True)

@@ -54,7 +54,7 @@ def test_a_checkpoint_with_contradicting_counters_is_refused(tmp_path):
     """An edited loss_scale.json (checksums recomputed) whose counters its config forbids."""
     import json
 
-    from amp_adapters import checkpoint as core
+    from amp_adapters.services import checkpoint as core
     net, trainer = _build(DynamicLossScale(scale=2.0**10, growth_interval=2, hysteresis=2))
     _step(net, trainer, 0)
     amp.save_checkpoint(tmp_path, net, trainer)

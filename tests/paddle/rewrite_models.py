@@ -16,7 +16,7 @@ import paddle  # noqa: E402
 
 from amp_adapters import Policy  # noqa: E402
 import paddle_amp  # noqa: E402
-from amp_adapters.device import DeviceProfile
+from amp_adapters.rules.device import DeviceProfile
 from paddle_amp.rewrite import Rewriter  # noqa: E402
 
 # one golden file per Paddle major version (3.x's legacy IR builds some ops differently)

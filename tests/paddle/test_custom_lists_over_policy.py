@@ -1,13 +1,13 @@
 """Custom lists over ``policy=``: the static ``decorate`` and the dynamic-graph ``auto_cast``
 put a user's custom white/black lists on top of a policy by the core's one rule
-(``amp_adapters.policy.with_custom_lists``), so both runtimes decide alike."""
+(``amp_adapters.rules.policy.with_custom_lists``), so both runtimes decide alike."""
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from amp_adapters import ConflictingOpError, Policy, effective_lists
-from amp_adapters.oplists import eager_to_program, load_table
-from amp_adapters.policy import with_custom_lists
+from amp_adapters.rules.oplists import eager_to_program, load_table
+from amp_adapters.rules.policy import with_custom_lists
 from paddle_amp.lists import AutoMixedPrecisionLists, AutoMixedPrecisionListsBF16
 from paddle_amp.config import resolve_decorate
 from paddle_amp.dygraph.config import known_ops, policy_of

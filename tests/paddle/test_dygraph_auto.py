@@ -14,10 +14,11 @@ import numpy as np
 import paddle
 import pytest
 
-from amp_adapters import speed_source
-from amp_adapters.device import Cost
-from amp_adapters.isa import bf16_class
-from amp_adapters.speedbook import ProfileFile, cache_dir, machine, machine_id, write_profile
+from amp_adapters.services import speed_source
+from amp_adapters.rules.device import Cost
+from amp_adapters.rules.isa import bf16_class
+from amp_adapters.services.speedbook import (ProfileFile, cache_dir, machine, machine_id,
+                                             write_profile)
 from paddle_amp import dygraph as amp
 from paddle_amp.dygraph import kernels
 from paddle_amp.dygraph import speed as dy_speed
@@ -151,7 +152,7 @@ def test_the_dygraph_source_satisfies_the_declared_protocol():
     assert isinstance(src, speed_source.SpeedSource)
     assert (src.framework, src.timer, src.gpu) == ("paddle-dygraph", "paddle_amp.dygraph.speed",
                                                   None)
-    from amp_adapters.device import ShapeClass
+    from amp_adapters.rules.device import ShapeClass
     job = src.job("matmul_v2", ShapeClass.of([(8, 32), (32, 64)], 2), True)
     if NO_BF16:
         assert job is None  # no low route here: nothing to time
@@ -163,7 +164,7 @@ def test_the_dygraph_source_satisfies_the_declared_protocol():
 
 @needs_bf16
 def test_the_dygraph_timer_answers_a_ratio_in_the_measuring_child():
-    from amp_adapters.device import ShapeClass
+    from amp_adapters.rules.device import ShapeClass
     book = speed_source.book(dy_speed.source("bfloat16"))
     got = book.lookup("matmul_v2", ShapeClass.of([(16, 32), (32, 32)], 2), True)
     assert isinstance(got, Cost) and got.error is None, got

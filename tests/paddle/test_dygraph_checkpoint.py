@@ -5,7 +5,7 @@ import numpy as np
 import paddle
 import pytest
 
-from amp_adapters.errors import CheckpointError
+from amp_adapters.rules.errors import CheckpointError
 from paddle_amp import dygraph as amp
 
 STEPS, SAVE_AT, INJECT = 8, 4, (2, 6)

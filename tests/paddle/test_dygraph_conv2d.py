@@ -6,8 +6,8 @@ the probe's answer, and the device truth for the CPU class."""
 import numpy as np
 import paddle
 
-from amp_adapters.isa import bf16_class
-from amp_adapters.speedbook import machine
+from amp_adapters.rules.isa import bf16_class
+from amp_adapters.services.speedbook import machine
 from paddle_amp import dygraph as amp
 from paddle_amp.dygraph import kernels
 

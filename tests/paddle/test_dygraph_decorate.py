@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from amp_adapters.errors import AmpConfigError
+from amp_adapters.rules.errors import AmpConfigError
 from paddle_amp import dygraph as amp
 
 

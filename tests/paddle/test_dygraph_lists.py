@@ -12,7 +12,7 @@ from amp_adapters import categorize
 from paddle.amp.auto_cast import _update_list
 from paddle_amp.dygraph.config import policy_of
 from paddle_amp.dygraph.names import program_name
-from amp_adapters.oplists import eager_to_program
+from amp_adapters.rules.oplists import eager_to_program
 
 # eager names (their program spelling differs or not) that the native lists or users name
 EAGER = ["matmul", "conv2d", "add", "multiply", "softmax", "exp", "mean", "sum", "relu",
@@ -85,7 +85,7 @@ def test_the_data_copy_of_paddle_amps_lists_is_the_installed_paddles():
     reads without Paddle) holds the installed ``paddle.amp``'s O1 lists exactly."""
     from paddle.amp import amp_lists
 
-    from amp_adapters.oplists import _read
+    from amp_adapters.rules.oplists import _read
     version = paddle.__version__
     data = _read("paddle_dygraph.toml")["native"][version]
     for dtype in ("float16", "bfloat16"):
@@ -98,9 +98,9 @@ def test_diff_says_where_o1_and_this_runtimes_native_decisions_differ(capsys, dt
     """Every row of ``amp-adapters diff --framework paddle-dygraph`` is an op that
     ``paddle_amp.dygraph`` categorizes differently without ``policy=`` (paddle.amp's lists)
     and with ``policy="O1"``, as the row says; every other listed op is categorized alike."""
-    from amp_adapters.cli import main
-    from amp_adapters.oplists import dygraph_native_lists, load_table
-    from amp_adapters.planner import categorize
+    from amp_adapters.services.cli import main
+    from amp_adapters.rules.oplists import dygraph_native_lists, load_table
+    from amp_adapters.rules.planner import categorize
     from paddle_amp.dygraph.config import policy_of
     assert main(["diff", "--framework", "paddle-dygraph", "--dtype", dtype]) == 0
     rows = {line.split("|")[1].strip(" `"): (line.split("|")[3].strip(),

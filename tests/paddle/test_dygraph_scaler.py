@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from amp_adapters import DynamicLossScale, Policy
-from amp_adapters.errors import AmpConfigError, OverflowGuardError
-from amp_adapters.loss_scale import LossScaleState, step
+from amp_adapters.rules.errors import AmpConfigError, OverflowGuardError
+from amp_adapters.rules.loss_scale import LossScaleState, step
 from paddle_amp import dygraph as amp
 
 

@@ -15,8 +15,8 @@ import numpy as np
 import paddle
 import pytest
 
-from amp_adapters.isa import bf16_class
-from amp_adapters.speedbook import machine
+from amp_adapters.rules.isa import bf16_class
+from amp_adapters.services.speedbook import machine
 from paddle_amp import dygraph as amp
 
 STEPS = 40

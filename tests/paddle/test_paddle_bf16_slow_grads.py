@@ -11,7 +11,7 @@ import paddle
 import pytest
 
 import paddle_amp
-from amp_adapters.device import DeviceProfile
+from amp_adapters.rules.device import DeviceProfile
 from paddle_amp import ir, kernels
 from paddle_amp.onednn_log import executed, onednn_log
 from paddle_amp.bf16 import AutoMixedPrecisionListsBF16

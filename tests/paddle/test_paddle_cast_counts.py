@@ -13,7 +13,7 @@ import pytest
 from paddle.base import unique_name
 
 import paddle_amp
-from amp_adapters.device import DeviceProfile
+from amp_adapters.rules.device import DeviceProfile
 from paddle_amp.config import native_policy
 from paddle_amp.rewrite import Rewriter
 from paddle_helpers import is_pir, op_names, pir_mode

@@ -4,7 +4,7 @@ import paddle
 
 import paddle_amp
 from amp_adapters import categorize, effective_lists
-from amp_adapters.cli import main
+from amp_adapters.services.cli import main
 
 OPS = ["matmul_v2", "mul", "softmax", "relu", "elementwise_add", "conv2d", "sum", "where",
        "lookup_table_v2"]

@@ -352,7 +352,7 @@ def test_bf16_is_a_candidate_whose_replay_has_no_overflow_where_this_cpu_runs_it
     """As in MXNet: on a CPU whose bf16 kernels run every op the program ran in fp16, the
     same program in bf16 is a candidate, and its replay of the recorded steps overflows
     nowhere."""
-    from amp_adapters.doctor.candidates import candidates, passes
+    from amp_adapters.services.doctor.candidates import candidates, passes
     dr, _, _ = _layered("layer_overflow", doctor_steps=2)
     kernels = dr.bf16_kernels()
     missing = sorted(r.op for r in dr.report().ops if r.lowered and r.op not in kernels)

@@ -8,7 +8,7 @@ from pathlib import Path
 import paddle
 import pytest
 
-from amp_adapters.loss_scale import ArrayOps
+from amp_adapters.rules.loss_scale import ArrayOps
 from paddle_amp import ir
 from paddle_amp.ir import LegacyProgram, PirProgram, ProgramIR
 from paddle_helpers import is_pir

@@ -11,7 +11,7 @@ import pytest
 import paddle_amp
 from amp_adapters import (ConflictingOpError, DynamicLossScale, NoOpLossScale, OpLists, Policy,
                           UnknownOpError)
-from amp_adapters.device import DeviceProfile
+from amp_adapters.rules.device import DeviceProfile
 from paddle_amp.env import current_device
 from paddle_amp.kernels import lowp_kernels, runs_onednn_bf16
 from paddle_amp.rewrite import Rewriter
@@ -258,7 +258,7 @@ def test_policy_with_custom_op_lists_takes_them_on_top_and_refuses_edits_in_plac
 def test_dtype_spellings_loss_scale_and_emulate_are_the_core_rules(static):
     """decorate reads dtypes through the core vocabulary, asks the core which dtype scales the
     loss, and merges ``emulate=`` as the core does (it adds, it never removes)."""
-    from amp_adapters.policy import default_loss_scale
+    from amp_adapters.rules.policy import default_loss_scale
 
     sgd = lambda: paddle.optimizer.SGD(0.1)  # noqa: E731
     bf16 = paddle_amp.decorate(sgd(), dtype="bf16", init_loss_scaling=8.0)

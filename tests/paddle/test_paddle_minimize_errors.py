@@ -75,8 +75,8 @@ def test_load_state_dict_of_another_kind_or_missing_keys(static):
     with pytest.raises(AmpConfigError, match="'static'.*'dynamic'|'dynamic'.*'static'"):
         opt.load_state_dict(StaticLossScale(scale=8.0).state_dict())
     assert opt.state_dict() == good
-    if importlib.util.find_spec("amp_adapters.loss_scale") is None:
-        pytest.skip("missing keys: issue 11's strict state dicts (amp_adapters.loss_scale)")
+    if importlib.util.find_spec("amp_adapters.rules.loss_scale") is None:
+        pytest.skip("missing keys: issue 11's strict state dicts (amp_adapters.rules.loss_scale)")
     for key in ("kind", "good_steps"):
         partial = copy.deepcopy(good)
         for d in (partial, *(v for v in partial.values() if isinstance(v, dict))):

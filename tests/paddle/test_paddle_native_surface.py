@@ -5,7 +5,7 @@ helpers that always pass master_grad/use_promote), against our modules, on CPU.
 import inspect
 
 import numpy as np
-from amp_adapters.device import DeviceProfile
+from amp_adapters.rules.device import DeviceProfile
 import paddle
 import pytest
 from hypothesis import given, settings, strategies as st

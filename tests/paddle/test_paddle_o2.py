@@ -1,6 +1,6 @@
 """O2 (pure low precision, fp32 masters) on a LayerNorm model, and evaluation clones."""
 import numpy as np
-from amp_adapters.device import DeviceProfile
+from amp_adapters.rules.device import DeviceProfile
 import paddle
 import pytest
 

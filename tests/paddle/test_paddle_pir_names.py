@@ -24,7 +24,7 @@ def test_pir_names_map_onto_the_legacy_tables():
     registered = set(paddle.base.core.get_all_op_names())
     assert set(opnames.OVERRIDES.values()) - {"pylayer"} <= registered
     # both directions over the op table: every legacy name reached from its own PIR name
-    from amp_adapters.oplists import load_table
+    from amp_adapters.rules.oplists import load_table
     for legacy in sorted(load_table("paddle").names & registered):
         phi = paddle.base.core._get_phi_kernel_name(legacy)
         if phi and legacy not in ("reshape", "transpose", "fill"):  # v1 ops: not built by PIR

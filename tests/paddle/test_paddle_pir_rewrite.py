@@ -7,7 +7,7 @@ import pytest
 
 import paddle_amp
 from amp_adapters import AmpConfigError, OpLists, Policy
-from amp_adapters.device import DeviceProfile
+from amp_adapters.rules.device import DeviceProfile
 from paddle_amp import kernels
 from paddle_amp.rewrite import Rewriter
 from paddle_helpers import batch, mlp, pir_mode
@@ -307,7 +307,7 @@ def test_conditional_fp32_rules_read_pir_attributes(static):
 def test_pir_ops_provide_the_whole_vocabulary():
     """The PIR vocabulary is the core's ArrayOps (the step-by-step state-machine tests of
     test_paddle_scaling.py run it under PIR against the core, non-dyadic factors included)."""
-    from amp_adapters.loss_scale import ArrayOps
+    from amp_adapters.rules.loss_scale import ArrayOps
     from paddle_amp.ir.pir.ops import PIR_OPS
     assert isinstance(PIR_OPS, ArrayOps)
 

@@ -5,7 +5,7 @@ the program's cast ops and their shapes, never from measured memory."""
 import paddle
 
 from amp_adapters import Policy
-from amp_adapters.device import DeviceProfile
+from amp_adapters.rules.device import DeviceProfile
 from paddle_amp import ir
 from paddle_amp.rewrite import Rewriter
 from paddle_helpers import is_pir

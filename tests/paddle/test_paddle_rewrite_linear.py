@@ -14,7 +14,7 @@ paddle = pytest.importorskip("paddle")
 
 import paddle_amp  # noqa: E402
 from amp_adapters import Policy  # noqa: E402
-from amp_adapters.device import DeviceProfile  # noqa: E402
+from amp_adapters.rules.device import DeviceProfile  # noqa: E402
 from paddle_amp.rewrite import Rewriter  # noqa: E402
 
 

@@ -306,7 +306,7 @@ def test_skip_fraction_guard(static):
 
 
 def test_block_ops_provide_the_whole_vocabulary(static):
-    from amp_adapters.loss_scale import ArrayOps
+    from amp_adapters.rules.loss_scale import ArrayOps
     from paddle_amp.ir.legacy.ops import BlockOps
     assert isinstance(BlockOps(static.main.global_block()), ArrayOps)
 

@@ -1,6 +1,6 @@
 """``BlockOps``: the core's ``ArrayOps`` vocabulary as legacy-IR ops appended to one block.
 
-With it ``amp_adapters.loss_scale.update`` builds the transition as a straight
+With it ``amp_adapters.rules.loss_scale.update`` builds the transition as a straight
 line of ops on ``[1]`` vars (float32 scale, int32/int64 counters, bool flags).
 Its rounding rule (the double product rounded once to float32) is ``mul``: the
 scale cast to float64 times a float64 constant (``fill_constant``'s

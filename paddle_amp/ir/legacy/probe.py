@@ -17,8 +17,8 @@ import numpy as np
 import paddle
 from paddle.base import unique_name
 
-from amp_adapters.device import Cost
-from amp_adapters.quiet import stderr_silenced
+from amp_adapters.rules.device import Cost
+from amp_adapters.services.quiet import stderr_silenced
 
 from ...env import to_low
 from ..protocol import ONEDNN_DTYPE

@@ -13,9 +13,9 @@ from typing import Any, Iterator, Optional
 from paddle.base import core, framework
 
 from amp_adapters import ParamUse
-from amp_adapters.dtypes import FLOAT_DTYPES
-from amp_adapters.oplists import passes_through
-from amp_adapters.report import GraphCasts, cast_bytes
+from amp_adapters.rules.dtypes import FLOAT_DTYPES
+from amp_adapters.rules.oplists import passes_through
+from amp_adapters.services.report import GraphCasts, cast_bytes
 
 from ...env import VarType, dtype_name
 from ..protocol import CONTROL_FLOW, OpAttrs, Slot

@@ -6,7 +6,7 @@ from typing import AbstractSet
 
 from paddle.base import core, framework, unique_name
 
-from amp_adapters.dtypes import SHORT_NAMES
+from amp_adapters.rules.dtypes import SHORT_NAMES
 
 from ...env import DTYPE_OF, VARTYPE_OF
 from ..protocol import Slot

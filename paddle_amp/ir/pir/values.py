@@ -10,9 +10,9 @@ from typing import Iterator, Optional
 import paddle
 
 from amp_adapters import AmpConfigError, ParamUse
-from amp_adapters.dtypes import FLOAT_DTYPES, dtype_name
-from amp_adapters.oplists import passes_through
-from amp_adapters.report import GraphCasts, cast_bytes
+from amp_adapters.rules.dtypes import FLOAT_DTYPES, dtype_name
+from amp_adapters.rules.oplists import passes_through
+from amp_adapters.services.report import GraphCasts, cast_bytes
 
 from ..protocol import CONTROL_FLOW, OpAttrs, Slot
 from . import opnames

@@ -47,8 +47,8 @@ import tempfile
 import threading
 from typing import Any, Callable, Mapping
 
-from .device import Cost
-from .isa import onednn_env
+from ..rules.device import Cost
+from ..rules.isa import onednn_env
 from .speedbook import TIMING_ENV, MeasuringFailed, warn_once
 
 ANSWER_TIMEOUT_S = 600.0  # one call: an import and a timing budget take seconds; a hang ends

@@ -20,11 +20,11 @@ import tomllib
 from dataclasses import dataclass
 from typing import AbstractSet, Callable, Mapping, Optional
 
-from ..layers import LAYER_CATEGORIES, LayerLists
-from ..oplists import CATEGORIES
-from ..policy import OpLists, Policy
-from ..policyfile import STATE_FIELDS
-from ..scaler import DynamicLossScale, NoOpLossScale
+from ...rules.layers import LAYER_CATEGORIES, LayerLists
+from ...rules.oplists import CATEGORIES
+from ...rules.policy import OpLists, Policy
+from ...rules.policyfile import STATE_FIELDS
+from ...rules.scaler import DynamicLossScale, NoOpLossScale
 from .candidates import (Candidate, _at_needed_scale, _by_op_type, _by_type, _instance_findings,
                          candidates, keeps, rescaled)
 from .bf16 import Bf16Speed

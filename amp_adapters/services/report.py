@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import math
 from typing import Any, Callable, Iterable, Optional, Sequence
 
-from .dtypes import LOW_DTYPES
-from .planner import OpDecision
+from ..rules.dtypes import LOW_DTYPES
+from ..rules.planner import OpDecision
 
 
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8}

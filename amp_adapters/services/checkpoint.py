@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional
 
-from .errors import AmpConfigError, CheckpointError, check_flag
-from .oplists import CATEGORIES
-from .loss_scale.state_dict import upgrade as upgrade_state_dict
-from .scaler import LossScale, loss_scale_from_state_dict
+from ..rules.errors import AmpConfigError, CheckpointError, check_flag
+from ..rules.oplists import CATEGORIES
+from ..rules.loss_scale.state_dict import upgrade as upgrade_state_dict
+from ..rules.scaler import LossScale, loss_scale_from_state_dict
 
 FORMAT = 1  # of the manifest; 1: amp-adapters 0.1.0
 # format -> the function that turns a manifest body of that format into one of the next

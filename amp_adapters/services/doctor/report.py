@@ -13,8 +13,8 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..dtypes import SHORT_NAMES
-from ..loss_scale.config import DEFAULT_MAX_SCALE, LossScaleConfig
+from ...rules.dtypes import SHORT_NAMES
+from ...rules.loss_scale.config import DEFAULT_MAX_SCALE, LossScaleConfig
 from .stats import (Range, flush_fraction, limits, peak, range_stats, relative_error,
                     significant)
 

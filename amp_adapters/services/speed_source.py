@@ -32,7 +32,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional, Protocol, runtime_checkable
 
-from .device import Cost, CostLookup, DeviceProfile, ShapeClass
+from ..rules.device import Cost, CostLookup, DeviceProfile, ShapeClass
 from .measure_process import call
 from .speedbook import Measure, SpeedBook, machine
 

@@ -37,13 +37,13 @@ import textwrap
 from importlib.metadata import entry_points
 from typing import Callable, Mapping, NoReturn, Optional, Sequence
 
-from . import __version__
-from .errors import AmpConfigError, UnknownOpError
+from .. import __version__
+from ..rules.errors import AmpConfigError, UnknownOpError
 from .native_diff import DIFF_FRAMEWORKS
-from .oplists import (CATEGORIES, FRAMEWORKS, LOW_DTYPES, dygraph_versions, installed_version,
-                      load_table, native_lists, native_versions)
-from .planner import categorize, effective_lists
-from .policy import PRESETS, Policy, resolve_policy
+from ..rules.oplists import (CATEGORIES, FRAMEWORKS, LOW_DTYPES, dygraph_versions,
+                             installed_version, load_table, native_lists, native_versions)
+from ..rules.planner import categorize, effective_lists
+from ..rules.policy import PRESETS, Policy, resolve_policy
 
 PROG = "amp-adapters"
 # An installed package's subcommand: ``register(subparsers)`` adds a parser whose

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import AbstractSet, ClassVar, Optional
 
-from ..policy import Policy
+from ...rules.policy import Policy
 from .bf16 import Bf16Speed
 from .recommend import Recommendation, recommend
 from .report import DoctorReport, Recorder

@@ -29,11 +29,11 @@ import math
 from dataclasses import dataclass
 from typing import AbstractSet, Mapping, Optional
 
-from ..dtypes import SHORT_NAMES
-from ..layers import LayerLists
-from ..oplists import CATEGORIES
-from ..policy import OpLists, Policy
-from ..scaler import DynamicLossScale, StaticLossScale
+from ...rules.dtypes import SHORT_NAMES
+from ...rules.layers import LayerLists
+from ...rules.oplists import CATEGORIES
+from ...rules.policy import OpLists, Policy
+from ...rules.scaler import DynamicLossScale, StaticLossScale
 from .bf16 import Bf16Speed
 from .bf16 import refusal as bf16_refusal
 from .report import DoctorReport, Finding

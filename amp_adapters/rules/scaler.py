@@ -3,7 +3,7 @@
 ``DynamicLossScale``, ``StaticLossScale`` and ``NoOpLossScale`` are the names
 users write (flat fields: ``scale``, the counters, the config). Each is a thin
 view of the core's two records (``.config``: a ``LossScaleConfig``; ``.state``: a
-``LossScaleState``, see ``amp_adapters.loss_scale``), validated by them, and
+``LossScaleState``, see ``amp_adapters.rules.loss_scale``), validated by them, and
 ``adjust(found_inf)`` is ``loss_scale.step``: the one transition. ``from_torch``,
 ``from_paddle`` and ``from_mxnet`` take those libraries' argument names and give
 their exact transitions (see ``loss_scale.update`` for the float32 rounding rule).

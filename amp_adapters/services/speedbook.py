@@ -58,9 +58,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Optional, Union
 
-from .device import UNKNOWN_DIM, Cost, ShapeClass
-from .errors import AmpConfigError
-from .isa import ISA_ENV, simulate
+from ..rules.device import UNKNOWN_DIM, Cost, ShapeClass
+from ..rules.errors import AmpConfigError
+from ..rules.isa import ISA_ENV, simulate
 
 try:  # an advisory lock between processes; where there is none, processes do not wait
     import fcntl

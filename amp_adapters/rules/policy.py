@@ -197,7 +197,7 @@ class Policy:
     machine's, so the plan is the same on every rerun and every machine.
 
     ``layers``: op *instances* by name (``LayerLists``: ``fp32`` and ``lower`` name
-    patterns; ``amp_adapters.layers``), which win over every op-type list for the ops
+    patterns; ``amp_adapters.rules.layers``), which win over every op-type list for the ops
     they cover: ``LayerLists(fp32={"dense2"})`` keeps that one layer in float32 and its
     siblings low. ``mxnet_layers`` / ``paddle_layers`` hold one framework's names and win
     over ``layers``.
@@ -295,7 +295,7 @@ class Policy:
 
     def layer_rule(self, framework: str, instance: Any) -> Optional[LayerRule]:
         """The layer rule deciding the op instance named ``instance`` (a name or all its
-        names) in ``framework``, or None; ``amp_adapters.layers`` has the matching rule."""
+        names) in ``framework``, or None; ``amp_adapters.rules.layers`` has the matching rule."""
         if not (self.layers or self.framework_layers(framework)):
             return None
         return layer_rule(((f"{framework}_layers", self.framework_layers(framework)),

@@ -16,9 +16,9 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
-from .device import Cost, DeviceProfile, ShapeClass
-from .planner import OpCall, plan_op
-from .policy import Policy
+from ..rules.device import Cost, DeviceProfile, ShapeClass
+from ..rules.planner import OpCall, plan_op
+from ..rules.policy import Policy
 from .speedbook import ProfileFile, SpeedBook, machine, write_profile
 
 SPEED_GROUP = "amp_adapters.speed"

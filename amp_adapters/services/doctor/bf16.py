@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from ..device import Cost, speed_refusal
-from ..isa import bf16_class
-from ..policy import Policy
+from ...rules.device import Cost, speed_refusal
+from ...rules.isa import bf16_class
+from ...rules.policy import Policy
 
 
 @dataclass(frozen=True)

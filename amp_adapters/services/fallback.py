@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Callable, Mapping, Optional, Sequence
 
-from .device import DeviceProfile
-from .dtypes import LOW_DTYPES
-from .isa import describe_bf16
+from ..rules.device import DeviceProfile
+from ..rules.dtypes import LOW_DTYPES
+from ..rules.isa import describe_bf16
 from .speedbook import machine
-from .planner import OpDecision, effective_lists, OpCall, plan_op
-from .policy import Policy
+from ..rules.planner import OpDecision, effective_lists, OpCall, plan_op
+from ..rules.policy import Policy
 
 
 def op_message(op: str, device: str, d: OpDecision) -> str:

@@ -13,7 +13,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
-from ..dtypes import dtype_name
+from ...rules.dtypes import dtype_name
 
 
 @dataclass(frozen=True)

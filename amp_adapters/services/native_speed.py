@@ -26,8 +26,8 @@ import logging
 from pathlib import Path
 from typing import AbstractSet, Mapping, Optional
 
-from .errors import AmpConfigError
-from .isa import why_emulated
+from ..rules.errors import AmpConfigError
+from ..rules.isa import why_emulated
 from .speedbook import cache_dir, describe, machine, machine_id, read_profile, warn_once
 
 OPT_IN = 'policy="auto"'
@@ -98,7 +98,7 @@ def note(who: str, policy, framework: str, version: str, training: bool) -> bool
     runs without ``policy=``); ``framework`` names the profile entries (``"paddle-pir"``),
     whose op lists are the framework's own. True if a line was logged. No probe, no host
     sync."""
-    from .planner import effective_lists
+    from ..rules.planner import effective_lists
     if not policy.enabled or policy.defaults != "native":
         return False
     ops = frozenset(effective_lists(policy, framework.split("-")[0])["lower"])

@@ -4,7 +4,7 @@ Pure functions, the single place where precision is decided (DESIGN.md, "Cast
 decisions"). A backend walks its graph, asks ``plan_op`` for each op and
 inserts the casts it returns; it never decides anything itself.
 
-Dtypes are numpy-style strings (``amp_adapters.dtypes``: "float16", "bfloat16", "float32",
+Dtypes are numpy-style strings (``amp_adapters.rules.dtypes``: "float16", "bfloat16", "float32",
 "float64");
 ``None`` stands for an input that is never cast (integers, or a slot the op
 table keeps in fp32, such as batch-norm statistics); ``UNKNOWN`` for a floating
@@ -274,7 +274,7 @@ class OpCall:
     (a Gluon graph or imperative call, a Paddle static program, a Paddle dygraph call).
 
     ``op``: the op's name in its framework (``"FullyConnected"``, ``"matmul_v2"``).
-    ``input_dtypes``: the dtype of each input, numpy-style (``amp_adapters.dtypes``); None for
+    ``input_dtypes``: the dtype of each input, numpy-style (``amp_adapters.rules.dtypes``); None for
     an input that is never cast (an integer), ``UNKNOWN`` for a floating value whose dtype
     is known only when the graph runs (a traced MXNet symbol; it counts as float32). An op
     with a float64 input is left alone: AMP does not touch float64 computations.

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..scaler import LossScale
+from ...rules.scaler import LossScale
 from .candidates import passes
 from .report import DoctorReport
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .oplists import NativeLists, dygraph_native_lists, load_table, native_lists
-from .planner import categorize
-from .policy import OpLists, Policy
+from ..rules.oplists import NativeLists, dygraph_native_lists, load_table, native_lists
+from ..rules.planner import categorize
+from ..rules.policy import OpLists, Policy
 
 DYGRAPH = "paddle-dygraph"  # Paddle's ops under paddle.amp's (dynamic-graph) lists
 DIFF_FRAMEWORKS = ("mxnet", "paddle", DYGRAPH)
