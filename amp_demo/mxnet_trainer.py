@@ -13,12 +13,18 @@ from amp_adapters.timing import ratio_of
 from mxnet_amp import cast_report, init, init_trainer, loss_scale, reset, scale_loss
 
 from .data import DigitsData, evaluate
-from .result import OnStep, TrainResult, gemm_summary, mode_label
+from .result import OnStep, Steps, TrainResult, gemm_summary, mode_label, run_steps
 
 
 def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float = 1.0,
                  on_step: Optional[OnStep] = None) -> TrainResult:
-    """Train a hybridized Dense-ReLU-Dense on ``data`` with SGD (loss / k, lr x k).
+    """Train a hybridized Dense-ReLU-Dense on ``data`` (``digits_steps``)."""
+    return run_steps(digits_steps(policy, data, lr=lr, k=k), on_step)
+
+
+def digits_steps(policy: Policy, data: DigitsData, *, lr: float = 0.1,
+                 k: float = 1.0) -> Steps:
+    """The steps of a hybridized Dense-ReLU-Dense on ``data`` with SGD (loss / k, lr x k).
 
     ``policy`` O0 is the plain fp32 baseline (no ``init`` at all); otherwise
     ``init(policy=...)`` is active for this run only. One host sync per step
@@ -45,7 +51,7 @@ def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float 
         x_all = mx.nd.array(data.x_train, ctx=ctx)
         y_all = mx.nd.array(data.y_train, ctx=ctx)
         losses, scales, times = [], [], []
-        for step, idx in enumerate(data.batches):
+        for idx in data.batches:
             scale = loss_scale(trainer).scale if amp else 1.0  # telemetry, not timed
             t0 = time.perf_counter()
             rows = mx.nd.array(idx, ctx=ctx)
@@ -61,8 +67,7 @@ def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float 
             losses.append(float(loss.asscalar()) * k)  # the host sync of the step
             scales.append(scale)
             times.append(time.perf_counter() - t0)
-            if on_step:
-                on_step(step, losses[-1], scale)
+            yield losses[-1], scale
         report = cast_report(net) if amp else None
         casts = report.num_casts if amp else 0  # counted in the traced graph, as the report
         skipped = loss_scale(trainer).skipped_steps if amp else 0

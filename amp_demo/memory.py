@@ -1,0 +1,85 @@
+"""The demo's memory column: the peak of one of its training steps, per row, each in a fresh
+process (``amp_adapters.memory``: warm-up, the high-water mark reset, one step, ``VmHWM``).
+
+A row's process builds the same trainer the demo ran for that row (``digits_steps``: the
+digits MLP, batch 64, under the row's policy; data of the digits' shapes) and measures one
+step of it. The rows' processes run two at a time (``PARALLEL``): each measures its own
+peak, which the other does not change, and the column costs half the wall time. The figure is the
+whole process's peak resident size during that step (the framework, its pools, the model and
+the step), so on this small MLP it says what AMP costs or saves in a process, not in
+activations: the bench's memory section (``make bench``) measures models where activations
+matter. Nothing here imports a framework; the measuring process does
+(``python -m amp_demo.memory``).
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Optional, Sequence
+
+from amp_adapters import Policy
+from amp_adapters.memory import MemoryMeasureFailed, StepMemory, Workload, main, measure
+
+SERVER = "amp_demo.memory"
+RUNS = 1  # one fresh process per row (each is a few seconds: the framework's import)
+PARALLEL = 2
+WARMUP = 2
+
+
+def policy_named(spec: str) -> Policy:
+    """A row's policy from its name in a measuring process: ``fp32``, ``demo`` (the demo's
+    default), ``bf16`` (the bf16 row's), else a preset or policy file as ``--policy``
+    takes it."""
+    from amp_adapters.policy import resolve_policy
+
+    from .command import BF16_POLICY, DEMO_POLICY
+    named = {"fp32": Policy.preset("O0"), "demo": DEMO_POLICY, "bf16": BF16_POLICY}
+    return named[spec] if spec in named else resolve_policy(spec)
+
+
+def digits_step(framework: str, spec: str) -> Workload:
+    """One training step of the demo's ``framework`` trainer under the policy ``spec``
+    (``policy_named``), in this process."""
+    from .data import shaped_data
+    from .trainers import steps_of
+    steps = steps_of(framework, policy_named(spec), shaped_data(WARMUP + 2))
+    sync = _sync(framework)
+
+    def step() -> None:
+        next(steps)
+        sync()
+    return Workload(step, warmup=WARMUP)
+
+
+def _sync(framework: str):
+    """What completes a step's asynchronous work (MXNet runs the update after the loss)."""
+    if framework == "mxnet":
+        import mxnet as mx
+        return mx.nd.waitall
+    return lambda: None
+
+
+def rows_memory(rows: Sequence[tuple[str, str]]) -> list[Optional[StepMemory]]:
+    """``row_memory`` of each (framework, spec) of ``rows``, ``PARALLEL`` at a time."""
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        return list(pool.map(lambda row: row_memory(*row), rows))
+
+
+def row_memory(framework: str, spec: str, runs: int = RUNS) -> Optional[StepMemory]:
+    """The peak of one step of ``framework``'s row under ``spec``, measured in ``runs`` fresh
+    processes (median); None if the measuring process failed (the row says ``-``)."""
+    try:
+        return measure(SERVER, digits_step, framework, spec, runs=runs)
+    except MemoryMeasureFailed:
+        return None
+
+
+# the line under the table saying what the memory column is
+NOTE = (f"peak memory: the process's peak resident size during one training step (VmHWM, "
+        f"after {WARMUP} warm-up steps, in a fresh process per row: the framework "
+        f"included), over that framework's fp32 row; * emulated fp16 stores float32 (its "
+        f"figure is not fp16's memory). The bench's memory section measures models "
+        f"where activations matter (make bench, docs/memory.md)")
+
+
+if __name__ == "__main__":
+    main(digits_step)
