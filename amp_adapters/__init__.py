@@ -15,6 +15,7 @@ Files:
     timing.py     side-by-side timing: interleaved pairs, median ratio and spread
     measure_process.py  measurements in a kept child process (the planning process untouched)
     memory.py     a step's peak memory: a fresh process per run, VmHWM, median of three
+    batch_fit.py  the largest batch in a memory budget: a line through measured peaks
     isa.py        what oneDNN uses for bf16 here: CPU flags capped by the ISA limit
     speed_report.py  info --measure / profile: per-op measured speed, the saved profile
     params.py     plan_params: which parameters O2 stores in the low dtype

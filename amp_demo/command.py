@@ -28,6 +28,7 @@ from amp_adapters.policy import resolve_policy
 from amp_adapters.quiet import quiet_frameworks
 
 from .doctor_command import register as register_doctor
+from .max_batch_command import register as register_max_batch
 
 # O1 fp16, emulated where the device has no fp16 kernel; a short growth interval so the
 # dynamic loss scale visibly grows into overflows and backs off within the demo.
@@ -90,11 +91,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def register(subparsers: "argparse._SubParsersAction") -> None:
     """Add ``demo`` to the ``amp-adapters`` subcommands (the entry point the core looks up),
-    and the numerics doctor on the demo's planted models (``doctor_command``)."""
+    the numerics doctor on the demo's planted models (``doctor_command``) and the largest
+    batch in a memory budget (``max_batch_command``)."""
     p = subparsers.add_parser("demo", help=HELP, description=HELP)
     add_arguments(p)
     p.set_defaults(handler=run)
     register_doctor(subparsers)
+    register_max_batch(subparsers)
 
 
 def run(args: argparse.Namespace) -> int:

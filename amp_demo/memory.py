@@ -40,22 +40,23 @@ def digits_step(framework: str, spec: str) -> Workload:
     """One training step of the demo's ``framework`` trainer under the policy ``spec``
     (``policy_named``), in this process."""
     from .data import shaped_data
-    from .trainers import steps_of
+    from .trainers import completed, steps_of
     steps = steps_of(framework, policy_named(spec), shaped_data(WARMUP + 2))
-    sync = _sync(framework)
+    done = completed(framework)
 
     def step() -> None:
         next(steps)
-        sync()
+        done()
     return Workload(step, warmup=WARMUP)
 
 
-def _sync(framework: str):
-    """What completes a step's asynchronous work (MXNet runs the update after the loss)."""
-    if framework == "mxnet":
-        import mxnet as mx
-        return mx.nd.waitall
-    return lambda: None
+def batch_step(framework: str, model: str, spec: str, batch: int) -> Workload:
+    """One training step of ``model`` (``batch_models.MODELS``) at ``batch`` in
+    ``framework`` under the policy ``spec``, in this process (``amp-adapters max-batch``)."""
+    from .batch_models import model_named
+    from .trainers import batch_workload
+    return Workload(batch_workload(framework, model_named(model), policy_named(spec), batch),
+                    warmup=WARMUP)
 
 
 def rows_memory(rows: Sequence[tuple[str, str]]) -> list[Optional[StepMemory]]:
@@ -82,4 +83,4 @@ NOTE = (f"peak memory: the process's peak resident size during one training step
 
 
 if __name__ == "__main__":
-    main(digits_step)
+    main(digits_step, batch_step)

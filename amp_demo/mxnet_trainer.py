@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import mxnet as mx
 import numpy as np
@@ -81,6 +81,11 @@ def digits_steps(policy: Policy, data: DigitsData, *, lr: float = 0.1,
     fell_back = bool(report and any(d.lacks_kernel for d in report.decisions))
     return TrainResult("mxnet", mode_label(policy, emulated, fell_back), accuracy, tuple(losses),
                        tuple(scales), skipped, casts, float(np.median(times)))
+
+
+def wait_all() -> None:
+    """Wait for every operation MXNet has queued (a step's update runs after its loss)."""
+    mx.nd.waitall()
 
 
 def real_kernel(dtype: str) -> bool:
@@ -220,3 +225,43 @@ def run_doctor(kind, policy, steps):
         return dr.report(), dr.recommendation()
     finally:
         reset()
+
+
+# -- amp-adapters max-batch (amp_demo.memory.batch_step) -----------------------------------
+
+def batch_workload(spec, policy: Policy, batch: int) -> Callable[[], None]:
+    """One training step (momentum SGD, random data, complete when it returns) of the
+    ``ModelSpec`` ``spec`` at ``batch`` as a hybridized Gluon net under ``policy`` (O0: plain
+    float32, no ``init``); this process is the measuring one: ``init`` is not undone."""
+    from .batch_models import CLASSES, LR, MOMENTUM
+    amp = policy.enabled
+    if amp:
+        init(policy=policy)
+    net = gluon.nn.HybridSequential()
+    for width in spec.widths:
+        net.add(gluon.nn.Dense(width, activation="relu") if spec.kind == "mlp" else
+                gluon.nn.Conv2D(width, 3, padding=1, activation="relu"))
+    if spec.kind == "cnn":
+        net.add(gluon.nn.GlobalAvgPool2D())
+    net.add(gluon.nn.Dense(CLASSES))
+    net.initialize(mx.init.Xavier())
+    net.hybridize(static_alloc=True, static_shape=True)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": LR,
+                                                         "momentum": MOMENTUM})
+    if amp:
+        init_trainer(trainer)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    x = mx.nd.random.uniform(shape=(batch, *spec.sample))
+    y = mx.nd.array(np.random.default_rng(0).integers(0, CLASSES, batch))
+
+    def step() -> None:
+        with autograd.record():
+            loss = loss_fn(net(x), y).mean()
+            if amp:
+                with scale_loss(loss, trainer) as scaled:
+                    autograd.backward(scaled)
+        if not amp:
+            loss.backward()
+        trainer.step(1)
+        mx.nd.waitall()
+    return step

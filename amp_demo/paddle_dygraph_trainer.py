@@ -4,7 +4,7 @@ as a training engine writes it: ``decorate``, ``auto_cast``, ``GradScaler``."""
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import paddle
@@ -104,3 +104,52 @@ def real_kernel(dtype: str) -> bool:
     eager mode, forward and backward (the backend's answer, ``kernels.low_kernels``)."""
     from paddle_amp.dygraph.kernels import low_kernels
     return "matmul_v2" in low_kernels(dtype)
+
+
+# -- amp-adapters max-batch (amp_demo.memory.batch_step) -----------------------------------
+
+class _ImageMean(paddle.nn.Layer):
+    """(batch, channels, height, width) -> (batch, channels): the mean over the image."""
+
+    def forward(self, h):
+        return h.mean(axis=[2, 3])
+
+
+def batch_workload(spec, policy: Policy, batch: int) -> Callable[[], None]:
+    """One training step (momentum SGD, random data) of the ``ModelSpec`` ``spec`` at
+    ``batch`` as eager ``paddle.nn`` layers under ``policy`` (O0: no ``paddle_amp.dygraph``),
+    as ``digits_steps`` runs it."""
+    from .batch_models import CLASSES, LR, MOMENTUM
+    paddle.disable_static()
+    nn = paddle.nn
+    layers, width_in = [], spec.sample[0]
+    for width in spec.widths:
+        layers += [nn.Linear(width_in, width) if spec.kind == "mlp" else
+                   nn.Conv2D(width_in, width, 3, padding=1), nn.ReLU()]
+        width_in = width
+    if spec.kind == "cnn":  # the mean over the image, as the static program takes it
+        layers.append(_ImageMean())
+    model = nn.Sequential(*layers, nn.Linear(width_in, CLASSES))
+    opt = paddle.optimizer.Momentum(LR, MOMENTUM, parameters=model.parameters())
+    on = policy.enabled
+    if on:
+        model, opt = amp.decorate(model, opt, level=policy.level, policy=policy)
+        scaler = amp.GradScaler(policy=policy)
+    x = paddle.rand([batch, *spec.sample])
+    y = paddle.randint(0, CLASSES, [batch, 1])
+
+    def step() -> None:
+        if on:
+            with amp.auto_cast(policy=policy):
+                logits = model(x)
+            loss = paddle.nn.functional.cross_entropy(logits.astype("float32"), y).mean()
+            scaled = scaler.scale(loss)
+            scaled.backward()
+            scaler.minimize(opt, scaled)
+        else:
+            loss = paddle.nn.functional.cross_entropy(model(x), y).mean()
+            loss.backward()
+            opt.step()
+        opt.clear_grad()
+        loss.item()  # the step is done when its loss is read
+    return step

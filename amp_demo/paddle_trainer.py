@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import paddle
@@ -136,6 +136,48 @@ def speed_row(policy: str, width: int, batch: int, layers: int, budget_s: float)
     ratio, spread = ratio_of(low, fp32, warmup=3, budget_s=budget_s)
     decisions = cast_report(main).decisions
     return {"ratio": ratio, "spread": spread, **gemm_summary(decisions, {"matmul_v2", "mul"})}
+
+
+# -- amp-adapters max-batch (amp_demo.memory.batch_step) -----------------------------------
+
+def batch_workload(spec, policy: Policy, batch: int) -> Callable[[], None]:
+    """One training step (momentum SGD, random data) of the ``ModelSpec`` ``spec`` at
+    ``batch`` as a static program in its own scope, under ``policy`` (O0: no ``decorate``)."""
+    from .batch_models import CLASSES, LR, MOMENTUM
+    paddle.enable_static()
+    main, startup, scope = paddle.static.Program(), paddle.static.Program(), paddle.static.Scope()
+    amp = policy.enabled
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+        h = paddle.static.data("x", [None, *spec.sample], "float32")
+        y = paddle.static.data("y", [None, 1], "int64")
+        channels = spec.sample[0]
+        for width in spec.widths:
+            if spec.kind == "mlp":
+                h = paddle.static.nn.fc(h, width, activation="relu")
+            else:
+                h = paddle.nn.functional.relu(paddle.nn.Conv2D(channels, width, 3, padding=1)(h))
+                channels = width
+        if spec.kind == "cnn":
+            h = paddle.mean(h, axis=[2, 3])
+        logits = paddle.cast(paddle.static.nn.fc(h, CLASSES), "float32")
+        loss = paddle.mean(paddle.nn.functional.cross_entropy(logits, y))
+        opt = paddle.optimizer.Momentum(LR, MOMENTUM)
+        if amp:
+            opt = decorate(opt, policy=policy)
+        opt.minimize(loss)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    with paddle.static.scope_guard(scope):
+        exe.run(startup)
+        if amp:
+            opt.amp_init(paddle.CPUPlace(), scope=scope)
+    rng = np.random.default_rng(0)
+    feed = {"x": rng.random((batch, *spec.sample), np.float32),
+            "y": rng.integers(0, CLASSES, (batch, 1))}
+
+    def step() -> None:
+        with paddle.static.scope_guard(scope):
+            exe.run(main, feed=feed, fetch_list=[loss])
+    return step
 
 
 # -- the doctor's demo models (amp_demo.doctor_models: the planted problems) -------------------

@@ -1,7 +1,7 @@
 """Which trainer runs the demo for a framework; each backend is imported only when asked for."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from amp_adapters import Policy, UnknownChoiceError
 
@@ -40,6 +40,29 @@ def steps_of(framework: str, policy: Policy, data: DigitsData, *, lr: float = 0.
     else:
         raise UnknownChoiceError("framework", framework, FRAMEWORKS[:-1])
     return digits_steps(policy, data, lr=lr, k=k)
+
+
+def batch_workload(framework: str, spec, policy: Policy, batch: int) -> Callable[[], None]:
+    """One training step of the ``ModelSpec`` ``spec`` at ``batch`` in ``framework`` under
+    ``policy`` (``amp-adapters max-batch``), complete when it returns."""
+    if framework == "mxnet":
+        from .mxnet_trainer import batch_workload as build
+    elif framework == "paddle":
+        from .paddle_trainer import batch_workload as build
+    elif framework == "paddle-dygraph":
+        from .paddle_dygraph_trainer import batch_workload as build
+    else:
+        raise UnknownChoiceError("framework", framework, FRAMEWORKS[:-1])
+    return build(spec, policy, batch)
+
+
+def completed(framework: str) -> Callable[[], None]:
+    """What waits for ``framework``'s asynchronous work (MXNet runs the update after the
+    loss is read): a measured step ends when it returns."""
+    if framework == "mxnet":
+        from .mxnet_trainer import wait_all
+        return wait_all
+    return lambda: None
 
 
 def real_kernel(framework: str, dtype: str) -> bool:
