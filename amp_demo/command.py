@@ -118,37 +118,46 @@ def run(args: argparse.Namespace) -> int:
     k = 2.0**args.k_log2
     data = digits_data(args.steps)
     every = max(1, args.steps // 5)
-    results, specs = [], []  # specs: each row's policy, as its measuring process names it
-    for fw in frameworks:
-        for pol, spec in ((Policy.preset("O0"), "fp32"), (policy, args.policy or "demo")):
-            label = f"{fw} {'fp32' if not pol.enabled else pol.dtype + ' ' + pol.level}"
+    # each row's policy, as its measuring process names it; a bf16 row where the backend
+    # has a real bf16 kernel (its own answer), with the demo's default policy
+    bf16 = {fw: args.policy is None and fw != "numpy" and real_kernel(fw, "bfloat16")
+            for fw in frameworks}
+    specs = [(fw, spec) for fw in frameworks for spec in
+             ("fp32", args.policy or "demo", *(("bf16",) if bf16[fw] else ()))]
+    peaks = None
+    if not args.no_memory and any(fw != "numpy" for fw in frameworks):
+        from .memory import Peaks
+        peaks = Peaks([row for row in specs if row[0] != "numpy"])  # measured beside training
+    results = []
+    try:
+        for fw in frameworks:
+            for pol in (Policy.preset("O0"), policy):
+                label = f"{fw} {'fp32' if not pol.enabled else pol.dtype + ' ' + pol.level}"
 
-            def progress(step: int, loss: float, scale: float, label: str = label) -> None:
-                if (step + 1) % every == 0:
-                    print(f"  {label}: step {step + 1}/{args.steps}  loss {loss:.3f}  "
-                          f"scale {scale:g}", flush=True)
+                def progress(step: int, loss: float, scale: float, label: str = label) -> None:
+                    if (step + 1) % every == 0:
+                        print(f"  {label}: step {step + 1}/{args.steps}  loss {loss:.3f}  "
+                              f"scale {scale:g}", flush=True)
 
-            results.append(train(fw, pol, data, k=k, on_step=progress))
-            specs.append(spec)
-        if args.policy is None and fw != "numpy" and real_kernel(fw, "bfloat16"):
-            results.append(train(fw, BF16_POLICY, data, k=k))  # real bf16 kernels here
-            specs.append("bf16")
-    measured = not args.no_memory and any(r.framework != "numpy" for r in results)
-    if measured:
-        from .memory import rows_memory
-        print("measuring the peak memory of one step per row (a fresh process each)",
-              flush=True)
-        rows = [(r.framework, spec) for r, spec in zip(results, specs) if r.framework != "numpy"]
-        peaks = dict(zip(rows, rows_memory(rows)))
-        results = [dataclasses.replace(r, memory=peaks.get((r.framework, spec)))
-                   for r, spec in zip(results, specs)]
+                results.append(train(fw, pol, data, k=k, on_step=progress))
+            if bf16[fw]:
+                results.append(train(fw, BF16_POLICY, data, k=k))  # real bf16 kernels here
+    except BaseException:
+        if peaks is not None:
+            peaks.cancel()  # no measuring process left to start after a failed training
+        raise
+    if peaks is not None:
+        print("the peak memory of one step per row (a fresh process each)...", flush=True)
+        got = peaks.results()
+        results = [dataclasses.replace(r, memory=got.get(row))
+                   for r, row in zip(results, specs)]
     emulated = any("emulated" in r.mode for r in results)
     print(f"\nMLP 64-64-10 on digits, {args.steps} steps, batch 64"
           + (f", loss / 2**{args.k_log2}, lr x 2**{args.k_log2}" if args.k_log2 else "")
           + (" (emulated: fp16 rounding at op boundaries, fp32 arithmetic, where this device "
              "has no fp16 kernel)" if emulated else ""))
     print(format_table(results))
-    if measured:
+    if peaks is not None:
         from .memory import NOTE
         print(NOTE)
     if args.policy is None:
