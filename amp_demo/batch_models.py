@@ -31,10 +31,10 @@ class ModelSpec:
 
 MODELS = {
     "digits": ModelSpec("mlp", (64,), (64,), "the demo's MLP 64-64-10", (2048, 8192, 32768)),
-    "mlp": ModelSpec("mlp", (512,), (512,) * 4, "an MLP of 4 layers of 512 (the bench's)",
+    "mlp": ModelSpec("mlp", (512,), (512,) * 4, "the bench's MLP: 4 layers of 512",
                      (512, 2048, 8192)),
     "cnn": ModelSpec("cnn", (64, 56, 56), (64, 64),
-                     "two 3x3 convolutions, 64 channels, 56x56 (the bench's CNN)", (4, 8, 16)),
+                     "the bench's CNN: two 3x3 convolutions, 64 channels, 56x56", (4, 8, 16)),
 }
 
 
