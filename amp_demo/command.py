@@ -124,31 +124,24 @@ def run(args: argparse.Namespace) -> int:
             for fw in frameworks}
     specs = [(fw, spec) for fw in frameworks for spec in
              ("fp32", args.policy or "demo", *(("bf16",) if bf16[fw] else ()))]
-    peaks = None
-    if not args.no_memory and any(fw != "numpy" for fw in frameworks):
-        from .memory import Peaks
-        peaks = Peaks([row for row in specs if row[0] != "numpy"])  # measured beside training
     results = []
-    try:
-        for fw in frameworks:
-            for pol in (Policy.preset("O0"), policy):
-                label = f"{fw} {'fp32' if not pol.enabled else pol.dtype + ' ' + pol.level}"
+    for fw in frameworks:
+        for pol in (Policy.preset("O0"), policy):
+            label = f"{fw} {'fp32' if not pol.enabled else pol.dtype + ' ' + pol.level}"
 
-                def progress(step: int, loss: float, scale: float, label: str = label) -> None:
-                    if (step + 1) % every == 0:
-                        print(f"  {label}: step {step + 1}/{args.steps}  loss {loss:.3f}  "
-                              f"scale {scale:g}", flush=True)
+            def progress(step: int, loss: float, scale: float, label: str = label) -> None:
+                if (step + 1) % every == 0:
+                    print(f"  {label}: step {step + 1}/{args.steps}  loss {loss:.3f}  "
+                          f"scale {scale:g}", flush=True)
 
-                results.append(train(fw, pol, data, k=k, on_step=progress))
-            if bf16[fw]:
-                results.append(train(fw, BF16_POLICY, data, k=k))  # real bf16 kernels here
-    except BaseException:
-        if peaks is not None:
-            peaks.cancel()  # no measuring process left to start after a failed training
-        raise
-    if peaks is not None:
+            results.append(train(fw, pol, data, k=k, on_step=progress))
+        if bf16[fw]:
+            results.append(train(fw, BF16_POLICY, data, k=k))  # real bf16 kernels here
+    measured = not args.no_memory and any(fw != "numpy" for fw in frameworks)
+    if measured:  # after the training: a process beside it would slow its steps
+        from .memory import rows_memory
         print("the peak memory of one step per row (a fresh process each)...", flush=True)
-        got = peaks.results()
+        got = rows_memory([row for row in specs if row[0] != "numpy"])
         results = [dataclasses.replace(r, memory=got.get(row))
                    for r, row in zip(results, specs)]
     emulated = any("emulated" in r.mode for r in results)
@@ -157,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
           + (" (emulated: fp16 rounding at op boundaries, fp32 arithmetic, where this device "
              "has no fp16 kernel)" if emulated else ""))
     print(format_table(results))
-    if peaks is not None:
+    if measured:
         from .memory import NOTE
         print(NOTE)
     if args.policy is None:

@@ -3,9 +3,7 @@ process (``amp_adapters.memory``: warm-up, the high-water mark reset, one step, 
 
 A row's process builds the same trainer the demo ran for that row (``digits_steps``: the
 digits MLP, batch 64, under the row's policy; data of the digits' shapes) and measures one
-step of it. The processes start when the demo does and run one at a time beside its
-training, the rest two at a time after it (``Peaks``): each measures its own peak, which
-what runs beside it does not change. The figure is the
+step of it. The processes run two at a time after the training (``rows_memory``). The figure is the
 whole process's peak resident size during that step (the framework, its pools, the model and
 the step), so on this small MLP it says what AMP costs or saves in a process, not in
 activations: the bench's memory section (``make bench``) measures models where activations
@@ -60,32 +58,13 @@ def batch_step(framework: str, model: str, spec: str, batch: int) -> Workload:
                     warmup=WARMUP)
 
 
-class Peaks:
-    """The column's measurements, started at once (``start``) and collected when the table is
-    printed (``results``): while the demo trains, one measuring process at a time runs beside
-    it (each uses one thread, ``memory.THREADS``); what has not started by then runs
-    ``PARALLEL`` at a time. A measuring process's figure is its own peak, which the training
-    beside it does not change; the training's step times share the machine with it, as
-    they share it with whatever else runs (the table's step-time column says as much)."""
-
-    def __init__(self, rows: Sequence[tuple[str, str]]) -> None:
-        self._beside = ThreadPoolExecutor(1)
-        self._futures = {row: self._beside.submit(lambda r=row: row_memory(*r)) for row in rows}
-
-    def cancel(self) -> None:
-        """Start no more measuring processes (the one running finishes)."""
-        self._beside.shutdown(wait=False, cancel_futures=True)
-
-    def results(self) -> dict[tuple[str, str], Optional[StepMemory]]:
-        """{(framework, spec): its StepMemory, or None where the measuring failed}."""
-        left = [row for row, f in self._futures.items() if f.cancel()]
-        try:
-            with ThreadPoolExecutor(PARALLEL) as pool:
-                now = dict(zip(left, pool.map(lambda r: row_memory(*r), left)))
-            return {row: now[row] if row in now else f.result()
-                    for row, f in self._futures.items()}
-        finally:
-            self._beside.shutdown(cancel_futures=True)
+def rows_memory(rows: Sequence[tuple[str, str]]) -> dict[tuple[str, str], Optional[StepMemory]]:
+    """{(framework, spec): ``row_memory``} of ``rows``, ``PARALLEL`` measuring processes at a
+    time. Run after the training, never beside it: a process beside the training slowed its
+    oneDNN steps (Paddle dygraph's bf16 row read 16.75x float32's step time, 1.59x alone),
+    while a measuring process's own figure is its peak, which the other does not change."""
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        return dict(zip(rows, pool.map(lambda row: row_memory(*row), rows)))
 
 
 def row_memory(framework: str, spec: str, runs: int = RUNS) -> Optional[StepMemory]:
