@@ -15,7 +15,6 @@ batches = st.lists(st.integers(1, 4096), min_size=2, max_size=3, unique=True)
 
 
 @settings(deadline=None)  # exact fractions; a loaded machine is not a failure
-@settings(deadline=None)
 @given(fixed_bytes, per_sample, batches)
 def test_exact_points_give_back_their_line(a, b, sizes):
     fit = fit_peak([(n, a + b * n) for n in sizes])
