@@ -1,5 +1,10 @@
 """The ``demo`` subcommand: train one MLP in each framework, in fp32 and with AMP, side by side.
 
+Paddle has two rows per mode: its static program (``paddle``, ``paddle_amp``) and its dynamic
+graph (``paddle-dygraph``, ``paddle_amp.dygraph``), under the same policy as MXNet's. Each row
+also gets the peak memory of one of its steps, measured in a fresh process
+(``amp_demo.memory``).
+
 ``amp-adapters demo ...`` reaches ``register`` through the entry-point group
 ``amp_adapters.commands`` (setup.cfg), so the core's CLI never names or
 imports this package or a backend; ``python -m amp_demo ...`` runs the same
@@ -9,6 +14,7 @@ a backend is imported when its trainer runs.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -22,6 +28,7 @@ from amp_adapters.rules.policy import resolve_policy
 from amp_adapters.services.quiet import quiet_frameworks
 
 from .doctor_command import register as register_doctor
+from .max_batch_command import register as register_max_batch
 
 # O1 fp16, emulated where the device has no fp16 kernel; a short growth interval so the
 # dynamic loss scale visibly grows into overflows and backs off within the demo.
@@ -29,6 +36,10 @@ DEMO_POLICY = Policy.preset("O1", emulate=True, loss_scale=DynamicLossScale(grow
 # bf16 on real kernels, where the backend says the CPU has them: no loss scale needed
 BF16_POLICY = Policy.preset("O1-bf16")
 HELP = "train one MLP in each framework, in fp32 and with AMP, side by side"
+# --framework: both = MXNet and Paddle, Paddle's static program and dynamic graph each
+RUNTIMES = {"both": ("mxnet", "paddle", "paddle-dygraph"), "mxnet": ("mxnet",),
+            "paddle": ("paddle",), "paddle-dygraph": ("paddle-dygraph",), "numpy": ("numpy",)}
+PACKAGE = {"mxnet": "mxnet", "paddle": "paddle", "paddle-dygraph": "paddle"}  # to require
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")  # what matplotlib's Agg backend writes
 
 
@@ -57,8 +68,9 @@ def require(modules: Sequence[str], extra: str) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The demo's options, on ``p``."""
-    p.add_argument("--framework", default="both", choices=("both", "mxnet", "paddle", "numpy"),
-                   help="where to train (numpy: a reference trainer, fp16 emulated)")
+    p.add_argument("--framework", default="both", choices=tuple(RUNTIMES),
+                   help="where to train (both: MXNet, Paddle's static program and Paddle's "
+                        "dynamic graph; numpy: a reference trainer, fp16 emulated)")
     p.add_argument("--policy", metavar="POLICY",
                    help="a preset name (O1, O2, ...) or a TOML policy file, as policy= takes "
                         "in both backends (default: O1 fp16, emulated where there is no "
@@ -72,28 +84,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-speed", action="store_true",
                    help="skip the speed table (a GEMM-bound MLP: float32 against bf16 with the "
                         "native's decisions and with policy 'auto', side by side)")
+    p.add_argument("--no-memory", action="store_true",
+                   help="skip the peak-memory column (one fresh process per row, measuring "
+                        "one training step)")
 
 
 def register(subparsers: "argparse._SubParsersAction") -> None:
     """Add ``demo`` to the ``amp-adapters`` subcommands (the entry point the core looks up),
-    and the numerics doctor on the demo's planted models (``doctor_command``)."""
+    the numerics doctor on the demo's planted models (``doctor_command``) and the largest
+    batch in a memory budget (``max_batch_command``)."""
     p = subparsers.add_parser("demo", help=HELP, description=HELP)
     add_arguments(p)
     p.set_defaults(handler=run)
     register_doctor(subparsers)
+    register_max_batch(subparsers)
 
 
 def run(args: argparse.Namespace) -> int:
     """Train, print progress and the side-by-side table, write the figure if asked."""
     quiet_frameworks()  # before any framework is imported
     policy = resolve_policy(args.policy) if args.policy else DEMO_POLICY  # the core's front door
-    frameworks = ("mxnet", "paddle") if args.framework == "both" else (args.framework,)
+    frameworks = RUNTIMES[args.framework]
     require(["sklearn"] + (["matplotlib"] if args.plot else []), "demo")
     for fw in ("mxnet", "paddle"):  # a policy file drives both: a misspelt name is an error
         policy.validate_for(fw)
     for fw in frameworks:
         if fw != "numpy":
-            require([fw], fw)
+            require([PACKAGE[fw]], PACKAGE[fw])
     from .data import digits_data
     from .table import format_table
     from .trainers import real_kernel, train
@@ -101,6 +118,12 @@ def run(args: argparse.Namespace) -> int:
     k = 2.0**args.k_log2
     data = digits_data(args.steps)
     every = max(1, args.steps // 5)
+    # each row's policy, as its measuring process names it; a bf16 row where the backend
+    # has a real bf16 kernel (its own answer), with the demo's default policy
+    bf16 = {fw: args.policy is None and fw != "numpy" and real_kernel(fw, "bfloat16")
+            for fw in frameworks}
+    specs = [(fw, spec) for fw in frameworks for spec in
+             ("fp32", args.policy or "demo", *(("bf16",) if bf16[fw] else ()))]
     results = []
     for fw in frameworks:
         for pol in (Policy.preset("O0"), policy):
@@ -112,14 +135,24 @@ def run(args: argparse.Namespace) -> int:
                           f"scale {scale:g}", flush=True)
 
             results.append(train(fw, pol, data, k=k, on_step=progress))
-        if args.policy is None and fw != "numpy" and real_kernel(fw, "bfloat16"):
+        if bf16[fw]:
             results.append(train(fw, BF16_POLICY, data, k=k))  # real bf16 kernels here
+    measured = not args.no_memory and any(fw != "numpy" for fw in frameworks)
+    if measured:  # after the training: a process beside it would slow its steps
+        from .memory import rows_memory
+        print("the peak memory of one step per row (a fresh process each)...", flush=True)
+        got = rows_memory([row for row in specs if row[0] != "numpy"])
+        results = [dataclasses.replace(r, memory=got.get(row))
+                   for r, row in zip(results, specs)]
     emulated = any("emulated" in r.mode for r in results)
     print(f"\nMLP 64-64-10 on digits, {args.steps} steps, batch 64"
           + (f", loss / 2**{args.k_log2}, lr x 2**{args.k_log2}" if args.k_log2 else "")
           + (" (emulated: fp16 rounding at op boundaries, fp32 arithmetic, where this device "
              "has no fp16 kernel)" if emulated else ""))
     print(format_table(results))
+    if measured:
+        from .memory import NOTE
+        print(NOTE)
     if args.policy is None:
         line = bf16_note([fw for fw in frameworks if fw != "numpy"
                           and not any(r.framework == fw and r.mode.startswith("bf16")
@@ -128,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
             print(line)
     if not args.no_speed:
         from . import speed
-        fws = [fw for fw in frameworks if fw != "numpy"]
+        fws = [fw for fw in frameworks if fw in ("mxnet", "paddle")]
         if fws:
             print(f"\nSpeed: {speed.MODEL}, one training step of AMP over one of float32, "
                   f"interleaved (median, +- half the interquartile range); bf16 runs only "

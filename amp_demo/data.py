@@ -47,6 +47,23 @@ def digits_data(steps: int, batch: int = 64, hidden: int = 64, seed: int = 0) ->
     )
 
 
+def shaped_data(steps: int, batch: int = 64, hidden: int = 64, seed: int = 0) -> DigitsData:
+    """``digits_data``'s shapes and dtypes with random values, without scikit-learn: what a
+    measuring process trains on (a step's memory depends on the shapes, not on the values,
+    and importing scikit-learn costs a second or two per process)."""
+    rng = np.random.default_rng(seed)
+    f32 = np.float32
+    return DigitsData(
+        x_train=rng.random((1400, 64), f32), y_train=rng.integers(0, 10, 1400),
+        x_test=rng.random((397, 64), f32), y_test=rng.integers(0, 10, 397),
+        w1=(rng.standard_normal((64, hidden)) * math.sqrt(2 / 64)).astype(f32),
+        b1=np.zeros(hidden, f32),
+        w2=(rng.standard_normal((hidden, 10)) * math.sqrt(2 / hidden)).astype(f32),
+        b2=np.zeros(10, f32),
+        batches=rng.integers(0, 1400, (steps, batch)),
+    )
+
+
 def evaluate(data: DigitsData, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray,
              b2: np.ndarray) -> float:
     """Test accuracy of trained weights, computed in numpy fp32 the same way for every framework."""

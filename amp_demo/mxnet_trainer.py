@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import mxnet as mx
 import numpy as np
@@ -13,12 +13,18 @@ from amp_adapters.services.timing import ratio_of
 from mxnet_amp import cast_report, init, init_trainer, loss_scale, reset, scale_loss
 
 from .data import DigitsData, evaluate
-from .result import OnStep, TrainResult, gemm_summary, mode_label
+from .result import OnStep, Steps, TrainResult, gemm_summary, mode_label, run_steps
 
 
 def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float = 1.0,
                  on_step: Optional[OnStep] = None) -> TrainResult:
-    """Train a hybridized Dense-ReLU-Dense on ``data`` with SGD (loss / k, lr x k).
+    """Train a hybridized Dense-ReLU-Dense on ``data`` (``digits_steps``)."""
+    return run_steps(digits_steps(policy, data, lr=lr, k=k), on_step)
+
+
+def digits_steps(policy: Policy, data: DigitsData, *, lr: float = 0.1,
+                 k: float = 1.0) -> Steps:
+    """The steps of a hybridized Dense-ReLU-Dense on ``data`` with SGD (loss / k, lr x k).
 
     ``policy`` O0 is the plain fp32 baseline (no ``init`` at all); otherwise
     ``init(policy=...)`` is active for this run only. One host sync per step
@@ -45,7 +51,7 @@ def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float 
         x_all = mx.nd.array(data.x_train, ctx=ctx)
         y_all = mx.nd.array(data.y_train, ctx=ctx)
         losses, scales, times = [], [], []
-        for step, idx in enumerate(data.batches):
+        for idx in data.batches:
             scale = loss_scale(trainer).scale if amp else 1.0  # telemetry, not timed
             t0 = time.perf_counter()
             rows = mx.nd.array(idx, ctx=ctx)
@@ -61,8 +67,7 @@ def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float 
             losses.append(float(loss.asscalar()) * k)  # the host sync of the step
             scales.append(scale)
             times.append(time.perf_counter() - t0)
-            if on_step:
-                on_step(step, losses[-1], scale)
+            yield losses[-1], scale
         report = cast_report(net) if amp else None
         casts = report.num_casts if amp else 0  # counted in the traced graph, as the report
         skipped = loss_scale(trainer).skipped_steps if amp else 0
@@ -76,6 +81,11 @@ def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float 
     fell_back = bool(report and any(d.lacks_kernel for d in report.decisions))
     return TrainResult("mxnet", mode_label(policy, emulated, fell_back), accuracy, tuple(losses),
                        tuple(scales), skipped, casts, float(np.median(times)))
+
+
+def wait_all() -> None:
+    """Wait for every operation MXNet has queued (a step's update runs after its loss)."""
+    mx.nd.waitall()
 
 
 def real_kernel(dtype: str) -> bool:
@@ -215,3 +225,43 @@ def run_doctor(kind, policy, steps):
         return dr.report(), dr.recommendation()
     finally:
         reset()
+
+
+# -- amp-adapters max-batch (amp_demo.memory.batch_step) -----------------------------------
+
+def batch_workload(spec, policy: Policy, batch: int) -> Callable[[], None]:
+    """One training step (momentum SGD, random data, complete when it returns) of the
+    ``ModelSpec`` ``spec`` at ``batch`` as a hybridized Gluon net under ``policy`` (O0: plain
+    float32, no ``init``); this process is the measuring one: ``init`` is not undone."""
+    from .batch_models import CLASSES, LR, MOMENTUM
+    amp = policy.enabled
+    if amp:
+        init(policy=policy)
+    net = gluon.nn.HybridSequential()
+    for width in spec.widths:
+        net.add(gluon.nn.Dense(width, activation="relu") if spec.kind == "mlp" else
+                gluon.nn.Conv2D(width, 3, padding=1, activation="relu"))
+    if spec.kind == "cnn":
+        net.add(gluon.nn.GlobalAvgPool2D())
+    net.add(gluon.nn.Dense(CLASSES))
+    net.initialize(mx.init.Xavier())
+    net.hybridize(static_alloc=True, static_shape=True)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": LR,
+                                                         "momentum": MOMENTUM})
+    if amp:
+        init_trainer(trainer)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    x = mx.nd.random.uniform(shape=(batch, *spec.sample))
+    y = mx.nd.array(np.random.default_rng(0).integers(0, CLASSES, batch))
+
+    def step() -> None:
+        with autograd.record():
+            loss = loss_fn(net(x), y).mean()
+            if amp:
+                with scale_loss(loss, trainer) as scaled:
+                    autograd.backward(scaled)
+        if not amp:
+            loss.backward()
+        trainer.step(1)
+        mx.nd.waitall()
+    return step

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import paddle
@@ -15,12 +15,19 @@ from amp_adapters.services.timing import ratio_of
 from paddle_amp import cast_report, decorate
 
 from .data import DigitsData, evaluate
-from .result import OnStep, TrainResult, gemm_summary, mode_label
+from .result import OnStep, Steps, TrainResult, gemm_summary, mode_label, run_steps
 
 
 def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float = 1.0,
                  on_step: Optional[OnStep] = None) -> TrainResult:
-    """Train fc-relu-fc on ``data`` with SGD (loss / k, lr x k) in a fresh program and scope.
+    """Train fc-relu-fc on ``data`` (``digits_steps``)."""
+    return run_steps(digits_steps(policy, data, lr=lr, k=k), on_step)
+
+
+def digits_steps(policy: Policy, data: DigitsData, *, lr: float = 0.1,
+                 k: float = 1.0) -> Steps:
+    """The steps of fc-relu-fc on ``data`` with SGD (loss / k, lr x k) in a fresh program and
+    scope (static mode while they run).
 
     ``policy`` O0 is the plain fp32 program (no ``decorate``). One host sync per
     step (fetching the loss); the scale is read from the scope. ``casts`` counts
@@ -29,7 +36,7 @@ def train_digits(policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float 
     was_dynamic = paddle.in_dynamic_mode()
     paddle.enable_static()
     try:
-        return _train(policy, data, lr, k, on_step)
+        return (yield from _steps(policy, data, lr, k))
     finally:
         if was_dynamic:
             paddle.disable_static()
@@ -39,8 +46,7 @@ def _param(name: str, value: np.ndarray) -> paddle.ParamAttr:
     return paddle.ParamAttr(name=name, initializer=paddle.nn.initializer.Assign(value))
 
 
-def _train(policy: Policy, data: DigitsData, lr: float, k: float,
-           on_step: Optional[OnStep]) -> TrainResult:
+def _steps(policy: Policy, data: DigitsData, lr: float, k: float) -> Steps:
     main, startup, scope = paddle.static.Program(), paddle.static.Program(), paddle.static.Scope()
     amp = policy.enabled
     with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
@@ -62,7 +68,7 @@ def _train(policy: Policy, data: DigitsData, lr: float, k: float,
         exe.run(startup)
         if amp:
             opt.amp_init(place, scope=scope)
-        for step, idx in enumerate(data.batches):
+        for idx in data.batches:
             scale = opt.loss_scale(scope).scale if amp else 1.0  # telemetry, not timed
             t0 = time.perf_counter()
             feed = {"x": data.x_train[idx], "y": data.y_train[idx].reshape(-1, 1)}
@@ -72,8 +78,7 @@ def _train(policy: Policy, data: DigitsData, lr: float, k: float,
             losses.append(float(np.asarray(value).reshape(())))
             scales.append(scale)
             times.append(time.perf_counter() - t0)
-            if on_step:
-                on_step(step, losses[-1], scale)
+            yield losses[-1], scale
         weights = [np.array(scope.find_var(n).get_tensor()) for n in ("w1", "b1", "w2", "b2")]
         skipped = opt.loss_scale(scope).skipped_steps if amp else 0
     report = cast_report(main) if amp else None
@@ -131,6 +136,48 @@ def speed_row(policy: str, width: int, batch: int, layers: int, budget_s: float)
     ratio, spread = ratio_of(low, fp32, warmup=3, budget_s=budget_s)
     decisions = cast_report(main).decisions
     return {"ratio": ratio, "spread": spread, **gemm_summary(decisions, {"matmul_v2", "mul"})}
+
+
+# -- amp-adapters max-batch (amp_demo.memory.batch_step) -----------------------------------
+
+def batch_workload(spec, policy: Policy, batch: int) -> Callable[[], None]:
+    """One training step (momentum SGD, random data) of the ``ModelSpec`` ``spec`` at
+    ``batch`` as a static program in its own scope, under ``policy`` (O0: no ``decorate``)."""
+    from .batch_models import CLASSES, LR, MOMENTUM
+    paddle.enable_static()
+    main, startup, scope = paddle.static.Program(), paddle.static.Program(), paddle.static.Scope()
+    amp = policy.enabled
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+        h = paddle.static.data("x", [None, *spec.sample], "float32")
+        y = paddle.static.data("y", [None, 1], "int64")
+        channels = spec.sample[0]
+        for width in spec.widths:
+            if spec.kind == "mlp":
+                h = paddle.static.nn.fc(h, width, activation="relu")
+            else:
+                h = paddle.nn.functional.relu(paddle.nn.Conv2D(channels, width, 3, padding=1)(h))
+                channels = width
+        if spec.kind == "cnn":
+            h = paddle.mean(h, axis=[2, 3])
+        logits = paddle.cast(paddle.static.nn.fc(h, CLASSES), "float32")
+        loss = paddle.mean(paddle.nn.functional.cross_entropy(logits, y))
+        opt = paddle.optimizer.Momentum(LR, MOMENTUM)
+        if amp:
+            opt = decorate(opt, policy=policy)
+        opt.minimize(loss)
+    exe = paddle.static.Executor(paddle.CPUPlace())
+    with paddle.static.scope_guard(scope):
+        exe.run(startup)
+        if amp:
+            opt.amp_init(paddle.CPUPlace(), scope=scope)
+    rng = np.random.default_rng(0)
+    feed = {"x": rng.random((batch, *spec.sample), np.float32),
+            "y": rng.integers(0, CLASSES, (batch, 1))}
+
+    def step() -> None:
+        with paddle.static.scope_guard(scope):
+            exe.run(main, feed=feed, fetch_list=[loss])
+    return step
 
 
 # -- the doctor's demo models (amp_demo.doctor_models: the planted problems) -------------------

@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Generator, Optional
 
 from amp_adapters import Policy
 from amp_adapters.rules.dtypes import short_name
+from amp_adapters.services.memory import StepMemory
 
 OnStep = Callable[[int, float, float], None]  # (step, loss, scale): progress callback
 
@@ -23,10 +24,31 @@ class TrainResult:
     casts: int                      # casts the AMP rewrite inserted (0 for fp32)
     step_time: float                # median seconds per step
     zero_grad_fraction: float = float("nan")  # gradient values exactly zero (numpy only)
+    memory: Optional[StepMemory] = None  # one step's peak, measured in a fresh process
 
     @property
     def scale_moves(self) -> int:
         return sum(a != b for a, b in zip(self.scales, self.scales[1:]))
+
+
+# A trainer's steps: yields (loss, scale) after each training step, returns the TrainResult
+# when the batches run out. The demo drives it to the end (``run_steps``); a measuring
+# process (``amp_demo.memory``) calls ``next`` on it as a Workload's step.
+Steps = Generator[tuple[float, float], None, TrainResult]
+
+
+def run_steps(steps: Steps, on_step: Optional[OnStep] = None) -> TrainResult:
+    """Run a trainer's ``steps`` to the end, calling ``on_step(step, loss, scale)`` after
+    each; its TrainResult."""
+    step = 0
+    while True:
+        try:
+            loss, scale = next(steps)
+        except StopIteration as done:
+            return done.value
+        if on_step:
+            on_step(step, loss, scale)
+        step += 1
 
 
 def mode_label(policy: Policy, emulated: bool, fell_back: bool = False) -> str:

@@ -1,14 +1,15 @@
 """Which trainer runs the demo for a framework; each backend is imported only when asked for."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from amp_adapters import Policy, UnknownChoiceError
 
 from .data import DigitsData
-from .result import OnStep, TrainResult
+from .result import OnStep, Steps, TrainResult, run_steps
 
-FRAMEWORKS = ("mxnet", "paddle", "numpy")
+# paddle: a static program (paddle_amp); paddle-dygraph: eager layers (paddle_amp.dygraph)
+FRAMEWORKS = ("mxnet", "paddle", "paddle-dygraph", "numpy")
 
 
 def train(framework: str, policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float = 1.0,
@@ -21,14 +22,47 @@ def train(framework: str, policy: Policy, data: DigitsData, *, lr: float = 0.1, 
     gradients flush to zero.
     """
     if framework == "numpy":
-        from .numpy_trainer import train_numpy as run
-    elif framework == "mxnet":
-        from .mxnet_trainer import train_digits as run
+        from .numpy_trainer import train_numpy
+        return train_numpy(policy, data, lr=lr, k=k, on_step=on_step)
+    return run_steps(steps_of(framework, policy, data, lr=lr, k=k), on_step)
+
+
+def steps_of(framework: str, policy: Policy, data: DigitsData, *, lr: float = 0.1,
+             k: float = 1.0) -> Steps:
+    """The training steps of ``framework``'s trainer (not numpy's: a reference, no
+    framework), to run one by one (``next``) or to the end (``run_steps``)."""
+    if framework == "mxnet":
+        from .mxnet_trainer import digits_steps
     elif framework == "paddle":
-        from .paddle_trainer import train_digits as run
+        from .paddle_trainer import digits_steps
+    elif framework == "paddle-dygraph":
+        from .paddle_dygraph_trainer import digits_steps
     else:
-        raise UnknownChoiceError("framework", framework, FRAMEWORKS)
-    return run(policy, data, lr=lr, k=k, on_step=on_step)
+        raise UnknownChoiceError("framework", framework, FRAMEWORKS[:-1])
+    return digits_steps(policy, data, lr=lr, k=k)
+
+
+def batch_workload(framework: str, spec, policy: Policy, batch: int) -> Callable[[], None]:
+    """One training step of the ``ModelSpec`` ``spec`` at ``batch`` in ``framework`` under
+    ``policy`` (``amp-adapters max-batch``), complete when it returns."""
+    if framework == "mxnet":
+        from .mxnet_trainer import batch_workload as build
+    elif framework == "paddle":
+        from .paddle_trainer import batch_workload as build
+    elif framework == "paddle-dygraph":
+        from .paddle_dygraph_trainer import batch_workload as build
+    else:
+        raise UnknownChoiceError("framework", framework, FRAMEWORKS[:-1])
+    return build(spec, policy, batch)
+
+
+def completed(framework: str) -> Callable[[], None]:
+    """What waits for ``framework``'s asynchronous work (MXNet runs the update after the
+    loss is read): a measured step ends when it returns."""
+    if framework == "mxnet":
+        from .mxnet_trainer import wait_all
+        return wait_all
+    return lambda: None
 
 
 def real_kernel(framework: str, dtype: str) -> bool:
@@ -38,6 +72,8 @@ def real_kernel(framework: str, dtype: str) -> bool:
         from .mxnet_trainer import real_kernel as ask
     elif framework == "paddle":
         from .paddle_trainer import real_kernel as ask
+    elif framework == "paddle-dygraph":
+        from .paddle_dygraph_trainer import real_kernel as ask
     else:
         return False
     return ask(dtype)

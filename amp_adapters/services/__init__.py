@@ -12,6 +12,7 @@ Files:
     timing.py     side-by-side timing: interleaved pairs, median ratio and spread
     measure_process.py  measurements in a kept child process (the planning process untouched)
     memory.py     a step's peak memory: a fresh process per run, VmHWM, median of three
+    batch_fit.py  the largest batch in a memory budget: a line through measured peaks
     speed_report.py  info --measure / profile: per-op measured speed, the saved profile
     checkpoint.py atomic, verified checkpoint folders (the backends' save/load_checkpoint)
     report.py     CastReport: decisions per op and the graph's casts; print(report) is the table

@@ -7,8 +7,10 @@
     amp-adapters info [--dtype bfloat16] [--measure] [--save PATH]
                       (which ops have real low-precision kernels here; --measure: how fast)
     amp-adapters profile [--save PATH] [--refresh]   (time them; save a profile a policy names)
-    amp-adapters demo [--framework mxnet|paddle|both|numpy] [--policy FILE|PRESET] [--steps N]
-                      [--plot out.png] [--k-log2 0]
+    amp-adapters demo [--framework both|mxnet|paddle|paddle-dygraph|numpy]
+                      [--policy FILE|PRESET] [--steps N] [--plot out.png] [--k-log2 0]
+    amp-adapters max-batch --framework mxnet|paddle|paddle-dygraph --model digits|mlp|cnn
+                           --memory 4GiB [--policy FILE|PRESET]  (largest batch in a budget)
     amp-adapters doctor [--framework mxnet|paddle] [--model overflow|underflow|reduction]
                         [--steps N] [--policy FILE|PRESET] [--write fix.toml]
 
@@ -18,9 +20,9 @@
 policy and the framework version it is for.
 
 Each subcommand is one block below: a ``@subcommand`` register function that adds its
-parser and sets its ``handler``. ``demo`` and ``doctor`` are not defined here:
-installed packages add subcommands through the entry-point group
-``amp_adapters.commands`` (``amp_demo`` adds ``demo`` and ``doctor``, see setup.cfg),
+parser and sets its ``handler``. ``demo``, ``doctor`` and ``max-batch`` are not defined
+here: installed packages add subcommands through the entry-point group
+``amp_adapters.commands`` (``amp_demo`` adds all three, see setup.cfg),
 so the core imports no backend, not even lazily.
 
 Every user error (a bad argument, a policy file that does not load or names an
@@ -348,6 +350,7 @@ EXAMPLES = """examples:
   amp-adapters info --dtype bfloat16 --measure
   amp-adapters profile --save cpu.json
   amp-adapters demo --framework paddle --steps 200 --plot demo.png
+  amp-adapters max-batch --framework paddle-dygraph --model cnn --memory 4GiB
   amp-adapters doctor --framework mxnet --model overflow --write fix.toml
 """
 
