@@ -44,11 +44,11 @@ RULES = (  # the policy kernel: it decides
 )
 SERVICES = (  # its services: they measure, keep and tell
     "amp_adapters.services.speedbook",
-    "amp_adapters.services.speed_source",  # the speed source a runtime supplies (speed-protocol)
-    "amp_adapters.speed_child",   # the one measuring child (speed-protocol)
+    "amp_adapters.services.speed_source",  # the speed source a runtime supplies
     "amp_adapters.services.measure_process",
     "amp_adapters.services.timing",
     "amp_adapters.services.memory",
+    "amp_adapters.services.batch_fit",
     "amp_adapters.services.native_speed",
     "amp_adapters.services.speed_report",
     "amp_adapters.services.report",
@@ -257,7 +257,7 @@ import contextlib, importlib, io, pkgutil, sys
 import amp_adapters
 for info in pkgutil.walk_packages(amp_adapters.__path__, "amp_adapters."):
     importlib.import_module(info.name)
-from amp_adapters import cli
+from amp_adapters.services import cli
 import amp_demo.command
 runs = [["lists", "--framework", "mxnet"], ["lists", "--framework", "paddle"],
         ["explain", "softmax", "--framework", "paddle"], ["demo", "--help"]]
