@@ -330,9 +330,10 @@ def plan_op(policy: Policy, framework: str, call: OpCall,
     refusal as its reason (emulated under ``emulate=True``: the policy asked for
     low-precision numerics, and rounding costs less than the slow kernel).
 
-    Five steps, each with one rule: ``_category`` (the lists), ``_free_inputs``
-    (what a free input counts as), ``_target`` (the dtype the category and the
-    inputs ask for), ``_on_device`` (the kernels here), ``_input_actions`` (what
+    Six steps, each with one rule: ``_category`` (the lists), ``_free_inputs``
+    (what a free input counts as), ``_idle_move`` (an O2 op that only moves values
+    between float32 neighbours follows them), ``_target`` (the dtype the category and
+    the inputs ask for), ``_on_device`` (the kernels here), ``_input_actions`` (what
     to do to each input to get there).
     """
     if not isinstance(call, OpCall):
