@@ -228,7 +228,7 @@ def push(policy: Policy, log: Optional[list] = None,
         import paddle
         if not (paddle.is_grad_enabled() if training is None else training):
             device = kernels.inference_profile(policy.dtype)
-        device = speed.profile(device, policy)  # measured speed: the core's book
+        device = speed.profile(policy, device)  # measured speed: the core's book
     frame = Frame(policy, device, log=log)
     if _master_grads and policy.enabled and policy.level == "O2" and log is None:
         _hook_master_grads()
