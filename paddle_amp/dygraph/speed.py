@@ -70,6 +70,22 @@ def profile(policy: Policy, device: DeviceProfile) -> DeviceProfile:
     return speed_source.profile(device, policy, lambda: source(policy.dtype))
 
 
+_noted: set = set()  # (policy, training) said or found nothing to say in this process
+
+
+def note_native_speed(policy: Policy, training: bool) -> None:
+    """Say once per process when the native's decisions run an op slower than float32 here
+    (``speed_source.note``; only for a policy with the native's defaults: a region without
+    ``policy=``). It applies in eager mode too: ``paddle.amp`` itself does nothing on a
+    CPU, but this runtime runs its lists there (``dispatch``), on oneDNN's bf16 GEMM,
+    which an AVX-512 CPU without ``avx512_bf16`` emulates. The answer is kept per (policy,
+    training): a region per training step reads neither the CPU nor the cache again."""
+    if not policy.enabled or policy.defaults != "native" or (policy, training) in _noted:
+        return
+    _noted.add((policy, training))
+    speed_source.note("paddle_amp.dygraph", policy, source(policy.dtype), training)
+
+
 def time_job(job: Job) -> Cost:
     """In the measuring child: the job's GEMM on the eager low route against float32 (see
     the module docstring)."""
