@@ -277,12 +277,11 @@ def speed_probe(dtype: str):
     """``amp-adapters info --measure``'s answer for MXNet on this CPU (``speed_report``): the
     book ``policy="auto"`` reads, the device profiles, and a small and a large GEMM and a
     convolution as samples."""
-    from amp_adapters.services.speed_report import Sample, SpeedProbe
+    from amp_adapters.services.speed_report import Sample, gemm_samples, probe_of
 
     policy, ctx = Policy.preset("auto", dtype=dtype), mx.cpu()
-    samples = tuple(Sample(op, ShapeClass.of(shapes), what) for op, shapes, what in (
-        ("FullyConnected", [(64, 256), (256, 256), (256,)], "GEMM 64x256x256"),
-        ("FullyConnected", [(64, 2048), (2048, 2048), (2048,)], "GEMM 64x2048x2048"),
-        ("Convolution", [(16, 64, 56, 56), (64, 64, 3, 3), (64,)], "conv 3x3 64ch 56x56")))
-    return SpeedProbe("mxnet", "mxnet", speed_source.book(source(ctx, dtype), policy.profile),
-                      profile(policy, ctx, True), profile(policy, ctx, False), samples)
+    conv = Sample("Convolution", ShapeClass.of([(16, 64, 56, 56), (64, 64, 3, 3), (64,)]),
+                  "conv 3x3 64ch 56x56")
+    return probe_of(source(ctx, dtype), "mxnet", profile(policy, ctx, True),
+                    profile(policy, ctx, False), gemm_samples("FullyConnected", bias=True)
+                    + (conv,))

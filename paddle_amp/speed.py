@@ -208,22 +208,20 @@ def _fit_conv(shapes: tuple) -> Optional[tuple[dict, dict]]:
 
 
 def speed_probe(dtype: str):
-    """``amp-adapters info --measure``'s answer for Paddle on this CPU, in the legacy IR
-    (``speed_report``): the book ``policy="auto"`` reads, the device profiles, and a small
-    and a large GEMM and a convolution as samples."""
-    from amp_adapters.services.speed_report import Sample, SpeedProbe
+    """``amp-adapters info --measure``'s answer for Paddle's programs on this CPU, in the
+    default IR (``speed_report``): the book ``policy="auto"`` reads, the device profiles,
+    and a small and a large GEMM and a convolution as samples."""
+    from amp_adapters.services.speed_report import Sample, gemm_samples, probe_of
 
     from .env import current_device
     from .ir import default_probe
     probe, device = default_probe(), current_device()
-    samples = tuple(Sample(op, ShapeClass.of(shapes), what) for op, shapes, what in (
-        ("matmul_v2", [(64, 256), (256, 256)], "GEMM 64x256x256"),
-        ("matmul_v2", [(64, 2048), (2048, 2048)], "GEMM 64x2048x2048"),
-        ("conv2d", [(16, 64, 56, 56), (64, 64, 3, 3)], "conv 3x3 64ch 56x56")))
-    policy, made = Policy.preset("auto", dtype=dtype), source(device, dtype, probe)
-    return SpeedProbe(made.framework, "paddle", speed_source.book(made, policy.profile),
-                      profile(policy, device, probe, True),
-                      profile(policy, device, probe, False), samples)
+    policy = Policy.preset("auto", dtype=dtype)
+    conv = Sample("conv2d", ShapeClass.of([(16, 64, 56, 56), (64, 64, 3, 3)]),
+                  "conv 3x3 64ch 56x56")
+    return probe_of(source(device, dtype, probe), "paddle",
+                    profile(policy, device, probe, True), profile(policy, device, probe, False),
+                    gemm_samples("matmul_v2") + (conv,))
 
 
 def note_native_speed(policy: Policy, probe: Probe, training: bool) -> None:

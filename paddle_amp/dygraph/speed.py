@@ -70,6 +70,21 @@ def profile(policy: Policy, device: DeviceProfile) -> DeviceProfile:
     return speed_source.profile(device, policy, lambda: source(policy.dtype))
 
 
+def speed_probe(dtype: str):
+    """``amp-adapters info --measure``'s rows for eager mode on this CPU (``speed_report``):
+    the book ``policy="auto"`` reads, the region's device profiles, and a small and a large
+    GEMM (``paddle.matmul``, a ``Linear``) and a convolution (no eager low route: shown, not
+    timed) as samples."""
+    from amp_adapters.services.speed_report import Sample, gemm_samples, probe_of
+
+    policy = Policy.preset("auto", dtype=dtype)
+    conv = Sample("conv2d", ShapeClass.of([(16, 64, 56, 56), (64, 64, 3, 3)]),
+                  "conv 3x3 64ch 56x56")
+    return probe_of(source(dtype), "paddle", profile(policy, kernels.profile(dtype)),
+                    profile(policy, kernels.inference_profile(dtype)),
+                    gemm_samples("matmul_v2") + (conv,))
+
+
 _noted: set = set()  # (policy, training) said or found nothing to say in this process
 
 

@@ -92,3 +92,35 @@ def test_every_runtime_times_a_job_through_the_cores_cost_of(monkeypatch):
            dy_speed.time_job(Job("matmul_v2", gemm, False, "bfloat16", {
                "x": [8, 16], "y": [16, 8], "trans": [False, False]}))]
     assert got == [Cost(0.5, 0.0, 0.5, 0.0)] * 3 and asked == [True, True, False]
+
+
+def test_each_runtime_answers_info_measure_from_its_source(tmp_path, monkeypatch):
+    """``amp-adapters info --measure`` / ``profile`` have rows for the three runtimes (setup.cfg
+    registers each ``speed_probe``), each built by the core from the runtime's source: its
+    book under its framework, the same GEMM samples (timed here as data: nothing runs)."""
+    import configparser
+    from pathlib import Path
+
+    from amp_adapters.rules.device import Cost
+    from amp_adapters.services import speed_report
+    from mxnet_amp import speed as mx_speed
+    from paddle_amp import speed as pd_speed
+    from paddle_amp.dygraph import speed as dy_speed
+
+    cfg = configparser.ConfigParser()
+    cfg.read(Path(__file__).resolve().parents[2] / "setup.cfg")
+    group = cfg["options.entry_points"][speed_report.SPEED_GROUP]
+    assert "paddle-dygraph = paddle_amp.dygraph.speed:speed_probe" in group
+    monkeypatch.setenv("AMP_ADAPTERS_CACHE", str(tmp_path))
+    monkeypatch.setattr(speed_source, "measure", lambda source: lambda *a: Cost(0.6, 0.01,
+                                                                                 0.7, 0.01))
+    speed_source.forget()
+    try:
+        probes = [m.speed_probe("bfloat16") for m in (mx_speed, pd_speed, dy_speed)]
+        assert [p.framework for p in probes] == [s.framework for s in sources()]
+        assert all(p.book is speed_source.book(s) for p, s in zip(probes, sources()))
+        assert len({tuple(s.what for s in p.samples) for p in probes}) == 1
+        found = [speed_report.rows(p, "bfloat16") for p in probes]
+        assert [r.framework for rows in found for r in rows][-3:] == ["paddle-dygraph"] * 3
+    finally:
+        speed_source.forget()
