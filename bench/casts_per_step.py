@@ -94,7 +94,7 @@ def paddle_rows() -> list[str]:
         fp16_lists, "_get_sys_unsupported_list",
         lambda dtype: ("GPU", set(), every_op))
     ours_believes = mock.patch("paddle_amp.speed.device_profile",
-                               lambda device, dtype, probe=None, training=True, costs=None:
+                               lambda device, dtype, probe=None, training=True:
                                DeviceProfile(every_op))
 
     def build(name, decorate):

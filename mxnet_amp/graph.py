@@ -119,7 +119,7 @@ def _device(ctx: Optional[mx.Context], policy: Policy,
     plan for another machine, name a profile measured there: ``Policy.profile``)."""
     if ctx is None and policy.speed == "measured" and policy.enabled:
         ctx = mx.cpu()
-    return None if ctx is None else profile(ctx, policy, training)
+    return None if ctx is None else profile(policy, ctx, training)
 
 
 def _entry_shapes(sym: mx.sym.Symbol, device: Optional[DeviceProfile],

@@ -23,7 +23,7 @@ from mxnet import autograd
 from mxnet import ndarray as nd
 
 from amp_adapters import OpDecision, Policy
-from amp_adapters.rules.device import CostLookup, DeviceProfile
+from amp_adapters.rules.device import DeviceProfile
 from amp_adapters.services.fallback import FallbackNotices
 from amp_adapters.services.quiet import stderr_silenced
 
@@ -164,15 +164,13 @@ class KernelSet(collections.abc.Set):
         return sum(1 for _ in self)
 
 
-def device_profile(ctx: mx.Context, policy: Policy, training: bool,
-                   costs: Optional[CostLookup] = None) -> DeviceProfile:
+def device_profile(ctx: mx.Context, policy: Policy, training: bool) -> DeviceProfile:
     """What ``ctx``'s device runs in ``policy.dtype`` (``amp_adapters.rules.device``): the ops
     whose kernel runs there, forward and, for ``training``, backward (probed lazily,
-    ``KernelSet``); ``costs``: the measured-speed lookup (``speed_source.profile`` adds it, under
+    ``KernelSet``); the measured-speed lookup is ``speed_source.profile``'s to add (under
     ``Policy.speed == "measured"``). MXNet picks oneDNN by itself, so no op needs a route
     asked for."""
-    return DeviceProfile(KernelSet(ctx, policy.dtype, backward=training),
-                         training=training, costs=costs)
+    return DeviceProfile(KernelSet(ctx, policy.dtype, backward=training), training=training)
 
 
 _notices = FallbackNotices("mxnet_amp")

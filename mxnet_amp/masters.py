@@ -103,7 +103,7 @@ def cast_params(block: HybridBlock, num_inputs: int = 1, *,
                              f"level {chosen.level} (use policy='O2' or 'O2-bf16')")
     uses = param_uses(block, num_inputs)
     ctx = ctx or block_context(block)
-    device = profile(ctx, chosen, True)
+    device = profile(chosen, ctx, True)
     plan = plan_params(chosen, "mxnet", uses, device=device)
     params = block.collect_params()
     for name in sorted(plan.low):

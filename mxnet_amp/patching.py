@@ -343,7 +343,7 @@ def _wrap(policy: Policy, op: str, fn: Callable) -> Callable:
         attrs = {k: v for k, v in kwargs.items() if not isinstance(v, _TENSORS)}
         attrs.update((name, a) for name, a in zip(arg_names, args)  # attributes by position
                      if not isinstance(a, (_TENSORS, list, tuple)))
-        device = profile(ctx, policy, True)
+        device = profile(policy, ctx, True)
         d = plan_op(policy, "mxnet", OpCall(
             op, dtypes, shape=shape, attrs=attrs, input_names=names,
             instance=_blocks.names if layered else None), device=device)

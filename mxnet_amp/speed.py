@@ -1,10 +1,11 @@
 """Measured speed on MXNet: one op in the low dtype, its casts included, against float32.
 
-``MXNetSource`` is this runtime's ``amp_adapters.services.speed_source.SpeedSource`` (the book, the
-cache, the measuring child are the core's); its timer, ``measure(op, shape, training)``,
+``MXNetSource`` is this runtime's ``amp_adapters.services.speed_source.SpeedSource`` (the book,
+the cache, the measuring loop are the core's; the child, ``mxnet_amp.speed_child``, is this
+runtime's); its timer, ``time_job`` (``measure(op, shape, training)`` on the job's device),
 for an op the O1 lists lower (the GEMMs and convolutions, legacy and ``mx.np``/``mx.npx``)
 it builds the op's call at the shape class's concrete shapes (``ShapeClass.concrete``:
-an unknown dimension at ``UNKNOWN_DIM``) and times, with ``amp_adapters.services.timing.ratio_of``:
+an unknown dimension at ``UNKNOWN_DIM``) and times, with the core's ``speed_source.cost_of``:
 
 - low: ``amp_cast`` of each floating input to the low dtype, the op, ``amp_cast`` of its
   output back to float32 (what the plan inserts around a lowered op);
@@ -20,7 +21,7 @@ being timed raises here; ``SpeedBook`` records that as "no kernel".
 
 The attributes an op takes are rebuilt from its operand shapes (``num_hidden`` from a
 FullyConnected weight, ``kernel``/``num_filter``/``num_group`` from a convolution's;
-a GEMM's transposes from which dimensions agree); strides and dilations are taken as 1
+a GEMM's transposes from which dimensions agree, ``speed_source.gemm_transposes``); strides and dilations are taken as 1
 and padding as "same": a shape class is an estimate of cost, not a replay of the call.
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional
 
 import mxnet as mx
 from mxnet import autograd
@@ -37,9 +38,8 @@ from mxnet import ndarray as nd
 from amp_adapters import Policy
 from amp_adapters.services import speed_source
 from amp_adapters.rules.device import Cost, DeviceProfile, ShapeClass
-from amp_adapters.services.speed_source import Job
-from amp_adapters.services.speedbook import SpeedBook, gpu_key, machine, nvidia_gpu, warn_once
-from amp_adapters.services.timing import ratio_of
+from amp_adapters.services.speed_source import BUDGET_S, Job, gemm_transposes
+from amp_adapters.services.speedbook import gpu_key, nvidia_gpu, warn_once
 
 from amp_adapters.services.quiet import stderr_silenced
 
@@ -52,18 +52,6 @@ Call = Callable[[list], object]  # the op on its inputs (legacy or numpy-flavour
 # MXNet 1.9.1 on CPU: the bfloat16 Deconvolution gradient ends the process (std::terminate,
 # no exception to catch) at any realistic shape, though the kernel probe's 1x1 one passes
 ABORTS_BF16_BACKWARD = frozenset({"Deconvolution", "_npx_deconvolution"})
-BUDGET_S = 0.15  # per ratio; a training key measures two (forward, forward + backward)
-
-
-def _gemm_transposes(a: Sequence[int], b: Sequence[int]) -> Optional[tuple[bool, bool]]:
-    """(transpose_a, transpose_b) that make ``a @ b`` agree on its inner dimension (the
-    last two dimensions of each), or None."""
-    if len(a) < 2 or len(b) < 2:
-        return None
-    for ta, tb in ((False, False), (False, True), (True, False), (True, True)):
-        if (a[-2] if ta else a[-1]) == (b[-1] if tb else b[-2]):
-            return ta, tb
-    return None
 
 
 def _fc(s: Shapes, np_flavour: bool) -> Optional[Call]:
@@ -103,7 +91,7 @@ def _dot(s: Shapes, fn: Callable, batch: bool, names: tuple[str, str] = (
     if len(s) != 2 or (batch and (len(s[0]) != 3 or len(s[1]) != 3)) or \
             (not batch and (len(s[0]) != 2 or len(s[1]) != 2)):
         return None
-    t = _gemm_transposes(s[0], s[1])
+    t = gemm_transposes(s[0], s[1])
     if t is None:
         return None
     kw = {names[0]: t[0], names[1]: t[1]}
@@ -178,15 +166,9 @@ def _timed(call: Call, shapes: Shapes, np_flavour: bool, training: bool, dtype: 
             inputs = [x.as_np_ndarray() for x in inputs]
         for x in inputs:
             x.attach_grad()
-        low = _run(call, inputs, dtype, backward=False)
-        base = _run(call, inputs, None, backward=False)
-        forward = ratio_of(low, base, budget_s=budget_s)
-        if not training:
-            return Cost(forward=forward[0], forward_spread=forward[1])
-        train = ratio_of(_run(call, inputs, dtype, backward=True),
-                         _run(call, inputs, None, backward=True), budget_s=budget_s)
-    return Cost(forward=forward[0], forward_spread=forward[1], train=train[0],
-                train_spread=train[1])
+        return speed_source.cost_of(lambda backward: _run(call, inputs, dtype, backward),
+                                    lambda backward: _run(call, inputs, None, backward),
+                                    training, budget_s)
 
 
 def _cast(x: object, dtype: str) -> object:
@@ -252,59 +234,37 @@ def source(ctx: Optional[mx.Context], dtype: str) -> MXNetSource:
 @functools.lru_cache(maxsize=None)
 def _source(device_type: str, device_id: int, dtype: str) -> MXNetSource:
     return MXNetSource(dtype, device_type, device_id,
-                       here(mx.Context(device_type, device_id)).get("gpu"))
+                       gpu_of(mx.Context(device_type, device_id)))
 
 
-def measurer(ctx: Optional[mx.Context], dtype: str) -> Callable[[str, ShapeClass, bool],
-                                                                 Optional[Cost]]:
-    """``measure`` bound to a device and a dtype, run in the measuring child process: a
-    ``SpeedBook``'s ``measure`` (``speed_source.measure``)."""
-    return speed_source.measure(source(ctx, dtype))
-
-
-def profile(ctx: mx.Context, policy: Policy, training: bool) -> DeviceProfile:
+def profile(policy: Policy, ctx: mx.Context, training: bool) -> DeviceProfile:
     """The device profile a plan under ``policy`` on ``ctx`` reads: the kernels
     (``kernels.device_profile``), with the core's measured-speed lookup where the policy
-    measures (``speed_source.profile``). As ``paddle_amp.speed.profile``."""
+    measures (``speed_source.profile``). The shape of every runtime's ``profile``: policy,
+    device, (the IR,) training."""
     return speed_source.profile(device_profile(ctx, policy, training), policy,
                                 lambda: source(ctx, policy.dtype))
 
 
-def here(ctx: mx.Context, facts: Optional[tuple[str, object]] = None) -> dict:
-    """The machine a measurement on ``ctx`` is keyed by (``speedbook.machine``): on a GPU,
-    its name and compute capability (``facts``, default what ``nvidia-smi`` says of
-    ``ctx``'s device: MXNet itself cannot tell); None on a CPU."""
+def gpu_of(ctx: mx.Context, facts: Optional[tuple[str, object]] = None) -> Optional[str]:
+    """The machine's GPU for a measurement on ``ctx`` (``speedbook.gpu_key``): its name and
+    compute capability (``facts``, default what ``nvidia-smi`` says of ``ctx``'s device:
+    MXNet itself cannot tell); None on a CPU."""
     if ctx.device_type in ("cpu", "cpu_pinned", "cpu_shared"):
-        return machine()
+        return None
     facts = facts or nvidia_gpu(ctx.device_id)
     if facts is None:
         warn_once(f"gpu-name:{ctx.device_id}", f"mxnet_amp: cannot read the name of GPU "
                   f"{ctx.device_id} (nvidia-smi): its timings are kept as 'unknown GPU', "
                   f"which another GPU model on this host would share")
         facts = ("unknown GPU", "?")
-    return machine(gpu=gpu_key(facts[0], facts[1]))  # type: ignore[arg-type]
-
-
-def book(ctx: mx.Context, policy: Policy) -> SpeedBook:
-    """The one ``SpeedBook`` of this process for ``policy``'s dtype and saved profile on
-    ``ctx`` (``speed_source.book``); its measurements run on ``ctx``, the device the model
-    runs on."""
-    return speed_source.book(source(ctx, policy.dtype), policy.profile)
+    return gpu_key(facts[0], facts[1])  # type: ignore[arg-type]
 
 
 def note_native_speed(policy: Policy, training: bool) -> None:
     """Say once per process when the native's decisions run an op slower than float32 here
     (``amp_adapters.services.native_speed.note``)."""
     speed_source.note("mxnet_amp", policy, source(None, policy.dtype), training)
-
-
-def install_speed_book(book: SpeedBook, policy: Policy, device_type: str = "cpu",
-                       device_id: int = 0) -> None:
-    """Use ``book`` for ``policy`` on the device ``device_type`` ``device_id`` from now on (a
-    profile given as data: a book whose ``measure`` is another timer, or a fixed answer in
-    a test)."""
-    speed_source.install(source(mx.Context(device_type, device_id), policy.dtype), book,
-                         policy.profile)
 
 
 def forget_speed_books() -> None:
@@ -317,12 +277,11 @@ def speed_probe(dtype: str):
     """``amp-adapters info --measure``'s answer for MXNet on this CPU (``speed_report``): the
     book ``policy="auto"`` reads, the device profiles, and a small and a large GEMM and a
     convolution as samples."""
-    from amp_adapters.services.speed_report import Sample, SpeedProbe
+    from amp_adapters.services.speed_report import Sample, gemm_samples, probe_of
 
     policy, ctx = Policy.preset("auto", dtype=dtype), mx.cpu()
-    samples = tuple(Sample(op, ShapeClass.of(shapes), what) for op, shapes, what in (
-        ("FullyConnected", [(64, 256), (256, 256), (256,)], "GEMM 64x256x256"),
-        ("FullyConnected", [(64, 2048), (2048, 2048), (2048,)], "GEMM 64x2048x2048"),
-        ("Convolution", [(16, 64, 56, 56), (64, 64, 3, 3), (64,)], "conv 3x3 64ch 56x56")))
-    return SpeedProbe("mxnet", "mxnet", book(ctx, policy),
-                      profile(ctx, policy, True), profile(ctx, policy, False), samples)
+    conv = Sample("Convolution", ShapeClass.of([(16, 64, 56, 56), (64, 64, 3, 3), (64,)]),
+                  "conv 3x3 64ch 56x56")
+    return probe_of(source(ctx, dtype), "mxnet", profile(policy, ctx, True),
+                    profile(policy, ctx, False), gemm_samples("FullyConnected", bias=True)
+                    + (conv,))

@@ -51,7 +51,7 @@ from typing import Optional
 import numpy as np
 from paddle.base import core
 
-from amp_adapters.rules.device import CostLookup, DeviceProfile
+from amp_adapters.rules.device import DeviceProfile
 from amp_adapters.rules.isa import bf16_class
 from amp_adapters.services.speedbook import machine
 
@@ -74,17 +74,17 @@ def lowp_kernels(device: str, dtype: str, probe: Optional[Probe] = None) -> froz
     return plain_kernels(device, dtype) | onednn_kernels(device, dtype, probe)
 
 
-def device_profile(device: str, dtype: str, probe: Probe, training: bool = True,
-                   costs: Optional[CostLookup] = None) -> DeviceProfile:
+def device_profile(device: str, dtype: str, probe: Probe, training: bool = True
+                   ) -> DeviceProfile:
     """What ``device`` runs in ``dtype`` for a program of ``probe``'s IR
     (``amp_adapters.rules.device``): the kernels (``lowp_kernels``), the oneDNN route
     (``onednn_kernels``), the casts kept plain (``plain_cast_readers``) and, for
-    ``training``, the slow broadcast gradients (``slow_broadcast_grads``); ``costs``: the
-    measured-speed lookup (``Policy.speed == "measured"``: ``speed_source.profile`` adds it)."""
+    ``training``, the slow broadcast gradients (``slow_broadcast_grads``); the measured-speed
+    lookup is ``speed_source.profile``'s to add (``Policy.speed == "measured"``)."""
     return DeviceProfile(
         lowp_kernels(device, dtype, probe), onednn_kernels(device, dtype, probe),
         slow_broadcast_grads(device, dtype, probe) if training else frozenset(),
-        plain_cast_readers(device, dtype, probe), training=training, costs=costs)
+        plain_cast_readers(device, dtype, probe), training=training)
 
 
 @functools.lru_cache(maxsize=None)

@@ -3,7 +3,8 @@
 Under ``Policy.speed == "measured"`` (the preset ``"auto"``) the device profile's
 ``costs`` (``profile``) is a lookup in the core's book (``amp_adapters.services.speed_source``): a
 saved profile, this machine's cache, or a measurement now. The measurement (the source's
-job, timed by ``time_job`` in the core's measuring child) times one op the O1 lists lower
+job, timed by ``time_job`` in Paddle's measuring child, ``paddle_amp.speed_child``, which
+serves the core's loop) times one op the O1 lists lower
 (``TIMED``: the GEMMs and the convolution; None for any other op: not measured) at the
 shape class the model uses (``ShapeClass.concrete``: an unknown batch is taken as
 ``UNKNOWN_DIM``), in the low dtype behind the casts a rewrite adds (their route as the
@@ -13,7 +14,7 @@ program is built and run by the IR's probe (``ProgramIR.probe.time``); this file
 turns a shape class into the op's inputs and attributes.
 
 A shape class keeps only operand shapes: a matmul's transposes are chosen so the shapes
-fit, a ``mul`` flattens its first operand where it fits the second, and a convolution is
+fit (the core's ``speed_source.gemm_transposes``), a ``mul`` flattens its first operand where it fits the second, and a convolution is
 measured at stride 1 and "same" padding. Shapes that fit no such op are not measured
 (None). The entries' framework is ``"paddle"`` for the legacy IR and ``"paddle-pir"`` for
 PIR: the two build different casts around the op (PIR has no oneDNN cast), so their
@@ -30,14 +31,13 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-import numpy as np
 import paddle
 
 from amp_adapters import Policy
 from amp_adapters.services import speed_source
 from amp_adapters.rules.device import Cost, DeviceProfile, ShapeClass
-from amp_adapters.services.speed_source import Job
-from amp_adapters.services.speedbook import SpeedBook, gpu_key
+from amp_adapters.services.speed_source import Job, gemm_transposes
+from amp_adapters.services.speedbook import gpu_key
 
 from .ir import probe_named
 from .ir.protocol import Probe
@@ -161,28 +161,6 @@ def gpu_of(place: Place, facts: Optional[tuple[str, object]] = None) -> Optional
     return gpu_key(facts[0], facts[1])  # type: ignore[arg-type]
 
 
-def book(device: str, dtype: str, profile: Optional[str], probe: Probe) -> SpeedBook:
-    """The one ``SpeedBook`` per (place timed on, dtype, profile file, IR) in this process
-    (``speed_source.book``; a malformed profile file raises ``AmpConfigError`` here, before
-    anything is rewritten)."""
-    return speed_source.book(source(device, dtype, probe), profile)
-
-
-book.cache_clear = speed_source.forget  # type: ignore[attr-defined]  # tests: books afresh
-
-
-def framework(probe: Probe) -> str:
-    """The profile entries' framework name for ``probe``'s IR."""
-    return StaticSource("bfloat16", probe.name).framework
-
-
-def timer(device: str, dtype: str, probe: Probe, place: Optional[Place] = None):
-    """``measure(op, shape, training) -> Optional[Cost]`` for ``SpeedBook``: the source's job
-    timed in the measuring child (``speed_source.measure``) (None: an op without a timing
-    recipe, shapes that fit it not, or no low kernel here)."""
-    return speed_source.measure(source(device, dtype, probe, place))
-
-
 def fit(op: str, shapes: tuple) -> Optional[tuple[dict, dict]]:
     """({slot: shape}, attributes) of ``op`` on operands of ``shapes`` (its floating
     operands in slot order), or None where they fit no such op."""
@@ -196,19 +174,11 @@ def fit(op: str, shapes: tuple) -> Optional[tuple[dict, dict]]:
 
 
 def _fit_matmul(op: str, shapes: tuple) -> Optional[tuple[dict, dict]]:
-    if len(shapes) != 2 or min(len(s) for s in shapes) < 2:
-        return None
-    x, y = shapes
-    try:
-        np.broadcast_shapes(x[:-2], y[:-2])
-    except ValueError:
+    t = gemm_transposes(*shapes) if len(shapes) == 2 else None
+    if t is None:
         return None
     names = ("trans_x", "trans_y") if op == "matmul_v2" else ("transpose_X", "transpose_Y")
-    for tx in (False, True):
-        for ty in (False, True):
-            if (x[-2] if tx else x[-1]) == (y[-1] if ty else y[-2]):
-                return {"X": x, "Y": y}, dict(zip(names, (tx, ty)))
-    return None
+    return {"X": shapes[0], "Y": shapes[1]}, dict(zip(names, t))
 
 
 def _fit_mul(shapes: tuple) -> Optional[tuple[dict, dict]]:
@@ -238,22 +208,20 @@ def _fit_conv(shapes: tuple) -> Optional[tuple[dict, dict]]:
 
 
 def speed_probe(dtype: str):
-    """``amp-adapters info --measure``'s answer for Paddle on this CPU, in the legacy IR
-    (``speed_report``): the book ``policy="auto"`` reads, the device profiles, and a small
-    and a large GEMM and a convolution as samples."""
-    from amp_adapters.services.speed_report import Sample, SpeedProbe
+    """``amp-adapters info --measure``'s answer for Paddle's programs on this CPU, in the
+    default IR (``speed_report``): the book ``policy="auto"`` reads, the device profiles,
+    and a small and a large GEMM and a convolution as samples."""
+    from amp_adapters.services.speed_report import Sample, gemm_samples, probe_of
 
     from .env import current_device
     from .ir import default_probe
     probe, device = default_probe(), current_device()
-    samples = tuple(Sample(op, ShapeClass.of(shapes), what) for op, shapes, what in (
-        ("matmul_v2", [(64, 256), (256, 256)], "GEMM 64x256x256"),
-        ("matmul_v2", [(64, 2048), (2048, 2048)], "GEMM 64x2048x2048"),
-        ("conv2d", [(16, 64, 56, 56), (64, 64, 3, 3)], "conv 3x3 64ch 56x56")))
     policy = Policy.preset("auto", dtype=dtype)
-    return SpeedProbe(framework(probe), "paddle", book(device, dtype, None, probe),
-                      profile(policy, device, probe, True),
-                      profile(policy, device, probe, False), samples)
+    conv = Sample("conv2d", ShapeClass.of([(16, 64, 56, 56), (64, 64, 3, 3)]),
+                  "conv 3x3 64ch 56x56")
+    return probe_of(source(device, dtype, probe), "paddle",
+                    profile(policy, device, probe, True), profile(policy, device, probe, False),
+                    gemm_samples("matmul_v2") + (conv,))
 
 
 def note_native_speed(policy: Policy, probe: Probe, training: bool) -> None:

@@ -8,7 +8,9 @@ op whose kernel the backend refused as slower than float32 here
 (``OpDecision.kernel_refused``): nothing is lost that the kernel would have given.
 After a model or program is built, one summary line says how many ops run in the low
 dtype, how many stay float32 and why, and that ``emulate=True`` emulates the
-missing kernels. Both backends call ``FallbackNotices``; the wording lives here.
+missing kernels. Every runtime (MXNet, Paddle's programs, Paddle's dygraph) calls
+``FallbackNotices``; the wording lives here (a runtime may add a detail of its own, such
+as why its route failed).
 Pure bookkeeping and formatting: no framework, no host sync.
 
 ``amp-adapters info`` asks the same question for a whole machine: per installed
@@ -38,10 +40,12 @@ from ..rules.planner import OpDecision, effective_lists, OpCall, plan_op
 from ..rules.policy import Policy
 
 
-def op_message(op: str, device: str, d: OpDecision) -> str:
-    """The per-op line: ``FullyConnected on cpu(0): <the decision's reason>``."""
+def op_message(op: str, device: str, d: OpDecision, detail: str = "") -> str:
+    """The per-op line: ``FullyConnected on cpu(0): <the decision's reason>``, with the
+    runtime's ``detail`` in parentheses when it gives one."""
+    more = f" ({detail})" if detail else ""
     hint = f"; pass emulate=True to emulate {d.low_dtype}" if d.lacks_kernel else ""
-    return f"{op} on {device}: {d.reason}{hint}"
+    return f"{op} on {device}: {d.reason}{more}{hint}"
 
 
 def _names(decisions: Sequence[OpDecision]) -> str:
@@ -86,17 +90,27 @@ class FallbackNotices:
 
     def __init__(self, logger: str):
         self.logger = logging.getLogger(logger)
-        self._seen: set[tuple[str, str]] = set()
+        self._seen: set[tuple[str, str, Optional[str]]] = set()
 
-    def note(self, op: str, device: str, d: OpDecision) -> None:
+    def note(self, op: str, device: str, d: OpDecision, detail: str = "") -> None:
         """Log ``op``'s fallback (WARNING) or emulation or refused kernel (INFO), once per
-        (op, device type)."""
+        (op, device type, low dtype); ``detail``: the runtime's own words on why
+        (``op_message``)."""
         if not (d.fell_back or d.emulated):
             return
-        key = (op, device.split("(")[0])
+        key = (op, device.split("(")[0], d.low_dtype)
         if key not in self._seen:
             self._seen.add(key)
-            self.logger.log(_level([d]), "%s", op_message(op, device, d))
+            self.logger.log(_level([d]), "%s", op_message(op, device, d, detail))
+
+    def noted(self, op: str, device: str, dtype: str) -> bool:
+        """Whether ``op`` on ``device``'s type in ``dtype`` was logged already."""
+        return (op, device.split("(")[0], dtype) in self._seen
+
+    def __len__(self) -> int:
+        """How many (op, device type, dtype) were logged (it only grows: a count tells of a
+        new one)."""
+        return len(self._seen)
 
     def summarize(self, what: str, decisions: Sequence[OpDecision], device: str) -> None:
         """Log ``summary``: WARNING when an op fell back to float32 for lack of a kernel, INFO

@@ -1,7 +1,8 @@
 """``amp-adapters info --measure`` and ``amp-adapters profile``: measured speed, per op.
 
-Each backend answers through the entry-point group ``SPEED_GROUP`` with a ``SpeedProbe``
-for a low dtype: its speed book (``speedbook.SpeedBook``: this machine's cache, measuring
+Each runtime (MXNet, Paddle's programs, Paddle's dygraph) answers through the entry-point
+group ``SPEED_GROUP`` with a ``SpeedProbe`` for a low dtype (``probe_of`` builds it from
+the runtime's speed source): its speed book (``speedbook.SpeedBook``: this machine's cache, measuring
 what it lacks), its device profiles for training and inference, and a few samples (the
 ops its O1 lists lower, at a small and a large GEMM and a convolution). For each sample
 the report gives the kernel and its route, the low/float32 ratio forward and for a
@@ -19,6 +20,7 @@ from typing import Callable, Mapping, Optional, Sequence
 from ..rules.device import Cost, DeviceProfile, ShapeClass
 from ..rules.planner import OpCall, plan_op
 from ..rules.policy import Policy
+from .speed_source import SpeedSource, book
 from .speedbook import ProfileFile, SpeedBook, machine, write_profile
 
 SPEED_GROUP = "amp_adapters.speed"
@@ -47,6 +49,25 @@ class SpeedProbe:
 
 
 Provider = Callable[[str], SpeedProbe]  # dtype -> probe
+
+GEMMS = ((64, 256, 256), (64, 2048, 2048))  # (m, k, n): a small and a large GEMM sampled
+
+
+def gemm_samples(op: str, bias: bool = False) -> tuple[Sample, ...]:
+    """``op`` at the sampled GEMMs (x: m x k, weight: k x n, or n x k as MXNet's
+    FullyConnected keeps it when ``bias``: the weight and a bias of n)."""
+    return tuple(Sample(op, ShapeClass.of([(m, k), (n, k) if bias else (k, n)]
+                                          + ([(n,)] if bias else [])), f"GEMM {m}x{k}x{n}")
+                 for m, k, n in GEMMS)
+
+
+def probe_of(source: SpeedSource, lists: str, training: DeviceProfile, inference: DeviceProfile,
+             samples: Sequence[Sample]) -> SpeedProbe:
+    """The ``SpeedProbe`` of a runtime's speed source (``speed_source.SpeedSource``): the
+    book ``policy="auto"`` reads for it (no saved profile), under its framework; its device
+    profiles for training and inference; ``lists``: the op lists it plans with."""
+    return SpeedProbe(source.framework, lists, book(source), training, inference,
+                      tuple(samples))
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@ A runtime (MXNet, Paddle's static programs in each IR, Paddle's dygraph) supplie
 Everything else is the core's, the same for every runtime: the book (``book``: one
 ``speedbook.SpeedBook`` per source and saved profile in a process, on this machine's
 cache, keyed as ``speedbook`` keys), the measuring (``measure``: the job sent to the
-source's child, ``measure_process``, one process per child module), the lookup a
+source's child, ``measure_process``, one process per child module), how a timer times a
+job (``cost_of``: the forward ratio, then the training ratio, within ``BUDGET_S`` each)
+and turns a GEMM's shape class into its transposes (``gemm_transposes``), the lookup a
 ``DeviceProfile`` carries (``costs``: only under measured speed, only for what the source
 can time; ``profile`` adds it to a backend's kernels) and the native-speed line
 (``note``). A source is a frozen value: equal sources share a book and a lookup.
@@ -30,11 +32,22 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Optional, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 from ..rules.device import Cost, CostLookup, DeviceProfile, ShapeClass
 from .measure_process import call
 from .speedbook import Measure, SpeedBook, machine
+from .timing import ratio_of
+
+# Seconds per ratio for every runtime's timer (after ``ratio_of``'s 2 warm-up pairs, which
+# also cover an executor's first run building its plan, and at least its 5 pairs), so the
+# runtimes' ratios are equally precise. A training key measures two ratios: ~0.3 s plus
+# the child's start per key, a few seconds for a model's dozen shape classes on first use
+# (then the cache answers). A GEMM worth timing runs 0.1-10 ms: 0.15 s is 7-41 pairs
+# (``max_pairs``), enough for a median and spread that hold between runs.
+BUDGET_S = 0.15
+
+Run = Callable[[], object]  # one complete run that waits for its result (a host sync)
 
 
 @dataclass(frozen=True)
@@ -101,6 +114,36 @@ def measure(source: SpeedSource) -> Measure:
             return None
         return call(source.child, time_job, source.timer, job.to_json())
     return timed
+
+
+def cost_of(low: Callable[[bool], Run], base: Callable[[bool], Run], training: bool,
+            budget_s: float = BUDGET_S) -> Cost:
+    """How every timer times a job: ``low(backward)`` (the op in the low dtype with its
+    casts) against ``base(backward)`` (the op in float32), each a complete run; the forward
+    ratio (``ratio_of``), and for ``training`` the forward-and-backward ratio too, each
+    within ``budget_s``. Exceptions from a run propagate (``SpeedBook``: no kernel)."""
+    forward = ratio_of(low(False), base(False), budget_s=budget_s)
+    if not training:
+        return Cost(forward=forward[0], forward_spread=forward[1])
+    train = ratio_of(low(True), base(True), budget_s=budget_s)
+    return Cost(forward=forward[0], forward_spread=forward[1], train=train[0],
+                train_spread=train[1])
+
+
+def gemm_transposes(a: Sequence[int], b: Sequence[int]) -> Optional[tuple[bool, bool]]:
+    """(transpose a, transpose b) that make ``a @ b`` agree on its inner dimension (of the
+    last two dimensions of each; the first pair that does, no transpose first), or None:
+    an operand of rank < 2, or leading (batch) dimensions that do not broadcast. A shape
+    class keeps only operand shapes, so a GEMM's transposes are read back from them."""
+    if len(a) < 2 or len(b) < 2:
+        return None
+    for x, y in zip(reversed(a[:-2]), reversed(b[:-2])):
+        if x != y and 1 not in (x, y):
+            return None
+    for ta, tb in ((False, False), (False, True), (True, False), (True, True)):
+        if (a[-2] if ta else a[-1]) == (b[-1] if tb else b[-2]):
+            return ta, tb
+    return None
 
 
 _books: dict[tuple, SpeedBook] = {}

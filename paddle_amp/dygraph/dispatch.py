@@ -35,17 +35,15 @@ costs. A region works out at entry which wrapped ops run as they are on float32 
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
 from amp_adapters import OpCall, OpDecision, Policy, plan_op
 from amp_adapters.rules.device import DeviceProfile, ShapeClass
+from amp_adapters.services.fallback import FallbackNotices
 
 from . import kernels, legacy, paths, speed
-
-log = logging.getLogger("paddle_amp.dygraph")
 
 
 @dataclass(eq=False)  # a region is itself: pop() finds it by identity
@@ -110,11 +108,10 @@ class Frame:
             # emulation for it: rounding an integer result through float16 would be wrong)
             self.plans[slot] = None
             return None
-        if d.lacks_kernel and (op, d.low_dtype) not in _warned:
-            _warned.add((op, d.low_dtype))
-            route = kernels.missing_routes(d.low_dtype).get(op)
-            log.warning("paddle_amp.dygraph: %s runs in float32: %s%s", op, d.reason,
-                        f" (its oneDNN route fails in eager mode: {route})" if route else "")
+        if (d.fell_back or d.emulated) and not _notices.noted(op, "CPU", d.low_dtype):
+            route = kernels.missing_routes(d.low_dtype).get(op) if d.lacks_kernel else None
+            _notices.note(op, "CPU", d, f"its oneDNN route fails in eager mode: {route}"
+                          if route else "")
         acts = d.needs_action or (d.run_dtype is not None and d.run_dtype == d.low_dtype)
         self.plans[slot] = d if acts else None
         return self.plans[slot]
@@ -177,7 +174,7 @@ _regions = _Regions()
 _open = [0]  # regions open in all threads: the wrappers stay installed while any is
 _lock = threading.Lock()
 _decided: dict = {}  # (policy, device, key) -> OpDecision: a region re-entered plans nothing
-_warned: set = set()
+_notices = FallbackNotices("paddle_amp.dygraph")  # the core's wording, once per op
 _originals: dict[str, Callable] = {}
 # id(open region) -> the frames of the thread that opened it (closed from any thread); not a
 # field: a region that refers to its own stack is a cycle SOT's guards recurse into
@@ -226,9 +223,11 @@ def push(policy: Policy, log: Optional[list] = None,
     device = kernels.profile(policy.dtype) if policy.enabled else None
     if device is not None:
         import paddle
-        if not (paddle.is_grad_enabled() if training is None else training):
+        training = paddle.is_grad_enabled() if training is None else training
+        if not training:
             device = kernels.inference_profile(policy.dtype)
-        device = speed.profile(device, policy)  # measured speed: the core's book
+        device = speed.profile(policy, device)  # measured speed: the core's book
+        speed.note_native_speed(policy, training)  # the native's lists, slower here?
     frame = Frame(policy, device, log=log)
     if _master_grads and policy.enabled and policy.level == "O2" and log is None:
         _hook_master_grads()
@@ -308,7 +307,7 @@ def quiet(frame: Frame) -> dict:
         return {}  # (decided per Layer path, or per shape class: never at entry)
     # by identity: a training loop enters a region per step with the same checked policy
     # and device objects (both cached), and hashing a Policy costs tens of microseconds
-    key = (id(frame.policy), id(frame.device), len(_warned))  # (a warning since: plan again)
+    key = (id(frame.policy), id(frame.device), len(_notices))  # (a warning since: plan again)
     kept = _quiet.get(key)
     if kept is not None and kept[0] is frame.policy and kept[1] is frame.device:
         return kept[2]
@@ -317,7 +316,7 @@ def quiet(frame: Frame) -> dict:
         # (an op whose plan depends on ranks runs low on some: never quiet, it acts)
         d = frame._decide((op, "float32", "float32"), None)
         acts = d.needs_action or (d.run_dtype is not None and d.run_dtype == d.low_dtype)
-        if not acts and (not d.lacks_kernel or (op, d.low_dtype) in _warned):
+        if not acts and (not d.lacks_kernel or _notices.noted(op, "CPU", d.low_dtype)):
             out[op] = d
     if len(_quiet) > 256:
         _quiet.clear()

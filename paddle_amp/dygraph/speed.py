@@ -1,17 +1,19 @@
 """Measured speed in eager mode: the dygraph runtime's speed source (``DygraphSource``).
 
 Under ``policy="auto"`` (``Policy.speed == "measured"``) a region's device profile carries
-the core's lookup (``amp_adapters.services.speed_source.costs``): the same book, cache and measuring
-child as the static programs and MXNet, under the framework ``"paddle-dygraph"`` (eager
-mode reaches oneDNN by another route than a program, so its timings are its own). An op
+the core's lookup (``amp_adapters.services.speed_source.costs``): the core's book and cache
+as every runtime, and Paddle's measuring child (``paddle_amp.speed_child``, the static
+programs' too; MXNet has its own), under the framework ``"paddle-dygraph"`` (eager mode
+reaches oneDNN by another route than a program, so its timings are its own). An op
 is timed where it has an eager low route here (``kernels.low_kernels``: ``matmul_v2``,
 which ``paddle.matmul``, ``Tensor.matmul`` and ``F.linear``'s GEMM plan as; ``conv2d`` has
 no eager oneDNN route, so it falls back without being timed) at shapes that fit it (the
-static timer's ``fit``: one rule for turning a shape class into a GEMM). The job
+core's ``speed_source.gemm_transposes``: one rule for turning a shape class into a GEMM). The job
 (``time_job``, in the measuring child) is the route ``dispatch`` runs: the operands cast
 into the low dtype (``kernels.rounding_cast``), ``kernels.ROUTES[op]``, the result cast
-back to float32, against the op in float32; forward for a region without gradients,
-forward and backward (``paddle.grad`` of both operands) for a training one.
+back to float32, against the op in float32 (``speed_source.cost_of``); forward for a region
+without gradients, forward and backward (``paddle.grad`` of both operands) for a training
+one.
 """
 from __future__ import annotations
 
@@ -25,12 +27,9 @@ import paddle
 from amp_adapters import Policy
 from amp_adapters.services import speed_source
 from amp_adapters.rules.device import Cost, DeviceProfile, ShapeClass
-from amp_adapters.services.speed_source import Job
-from amp_adapters.services.timing import ratio_of
+from amp_adapters.services.speed_source import Job, gemm_transposes
 
 from . import kernels
-
-BUDGET_S = 0.15  # per ratio; a training key measures two (forward, forward + backward)
 
 
 @dataclass(frozen=True)
@@ -45,17 +44,15 @@ class DygraphSource:
     gpu: Optional[str] = None  # eager mode's low route is oneDNN's: a CPU
 
     def job(self, op: str, shape: ShapeClass, training: bool) -> Optional[Job]:
-        if op not in kernels.ROUTES or op not in kernels.low_kernels(self.dtype) or \
+        if op not in kernels.GEMMS or op not in kernels.low_kernels(self.dtype) or \
                 not shape.operands or any(s is None for s in shape.operands):
             return None
-        from ..speed import fit
-        fitted = fit(op, shape.concrete())
-        if fitted is None:
+        shapes = shape.concrete()
+        trans = gemm_transposes(*shapes) if len(shapes) == 2 else None
+        if trans is None:
             return None
-        inputs, attrs = fitted
         return Job(op, shape, training, self.dtype, {
-            "x": list(inputs["X"]), "y": list(inputs["Y"]),
-            "trans": [bool(attrs["trans_x"]), bool(attrs["trans_y"])]})
+            "x": list(shapes[0]), "y": list(shapes[1]), "trans": list(trans)})
 
 
 @functools.lru_cache(maxsize=None)
@@ -64,11 +61,44 @@ def source(dtype: str) -> DygraphSource:
     return DygraphSource(dtype)
 
 
-def profile(device: DeviceProfile, policy: Policy) -> DeviceProfile:
-    """``device`` (``kernels.profile`` or ``kernels.inference_profile``) with the core's
-    measured-speed lookup where ``policy`` measures (``speed_source.profile``: the same
-    lookup for every region, so its decisions are kept across regions)."""
+def profile(policy: Policy, device: DeviceProfile) -> DeviceProfile:
+    """``device`` (``kernels.profile`` or ``kernels.inference_profile``: already for training
+    or inference) with the core's measured-speed lookup where ``policy`` measures
+    (``speed_source.profile``: the same lookup for every region, so its decisions are kept
+    across regions). The shape of every runtime's ``profile``: policy, device (here its
+    profile, which carries training)."""
     return speed_source.profile(device, policy, lambda: source(policy.dtype))
+
+
+def speed_probe(dtype: str):
+    """``amp-adapters info --measure``'s rows for eager mode on this CPU (``speed_report``):
+    the book ``policy="auto"`` reads, the region's device profiles, and a small and a large
+    GEMM (``paddle.matmul``, a ``Linear``) and a convolution (no eager low route: shown, not
+    timed) as samples."""
+    from amp_adapters.services.speed_report import Sample, gemm_samples, probe_of
+
+    policy = Policy.preset("auto", dtype=dtype)
+    conv = Sample("conv2d", ShapeClass.of([(16, 64, 56, 56), (64, 64, 3, 3)]),
+                  "conv 3x3 64ch 56x56")
+    return probe_of(source(dtype), "paddle", profile(policy, kernels.profile(dtype)),
+                    profile(policy, kernels.inference_profile(dtype)),
+                    gemm_samples("matmul_v2") + (conv,))
+
+
+_noted: set = set()  # (policy, training) said or found nothing to say in this process
+
+
+def note_native_speed(policy: Policy, training: bool) -> None:
+    """Say once per process when the native's decisions run an op slower than float32 here
+    (``speed_source.note``; only for a policy with the native's defaults: a region without
+    ``policy=``). It applies in eager mode too: ``paddle.amp`` itself does nothing on a
+    CPU, but this runtime runs its lists there (``dispatch``), on oneDNN's bf16 GEMM,
+    which an AVX-512 CPU without ``avx512_bf16`` emulates. The answer is kept per (policy,
+    training): a region per training step reads neither the CPU nor the cache again."""
+    if not policy.enabled or policy.defaults != "native" or (policy, training) in _noted:
+        return
+    _noted.add((policy, training))
+    speed_source.note("paddle_amp.dygraph", policy, source(policy.dtype), training)
 
 
 def time_job(job: Job) -> Cost:
@@ -96,10 +126,8 @@ def time_job(job: Job) -> Cost:
                 paddle.grad([out], [x, y], [paddle.ones_like(out)])
         return once
 
+    # (without training only the forward is timed: under no_grad, as a region without
+    # gradients runs it)
     with contextlib.nullcontext() if job.training else paddle.no_grad():
-        forward = ratio_of(run(low_out, False), run(base_out, False), budget_s=BUDGET_S)
-    if not job.training:
-        return Cost(forward=forward[0], forward_spread=forward[1])
-    train = ratio_of(run(low_out, True), run(base_out, True), budget_s=BUDGET_S)
-    return Cost(forward=forward[0], forward_spread=forward[1], train=train[0],
-                train_spread=train[1])
+        return speed_source.cost_of(lambda backward: run(low_out, backward),
+                                    lambda backward: run(base_out, backward), job.training)

@@ -1,7 +1,7 @@
 """``Probe.time``'s measurement, once for both IRs: four small programs (low and float32,
 forward and forward + backward), each startup run once in one scope, then the low one
-against the float32 one by ``amp_adapters.services.timing.ratio_of`` (interleaved pairs; every run
-fetches the loss: a host sync). Each IR's probe only builds a program (``Build``), inside
+against the float32 one by the core's ``speed_source.cost_of`` (interleaved pairs within
+its ``BUDGET_S``; every run fetches the loss: a host sync). Each IR's probe only builds a program (``Build``), inside
 its own IR guard."""
 from __future__ import annotations
 
@@ -10,11 +10,7 @@ from typing import Any, Callable
 import paddle
 
 from amp_adapters.rules.device import Cost
-from amp_adapters.services.timing import ratio_of
-
-# the budget per ratio: one warm-up pair (an executor's first run builds its plan), then 5
-# interleaved pairs, more while 0.1 s lasts
-TIMING_BUDGET = {"warmup": 1, "min_pairs": 5, "budget_s": 0.1}
+from amp_adapters.services import speed_source
 
 Build = Callable[[Any, Any, bool, bool], Any]  # (main, startup, low, backward) -> the loss
 
@@ -38,7 +34,5 @@ def cost_of(build: Build, training: bool, place: Any = None) -> Cost:
         main, loss = progs[key]
         return lambda: exe.run(main, fetch_list=[loss], scope=scope)
 
-    fwd = ratio_of(run((True, False)), run((False, False)), **TIMING_BUDGET)
-    if not training:
-        return Cost(*fwd)
-    return Cost(*fwd, *ratio_of(run((True, True)), run((False, True)), **TIMING_BUDGET))
+    return speed_source.cost_of(lambda backward: run((True, backward)),
+                                lambda backward: run((False, backward)), training)

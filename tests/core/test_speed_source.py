@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from amp_adapters import Policy
@@ -132,3 +132,45 @@ def test_a_profile_gets_the_cores_costs_only_where_the_policy_measures():
     assert got.kernels == device.kernels and got.training
     assert got.costs is speed_source.costs(Toy(), Policy.preset("auto"), True)
     assert speed_source.profile(device, Policy.preset("auto"), Toy) == got  # kept: equal
+
+
+DIMS = st.lists(st.integers(1, 4), min_size=2, max_size=4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(DIMS, DIMS)
+def test_gemm_transposes_are_those_a_matmul_multiplies(a, b):
+    """The one shape-class-to-GEMM rule (every runtime's timer reads its transposes from it):
+    an answer is a pair of transposes numpy's matmul multiplies, and where it answers None
+    no pair does."""
+    import numpy as np
+
+    def multiplies(ta, tb):
+        x, y = np.zeros(a), np.zeros(b)
+        try:
+            np.matmul(np.swapaxes(x, -1, -2) if ta else x, np.swapaxes(y, -1, -2) if tb else y)
+        except ValueError:
+            return False
+        return True
+    got = speed_source.gemm_transposes(tuple(a), tuple(b))
+    pairs = [(ta, tb) for ta in (False, True) for tb in (False, True)]
+    if got is None:
+        assert not any(multiplies(*p) for p in pairs)
+    else:
+        assert multiplies(*got) and got == next(p for p in pairs if multiplies(*p))
+
+
+def test_cost_of_times_the_forward_then_the_training_step_in_one_budget(monkeypatch):
+    """How every timer times a job, once: the forward ratio, and for training the forward
+    and backward one, each within ``BUDGET_S`` (``ratio_of`` answers as data here)."""
+    asked = []
+    monkeypatch.setattr(speed_source, "ratio_of", lambda low, base, budget_s: (
+        asked.append((low(), base(), budget_s)) or (0.5 + 0.1 * len(asked), 0.01)))
+
+    def runs(name):
+        return lambda backward: lambda: (name, backward)
+    assert speed_source.cost_of(runs("low"), runs("base"), False) == Cost(0.6, 0.01)
+    assert speed_source.cost_of(runs("low"), runs("base"), True) == Cost(0.7, 0.01, 0.8, 0.01)
+    b = speed_source.BUDGET_S
+    assert asked == [(("low", False), ("base", False), b), (("low", False), ("base", False), b),
+                     (("low", True), ("base", True), b)]

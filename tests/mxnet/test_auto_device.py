@@ -14,7 +14,8 @@ from amp_adapters.rules.device import Cost
 from amp_adapters.services.speedbook import SpeedBook
 from mxnet_amp.config import device_type, init_policy
 from mxnet_amp.kernels import has_kernel
-from mxnet_amp.speed import install_speed_book
+from amp_adapters.services import speed_source
+from mxnet_amp.speed import source
 
 no_gpu = pytest.mark.skipif(mx.context.num_gpus() > 0,
                             reason="MXNet sees a GPU here: auto runs float16 on it")
@@ -66,8 +67,9 @@ def test_a_context_decides_autos_dtype():
 def test_convert_auto_runs_bfloat16_for_a_cpu_context():
     """convert_symbol with ctx=cpu and convert_hybrid_block on a CPU block: the casts the
     real rewrite inserts are bfloat16 (every op measured faster: the book is data)."""
-    install_speed_book(SpeedBook("mxnet", mx.__version__, "bfloat16", faster),
-                       Policy.preset("auto", device_type="cpu"))
+    auto = Policy.preset("auto", device_type="cpu")
+    speed_source.install(source(mx.cpu(), auto.dtype),
+                         SpeedBook("mxnet", mx.__version__, "bfloat16", faster), auto.profile)
     data = mx.sym.var("data")
     sym = mx.sym.FullyConnected(data, num_hidden=8, name="fc")
     out = amp.convert_symbol(sym, policy="auto", ctx=mx.cpu(), input_shapes={"data": (2, 4)})

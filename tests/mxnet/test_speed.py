@@ -24,8 +24,8 @@ from amp_adapters.services.speedbook import (SpeedBook, machine, machine_id, Pro
                                              write_profile)
 from amp_adapters.rules.isa import bf16_class, describe_bf16
 from mxnet_amp import kernels
-from mxnet_amp.speed import install_speed_book
-from mxnet_amp.speed import measure, measurer
+from amp_adapters.services import speed_source
+from mxnet_amp.speed import measure, source
 
 needs_bf16 = pytest.mark.skipif(
     bf16_class(machine()) == "none",
@@ -89,7 +89,7 @@ def test_auto_lowers_fully_connected_only_where_the_profile_says_faster(kernel_a
     book = SpeedBook("mxnet", mx.__version__, "bfloat16",
                      lambda *a: calls.append(a) or slow_first_layer(*a))
     amp.init(policy="auto")
-    install_speed_book(book, AUTO)
+    speed_source.install(source(mx.cpu(), AUTO.dtype), book, AUTO.profile)
     net = _trace(_net())
     plan = amp.cast_report(net).decisions
     fc = [d for d in plan if d.op == "FullyConnected"]
@@ -108,7 +108,9 @@ def test_auto_lowers_fully_connected_only_where_the_profile_says_faster(kernel_a
 
 def _imperative():
     amp.init(policy="auto")
-    install_speed_book(SpeedBook("mxnet", mx.__version__, "bfloat16", slow_first_layer), AUTO)
+    speed_source.install(source(mx.cpu(), AUTO.dtype),
+                         SpeedBook("mxnet", mx.__version__, "bfloat16", slow_first_layer),
+                         AUTO.profile)
     net = gluon.nn.Sequential()
     net.add(gluon.nn.Dense(32, in_units=16), gluon.nn.Dense(4, in_units=32))
     net.initialize()
@@ -132,7 +134,7 @@ def test_a_saved_profile_replays_the_plan_whatever_this_machine_measures(tmp_pat
                                                                          kernel_as_data):
     book = SpeedBook("mxnet", mx.__version__, "bfloat16", slow_first_layer)
     amp.init(policy="auto")
-    install_speed_book(book, AUTO)
+    speed_source.install(source(mx.cpu(), AUTO.dtype), book, AUTO.profile)
     _trace(_net())
     book.save(tmp_path / "profile.json")
     amp.reset()
@@ -140,8 +142,10 @@ def test_a_saved_profile_replays_the_plan_whatever_this_machine_measures(tmp_pat
     def opposite(op, shape, training):
         raise AssertionError("a saved profile must not be measured again")
     replay = AUTO.replace(profile=str(tmp_path / "profile.json"))
-    install_speed_book(SpeedBook("mxnet", mx.__version__, "bfloat16", opposite,
-                                 profile=replay.profile, cache=tmp_path / "other.json"), replay)
+    speed_source.install(source(mx.cpu(), replay.dtype),
+                         SpeedBook("mxnet", mx.__version__, "bfloat16", opposite,
+                                   profile=replay.profile, cache=tmp_path / "other.json"),
+                         replay.profile)
     amp.init(policy=replay)
     net = _trace(_net())
     assert [d.run_dtype for d in amp.cast_report(net).decisions
@@ -163,7 +167,7 @@ def test_the_book_times_in_the_measuring_child_not_in_this_process(cache):
     """Timing allocates a model's sizes; done here it left the training process slower
     (``amp_adapters.services.measure_process``), so the book's measurement runs in the child."""
     measure_process.close_all()
-    book = SpeedBook("mxnet", mx.__version__, "bfloat16", measurer(mx.cpu(), "bfloat16"))
+    book = SpeedBook("mxnet", mx.__version__, "bfloat16", speed_source.measure(source(mx.cpu(), "bfloat16")))
     cost = book.lookup("FullyConnected", ShapeClass.of([(8, 64), (64, 64), (64,)]), True)
     assert cost is not None and cost.error is None and math.isfinite(cost.train)
     children = [c for key, c in measure_process._children.items()
@@ -173,7 +177,7 @@ def test_the_book_times_in_the_measuring_child_not_in_this_process(cache):
 
 def test_an_op_that_fails_while_timed_is_no_kernel_and_does_not_raise(cache):
     # MXNet 1.9.1 has no bfloat16 dot on CPU: the real timer raises, the book records it
-    book = SpeedBook("mxnet", mx.__version__, "bfloat16", measurer(mx.cpu(), "bfloat16"))
+    book = SpeedBook("mxnet", mx.__version__, "bfloat16", speed_source.measure(source(mx.cpu(), "bfloat16")))
     cost = book.lookup("dot", ShapeClass.of([(8, 8), (8, 8)]), False)
     assert cost.error and "MXNetError" in cost.error
     # the bf16 Deconvolution gradient would end the process: refused before running
@@ -186,7 +190,8 @@ def test_a_crash_while_timing_keeps_the_op_in_float32(kernel_as_data):
     def crash(op, shape, training):
         raise RuntimeError("kernel exploded")
     amp.init(policy="auto")
-    install_speed_book(SpeedBook("mxnet", mx.__version__, "bfloat16", crash), AUTO)
+    speed_source.install(source(mx.cpu(), AUTO.dtype),
+                         SpeedBook("mxnet", mx.__version__, "bfloat16", crash), AUTO.profile)
     net = _net()
     out = _train_once(net)
     assert np.dtype(out.dtype) == np.float32
@@ -221,10 +226,10 @@ def test_a_gpu_book_is_keyed_by_the_gpus_name_and_compute_capability():
     """A GPU profile given as data (no GPU here): each GPU model is its own machine in the
     key, not every GPU "mxnet gpu"; a CPU has none."""
     from mxnet_amp import speed
-    a100 = speed.here(mx.gpu(1), facts=("NVIDIA A100-SXM4-40GB", (8, 0)))
-    v100 = speed.here(mx.gpu(1), facts=("Tesla V100-SXM2-16GB", (7, 0)))
-    assert a100["gpu"] == "NVIDIA A100-SXM4-40GB (compute capability 8.0)"
-    assert machine_id(a100) != machine_id(v100)
-    assert speed.here(mx.cpu())["gpu"] is None
-    assert {**a100, "gpu": None} == speed.here(mx.cpu())  # the rest: this host
+    a100 = speed.gpu_of(mx.gpu(1), facts=("NVIDIA A100-SXM4-40GB", (8, 0)))
+    v100 = speed.gpu_of(mx.gpu(1), facts=("Tesla V100-SXM2-16GB", (7, 0)))
+    assert a100 == "NVIDIA A100-SXM4-40GB (compute capability 8.0)"
+    assert machine_id(machine(gpu=a100)) != machine_id(machine(gpu=v100))
+    assert speed.gpu_of(mx.cpu()) is None
+    assert speed.source(mx.cpu(), "bfloat16").gpu is None
 

@@ -10,9 +10,7 @@ import numpy as np
 import paddle
 import pytest
 
-from paddle_amp import speed
-
-_BOOKS = speed.book  # the process's speed books, whatever a test puts in ``speed.book``
+from amp_adapters.services import speed_source
 
 # Our own state vars: they move on every step by design; everything else persistable is
 # parameters and optimizer state, which a skipped step must leave bit-identical.
@@ -152,11 +150,11 @@ def white_list_model():
 @pytest.fixture
 def own_speed_cache(tmp_path, monkeypatch):
     """Every speed book the test makes reads and writes a cache of its own, and is made
-    afresh (a test may replace ``speed.book``: the process's books are cleared by name)."""
+    afresh (``speed_source.forget``: the process's books dropped before and after)."""
     monkeypatch.setenv("AMP_ADAPTERS_CACHE", str(tmp_path / "cache"))
-    _BOOKS.cache_clear()
+    speed_source.forget()
     yield
-    _BOOKS.cache_clear()
+    speed_source.forget()
 
 
 @pytest.fixture

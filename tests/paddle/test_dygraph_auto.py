@@ -169,3 +169,22 @@ def test_the_dygraph_timer_answers_a_ratio_in_the_measuring_child():
     got = book.lookup("matmul_v2", ShapeClass.of([(16, 32), (32, 32)], 2), True)
     assert isinstance(got, Cost) and got.error is None, got
     assert math.isfinite(got.forward) and got.forward > 0 and math.isfinite(got.train)
+
+
+def test_without_policy_the_native_decisions_slower_here_are_said_once(monkeypatch, caplog):
+    """A region without ``policy=`` runs the native's lists on this CPU (``paddle.amp`` would
+    do nothing here): where this machine's cache measured the eager bf16 GEMM slower, one
+    line says so and names ``policy="auto"``; the next regions say nothing more."""
+    import logging
+
+    from amp_adapters.services import speedbook
+    monkeypatch.setattr(speedbook, "_warned", set())
+    monkeypatch.setattr(dy_speed, "_noted", set())
+    seed({("paddle-dygraph", FIRST): SLOW})
+    with caplog.at_level(logging.WARNING, logger="paddle_amp.dygraph"):
+        for _ in range(3):
+            with amp.auto_cast(dtype="bfloat16"):
+                net()(x())
+    lines = [r.getMessage() for r in caplog.records if "native bfloat16" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("paddle_amp.dygraph: "), lines
+    assert "matmul_v2 2.40x" in lines[0] and 'policy="auto"' in lines[0], lines[0]

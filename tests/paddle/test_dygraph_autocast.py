@@ -408,3 +408,48 @@ def test_regions_opened_and_closed_in_any_order_from_any_thread(steps):
         for _, cm, _ in reversed(opened):
             cm.__exit__(None, None, None)
     assert dispatch.current() is None and paddle._C_ops.matmul is ORIGINAL_MATMUL
+
+
+def test_a_missing_kernel_is_warned_once_in_the_cores_words_and_then_kept_quiet(
+        monkeypatch, caplog):
+    """A GEMM without a float16 kernel here (every CPU class): the core's per-op warning
+    (``FallbackNotices``: "matmul_v2 on CPU: ...; pass emulate=True"), once; a region
+    opened before the warning plans the op (so the warning is said), one opened after hands
+    it on as it is (``quiet``)."""
+    import logging
+
+    from amp_adapters.services.fallback import FallbackNotices
+    monkeypatch.setattr(dispatch, "_notices", FallbackNotices("paddle_amp.dygraph"))
+    monkeypatch.setattr(dispatch, "_quiet", {})
+    x, w = _data()
+    with caplog.at_level(logging.WARNING, logger="paddle_amp.dygraph"):
+        for _ in range(2):
+            with amp.auto_cast(dtype="float16") as region:
+                quiet_at_entry = "matmul_v2" in region.quiet
+                paddle.matmul(x, w)
+            if _ == 0:
+                assert not quiet_at_entry  # not yet warned: planned, and said
+    assert quiet_at_entry  # warned since: handed on as it is
+    lines = [r.getMessage() for r in caplog.records if r.name == "paddle_amp.dygraph"]
+    assert len(lines) == 1 and lines[0].startswith("matmul_v2 on CPU: "), lines
+    assert lines[0].endswith("; pass emulate=True to emulate float16"), lines
+
+
+@pytest.mark.skipif(NO_BF16, reason="the eager route that fails is bf16's: this CPU class has "
+                                    "no oneDNN bf16 kernel at all")
+def test_a_route_that_fails_in_eager_mode_says_why_in_the_cores_warning(monkeypatch, caplog):
+    import logging
+
+    from amp_adapters.services.fallback import FallbackNotices
+    from paddle_amp.dygraph import kernels
+    why = kernels.missing_routes("bfloat16").get("conv2d")
+    if why is None:
+        pytest.skip("conv2d's eager oneDNN route runs on this Paddle")
+    monkeypatch.setattr(dispatch, "_notices", FallbackNotices("paddle_amp.dygraph"))
+    with caplog.at_level(logging.WARNING, logger="paddle_amp.dygraph"):
+        with amp.auto_cast(dtype="bfloat16"):
+            paddle.nn.functional.conv2d(paddle.rand([2, 3, 8, 8]), paddle.rand([4, 3, 3, 3]))
+    lines = [r.getMessage() for r in caplog.records if r.name == "paddle_amp.dygraph"]
+    assert lines == [line for line in lines if line.startswith("conv2d on CPU: ")] and \
+        len(lines) == 1, lines
+    assert f"(its oneDNN route fails in eager mode: {why})" in lines[0]

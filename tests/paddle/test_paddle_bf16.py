@@ -209,7 +209,7 @@ def test_rewrite_program_bf16_marks_what_the_kernels_send_to_onednn(static, monk
     mlp()
     monkeypatch.setattr(
         "paddle_amp.speed.device_profile",
-        lambda device, dtype, probe, training=True, costs=None: DeviceProfile(
+        lambda device, dtype, probe, training=True: DeviceProfile(
             kernels.plain_kernels(device, dtype) | ONEDNN_HERE, ONEDNN_HERE))
     rewrite_program_bf16(static.main)
     matmuls = gemms(static.main)

@@ -74,7 +74,7 @@ def test_inference_rewrites_keep_every_kernel(static, monkeypatch):
     block()
     monkeypatch.setattr(
         "paddle_amp.speed.device_profile",
-        lambda device, dtype, probe, training=True, costs=None: DeviceProfile(
+        lambda device, dtype, probe, training=True: DeviceProfile(
             kernels.plain_kernels(device, dtype) | ONEDNN_HERE, ONEDNN_HERE))
     paddle_amp.bf16.rewrite_program_bf16(static.main)
     report = paddle_amp.cast_report(static.main)
@@ -161,7 +161,7 @@ def test_a_test_program_rewritten_by_amp_init_keeps_every_kernel(static, monkeyp
     runs them (and as rewrite_program_bf16 does)."""
     monkeypatch.setattr(
         "paddle_amp.speed.device_profile",
-        lambda device, dtype, probe, training=True, costs=None: DeviceProfile(
+        lambda device, dtype, probe, training=True: DeviceProfile(
             kernels.plain_kernels(device, dtype) | ONEDNN_HERE, ONEDNN_HERE,
             frozenset({"elementwise_add"}) if training else frozenset(), training=training))
     _, loss = block()

@@ -227,7 +227,7 @@ def test_master_grad_gives_the_optimizer_fp32_grads_of_low_params(static, monkey
     for them, without it fp16 ones. (On a CPU the emulated masters always take fp32 gradients:
     tests/paddle/test_paddle_o2_masters.py.)"""
     monkeypatch.setattr("paddle_amp.speed.device_profile",
-                        lambda device, dtype, probe, training=True, costs=None: DeviceProfile(None))
+                        lambda device, dtype, probe, training=True: DeviceProfile(None))
     monkeypatch.setattr("paddle_amp.decorator.current_device", lambda: "GPU")
     dtypes = {}
     for master_grad in (False, True):

@@ -106,7 +106,7 @@ def test_amp_init_converts_each_low_param_once(static, monkeypatch):
     weights bf16 and amp_init converts them in the scope; a second amp_init (or one after
     loading an O2 checkpoint) must not convert bf16 bits again."""
     monkeypatch.setattr("paddle_amp.speed.device_profile",
-                        lambda device, dtype, probe, training=True, costs=None: DeviceProfile(None))
+                        lambda device, dtype, probe, training=True: DeviceProfile(None))
     _, loss = _layernorm_model()
     opt = paddle_amp.decorate(paddle.optimizer.Momentum(0.05, multi_precision=True),
                               level="O2", dtype="bfloat16")

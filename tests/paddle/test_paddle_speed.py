@@ -27,7 +27,6 @@ BF16 = "bfloat16"
 GEMMS = ("mul", "matmul_v2")  # what paddle.static.nn.fc builds: 2.6 mul, 3.x matmul_v2
 ONEDNN_HERE = frozenset({"matmul_v2", "mul", "elementwise_add", "relu"})
 FAST, SLOW = Cost(0.5, 0.01, 0.6, 0.01), Cost(2.5, 0.02, 2.4, 0.02)
-BOOKS = speed.book  # the process's books (a test may replace ``speed.book``)
 
 
 pytestmark = pytest.mark.usefixtures("own_speed_cache")
@@ -54,9 +53,8 @@ def onednn_cpu(monkeypatch):
     caller passes (the planner reads them; the kernels are not this CPU's)."""
     monkeypatch.setattr(
         "paddle_amp.speed.device_profile",
-        lambda device, dtype, probe, training=True, costs=None: DeviceProfile(
-            kernels.plain_kernels(device, dtype) | ONEDNN_HERE, ONEDNN_HERE, training=training,
-            costs=costs))
+        lambda device, dtype, probe, training=True: DeviceProfile(
+            kernels.plain_kernels(device, dtype) | ONEDNN_HERE, ONEDNN_HERE, training=training))
 
 
 def gemm_decisions(report):
@@ -129,7 +127,7 @@ def test_a_saved_profile_replays_the_same_plan(static, monkeypatch, tmp_path):
     monkeypatch.setenv("AMP_ADAPTERS_CACHE", str(tmp_path / "empty"))
     monkeypatch.setattr(speed_source, "measure",
                         lambda *a: lambda *b: pytest.fail("measured again"))
-    BOOKS.cache_clear()
+    speed_source.forget()
     from paddle_helpers import Static
     env = Static.new()
     with paddle.static.program_guard(env.main, env.startup), \
@@ -175,7 +173,7 @@ def test_without_a_bf16_kernel_the_real_timer_times_nothing(static, training):
         pytest.skip(f"this CPU runs a bf16 matmul: the next test times it "
                     f"({describe_bf16(machine())})")
     measure_process.close_all()
-    measure = speed.timer("CPU", BF16, ir.of(static.main).probe)
+    measure = speed_source.measure(speed.source("CPU", BF16, ir.of(static.main).probe))
     assert measure("matmul_v2", ShapeClass.of([(-1, 32), (32, 32)], 2), training) is None
     assert _speed_children() == []  # no child was started to time it
 
@@ -185,7 +183,7 @@ def test_the_real_timer_answers_a_ratio_or_an_error(static, training):
     if not _gemm_runs_low(static.main, training):
         pytest.skip(f"no oneDNN bf16 matmul here, nothing to time: the previous test "
                     f"({describe_bf16(machine())})")
-    measure = speed.timer("CPU", BF16, ir.of(static.main).probe)
+    measure = speed_source.measure(speed.source("CPU", BF16, ir.of(static.main).probe))
     gemm = "matmul_v2"
     got = measure(gemm, ShapeClass.of([(-1, 32), (32, 32)], 2), training)
     assert isinstance(got, Cost) and got.error is None, got  # a kernel that runs: a ratio
@@ -214,8 +212,8 @@ def test_shapes_become_the_op_that_fits_them():
     assert speed.fit("conv2d", (window, image)) == speed.fit("conv2d", (image, window))
     assert speed.fit("conv2d", (window, image))[0] == {"Input": image, "Filter": window}
     assert speed.fit("matmul_v2", ((2, 4, 8), (3, 8, 4))) is None  # batches do not broadcast
-    assert speed.framework(ir.LegacyProgram.probe) == "paddle"
-    assert speed.framework(ir.PirProgram.probe) == "paddle-pir"
+    assert speed.StaticSource(BF16, ir.LegacyProgram.probe.name).framework == "paddle"
+    assert speed.StaticSource(BF16, ir.PirProgram.probe.name).framework == "paddle-pir"
 
 
 REAL_GEMM = kernels.runs_onednn_bf16("matmul_v2", backward=True)
@@ -252,13 +250,12 @@ def test_the_native_decisions_slower_here_are_said_once(static, caplog, tmp_path
     from amp_adapters.services.speedbook import (ProfileFile, cache_dir, machine, machine_id,
                                                  write_profile)
     from paddle_amp import ir
-    from paddle_amp.speed import framework
 
     monkeypatch.setenv("AMP_ADAPTERS_CACHE", str(tmp_path))
     monkeypatch.setattr(speedbook, "_warned", set())
     m = machine()
     write_profile(cache_dir() / f"profile-{machine_id(m)}.json", ProfileFile(m, {
-        (framework(ir.of(static.main).probe), paddle.__version__, "bfloat16+train", op,
+        (speed.source("CPU", BF16, ir.of(static.main).probe).framework, paddle.__version__, "bfloat16+train", op,
          "64x2048;2048x2048"): Cost(2.0, 0.01, 2.5, 0.02) for op in ("mul", "matmul_v2")}))
     with caplog.at_level(logging.WARNING, logger="paddle_amp"):
         for _ in range(2):  # two programs, one line
@@ -286,7 +283,8 @@ def test_the_timer_hands_the_child_its_place(static, monkeypatch):
     monkeypatch.setattr(speed_source, "call",
                         lambda server, fn, *args: sent.append(args) or FAST)
     onednn_cpu(monkeypatch)
-    measure = speed.timer("CPU", BF16, ir.of(static.main).probe, ("CUDAPlace", 1))
+    measure = speed_source.measure(speed.source("CPU", BF16, ir.of(static.main).probe,
+                                                ("CUDAPlace", 1)))
     assert measure("matmul_v2", ShapeClass.of([(64, 32), (32, 32)], 2), True) == FAST
     assert sent[-1][-1]["how"]["place"] == ["CUDAPlace", 1]
 
