@@ -8,9 +8,11 @@ Files:
 
     rules/        the policy kernel: policy, lists, planner, device, loss-scale rule
     services/     its services: speed, memory, reports, checkpoints, doctor, command
+    _version.py   __version__, the one place (setup.cfg and the command read it)
 """
 import os as _os
 
+from ._version import __version__
 from .rules import isa as _isa
 from .rules.dtypes import LOW_DTYPES, dtype_name
 from .rules.errors import (AmpConfigError, CheckpointError, ConflictingOpError, NotSupportedError,
@@ -36,7 +38,6 @@ if _isa.simulated() and {"mxnet", "paddle"} & set(__import__("sys").modules):
                    "process (import amp_adapters first, or set DNNL_MAX_CPU_ISA and "
                    "ONEDNN_MAX_CPU_ISA yourself); measuring children are limited", stacklevel=2)
 
-__version__ = "0.2.0"  # the one place: setup.cfg reads it (version = attr: ...)
 
 __all__ = [
     "LOW_DTYPES", "dtype_name",

@@ -119,6 +119,16 @@ class Frame:
         self.plans[slot] = d if acts else None
         return self.plans[slot]
 
+    def plan_ranked(self, key: tuple, ranks: Callable[[], tuple]) -> Any:
+        """The plan of ``key`` (kept, or made now), asking ``ranks()`` for its inputs' ranks
+        only where the decision depends on them (``BY_RANK``): ``legacy``'s route, which
+        sees a program's ops rather than tensors."""
+        d = self.plans[key] if key in self.plans else self.plan(key)
+        if d is BY_RANK:
+            r = ranks()
+            d = self.plans.get(key + r) or self.plan(key, r)
+        return d
+
     def _decide(self, full: tuple, shape, instance: Optional[str] = None) -> OpDecision:
         """``plan_op`` for ``full`` (op, dtypes..., [ranks...]) run by the Layer at path
         ``instance``, kept across regions."""
