@@ -38,7 +38,8 @@ from amp_adapters import Policy
 from amp_adapters.services import speed_source
 from amp_adapters.rules.device import Cost, DeviceProfile, ShapeClass
 from amp_adapters.services.speed_source import Job
-from amp_adapters.services.speedbook import SpeedBook, gpu_key, machine, nvidia_gpu, warn_once
+from amp_adapters.rules.isa import machine
+from amp_adapters.services.speedbook import SpeedBook, gpu_key, nvidia_gpu, warn_once
 from amp_adapters.services.timing import ratio_of
 
 from amp_adapters.services.quiet import stderr_silenced
@@ -271,7 +272,7 @@ def profile(ctx: mx.Context, policy: Policy, training: bool) -> DeviceProfile:
 
 
 def here(ctx: mx.Context, facts: Optional[tuple[str, object]] = None) -> dict:
-    """The machine a measurement on ``ctx`` is keyed by (``speedbook.machine``): on a GPU,
+    """The machine a measurement on ``ctx`` is keyed by (``isa.machine``): on a GPU,
     its name and compute capability (``facts``, default what ``nvidia-smi`` says of
     ``ctx``'s device: MXNet itself cannot tell); None on a CPU."""
     if ctx.device_type in ("cpu", "cpu_pinned", "cpu_shared"):

@@ -53,7 +53,7 @@ from paddle.base import core
 
 from amp_adapters.rules.device import CostLookup, DeviceProfile
 from amp_adapters.rules.isa import bf16_class
-from amp_adapters.services.speedbook import machine
+from amp_adapters.rules.isa import machine
 
 from . import ir as program_ir
 from .env import VARTYPE_OF, from_low, to_low

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from ..rules.device import Cost, DeviceProfile, ShapeClass
+from ..rules.isa import machine
 from ..rules.planner import OpCall, plan_op
 from ..rules.policy import Policy
-from .speedbook import ProfileFile, SpeedBook, machine, write_profile
+from .speedbook import ProfileFile, SpeedBook, write_profile
 
 SPEED_GROUP = "amp_adapters.speed"
 

@@ -33,8 +33,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional, Protocol, runtime_checkable
 
 from ..rules.device import Cost, CostLookup, DeviceProfile, ShapeClass
+from ..rules.isa import machine
 from .measure_process import call
-from .speedbook import Measure, SpeedBook, machine
+from .speedbook import Measure, SpeedBook
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import numpy as np
 
 from amp_adapters.rules.device import DeviceProfile
 from amp_adapters.rules.isa import bf16_class
-from amp_adapters.services.speedbook import machine
+from amp_adapters.rules.isa import machine
 
 ONEDNN_ATTRS = ("use_mkldnn", True, "mkldnn_data_type", "bfloat16")
 

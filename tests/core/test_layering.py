@@ -265,6 +265,18 @@ def test_no_import_cycle_in_the_library_even_lazily():
     assert import_cycles(("amp_adapters", "mxnet_amp", "paddle_amp"), lazy=True) == []
 
 
+def test_the_kernel_tables_read_the_device_from_the_kernel():
+    """Which ops run low is a decision: each runtime's kernel table (``kernels.py``) reads
+    the device truth (``rules.isa.machine``) from the policy kernel, not from the speed book
+    (a service: measured speed kept)."""
+    bad = [f"{module}:{line} imports {name}"
+           for package in ("mxnet_amp", "paddle_amp")
+           for module, path in modules(package).items() if module.endswith(".kernels")
+           for name, line, _ in imports(module, path)
+           if name.startswith("amp_adapters.services.speedbook")]
+    assert bad == []
+
+
 def test_no_floor_imports_the_package_face():
     """``amp_adapters/__init__.py`` stands above both floors (it re-exports them): a module
     on a floor taking a name from it is an arrow back up (the version is ``_version``)."""

@@ -17,8 +17,8 @@ import pytest
 from amp_adapters.services import speed_source
 from amp_adapters.rules.device import Cost
 from amp_adapters.rules.isa import bf16_class
-from amp_adapters.services.speedbook import (ProfileFile, cache_dir, machine, machine_id,
-                                             write_profile)
+from amp_adapters.rules.isa import machine
+from amp_adapters.services.speedbook import ProfileFile, cache_dir, machine_id, write_profile
 from paddle_amp import dygraph as amp
 from paddle_amp.dygraph import kernels
 from paddle_amp.dygraph import speed as dy_speed
