@@ -22,8 +22,8 @@ import mxnet as mx
 from mxnet import autograd
 from mxnet import ndarray as nd
 
-from amp_adapters import OpDecision, Policy
-from amp_adapters.rules.device import CostLookup, DeviceProfile
+from amp_adapters import DeviceProfile, OpDecision, Policy
+from amp_adapters.rules.device import CostLookup
 from amp_adapters.services.fallback import FallbackNotices
 from amp_adapters.services.quiet import stderr_silenced
 

@@ -51,7 +51,8 @@ from typing import Optional
 import numpy as np
 from paddle.base import core
 
-from amp_adapters.rules.device import CostLookup, DeviceProfile
+from amp_adapters import DeviceProfile
+from amp_adapters.rules.device import CostLookup
 from amp_adapters.rules.isa import bf16_class
 from amp_adapters.rules.isa import machine
 

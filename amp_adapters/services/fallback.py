@@ -33,7 +33,7 @@ from typing import Callable, Mapping, Optional, Sequence
 from ..rules.device import DeviceProfile
 from ..rules.dtypes import LOW_DTYPES
 from ..rules.isa import describe_bf16, machine
-from ..rules.planner import OpDecision, effective_lists, OpCall, plan_op
+from ..rules.planner import OpCall, OpDecision, effective_lists, plan_op
 from ..rules.policy import Policy
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from amp_adapters import Policy, resolve_policy
-from amp_adapters.rules.policy import with_custom_lists
-from amp_adapters.rules.errors import AmpConfigError, UnknownChoiceError, UnknownOpError, check_flag
+from amp_adapters import (AmpConfigError, Policy, UnknownChoiceError, UnknownOpError,
+                          resolve_policy, with_custom_lists)
+from amp_adapters.rules.errors import check_flag
 
 from .native_lists import custom_oplists, native_oplists, native_sets
 from .names import program_name

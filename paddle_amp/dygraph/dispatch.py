@@ -40,8 +40,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
-from amp_adapters import OpCall, OpDecision, Policy, plan_op
-from amp_adapters.rules.device import DeviceProfile, ShapeClass
+from amp_adapters import DeviceProfile, OpCall, OpDecision, Policy, ShapeClass, plan_op
 
 from . import kernels, legacy, paths, speed
 

@@ -24,7 +24,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from amp_adapters.rules.device import DeviceProfile
+from amp_adapters import DeviceProfile
 from amp_adapters.rules.isa import bf16_class
 from amp_adapters.rules.isa import machine
 

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from amp_adapters import OpLists
-from amp_adapters.rules.errors import ConflictingOpError
+from amp_adapters import ConflictingOpError, OpLists
 
 from .names import both_spellings
 

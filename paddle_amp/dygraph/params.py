@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
-from amp_adapters.rules.params import ParamPlan, ParamUse, plan_params
+from amp_adapters import ParamPlan, ParamUse, plan_params
 
 from . import dispatch, kernels
 
