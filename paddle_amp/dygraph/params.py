@@ -95,7 +95,7 @@ def plan(models: list, policy: Any, excluded_layers: Any = None) -> tuple[ParamP
             None if op in dispatch.PLANNED_OPS else NOT_ROUTED)
         uses[p.name] = (ParamUse(op, slot=slot, force_fp32=force,
                                  instance=(type(layer).__name__,)),)
-    device = kernels.profile(policy.dtype) if policy.enabled else None
+    device = kernels.device_profile(policy.dtype) if policy.enabled else None
     planned = plan_params(policy, "paddle", uses, device=device)
     reasons = dict(planned.reasons)
     for name, layer in unknown.items():

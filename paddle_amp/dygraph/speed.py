@@ -4,7 +4,7 @@ Under ``policy="auto"`` (``Policy.speed == "measured"``) a region's device profi
 the core's lookup (``amp_adapters.services.speed_source.costs``): the same book, cache and measuring
 child as the static programs and MXNet, under the framework ``"paddle-dygraph"`` (eager
 mode reaches oneDNN by another route than a program, so its timings are its own). An op
-is timed where it has an eager low route here (``kernels.low_kernels``: ``matmul_v2``,
+is timed where it has an eager low route here (``kernels.lowp_kernels``: ``matmul_v2``,
 which ``paddle.matmul``, ``Tensor.matmul`` and ``F.linear``'s GEMM plan as; ``conv2d`` has
 no eager oneDNN route, so it falls back without being timed) at shapes that fit it (the
 static timer's ``fit``: one rule for turning a shape class into a GEMM). The job
@@ -45,7 +45,7 @@ class DygraphSource:
     gpu: Optional[str] = None  # eager mode's low route is oneDNN's: a CPU
 
     def job(self, op: str, shape: ShapeClass, training: bool) -> Optional[Job]:
-        if op not in kernels.ROUTES or op not in kernels.low_kernels(self.dtype) or \
+        if op not in kernels.ROUTES or op not in kernels.lowp_kernels(self.dtype) or \
                 not shape.operands or any(s is None for s in shape.operands):
             return None
         from ..speed import fit
@@ -65,7 +65,7 @@ def source(dtype: str) -> DygraphSource:
 
 
 def profile(device: DeviceProfile, policy: Policy) -> DeviceProfile:
-    """``device`` (``kernels.profile`` or ``kernels.inference_profile``) with the core's
+    """``device`` (``kernels.device_profile``, for training or inference) with the core's
     measured-speed lookup where ``policy`` measures (``speed_source.profile``: the same
     lookup for every region, so its decisions are kept across regions)."""
     return speed_source.profile(device, policy, lambda: source(policy.dtype))
