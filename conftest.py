@@ -8,7 +8,7 @@ import shutil
 import tempfile
 
 from amp_adapters.rules.isa import describe_bf16
-from amp_adapters.services.speedbook import machine
+from amp_adapters.rules.isa import machine
 
 CACHE = tempfile.mkdtemp(prefix="amp-adapters-test-cache-")
 os.environ["AMP_ADAPTERS_CACHE"] = CACHE

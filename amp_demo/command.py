@@ -20,11 +20,10 @@ import os
 import sys
 from typing import Optional, Sequence
 
-from amp_adapters import AmpConfigError, DynamicLossScale, Policy
+from amp_adapters import AmpConfigError, DynamicLossScale, Policy, resolve_policy
 from amp_adapters.services.cli import HelpFormatter, Parser, positive_steps
 from amp_adapters.rules.isa import describe_bf16
-from amp_adapters.services.speedbook import machine
-from amp_adapters.rules.policy import resolve_policy
+from amp_adapters.rules.isa import machine
 from amp_adapters.services.quiet import quiet_frameworks
 
 from .doctor_command import register as register_doctor

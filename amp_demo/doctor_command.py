@@ -14,7 +14,7 @@ import importlib
 from typing import Optional
 
 from amp_adapters.services.cli import positive_steps
-from amp_adapters.rules.policy import resolve_policy
+from amp_adapters import resolve_policy
 from amp_adapters.services.quiet import quiet_frameworks
 
 from . import doctor_models as M

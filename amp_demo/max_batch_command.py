@@ -15,11 +15,10 @@ import argparse
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
-from amp_adapters import AmpConfigError
+from amp_adapters import AmpConfigError, resolve_policy
 from amp_adapters.services.batch_fit import (FitCheck, PeakFit, batch_gain, check, fit_peak,
                                              format_size, parse_size)
 from amp_adapters.services.memory import MemoryMeasureFailed
-from amp_adapters.rules.policy import resolve_policy
 
 from .batch_models import MODELS, model_named
 

@@ -28,7 +28,7 @@ def policy_named(spec: str) -> Policy:
     """A row's policy from its name in a measuring process: ``fp32``, ``demo`` (the demo's
     default), ``bf16`` (the bf16 row's), else a preset or policy file as ``--policy``
     takes it."""
-    from amp_adapters.rules.policy import resolve_policy
+    from amp_adapters import resolve_policy
 
     from .command import BF16_POLICY, DEMO_POLICY
     named = {"fp32": Policy.preset("O0"), "demo": DEMO_POLICY, "bf16": BF16_POLICY}

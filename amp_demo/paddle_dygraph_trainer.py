@@ -101,9 +101,9 @@ def _casts(report) -> int:
 
 def real_kernel(dtype: str) -> bool:
     """True if the MLP's GEMM (``linear``, ``matmul``) runs on a real ``dtype`` kernel here in
-    eager mode, forward and backward (the backend's answer, ``kernels.low_kernels``)."""
-    from paddle_amp.dygraph.kernels import low_kernels
-    return "matmul_v2" in low_kernels(dtype)
+    eager mode, forward and backward (the backend's answer, ``kernels.lowp_kernels``)."""
+    from paddle_amp.dygraph.kernels import lowp_kernels
+    return "matmul_v2" in lowp_kernels(dtype)
 
 
 # -- amp-adapters max-batch (amp_demo.memory.batch_step) -----------------------------------

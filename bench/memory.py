@@ -276,7 +276,7 @@ HEAD = ["| framework | model | config | peak / fp32 | transient / fp32 | framewo
 
 def run() -> str:
     from amp_adapters.rules.isa import describe_bf16
-    from amp_adapters.services.speedbook import machine
+    from amp_adapters.rules.isa import machine
 
     parts = ["## Memory of one training step: native, ours per policy, against fp32", "",
              __doc__.split("\n\n")[1].replace("\n", " "), "",

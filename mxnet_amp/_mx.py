@@ -24,7 +24,7 @@ from mxnet import symbol as sym
 from mxnet.base import _LIB, check_call, py_str
 from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP, _DTYPE_NP_TO_MX
 
-from amp_adapters.rules.dtypes import dtype_name
+from amp_adapters import dtype_name
 
 _ND_AMP_CAST, _SYM_AMP_CAST = nd.amp_cast, sym.amp_cast
 _SYM_AMP_MULTICAST = sym.amp_multicast

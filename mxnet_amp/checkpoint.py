@@ -19,7 +19,7 @@ import mxnet as mx
 from mxnet import gluon
 
 from amp_adapters.services import checkpoint as core
-from amp_adapters.rules.errors import AmpConfigError, CheckpointError
+from amp_adapters import AmpConfigError, CheckpointError
 
 from .active import active_policy
 from .scaling import AmpTrainerState, checked_restore

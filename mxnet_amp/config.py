@@ -5,11 +5,10 @@ from typing import Optional, Sequence
 
 import mxnet as mx
 
-from amp_adapters import AmpConfigError, OpLists, Policy
+from amp_adapters import AmpConfigError, OpLists, Policy, resolve_policy
 from amp_adapters.rules.errors import check_flag
 from amp_adapters.rules.dtypes import low_dtype
 from amp_adapters.rules.policy import PolicyLike
-from amp_adapters.rules.policy import resolve_policy
 
 from ._mx import registry
 

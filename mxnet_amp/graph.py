@@ -15,9 +15,9 @@ from typing import AbstractSet, Callable, Iterator, Mapping, Optional
 
 import mxnet as mx
 
-from amp_adapters import OpDecision, ParamUse, Policy, OpCall, plan_op
-from amp_adapters.rules.device import DeviceProfile, ShapeClass
-from amp_adapters.rules.dtypes import AMP_DTYPES, FLOAT_RANK, LOW_DTYPES, widest
+from amp_adapters import (LOW_DTYPES, DeviceProfile, OpCall, OpDecision, ParamUse, Policy,
+                          ShapeClass, plan_op, widest)
+from amp_adapters.rules.dtypes import AMP_DTYPES, FLOAT_RANK
 from amp_adapters.rules.dtypes import FLOAT_DTYPES as FLOATS
 from amp_adapters.rules.oplists import passes_through
 

@@ -16,14 +16,13 @@ would crash the first training step.
 from __future__ import annotations
 
 import collections.abc
-from typing import Callable, Iterator, Optional, Sequence
+from typing import Callable, Iterator, Sequence
 
 import mxnet as mx
 from mxnet import autograd
 from mxnet import ndarray as nd
 
-from amp_adapters import OpDecision, Policy
-from amp_adapters.rules.device import DeviceProfile
+from amp_adapters import DeviceProfile, OpDecision, Policy
 from amp_adapters.services.fallback import FallbackNotices
 from amp_adapters.services.quiet import stderr_silenced
 

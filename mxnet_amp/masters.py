@@ -35,8 +35,7 @@ from mxnet import autograd
 from mxnet.gluon import HybridBlock, Trainer
 from mxnet.optimizer import Updater
 
-from amp_adapters import AmpConfigError, ParamPlan, ParamUse, Policy, plan_params
-from amp_adapters.rules.dtypes import LOW_DTYPES
+from amp_adapters import LOW_DTYPES, AmpConfigError, ParamPlan, ParamUse, Policy, plan_params
 
 from ._mx import _BF16, _ND_AMP_CAST, cast, dtype_name, input_names, unpatched
 from amp_adapters.rules.policy import PolicyLike

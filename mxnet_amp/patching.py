@@ -39,10 +39,9 @@ import numpy as np
 import mxnet as mx
 from mxnet import base
 
-from amp_adapters import (UNKNOWN, AmpConfigError, OpDecision, Policy, attrs_read,
-                          effective_lists, OpCall, plan_op)
+from amp_adapters import (UNKNOWN, AmpConfigError, OpCall, OpDecision, Policy, ShapeClass,
+                          attrs_read, effective_lists, plan_op)
 from amp_adapters.rules.oplists import load_table, native_lists
-from amp_adapters.rules.device import ShapeClass
 from amp_adapters.rules.dtypes import AMP_DTYPES
 
 from ._mx import (_local, bypassed, call_unpatched, cast, fc_needs_split, fc_split_bias,

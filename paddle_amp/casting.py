@@ -12,7 +12,7 @@ from typing import Iterable, Optional
 import paddle
 from paddle.base import core
 
-from amp_adapters.rules.dtypes import dtype_name
+from amp_adapters import dtype_name
 
 from . import ir as program_ir
 from .config import native_policy

@@ -21,7 +21,7 @@ import paddle
 
 
 from amp_adapters.services import checkpoint as ckpt_core
-from amp_adapters.rules.errors import CheckpointError
+from amp_adapters import CheckpointError
 
 from . import ir
 

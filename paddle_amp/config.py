@@ -14,12 +14,11 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from amp_adapters import (LEVELS, AmpConfigError, DynamicLossScale, LossScale, OpLists, Policy,
-                          StaticLossScale, UnknownChoiceError)
-from amp_adapters.rules.dtypes import LOW_DTYPES, low_dtype
+from amp_adapters import (LEVELS, LOW_DTYPES, DynamicLossScale, LossScale, OpLists, Policy,
+                          StaticLossScale, UnknownChoiceError, resolve_policy, with_custom_lists)
+from amp_adapters.rules.dtypes import low_dtype
 from amp_adapters.rules.errors import check_flag
-from amp_adapters.rules.policy import (PolicyLike, default_loss_scale, resolve_policy,
-                                       with_custom_lists)
+from amp_adapters.rules.policy import PolicyLike, default_loss_scale
 
 from .env import current_device
 from .lists import check_lists, known_ops

@@ -17,8 +17,7 @@ import numpy as np
 import paddle
 from paddle.base import core, framework
 
-from amp_adapters import CastReport, LossScale, ParamPlan, Policy
-from amp_adapters.rules.device import DeviceProfile
+from amp_adapters import CastReport, DeviceProfile, LossScale, ParamPlan, Policy
 from amp_adapters.rules.errors import check_flag
 
 from .amp_nn import check_finite_and_unscale, update_loss_scaling  # noqa: F401 (native names)

@@ -51,9 +51,9 @@ from typing import Optional
 import numpy as np
 from paddle.base import core
 
-from amp_adapters.rules.device import DeviceProfile
+from amp_adapters import DeviceProfile
 from amp_adapters.rules.isa import bf16_class
-from amp_adapters.services.speedbook import machine
+from amp_adapters.rules.isa import machine
 
 from . import ir as program_ir
 from .env import VARTYPE_OF, from_low, to_low

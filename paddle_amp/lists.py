@@ -21,6 +21,7 @@ from paddle.base import core
 from amp_adapters import AmpConfigError, ConflictingOpError, OpLists, Policy
 from amp_adapters.rules.dtypes import low_dtype
 from amp_adapters.rules.oplists import load_table, native_lists
+from amp_adapters.rules.policy import custom_over
 
 from .env import current_device
 from .kernels import lowp_kernels
@@ -95,15 +96,15 @@ class _Lists:
         """The native hook (a no-op here: the sets are live and read at decorate time)."""
 
     def _apply_custom(self, low: set, fp32: set, custom_low, custom_fp32) -> None:
-        """The custom lists, as the native ``_update_list``: a custom low op leaves the fp32
-        (else gray) set, a custom fp32 op leaves the low (else gray) set and is unsupported."""
-        for op in custom_low:
-            fp32.discard(op) if op in fp32 else self.gray_list.discard(op)
-            low.add(op)
-        for op in custom_fp32:
-            low.discard(op) if op in low else self.gray_list.discard(op)
-            fp32.add(op)
-            self.unsupported_list.add(op)
+        """The custom lists, as the native ``_update_list`` (the core's ``OpLists.with_custom``:
+        a custom low op leaves the fp32 and gray sets, a custom fp32 op the low and gray
+        sets), written back into the live sets; a custom fp32 op is also unsupported."""
+        live = {"lower": low, "fp32": fp32, "promote": self.gray_list}
+        got = custom_over(live, OpLists(lower=frozenset(custom_low), fp32=frozenset(custom_fp32)))
+        for cat, s in live.items():
+            s.intersection_update(got[cat])
+            s.update(got[cat])
+        self.unsupported_list.update(custom_fp32)
 
     def _custom(self) -> dict[str, frozenset[str]]:
         """The user's custom entries by category ("lower", "fp32"), as given."""

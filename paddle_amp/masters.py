@@ -26,7 +26,7 @@ from typing import AbstractSet
 import numpy as np
 from paddle.base import unique_name
 
-from amp_adapters.rules.dtypes import dtype_name
+from amp_adapters import dtype_name
 
 from .env import from_low, to_low
 from .ir import MastersIR

@@ -35,11 +35,10 @@ import contextlib
 import dataclasses
 from typing import AbstractSet, Any, Optional
 
-from amp_adapters import (CastReport, OpCall, OpDecision, ParamPlan, Policy, output_fp32,
-                          plan_op, plan_params)
+from amp_adapters import (LOW_DTYPES, CastReport, DeviceProfile, OpCall, OpDecision, ParamPlan,
+                          Policy, ShapeClass, output_fp32, plan_op, plan_params)
 from amp_adapters.rules.layers import check_matched
-from amp_adapters.rules.device import DeviceProfile, ShapeClass
-from amp_adapters.rules.dtypes import FLOAT_DTYPES, LOW_DTYPES
+from amp_adapters.rules.dtypes import FLOAT_DTYPES
 from amp_adapters.services.fallback import FallbackNotices
 from amp_adapters.rules.oplists import passes_through
 

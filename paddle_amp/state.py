@@ -10,8 +10,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from amp_adapters import AmpConfigError, LossScale, loss_scale_from_parts
-from amp_adapters.rules.loss_scale import COUNTERS, LossScaleConfig, LossScaleState, load_state
+from amp_adapters import (AmpConfigError, LossScale, LossScaleConfig, LossScaleState,
+                          loss_scale_from_parts)
+from amp_adapters.rules.loss_scale import COUNTERS, load_state
 
 # Each field's var dtype: the counters ``update_loss_scaling`` reads and writes are int32.
 _INT32 = frozenset({"good_steps", "bad_steps"})

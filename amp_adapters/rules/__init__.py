@@ -2,7 +2,10 @@
 
 What decides precision, from data and the device truth: the policy, the op lists, the
 planner, the device profile, the loss-scale rule. It imports no service (tests/core/
-test_layering.py checks it); the public names are re-exported by ``amp_adapters``.
+test_layering.py checks it). ``amp_adapters`` re-exports the names a user needs (``Policy``,
+``OpLists``, ``plan_op`` and what its signature takes, the loss scales, the errors: its
+``__all__``); the rest (``check_flag``, ``PolicyLike``, the op tables' loaders, the ISA
+reading...) is the backends' and stays here, imported by its module path.
 
 Files:
 
@@ -11,7 +14,8 @@ Files:
     oplists/      op lists as data (canonical vocabulary -> each framework's op names)
     planner.py    categorize / plan_op: the cast decision for one op (an OpCall)
     device.py     DeviceProfile: what a device runs low, on which route, and how fast
-    isa.py        what oneDNN uses for bf16 here: CPU flags capped by the ISA limit
+    isa.py        the device truth: machine() (CPU flags, CPUs, thread and ISA settings) and
+                  what oneDNN uses for bf16 here: the flags capped by the ISA limit
     params.py     plan_params: which parameters O2 stores in the low dtype
     loss_scale/   the loss-scale rule, once: LossScaleConfig, LossScaleState, update over
                   the ArrayOps vocabulary (NumpyOps here), check_guard, strict state dicts

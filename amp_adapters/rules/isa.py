@@ -17,12 +17,18 @@ child and the test suite's own process get before a framework loads. Every expec
 about the CPU, in the library and in its tests, reads this class, never a CPU's name nor a
 framework's cpuid answer (Paddle's ``supports_bfloat16`` cannot be made to simulate).
 
-A pure reading of ``speedbook.machine()`` and the environment; no framework, no host sync.
+The device truth itself lives here: ``machine()`` reads the CPU (``/proc/cpuinfo``: model,
+the flags that decide its low-precision kernels), the CPUs this process may use and the
+thread and ISA settings, as the simulated class sees them; every runtime's kernel table and
+the speed book's cache key (``services.speedbook``) start from it. A pure reading of the
+machine and the environment; no framework, no host sync.
 """
 from __future__ import annotations
 
 import os
-from typing import Mapping, Optional
+import re
+from pathlib import Path
+from typing import Any, Mapping, Optional
 
 from .errors import AmpConfigError
 
@@ -36,6 +42,13 @@ ISA_ENV = ("DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA")  # MXNet's oneDNN 2.x, Padd
 SIMULATE_ENV = "AMP_ADAPTERS_CPU"
 # a CPU class the project can run as -> the oneDNN limit that keeps it there
 SIMULATED = {"avx2": "AVX2", "avx512_core": "AVX512_CORE"}
+# the thread settings a timing depends on, readable without importing a framework: OpenMP's
+# and MKL's, MXNet's engine (its CPU worker threads, its OpenMP cap, the engine type) and
+# Paddle's (its places, its math library's threads)
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "MXNET_CPU_WORKER_NTHREADS",
+              "MXNET_OMP_MAX_THREADS", "MXNET_ENGINE_TYPE", "CPU_NUM",
+              "FLAGS_paddle_num_threads")
+_FLAGS = re.compile(r"\b(avx512[a-z_0-9]*|amx[a-z_0-9]*|avx2|fma|f16c|avx_vnni)\b")
 
 
 def simulated(environ: Optional[Mapping[str, str]] = None) -> Optional[str]:
@@ -129,3 +142,43 @@ def describe_bf16(m: Mapping) -> str:
                         "slower than float32 (`amp-adapters info --measure` times it here)",
             "none": "oneDNN runs no bfloat16 kernel here"}[kind]
     return f"CPU: {m.get('cpu')} ({flags}){by}: {what}"
+
+
+def cpus() -> int:
+    """The CPUs this process may run on (its affinity; a container's or ``taskset``'s
+    limit), which bounds the threads a kernel gets."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def machine(cpuinfo: str = "/proc/cpuinfo", gpu: Optional[str] = None,
+            environ: Optional[Mapping[str, str]] = None, ncpus: Optional[int] = None) -> dict:
+    """What makes one machine's timings differ from another's: the CPU model and the flags
+    that decide its low-precision kernels, the CPUs this process may use (``cpus``), the
+    thread settings (``THREAD_ENV``) and oneDNN ISA limits set in the environment, and the
+    GPU (a backend's ``speedbook.gpu_key``; None on a CPU); as the simulated CPU class sees it
+    (``simulate``: ``AMP_ADAPTERS_CPU``)."""
+    env = os.environ if environ is None else environ
+    try:
+        text = Path(cpuinfo).read_text()
+    except OSError:
+        text = ""
+    model = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+    return simulate({"cpu": model.group(1).strip() if model else "unknown",
+                     "flags": sorted(set(_FLAGS.findall(text))), "gpu": gpu,
+                     "isa": {k: env[k] for k in ISA_ENV if env.get(k)},
+                     "cpus": cpus() if ncpus is None else ncpus,
+                     "threads": {k: env[k] for k in THREAD_ENV if env.get(k)}}, env)
+
+
+def describe(m: Mapping[str, Any]) -> str:
+    """One line: ``AMD EPYC (avx512_bf16 ...), 2 CPUs, OMP_NUM_THREADS=1,
+    ONEDNN_MAX_CPU_ISA=AVX512_CORE``."""
+    env = {**m.get("threads", {}), **m.get("isa", {})}
+    isa = ", ".join(f"{k}={v}" for k, v in sorted(env.items()))
+    flags = " ".join(f for f in m.get("flags", ()) if f.startswith(("avx512_bf16", "amx")))
+    return f"{m.get('cpu')}" + (f" ({flags})" if flags else "") + \
+        (f", {m['cpus']} CPUs" if m.get("cpus") else "") + \
+        (f", GPU {m['gpu']}" if m.get("gpu") else "") + (f", {isa}" if isa else "")

@@ -12,7 +12,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Union
+from typing import AbstractSet, Any, Callable, Iterable, Mapping, Optional, Union
 
 from .device import SPEEDS, auto_dtype
 from .dtypes import POLICY_DTYPES as DTYPES
@@ -106,30 +106,48 @@ class OpLists:
         return {n for cat in CATEGORIES for n in getattr(self, cat)} | {
             r[0] for r in self.conditional_fp32}
 
+    def with_custom(self, custom: "OpLists") -> "OpLists":
+        """These lists with a user's custom lists on top, as the native ``_update_list`` does
+        to its defaults: an op ``custom`` names takes that list's category and leaves every
+        other list here (a custom low op leaves the fp32 and promote lists, and the reverse,
+        and a conditional-fp32 rule of these); the other entries and ``replace`` stay. The
+        one rule, for a policy's overrides (``with_custom_lists``), Paddle's static live
+        sets (``paddle_amp.lists``) and ``paddle.amp``'s own lists (the dygraph runtime)."""
+        named = custom.names()
+        if not named:
+            return self
+        lists = custom_over({cat: getattr(self, cat) for cat in CATEGORIES}, custom)
+        rules = tuple(r for r in self.conditional_fp32 if r[0] not in named)
+        return OpLists(**lists, conditional_fp32=rules, replace=self.replace)
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any], where: str, canonical: bool = False) -> "OpLists":
         """Op lists from one ``[ops]`` / ``[ops.<framework>]`` table (checked first)."""
         return cls(**check_op_lists(d, where, "ops", canonical))
 
 
+def custom_over(lists: Mapping[str, AbstractSet[str]], custom: OpLists) -> dict[str, frozenset[str]]:
+    """``lists`` (category -> ops) with ``custom`` on top: each op ``custom`` names is in its
+    list's category and in no other. The rule of ``OpLists.with_custom``, for lists that are
+    not an ``OpLists`` yet (Paddle's static live sets, which may hold an op twice: their
+    precedence decides there)."""
+    named = custom.names()
+    return {cat: (frozenset(ops) - named) | getattr(custom, cat) for cat, ops in lists.items()}
+
+
 def with_custom_lists(policy: "Policy", framework: str, custom: OpLists) -> "Policy":
     """``policy`` with a user's custom op lists (a native API's ``custom_white_list`` /
-    ``custom_black_list`` beside ``policy=``) on top of its ``framework`` overrides: the one
-    rule every runtime applies (Paddle's static ``decorate`` and dynamic-graph ``auto_cast``).
+    ``custom_black_list`` beside ``policy=``) on top of its ``framework`` overrides
+    (``OpLists.with_custom``: a custom op takes its list's category and leaves the others).
+    Paddle's runtimes apply it (static ``decorate``, dynamic-graph ``auto_cast``); MXNet's
+    ``init`` refuses custom lists beside ``policy=`` (docs/mxnet.md): put them in the policy.
 
-    As the native ``_update_list`` does to its defaults: an op a custom list names takes that
-    list's category and leaves every other list of the policy's overrides (a custom white op
-    leaves the black list, and the reverse, and a conditional-fp32 rule of the policy's);
-    the policy's other entries and its ``replace`` stay. ``custom`` is checked as any ``OpLists`` (an op in two
-    custom lists is a ``ConflictingOpError``); with no names it returns ``policy`` itself."""
+    ``custom`` is checked as any ``OpLists`` (an op in two custom lists is a
+    ``ConflictingOpError``); with no names it returns ``policy`` itself."""
     if not custom.names():
         return policy
     ops = policy.framework_ops(framework)
-    named = custom.names()
-    lists = {cat: (getattr(ops, cat) - named) | getattr(custom, cat) for cat in CATEGORIES}
-    rules = tuple(r for r in ops.conditional_fp32 if r[0] not in named)
-    return policy.replace(**{f"{framework}_ops": OpLists(**lists, conditional_fp32=rules,
-                                                          replace=ops.replace)})
+    return policy.replace(**{f"{framework}_ops": ops.with_custom(custom)})
 
 
 def default_loss_scale(dtype: str,

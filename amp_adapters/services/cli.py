@@ -39,7 +39,7 @@ import textwrap
 from importlib.metadata import entry_points
 from typing import Callable, Mapping, NoReturn, Optional, Sequence
 
-from .. import __version__
+from .._version import __version__
 from ..rules.errors import AmpConfigError, UnknownOpError
 from .native_diff import DIFF_FRAMEWORKS
 from ..rules.oplists import (CATEGORIES, FRAMEWORKS, LOW_DTYPES, dygraph_versions,

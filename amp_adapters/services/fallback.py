@@ -34,9 +34,8 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from ..rules.device import DeviceProfile
 from ..rules.dtypes import LOW_DTYPES
-from ..rules.isa import describe_bf16
-from .speedbook import machine
-from ..rules.planner import OpDecision, effective_lists, OpCall, plan_op
+from ..rules.isa import describe_bf16, machine
+from ..rules.planner import OpCall, OpDecision, effective_lists, plan_op
 from ..rules.policy import Policy
 
 
@@ -198,7 +197,7 @@ def _unavailable(why: str) -> Provider:
 
 
 def render_info(tables: Sequence[Table], here: Mapping) -> str:
-    """The report: what oneDNN uses for bf16 on the machine ``here`` (``speedbook.machine``),
+    """The report: what oneDNN uses for bf16 on the machine ``here`` (``isa.machine``),
     then per framework and dtype the real kernels and what AMP does with the ops that have
     none."""
     lines = [describe_bf16(here)]

@@ -19,7 +19,7 @@ measures it, the same way for every framework and policy:
   ``start`` and ``peak`` (a separate step, so a profiler's own records are not in the
   process's peak);
 - the child's environment fixed (``fixed_env``): one thread per pool (``THREADS``, the
-  variables of ``speedbook.THREAD_ENV``) and glibc's allocator with a fixed mmap threshold
+  variables of ``isa.THREAD_ENV``) and glibc's allocator with a fixed mmap threshold
   and one arena (``ALLOCATOR``): with a threshold that moves with the program's own
   frees, repeated runs of one configuration differed by up to 13%;
 - a temporary directory of its own (``TMPDIR``), removed after it (MXNet's profiler writes
@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from .measure_process import child_env
-from .speedbook import THREAD_ENV
+from ..rules.isa import THREAD_ENV
 
 CLEAR_REFS = "/proc/self/clear_refs"
 STATUS = "/proc/self/status"

@@ -28,7 +28,8 @@ from typing import AbstractSet, Mapping, Optional
 
 from ..rules.errors import AmpConfigError
 from ..rules.isa import why_emulated
-from .speedbook import cache_dir, describe, machine, machine_id, read_profile, warn_once
+from ..rules.isa import describe, machine
+from .speedbook import cache_dir, machine_id, read_profile, warn_once
 
 OPT_IN = 'policy="auto"'
 

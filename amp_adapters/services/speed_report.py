@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
 from ..rules.device import Cost, DeviceProfile, ShapeClass
+from ..rules.isa import machine
 from ..rules.planner import OpCall, plan_op
 from ..rules.policy import Policy
 from .speed_source import SpeedSource, book
-from .speedbook import ProfileFile, SpeedBook, machine, write_profile
+from .speedbook import ProfileFile, SpeedBook, write_profile
 
 SPEED_GROUP = "amp_adapters.speed"
 

@@ -35,8 +35,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 from ..rules.device import Cost, CostLookup, DeviceProfile, ShapeClass
+from ..rules.isa import machine
 from .measure_process import call
-from .speedbook import Measure, SpeedBook, machine
+from .speedbook import Measure, SpeedBook
 from .timing import ratio_of
 
 # Seconds per ratio for every runtime's timer (after ``ratio_of``'s 2 warm-up pairs, which

@@ -9,7 +9,7 @@ decision once made is kept until an explicit refresh (``amp-adapters profile
 --refresh``, or ``AMP_ADAPTERS_REFRESH=1``: what was measured before this process
 started is measured again, once; what another process measured since is read).
 
-The key of a measurement is everything that changes it: the machine (``machine()``: CPU
+The key of a measurement is everything that changes it: the machine (``isa.machine()``: CPU
 model and flags, the CPUs this process may use, the thread settings and oneDNN ISA
 limits in the environment, the GPU's name and compute capability), the framework and
 its version, the dtype, training or inference, the op and the shape class *as measured*:
@@ -50,7 +50,6 @@ import json
 import logging
 import math
 import os
-import re
 import tempfile
 import threading
 import time
@@ -60,7 +59,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional, Union
 
 from ..rules.device import UNKNOWN_DIM, Cost, ShapeClass
 from ..rules.errors import AmpConfigError
-from ..rules.isa import ISA_ENV, simulate
+from ..rules.isa import ISA_ENV, THREAD_ENV, describe, machine
 
 try:  # an advisory lock between processes; where there is none, processes do not wait
     import fcntl
@@ -69,15 +68,8 @@ except ImportError:  # pragma: no cover - not on POSIX
 
 FORMAT = 1
 FORMAT_KEY = "amp_adapters_profile"
-# the thread settings a timing depends on, readable without importing a framework: OpenMP's
-# and MKL's, MXNet's engine (its CPU worker threads, its OpenMP cap, the engine type) and
-# Paddle's (its places, its math library's threads)
-THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "MXNET_CPU_WORKER_NTHREADS",
-              "MXNET_OMP_MAX_THREADS", "MXNET_ENGINE_TYPE", "CPU_NUM",
-              "FLAGS_paddle_num_threads")
 TIMING_ENV = ISA_ENV + THREAD_ENV  # the environment a measurement's machine key reads
 RETRY_AFTER_S = 600.0  # a failure of the measuring is measured again by a process after this
-_FLAGS = re.compile(r"\b(avx512[a-z_0-9]*|amx[a-z_0-9]*|avx2|fma|f16c|avx_vnni)\b")
 _ENTRY_KEYS = ("framework", "version", "dtype", "op", "shape")
 _COST_KEYS = ("forward", "forward_spread", "train", "train_spread", "error")
 _WHEN_KEYS = ("measured_at", "retry_after")
@@ -103,15 +95,6 @@ class Failure:
     retry_after: float
 
 
-def cpus() -> int:
-    """The CPUs this process may run on (its affinity; a container's or ``taskset``'s
-    limit), which bounds the threads a kernel gets."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
 def gpu_key(name: str, capability: "tuple[int, int] | str") -> str:
     """The machine's ``gpu``: the GPU's name and compute capability (``"NVIDIA A100-SXM4-40GB
     (compute capability 8.0)"``), from a backend's answer or ``nvidia_gpu``."""
@@ -135,40 +118,9 @@ def nvidia_gpu(index: int, run: Callable[..., Any] = None) -> Optional[tuple[str
     return parts[0], parts[1]
 
 
-def machine(cpuinfo: str = "/proc/cpuinfo", gpu: Optional[str] = None,
-            environ: Optional[Mapping[str, str]] = None, ncpus: Optional[int] = None) -> dict:
-    """What makes one machine's timings differ from another's: the CPU model and the flags
-    that decide its low-precision kernels, the CPUs this process may use (``cpus``), the
-    thread settings (``THREAD_ENV``) and oneDNN ISA limits set in the environment, and the
-    GPU (a backend's ``gpu_key``; None on a CPU); as the simulated CPU class sees it
-    (``isa.simulate``: ``AMP_ADAPTERS_CPU``)."""
-    env = os.environ if environ is None else environ
-    try:
-        text = Path(cpuinfo).read_text()
-    except OSError:
-        text = ""
-    model = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
-    return simulate({"cpu": model.group(1).strip() if model else "unknown",
-                     "flags": sorted(set(_FLAGS.findall(text))), "gpu": gpu,
-                     "isa": {k: env[k] for k in ISA_ENV if env.get(k)},
-                     "cpus": cpus() if ncpus is None else ncpus,
-                     "threads": {k: env[k] for k in THREAD_ENV if env.get(k)}}, env)
-
-
 def machine_id(m: Mapping[str, Any]) -> str:
     """A short stable name of ``machine()``'s answer (the cache file's name)."""
     return hashlib.sha256(json.dumps(m, sort_keys=True).encode()).hexdigest()[:16]
-
-
-def describe(m: Mapping[str, Any]) -> str:
-    """One line: ``AMD EPYC (avx512_bf16 ...), 2 CPUs, OMP_NUM_THREADS=1,
-    ONEDNN_MAX_CPU_ISA=AVX512_CORE``."""
-    env = {**m.get("threads", {}), **m.get("isa", {})}
-    isa = ", ".join(f"{k}={v}" for k, v in sorted(env.items()))
-    flags = " ".join(f for f in m.get("flags", ()) if f.startswith(("avx512_bf16", "amx")))
-    return f"{m.get('cpu')}" + (f" ({flags})" if flags else "") + \
-        (f", {m['cpus']} CPUs" if m.get("cpus") else "") + \
-        (f", GPU {m['gpu']}" if m.get("gpu") else "") + (f", {isa}" if isa else "")
 
 
 def cache_dir(environ: Optional[Mapping[str, str]] = None) -> Path:

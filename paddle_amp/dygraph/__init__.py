@@ -8,18 +8,23 @@ mixed precision on a CPU, on the project's one policy.
     scaler.scale(loss).backward()
     scaler.minimize(optimizer, scaled)
 
-Files (one role each, named as in the other backends):
+Files (one role each; a role the other backends have bears their name: config, lists,
+kernels, speed, layer_paths, scaling, masters, checkpoint, report, doctor; docs/design.md's
+role table maps the three):
 
     config.py        auto_cast's arguments (and policy=, emulate=) -> one checked Policy
-    native_lists.py  paddle.amp's own dygraph white/black lists, read from the installed one
+    lists.py         the native list API -> OpLists: paddle.amp's own dygraph white/black
+                     lists, read from the installed one, and the custom lists over them
     names.py         eager op names <-> program op names (one table, in amp_adapters.rules.oplists)
-    kernels.py       what this CPU runs low in eager mode: the oneDNN route, its probe
+    kernels.py       what this CPU runs low in eager mode (lowp_kernels, device_profile):
+                     the oneDNN route, its probe
     speed.py         policy="auto": eager mode's speed source (the core's book and child)
     dispatch.py      the per-op cast: paddle._C_ops entry points wrapped inside a region
-    paths.py         the path of the Layer running an op, for a policy's layer rules
+    layer_paths.py   the path of the Layer running an op, for a policy's layer rules
     legacy.py        a region in a legacy program being built: its ops written at exit
     jit.py           to_static: programs keyed by the region state; a legacy trace in one
-    guard.py         auto_cast / amp_guard
+    auto_cast.py     auto_cast / amp_guard (the native's module name; paddle_amp/guard.py is
+                     the static fp16_guard, another role)
     scaling.py       GradScaler / AmpScaler on the core loss-scale state machine
     support.py       is_bfloat16_supported / is_float16_supported: this CPU's truth
     decorator.py     decorate / amp_decorate (O1; O2: the plan, the cast, masters, hooks)
@@ -45,7 +50,7 @@ from . import scaling as grad_scaler
 from .checkpoint import load_checkpoint, save_checkpoint
 from .decorator import amp_decorate, decorate
 from .doctor import doctor
-from .guard import amp_guard, auto_cast, autocast
+from .auto_cast import amp_guard, auto_cast, autocast
 from .query import (get_autocast_cpu_dtype, get_autocast_dtype, get_autocast_gpu_dtype,
                     is_autocast_enabled)
 from .report import cast_report

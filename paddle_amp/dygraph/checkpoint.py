@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from amp_adapters.services import checkpoint as ckpt_core
-from amp_adapters.rules.errors import CheckpointError
-from amp_adapters.rules.scaler import loss_scale_from_parts
+from amp_adapters import CheckpointError, loss_scale_from_parts
 
 MODEL, OPTIMIZER = "model.pdparams", "model.pdopt"
 

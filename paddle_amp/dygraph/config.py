@@ -3,7 +3,7 @@
 Everything is checked here, before ``auto_cast`` switches anything on: the native sets its
 global AMP state first and raises after (a bad ``level`` leaves ``paddle.amp``'s state
 changed). Without ``policy=`` the policy reproduces ``paddle.amp``'s own dygraph lists
-(``native_lists``), and so does ``policy="paddle-native"`` (in this runtime the native is
+(``lists``), and so does ``policy="paddle-native"`` (in this runtime the native is
 ``paddle.amp``); with another policy, it decides and the custom lists extend it.
 """
 from __future__ import annotations
@@ -11,11 +11,11 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from amp_adapters import Policy, resolve_policy
-from amp_adapters.rules.policy import with_custom_lists
-from amp_adapters.rules.errors import AmpConfigError, UnknownChoiceError, UnknownOpError, check_flag
+from amp_adapters import (AmpConfigError, Policy, UnknownChoiceError, UnknownOpError,
+                          resolve_policy, with_custom_lists)
+from amp_adapters.rules.errors import check_flag
 
-from .native_lists import custom_oplists, native_oplists, native_sets
+from .lists import custom_oplists, native_oplists, native_sets
 from .names import program_name
 
 LEVELS = ("O0", "OD", "O1", "O2")
@@ -132,7 +132,7 @@ def _policy_of(enable: Any = True, custom_white_list: Any = None, custom_black_l
 def _native(enable: bool, white: tuple, black: tuple, level: str, dtype: str,
             emulate: bool, use_promote: bool = True) -> Policy:
     """paddle.amp's own decisions: its dygraph lists for ``dtype`` at ``level`` with the
-    custom lists applied (``native_lists``), every other op promoting (float32 if any
+    custom lists applied (``lists``), every other op promoting (float32 if any
     floating input is float32), at O2 too with ``use_promote`` (``Policy.use_promote``);
     without it every op not black-listed runs low at O2, as the native's
     ``GetAmpDestDtype`` does (2.6.2 and 3.3.1; at O1 the native promotes either way)."""

@@ -18,8 +18,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from amp_adapters import resolve_policy
-from amp_adapters.rules.errors import AmpConfigError, check_flag
+from amp_adapters import AmpConfigError, resolve_policy
+from amp_adapters.rules.errors import check_flag
 
 from . import dispatch, kernels, masters
 from . import params as param_plan

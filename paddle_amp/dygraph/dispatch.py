@@ -13,11 +13,11 @@ goes through (``paddle.matmul``, ``Tensor.matmul``, ``paddle.nn.functional.linea
   come through here: a region there writes them when it closes (``legacy``); a call in
   SOT's simulation passes through untouched;
 - otherwise the planner decides (``amp_adapters.plan_op`` with the active policy and the
-  device truth ``kernels.profile``), once per (op, input dtypes) in a region (under
+  device truth ``kernels.device_profile``), once per (op, input dtypes) in a region (under
   measured speed, ``policy="auto"``, once per (op, input dtypes, shape class): the device
   then carries the core's speed-book lookup, ``speed.profile``), and, where
   the policy has layer rules (``Policy.layers``), per path of the Layer running the op
-  (``paths``: ``2``, ``encoder.layers.3.ffn``, the planner's ``instance``); an op planned
+  (``layer_paths``: ``2``, ``encoder.layers.3.ffn``, the planner's ``instance``); an op planned
   in the low dtype with a kernel here runs on its oneDNN route (``kernels.ROUTES``) and
   hands back float32 (exact: a widening cast); an emulated op computes in float32 on
   values rounded through the low dtype, and rounds its result; an op that falls back
@@ -39,11 +39,10 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
 
-from amp_adapters import OpCall, OpDecision, Policy, plan_op
-from amp_adapters.rules.device import DeviceProfile, ShapeClass
+from amp_adapters import DeviceProfile, OpCall, OpDecision, Policy, ShapeClass, plan_op
 from amp_adapters.services.fallback import FallbackNotices
 
-from . import kernels, legacy, paths, speed
+from . import kernels, layer_paths, legacy, speed
 
 
 @dataclass(eq=False)  # a region is itself: pop() finds it by identity
@@ -115,6 +114,16 @@ class Frame:
         acts = d.needs_action or (d.run_dtype is not None and d.run_dtype == d.low_dtype)
         self.plans[slot] = d if acts else None
         return self.plans[slot]
+
+    def plan_ranked(self, key: tuple, ranks: Callable[[], tuple]) -> Any:
+        """The plan of ``key`` (kept, or made now), asking ``ranks()`` for its inputs' ranks
+        only where the decision depends on them (``BY_RANK``): ``legacy``'s route, which
+        sees a program's ops rather than tensors."""
+        d = self.plans[key] if key in self.plans else self.plan(key)
+        if d is BY_RANK:
+            r = ranks()
+            d = self.plans.get(key + r) or self.plan(key, r)
+        return d
 
     def _decide(self, full: tuple, shape, instance: Optional[str] = None) -> OpDecision:
         """``plan_op`` for ``full`` (op, dtypes..., [ranks...]) run by the Layer at path
@@ -220,12 +229,12 @@ def push(policy: Policy, log: Optional[list] = None,
     picks the device truth for training (gradient kernels and their refusals too) or
     inference (``DeviceProfile.for_inference``: a broadcast GEMM's slow gradient is no
     reason to keep an eval forward float32)."""
-    device = kernels.profile(policy.dtype) if policy.enabled else None
+    device = kernels.device_profile(policy.dtype) if policy.enabled else None
     if device is not None:
         import paddle
         training = paddle.is_grad_enabled() if training is None else training
         if not training:
-            device = kernels.inference_profile(policy.dtype)
+            device = kernels.device_profile(policy.dtype, training=False)
         device = speed.profile(policy, device)  # measured speed: the core's book
         speed.note_native_speed(policy, training)  # the native's lists, slower here?
     frame = Frame(policy, device, log=log)
@@ -246,7 +255,7 @@ def push(policy: Policy, log: Optional[list] = None,
         _owners[id(frame)] = _regions.frames
         _regions.frames.append(frame)
     if frame.layered:
-        paths.enter()
+        layer_paths.enter()
     if policy.enabled and log is None:  # a cast report's region is no training's dtype
         _regions.last_dtype = policy.dtype
     return frame
@@ -286,7 +295,7 @@ def pop(frame: Frame) -> None:
         else:
             frames[:] = [f for f in frames if f is not frame]
         if frame.layered:
-            paths.leave()
+            layer_paths.leave()
         if frame.counted:
             _open[0] -= 1
             if not _open[0]:
@@ -433,7 +442,7 @@ def _planned(frame: Optional[Frame], op: str, x, y) -> Any:
 def _noted(frame: Frame, key: tuple, x, y) -> Any:
     """The plan of ``key`` run by the Layer running now (its path, where the policy has
     layer rules), its decision appended to ``frame.log`` (a report's region, a doctor's)."""
-    instance = paths.current() if frame.layered else None
+    instance = layer_paths.current() if frame.layered else None
     full = key
     slot = _slot(key, instance)
     d = frame.plans[slot] if slot in frame.plans else frame.plan(key, None, instance)
@@ -452,7 +461,7 @@ def _by_shape(frame: Frame, key: tuple, x, y) -> Any:
     (an op is lowered only where it was measured faster at its shape class: decided once
     per shape class in a region, and per Layer path where the policy has layer rules), its
     decision logged in a report's region."""
-    instance = paths.current() if frame.layered else None
+    instance = layer_paths.current() if frame.layered else None
     shape = ShapeClass.of([x.shape, y.shape], _result_rank(len(x.shape), len(y.shape)))
     slot = _slot(key + (shape,), instance)
     d = frame.plans[slot] if slot in frame.plans else frame.plan(key, None, instance, shape)

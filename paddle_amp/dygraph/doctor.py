@@ -42,8 +42,9 @@ from amp_adapters.services.doctor.session import Session
 from amp_adapters.services.doctor.verify import after_step
 from amp_adapters.rules.layers import layer_paths
 
-from . import dispatch, paths
+from . import dispatch
 from .config import policy_of
+from .layer_paths import detached
 
 _CREATED = ("_already_create_accumulater", "_already_create_accumulator")  # 2.6, 3.x
 
@@ -200,7 +201,7 @@ class Doctor(Session):
         self._busy = True
         frame = dispatch.push(policy, log=log, training=True)
         try:
-            with paths.detached(), paddle.enable_grad():
+            with detached(), paddle.enable_grad():
                 xs = [_leaf(x) for x in inputs]
                 loss = self.loss_fn(self.model(*xs), *labels)
             params = [p for p in self.model.parameters() if not p.stop_gradient]

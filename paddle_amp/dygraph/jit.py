@@ -90,7 +90,7 @@ def _keep_ours_when_paddle_amp_is_ours() -> None:
     @functools.wraps(native)
     def convert_auto_cast(*args, **kwargs):
         import paddle
-        from .guard import auto_cast
+        from .auto_cast import auto_cast
         if getattr(paddle.amp, "auto_cast", None) is auto_cast:
             return auto_cast(*args, **kwargs)
         return native(*args, **kwargs)

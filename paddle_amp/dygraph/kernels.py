@@ -24,9 +24,9 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from amp_adapters.rules.device import DeviceProfile
+from amp_adapters import DeviceProfile
 from amp_adapters.rules.isa import bf16_class
-from amp_adapters.services.speedbook import machine
+from amp_adapters.rules.isa import machine
 
 ONEDNN_ATTRS = ("use_mkldnn", True, "mkldnn_data_type", "bfloat16")
 
@@ -124,7 +124,7 @@ def conv2d(x, w, strides=(1, 1), paddings=(0, 0), padding_algorithm="EXPLICIT",
     versions: the oneDNN kernel names its weight cache by the inputs' variable names, read
     from a program's context (``OneDnnContext::GetInputsName("Filter")``), which the eager
     entry does not fill; the phi API picks the plain CPU kernel (no bf16) even for a tensor
-    in oneDNN's layout. The probe (``low_kernels``) keeps asking, so a Paddle that fills it
+    in oneDNN's layout. The probe (``lowp_kernels``) keeps asking, so a Paddle that fills it
     gets the route."""
     from paddle import _legacy_C_ops
     return _legacy_C_ops.conv2d(x, w, "strides", list(strides), "paddings", list(paddings),
@@ -177,7 +177,7 @@ def missing_routes(dtype: str) -> dict[str, str]:
 
 @functools.lru_cache(maxsize=None)
 @_eagerly
-def low_kernels(dtype: str) -> frozenset[str]:
+def lowp_kernels(dtype: str) -> frozenset[str]:
     """The program ops whose ``dtype`` route runs here in eager mode, forward and backward."""
     if dtype != "bfloat16" or bf16_class(machine()) == "none":
         return frozenset()
@@ -187,7 +187,7 @@ def low_kernels(dtype: str) -> frozenset[str]:
 @functools.lru_cache(maxsize=None)
 @_eagerly
 def slow_broadcast_grads(dtype: str) -> frozenset[str]:
-    """Of ``low_kernels``, the ops whose gradient for an operand of fewer dimensions than the
+    """Of ``lowp_kernels``, the ops whose gradient for an operand of fewer dimensions than the
     result (a Linear's weight on a batch of sequences) runs a reference implementation in
     oneDNN's log, or fails: such a training step ran 2-3x slower than float32 here (Paddle
     2.6.2 and 3.3.1), so the planner keeps those instances float32
@@ -195,7 +195,7 @@ def slow_broadcast_grads(dtype: str) -> frozenset[str]:
     only the failures."""
     from ..onednn_log import executed, onednn_log
     slow = set()
-    for op in sorted(low_kernels(dtype) & GEMMS):
+    for op in sorted(lowp_kernels(dtype) & GEMMS):
         with onednn_log() as log:
             ran = _runs(op, dtype, x_shape=(2, 2, 3))
         if not ran or any(impl.startswith("ref") for _, impl in executed(log)):
@@ -204,15 +204,12 @@ def slow_broadcast_grads(dtype: str) -> frozenset[str]:
 
 
 @functools.lru_cache(maxsize=None)
-def profile(dtype: str) -> DeviceProfile:
-    """The device truth for eager ops in ``dtype`` on this CPU (training: gradients too)."""
-    kernels = low_kernels(dtype)
+def device_profile(dtype: str, training: bool = True) -> DeviceProfile:
+    """The device truth for eager ops in ``dtype`` on this CPU: for ``training``, gradients
+    too; else for a forward that records no gradient (``DeviceProfile.for_inference``)."""
+    if not training:
+        return device_profile(dtype).for_inference()
+    kernels = lowp_kernels(dtype)
     return DeviceProfile(kernels=kernels, onednn=kernels, training=True,
                          slow_broadcast_grads=slow_broadcast_grads(dtype),
                          name=f"this CPU in eager mode ({bf16_class(machine())} bf16 class)")
-
-
-@functools.lru_cache(maxsize=None)
-def inference_profile(dtype: str) -> DeviceProfile:
-    """``profile`` for a forward that records no gradient."""
-    return profile(dtype).for_inference()

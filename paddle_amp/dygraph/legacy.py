@@ -53,7 +53,6 @@ def rewrite(frame, block, start: int, done: set) -> None:
     """Write the ops ``block`` gained from ``start`` on as ``frame`` plans them (eager mode's
     route); ``done``: ids of ops an inner region wrote already (its plan stands)."""
     from . import kernels
-    from .dispatch import BY_RANK
     from ..env import DTYPE_OF
     from ..ir.legacy.program import LegacyProgram
     from ..ir.legacy.values import Cursor, role
@@ -70,10 +69,7 @@ def rewrite(frame, block, start: int, done: set) -> None:
         names = [op.input(slot)[0] for slot in OPS[op.type]]
         vars_ = [block._var_recursive(n) for n in names]
         key = (op.type,) + tuple(DTYPE_OF.get(v.dtype) for v in vars_)
-        d = frame.plans[key] if key in frame.plans else frame.plan(key)
-        if d is BY_RANK:
-            ranks = tuple(len(v.shape) for v in vars_)
-            d = frame.plans.get(key + ranks) or frame.plan(key, ranks)
+        d = frame.plan_ranked(key, lambda: tuple(len(v.shape) for v in vars_))
         if d is not None:
             ir.cursor = Cursor(op, i, role(op))
             _write(ir, op, names, d)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Optional
 
-from amp_adapters.rules.params import ParamPlan, ParamUse, plan_params
+from amp_adapters import ParamPlan, ParamUse, plan_params
 
 from . import dispatch, kernels
 
@@ -95,7 +95,7 @@ def plan(models: list, policy: Any, excluded_layers: Any = None) -> tuple[ParamP
             None if op in dispatch.PLANNED_OPS else NOT_ROUTED)
         uses[p.name] = (ParamUse(op, slot=slot, force_fp32=force,
                                  instance=(type(layer).__name__,)),)
-    device = kernels.profile(policy.dtype) if policy.enabled else None
+    device = kernels.device_profile(policy.dtype) if policy.enabled else None
     planned = plan_params(policy, "paddle", uses, device=device)
     reasons = dict(planned.reasons)
     for name, layer in unknown.items():

@@ -41,10 +41,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from amp_adapters import resolve_policy
-from amp_adapters.rules.errors import AmpConfigError, check_flag
-from amp_adapters.rules.loss_scale import (LossScaleConfig, LossScaleState, check_guard,
-                                           check_state, step)
+from amp_adapters import AmpConfigError, LossScaleConfig, LossScaleState, resolve_policy
+from amp_adapters.rules.errors import check_flag
+from amp_adapters.rules.loss_scale import check_guard, check_state, step
 from amp_adapters.rules.loss_scale.checks import f32
 
 from . import dispatch, masters

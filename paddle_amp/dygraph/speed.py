@@ -5,7 +5,7 @@ the core's lookup (``amp_adapters.services.speed_source.costs``): the core's boo
 as every runtime, and Paddle's measuring child (``paddle_amp.speed_child``, the static
 programs' too; MXNet has its own), under the framework ``"paddle-dygraph"`` (eager mode
 reaches oneDNN by another route than a program, so its timings are its own). An op
-is timed where it has an eager low route here (``kernels.low_kernels``: ``matmul_v2``,
+is timed where it has an eager low route here (``kernels.lowp_kernels``: ``matmul_v2``,
 which ``paddle.matmul``, ``Tensor.matmul`` and ``F.linear``'s GEMM plan as; ``conv2d`` has
 no eager oneDNN route, so it falls back without being timed) at shapes that fit it (the
 core's ``speed_source.gemm_transposes``: one rule for turning a shape class into a GEMM). The job
@@ -44,7 +44,7 @@ class DygraphSource:
     gpu: Optional[str] = None  # eager mode's low route is oneDNN's: a CPU
 
     def job(self, op: str, shape: ShapeClass, training: bool) -> Optional[Job]:
-        if op not in kernels.GEMMS or op not in kernels.low_kernels(self.dtype) or \
+        if op not in kernels.GEMMS or op not in kernels.lowp_kernels(self.dtype) or \
                 not shape.operands or any(s is None for s in shape.operands):
             return None
         shapes = shape.concrete()
@@ -62,8 +62,7 @@ def source(dtype: str) -> DygraphSource:
 
 
 def profile(policy: Policy, device: DeviceProfile) -> DeviceProfile:
-    """``device`` (``kernels.profile`` or ``kernels.inference_profile``: already for training
-    or inference) with the core's measured-speed lookup where ``policy`` measures
+    """``device`` (``kernels.device_profile``: already for training or inference) with the core's measured-speed lookup where ``policy`` measures
     (``speed_source.profile``: the same lookup for every region, so its decisions are kept
     across regions). The shape of every runtime's ``profile``: policy, device (here its
     profile, which carries training)."""

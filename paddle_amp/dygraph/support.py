@@ -1,7 +1,7 @@
 """``is_bfloat16_supported`` / ``is_float16_supported`` that tell the truth about this CPU.
 
 The native answers False for every CPU, with or without oneDNN's bf16 kernels. Here a CPU
-supports a dtype when ``auto_cast`` really runs an op in it here (``kernels.low_kernels``:
+supports a dtype when ``auto_cast`` really runs an op in it here (``kernels.lowp_kernels``:
 the project's device truth gates it, a probe runs it forward and backward). A bf16 class
 ``"emulated"`` CPU (AVX-512 without bf16 instructions) answers True: the kernels run, about
 2-3x slower than float32 (``amp_adapters.rules.isa``). Other devices: the native's answer.
@@ -27,7 +27,7 @@ def is_bfloat16_supported(device: Any = None) -> bool:
     if not cpu:
         from paddle.base import core
         return core.is_bfloat16_supported(place)
-    return bool(kernels.low_kernels("bfloat16"))
+    return bool(kernels.lowp_kernels("bfloat16"))
 
 
 def is_float16_supported(device: Any = None) -> bool:
@@ -37,4 +37,4 @@ def is_float16_supported(device: Any = None) -> bool:
     if not cpu:
         from paddle.base import core
         return core.is_float16_supported(place)
-    return bool(kernels.low_kernels("float16"))
+    return bool(kernels.lowp_kernels("float16"))

@@ -28,9 +28,8 @@ import dataclasses
 from typing import (AbstractSet, Any, Callable, ContextManager, Hashable, Iterable, Iterator,
                     Mapping, Optional, Protocol, runtime_checkable)
 
-from amp_adapters import ParamUse
-from amp_adapters.rules.device import ShapeClass
-from amp_adapters.rules.loss_scale import ArrayOps, LossScaleConfig
+from amp_adapters import LossScaleConfig, ParamUse, ShapeClass
+from amp_adapters.rules.loss_scale import ArrayOps
 from amp_adapters.services.report import GraphCasts
 
 # The reason a control-flow op (cond, while) and what it reads stay float32, in both IRs.

@@ -59,6 +59,7 @@ SERVICES = (  # its services: they measure, keep and tell
     "amp_adapters.services.quiet",
     "amp_adapters.services.fallback",
 )
+BESIDE = ("amp_adapters._version",)  # the version string: imports nothing, read by all
 
 
 def modules(package: str) -> dict[str, Path]:
@@ -164,7 +165,7 @@ def kernel_imports_of_services(found: dict[str, Path]) -> list[str]:
 
 def test_every_core_module_is_on_one_floor():
     """A new core module says where it belongs: the kernel (it decides) or a service."""
-    core = [m for m in modules("amp_adapters") if m != "amp_adapters" and not any(
+    core = [m for m in modules("amp_adapters") if m not in ("amp_adapters",) + BESIDE and not any(
         listed.startswith(m + ".") for listed in RULES + SERVICES)]  # not a floor's package
     assert [m for m in core if floor(m) is None] == [], \
         "tests/core/test_layering.py: put these core modules in RULES or SERVICES"
@@ -218,14 +219,16 @@ def test_the_demo_is_the_only_package_that_imports_both_backends():
                     module
 
 
-def test_no_import_cycle_at_import_time():
+def import_cycles(packages, lazy: bool = False) -> list[str]:
+    """The import cycles among the modules of ``packages``: at import time, or (``lazy``)
+    counting the imports inside functions too (a loop tied by a lazy import is still one)."""
     graph = {}
-    known = {m for p in PACKAGES for m in modules(p)}
-    for package in PACKAGES:
+    known = {m for p in packages for m in modules(p)}
+    for package in packages:
         for module, path in modules(package).items():
             deps = set()
             for name, _, top_level in imports(module, path):
-                if not top_level or name == "<computed>":
+                if not (top_level or lazy) or name == "<computed>":
                     continue
                 # importing a.b.c runs a, a.b and a.b.c; a package's own submodules importing
                 # the package itself are what Python resolves, not a cycle.
@@ -249,7 +252,38 @@ def test_no_import_cycle_at_import_time():
     for node in sorted(graph):
         if node not in state:
             walk(node, [node])
-    assert cycles == []
+    return cycles
+
+
+def test_no_import_cycle_at_import_time():
+    assert import_cycles(PACKAGES) == []
+
+
+def test_no_import_cycle_in_the_library_even_lazily():
+    """A lazy import does not untie a loop: the core and the backends form none (the demo,
+    a command above the library, is not held to it here)."""
+    assert import_cycles(("amp_adapters", "mxnet_amp", "paddle_amp"), lazy=True) == []
+
+
+def test_the_kernel_tables_read_the_device_from_the_kernel():
+    """Which ops run low is a decision: each runtime's kernel table (``kernels.py``) reads
+    the device truth (``rules.isa.machine``) from the policy kernel, not from the speed book
+    (a service: measured speed kept)."""
+    bad = [f"{module}:{line} imports {name}"
+           for package in ("mxnet_amp", "paddle_amp")
+           for module, path in modules(package).items() if module.endswith(".kernels")
+           for name, line, _ in imports(module, path)
+           if name.startswith("amp_adapters.services.speedbook")]
+    assert bad == []
+
+
+def test_no_floor_imports_the_package_face():
+    """``amp_adapters/__init__.py`` stands above both floors (it re-exports them): a module
+    on a floor taking a name from it is an arrow back up (the version is ``_version``)."""
+    bad = [f"{module}:{line} imports {name}"
+           for module, path in modules("amp_adapters").items() if floor(module)
+           for name, line, _ in imports(module, path) if name == "amp_adapters"]
+    assert bad == []
 
 
 PROBE = r"""

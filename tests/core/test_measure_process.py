@@ -15,7 +15,8 @@ from amp_adapters.services import measure_process
 from amp_adapters.rules.device import Cost
 from amp_adapters.services.measure_process import MeasureError
 from amp_adapters.services.measure_process import call as call_in
-from amp_adapters.services.speedbook import ISA_ENV, MeasuringFailed
+from amp_adapters.rules.isa import ISA_ENV
+from amp_adapters.services.speedbook import MeasuringFailed
 
 
 SERVER = "measure_child_fns"  # this folder's child module

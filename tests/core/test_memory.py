@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from amp_adapters.services import memory
 from amp_adapters.services.memory import (MemoryMeasureFailed, StepMemory, Workload, fixed_env,
                                           measure, measure_here, measure_once, median, reset_peak)
-from amp_adapters.services.speedbook import THREAD_ENV
+from amp_adapters.rules.isa import THREAD_ENV
 
 import memory_child_fns as fns
 

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from amp_adapters import AmpConfigError, Policy, OpCall, plan_op
 from amp_adapters.rules.device import Cost, DeviceProfile, ShapeClass
 from amp_adapters.services import speedbook
-from amp_adapters.services.speedbook import (ISA_ENV, RETRY_AFTER_S, Failure, MeasuringFailed,
-                                             ProfileFile, SpeedBook, gpu_key, machine, machine_id,
-                                             nvidia_gpu, parse_profile, read_profile, write_profile)
+from amp_adapters.rules.isa import ISA_ENV, describe, machine
+from amp_adapters.services.speedbook import (RETRY_AFTER_S, Failure, MeasuringFailed, ProfileFile,
+                                             SpeedBook, gpu_key, machine_id, nvidia_gpu,
+                                             parse_profile, read_profile, write_profile)
 
 import speedbook_procs
 from amp_adapters.services.timing import ratio_of, spread_of
@@ -351,7 +352,7 @@ def test_the_machine_key_holds_the_thread_settings(variable):
     one, four = machine(environ={variable: "1"}), machine(environ={variable: "4"})
     assert one["threads"] == {variable: "1"}
     assert machine_id(one) != machine_id(four) != machine_id(machine(environ={}))
-    assert f"{variable}=1" in speedbook.describe(one)
+    assert f"{variable}=1" in describe(one)
 
 
 def test_the_machine_key_holds_the_cpus_this_process_may_use():
@@ -383,7 +384,7 @@ def test_a_gpu_is_keyed_by_its_name_and_compute_capability():
     v100 = machine(gpu=gpu_key("Tesla V100-SXM2-16GB", "7.0"), environ={})
     assert a100["gpu"] == "NVIDIA A100-SXM4-40GB (compute capability 8.0)"
     assert machine_id(a100) != machine_id(v100)
-    assert "GPU NVIDIA A100-SXM4-40GB (compute capability 8.0)" in speedbook.describe(a100)
+    assert "GPU NVIDIA A100-SXM4-40GB (compute capability 8.0)" in describe(a100)
 
     class Answer:
         def __init__(self, stdout, returncode=0):

@@ -7,7 +7,7 @@ import mxnet as mx
 import pytest
 
 from amp_adapters.rules.isa import describe_bf16
-from amp_adapters.services.speedbook import machine
+from amp_adapters.rules.isa import machine
 from mxnet_amp.kernels import has_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

@@ -20,9 +20,8 @@ import mxnet_amp as amp
 from amp_adapters import Policy
 from amp_adapters.services import measure_process, speedbook
 from amp_adapters.rules.device import Cost, ShapeClass
-from amp_adapters.services.speedbook import (SpeedBook, machine, machine_id, ProfileFile,
-                                             write_profile)
-from amp_adapters.rules.isa import bf16_class, describe_bf16
+from amp_adapters.services.speedbook import SpeedBook, machine_id, ProfileFile, write_profile
+from amp_adapters.rules.isa import bf16_class, describe_bf16, machine
 from mxnet_amp import kernels
 from amp_adapters.services import speed_source
 from mxnet_amp.speed import measure, source

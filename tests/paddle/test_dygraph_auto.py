@@ -17,8 +17,8 @@ import pytest
 from amp_adapters.services import speed_source
 from amp_adapters.rules.device import Cost
 from amp_adapters.rules.isa import bf16_class
-from amp_adapters.services.speedbook import (ProfileFile, cache_dir, machine, machine_id,
-                                             write_profile)
+from amp_adapters.rules.isa import machine
+from amp_adapters.services.speedbook import ProfileFile, cache_dir, machine_id, write_profile
 from paddle_amp import dygraph as amp
 from paddle_amp.dygraph import kernels
 from paddle_amp.dygraph import speed as dy_speed
@@ -126,8 +126,7 @@ def test_without_a_bf16_kernel_auto_lowers_nothing_and_times_nothing(monkeypatch
     """The CPU class without oneDNN bf16 (here ``AMP_ADAPTERS_CPU=avx2`` for the device
     layer): every GEMM float32 for lack of a kernel, nothing timed, nothing written."""
     monkeypatch.setenv("AMP_ADAPTERS_CPU", "avx2")
-    for cached in (kernels.low_kernels, kernels.slow_broadcast_grads, kernels.profile,
-                   kernels.inference_profile):
+    for cached in (kernels.lowp_kernels, kernels.slow_broadcast_grads, kernels.device_profile):
         cached.cache_clear()  # the device truth read again, as this class
     monkeypatch.setattr(speed_source, "measure", lambda source: lambda *a: pytest.fail(
         f"timed {a} on a CPU class without a bf16 kernel"))
@@ -142,8 +141,8 @@ def test_without_a_bf16_kernel_auto_lowers_nothing_and_times_nothing(monkeypatch
         assert not cache_dir().exists() or not list(cache_dir().glob("profile-*.json"))
     finally:
         monkeypatch.undo()
-        for cached in (kernels.low_kernels, kernels.slow_broadcast_grads, kernels.profile,
-                       kernels.inference_profile):
+        for cached in (kernels.lowp_kernels, kernels.slow_broadcast_grads,
+                       kernels.device_profile):
             cached.cache_clear()
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import paddle
 
 from amp_adapters.rules.isa import bf16_class
-from amp_adapters.services.speedbook import machine
+from amp_adapters.rules.isa import machine
 from paddle_amp import dygraph as amp
 from paddle_amp.dygraph import kernels
 
@@ -23,7 +23,7 @@ def test_conv2d_runs_bf16_where_its_route_runs_else_float32_saying_why():
     out.sum().backward()
     d = region.ran["conv2d"]
     assert out.dtype == paddle.float32 and x.grad is not None
-    routed = "conv2d" in kernels.low_kernels("bfloat16")
+    routed = "conv2d" in kernels.lowp_kernels("bfloat16")
     if bf16_class(machine()) == "none":
         assert not routed and not kernels.missing_routes("bfloat16")
     elif not routed:  # this Paddle: the route's failure is named

@@ -6,7 +6,7 @@ import pytest
 
 from amp_adapters import CastReport
 from amp_adapters.rules.isa import bf16_class
-from amp_adapters.services.speedbook import machine
+from amp_adapters.rules.isa import machine
 from paddle_amp import dygraph as amp
 
 

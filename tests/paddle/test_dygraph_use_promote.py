@@ -11,7 +11,7 @@ import pytest
 from amp_adapters import OpCall, plan_op
 from paddle_amp import dygraph as amp
 from paddle_amp.dygraph.config import policy_of
-from paddle_amp.dygraph.native_lists import native_sets
+from paddle_amp.dygraph.lists import native_sets
 
 UNLISTED, DTYPE = "elementwise_add", "bfloat16"
 

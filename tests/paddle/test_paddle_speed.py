@@ -19,7 +19,7 @@ from amp_adapters import Policy
 from amp_adapters.services import measure_process, speed_source
 from amp_adapters.rules.device import Cost, DeviceProfile, ShapeClass
 from amp_adapters.rules.isa import describe_bf16
-from amp_adapters.services.speedbook import machine
+from amp_adapters.rules.isa import machine
 from paddle_amp import ir, kernels, speed
 from paddle_helpers import batch, is_pir, mlp, own_speed_cache  # noqa: F401 (a fixture)
 
@@ -247,8 +247,7 @@ def test_the_native_decisions_slower_here_are_said_once(static, caplog, tmp_path
 
     from amp_adapters.services import speedbook
     from amp_adapters.rules.device import Cost
-    from amp_adapters.services.speedbook import (ProfileFile, cache_dir, machine, machine_id,
-                                                 write_profile)
+    from amp_adapters.services.speedbook import ProfileFile, cache_dir, machine_id, write_profile
     from paddle_amp import ir
 
     monkeypatch.setenv("AMP_ADAPTERS_CACHE", str(tmp_path))
@@ -290,7 +289,7 @@ def test_the_timer_hands_the_child_its_place(static, monkeypatch):
 
 
 def test_a_gpu_book_is_keyed_by_the_gpus_name_and_compute_capability():
-    from amp_adapters.services.speedbook import machine, machine_id
+    from amp_adapters.services.speedbook import machine_id
     a100 = speed.gpu_of(("CUDAPlace", 0), facts=("NVIDIA A100-SXM4-40GB", (8, 0)))
     v100 = speed.gpu_of(("CUDAPlace", 0), facts=("Tesla V100-SXM2-16GB", (7, 0)))
     assert a100 == "NVIDIA A100-SXM4-40GB (compute capability 8.0)"

@@ -38,7 +38,7 @@ class Bf16Speed:
     @classmethod
     def of_machine(cls, machine: dict, cost: Callable[[str], Optional[Cost]] = lambda op: None
                    ) -> "Bf16Speed":
-        """This CPU's answer (``speedbook.machine()``), with ``cost`` where measured."""
+        """This CPU's answer (``isa.machine()``), with ``cost`` where measured."""
         return cls(bf16_class(machine) == "emulated", cost)
 
 

@@ -42,7 +42,7 @@ class Session:
         """What is known of bfloat16's speed where the model runs, for the bfloat16
         candidate (``bf16.refusal``): by default this CPU's class from the device's truth
         (``isa.bf16_class``), nothing measured. A backend on another device overrides it."""
-        from ..speedbook import machine
+        from ...rules.isa import machine
         return Bf16Speed.of_machine(machine())
 
     def recommendation(self) -> Recommendation:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import paddle
 from paddle.nn.initializer import Constant
 
-from amp_adapters.rules.dtypes import dtype_name
+from amp_adapters import dtype_name
 
 
 class Masters:

@@ -9,8 +9,8 @@ from typing import Iterator, Optional
 
 import paddle
 
-from amp_adapters import AmpConfigError, ParamUse
-from amp_adapters.rules.dtypes import FLOAT_DTYPES, dtype_name
+from amp_adapters import AmpConfigError, ParamUse, dtype_name
+from amp_adapters.rules.dtypes import FLOAT_DTYPES
 from amp_adapters.rules.oplists import passes_through
 from amp_adapters.services.report import GraphCasts, cast_bytes
 

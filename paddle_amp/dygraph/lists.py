@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-from amp_adapters import OpLists
-from amp_adapters.rules.errors import ConflictingOpError
+from amp_adapters import ConflictingOpError, OpLists
 
 from .names import both_spellings
 
@@ -31,9 +30,8 @@ def native_oplists(dtype: str, level: str, custom_white: Optional[Iterable[str]]
     cw, cb = _spelled(custom_white, custom_black)
     white, black = native_sets(dtype, level)
     white, black = both_spellings(white), both_spellings(black)
-    white = (white - cb) | cw
-    black = (black - cw) | cb
-    return OpLists(lower=white - black, fp32=black, replace=True)
+    return OpLists(lower=white - black, fp32=black, replace=True).with_custom(
+        OpLists(lower=cw, fp32=cb))
 
 
 def custom_oplists(custom_white: Optional[Iterable[str]] = None,
