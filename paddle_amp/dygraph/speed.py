@@ -79,8 +79,8 @@ def speed_probe(dtype: str):
     policy = Policy.preset("auto", dtype=dtype)
     conv = Sample("conv2d", ShapeClass.of([(16, 64, 56, 56), (64, 64, 3, 3)]),
                   "conv 3x3 64ch 56x56")
-    return probe_of(source(dtype), "paddle", profile(policy, kernels.profile(dtype)),
-                    profile(policy, kernels.inference_profile(dtype)),
+    return probe_of(source(dtype), "paddle", profile(policy, kernels.device_profile(dtype)),
+                    profile(policy, kernels.device_profile(dtype, training=False)),
                     gemm_samples("matmul_v2") + (conv,))
 
 
