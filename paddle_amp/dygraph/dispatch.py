@@ -232,7 +232,9 @@ def push(policy: Policy, log: Optional[list] = None,
     frame = Frame(policy, device, log=log)
     if _master_grads and policy.enabled and policy.level == "O2" and log is None:
         _hook_master_grads()
-    block = legacy.building_block() if policy.enabled else None
+    # every region in a legacy program records its place, an ``O0`` one too: its ops are
+    # claimed at exit, so the region around it leaves them float32 (``_close_in_program``)
+    block = legacy.building_block()
     if block is not None:
         frame.legacy = (block, len(block.ops), set())
     frame.quiet = quiet(frame)
@@ -329,11 +331,13 @@ _quiet: dict = {}  # (id(policy), id(device), warnings) -> (policy, device, quie
 
 
 def _close_in_program(frame: Frame, frames: list) -> None:
-    """Write the legacy-program ops ``frame`` saw appended; the enclosing region in the same
-    block leaves them as written."""
+    """Write the legacy-program ops ``frame`` saw appended (a region with mixed precision
+    off leaves them float32); the enclosing region in the same block leaves them as
+    written."""
     block, start, done = frame.legacy
     frame.legacy = None
-    legacy.rewrite(frame, block, start, done)
+    if frame.on:  # an O0 region writes nothing, but its ops are its own (claimed below)
+        legacy.rewrite(frame, block, start, done)
     outer = [f for f in frames if f is not frame and f.legacy is not None and
              f.legacy[0] is block]
     if outer:
