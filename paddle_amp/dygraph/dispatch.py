@@ -478,28 +478,34 @@ def _by_rank(frame: Frame, key: tuple, x, y) -> Any:
 # it is) is recorded and handed on: no planning, no dtype read (about 1 us each), no key.
 # Anything else takes the planned path (``_planned``).
 
-def _matmul(x, y, transpose_x=False, transpose_y=False, *rest):
-    # (no **kw: Paddle calls its _C_ops positionally, and an empty dict per call costs)
+def _matmul(x=_MISSING, y=_MISSING, transpose_x=False, transpose_y=False, *rest, **kw):
+    if kw or rest:  # Paddle 3's forms with name=, input=/other=, out=: mapped, as below
+        return _matmul_kw(x, y, transpose_x, transpose_y, rest, kw)
     frames = _regions.frames
     if frames:
         frame = frames[-1]
         d = frame.gemm
         if d is not None and isinstance(x, _EAGER) and isinstance(y, _EAGER) and \
-                x.element_size() + y.element_size() == 8 and not rest:
+                x.element_size() + y.element_size() == 8:
             frame.ran["matmul_v2"] = d
             return _originals["matmul"](x, y, transpose_x, transpose_y)
     orig = _originals["matmul"]
     d = _planned(current(), "matmul_v2", x, y)
-    if d is None or d is _MISSING or rest:
-        return orig(x, y, transpose_x, transpose_y, *rest)
+    if d is None or d is _MISSING:
+        return orig(x, y, transpose_x, transpose_y)
     plain = lambda a, b: orig(a, b, transpose_x, transpose_y)  # noqa: E731
     return _run(d, (x, y), plain, plain if _in_program(x) else
                 lambda a, b: kernels.matmul_v2(a, b, transpose_x, transpose_y))
 
 
-def _linear(x, weight, bias=None, *rest):
+def _linear(x=_MISSING, weight=_MISSING, bias=None, *rest, **kw):
     """``F.linear`` in eager mode: its GEMM decided as ``matmul_v2``, its bias add as the
     native's ``add`` (promotion: float32 with a float32 bias)."""
+    if kw:
+        x, weight, bias = _keywords("linear", (x, weight, bias), (
+            ("x", "input"), ("weight",), ("bias",)), (_MISSING, _MISSING, None), kw)
+        if kw:
+            raise TypeError(f"linear() got unexpected keyword arguments {sorted(kw)}")
     frames = _regions.frames
     if frames:
         frame = frames[-1]
@@ -538,6 +544,51 @@ def _conv2d(x, weight, *args, **kw):
     plain = lambda a, b: orig(a, b, *args, **kw)  # noqa: E731
     return _run(d, (x, weight), plain, plain if _in_program(x) else
                 lambda a, b: kernels.conv2d(a, b, *args, **kw))
+
+
+def _keywords(op: str, given: tuple, names: tuple, defaults: tuple, kw: dict) -> tuple:
+    """``given`` (the positional parameters, ``_MISSING`` or their default where not passed)
+    with the keywords of ``kw`` mapped onto them as Paddle's signature does (each parameter
+    by its name or alias, ``names``); ``name=`` dropped (a label only in eager mode); the
+    keywords left stay in ``kw``. A parameter passed twice, or a required one missing, is
+    the TypeError Python gives."""
+    kw.pop("name", None)
+    out = list(given)
+    for i, aliases in enumerate(names):
+        for alias in aliases:
+            if alias in kw:
+                if out[i] is not defaults[i]:
+                    raise TypeError(f"{op}() got multiple values for argument {aliases[0]!r}")
+                out[i] = kw.pop(alias)
+        if out[i] is _MISSING:
+            raise TypeError(f"{op}() missing required argument {aliases[0]!r}")
+    return tuple(out)
+
+
+def _matmul_kw(x, y, transpose_x, transpose_y, rest: tuple, kw: dict):
+    """``_C_ops.matmul`` called with keywords (Paddle 3.3.1's ``paddle.matmul(x, y,
+    transpose_x=False, transpose_y=False, name=None, *, out=None)``, ``input``/``other`` the
+    aliases of ``x``/``y``): the call planned as its positional form; ``out=`` receives the
+    result as Paddle's does."""
+    kw = dict(kw)
+    if rest:  # a positional name (Paddle's 5th parameter)
+        kw.setdefault("name", rest[0])
+        rest = rest[1:]
+    if rest:
+        raise TypeError(f"matmul() takes at most 5 positional arguments, got {5 + len(rest)}")
+    x, y, transpose_x, transpose_y = _keywords(
+        "matmul", (x, y, transpose_x, transpose_y),
+        (("x", "input"), ("y", "other"), ("transpose_x",), ("transpose_y",)),
+        (_MISSING, _MISSING, False, False), kw)
+    out = kw.pop("out", None)
+    if kw:
+        raise TypeError(f"matmul() got unexpected keyword arguments {sorted(kw)}")
+    result = _matmul(x, y, transpose_x, transpose_y)
+    if out is None:
+        return result
+    import paddle
+    paddle.assign(result, output=out)
+    return out
 
 
 _WRAPPERS = {"matmul": _matmul, "linear": _linear, "conv2d": _conv2d}

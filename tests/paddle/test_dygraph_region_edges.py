@@ -56,3 +56,48 @@ def test_an_off_region_in_a_program_called_inside_a_bf16_region_stays_float32():
     with amp.auto_cast(dtype="bfloat16"):
         out = paddle.jit.to_static(_off, full_graph=True)(x, w)
     np.testing.assert_array_equal(out.numpy(), ref)
+
+
+PADDLE3 = int(paddle.__version__.split(".")[0]) >= 3
+
+
+def _keyword_forms(x, w, wt):
+    """form -> (the call with keywords, its positional twin)."""
+    plain = lambda: paddle.matmul(x, w)  # noqa: E731
+    forms = {"name": (lambda: paddle.matmul(x, w, name="mm"), plain),
+             "x=, y=": (lambda: paddle.matmul(x=x, y=w), plain),
+             "transpose_y=": (lambda: paddle.matmul(x, wt, transpose_y=True),
+                              lambda: paddle.matmul(x, wt, False, True)),
+             "method name=": (lambda: x.matmul(w, name="mm"), plain)}
+    if PADDLE3:  # Paddle 3's torch-style aliases
+        forms["input=, other="] = (lambda: paddle.matmul(input=x, other=w), plain)
+    return forms
+
+
+@pytest.mark.parametrize("region", [dict(dtype="bfloat16"),
+                                    dict(dtype="bfloat16", custom_black_list={"matmul_v2"})])
+def test_paddles_keyword_forms_of_matmul_work_in_a_region_and_are_decided(region):
+    """Paddle 3.3.1 hands ``paddle.matmul``'s keywords to ``_C_ops.matmul``: each form gives
+    in a region what the positional call gives there (lowered, or float32 where kept)."""
+    x, w = _xw()
+    wt = paddle.to_tensor(w.numpy().T.copy())
+    with amp.auto_cast(**region):
+        for form, (call, twin) in _keyword_forms(x, w, wt).items():
+            np.testing.assert_array_equal(call().numpy(), twin().numpy(), err_msg=form)
+
+
+@pytest.mark.skipif(not PADDLE3, reason="Paddle 2.6.2's matmul has no out=")
+def test_matmul_out_keyword_receives_the_regions_result():
+    x, w = _xw()
+    out = paddle.zeros([4, 8])
+    with amp.auto_cast(dtype="bfloat16"):
+        want = paddle.matmul(x, w).numpy()
+        paddle.matmul(x, w, out=out)
+    np.testing.assert_array_equal(out.numpy(), want)
+
+
+def test_a_matmul_keyword_paddle_does_not_know_is_a_clear_type_error():
+    x, w = _xw()
+    with amp.auto_cast(dtype="bfloat16"):
+        with pytest.raises((TypeError, ValueError)):
+            dispatch._matmul(x, w, bogus=1)
