@@ -278,8 +278,16 @@ def pop(frame: Frame) -> None:
     threads, removes the wrappers. Closing a closed region does nothing. A region in a
     legacy program being built writes the ops appended in it (``legacy.rewrite``)."""
     frames = _owners.get(id(frame))
-    if frame.legacy is not None and frames is not None and frame in frames:  # (by identity)
-        _close_in_program(frame, frames)
+    try:
+        if frame.legacy is not None and frames is not None and frame in frames:  # (identity)
+            _close_in_program(frame, frames)
+    finally:  # a failed write still closes the region: nothing stays wrapped for good
+        _remove(frame, frames)
+
+
+def _remove(frame: Frame, frames: Optional[list]) -> None:
+    """Take ``frame`` off its thread's stack (``pop``); the last region out, of all threads,
+    uninstalls the wrappers."""
     with _lock:
         if frames is None or frame not in frames:
             return  # closed already
@@ -288,12 +296,14 @@ def pop(frame: Frame) -> None:
             frames.pop()
         else:
             frames[:] = [f for f in frames if f is not frame]
-        if frame.layered:
-            paths.leave()
-        if frame.counted:
-            _open[0] -= 1
-            if not _open[0]:
-                _uninstall()
+        try:
+            if frame.layered:
+                paths.leave()
+        finally:
+            if frame.counted:
+                _open[0] -= 1
+                if not _open[0]:
+                    _uninstall()
 
 
 _PROGRAM_OPS = ("matmul_v2", "conv2d")  # what the wrappers plan (``_WRAPPERS``)

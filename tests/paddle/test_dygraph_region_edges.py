@@ -101,3 +101,24 @@ def test_a_matmul_keyword_paddle_does_not_know_is_a_clear_type_error():
     with amp.auto_cast(dtype="bfloat16"):
         with pytest.raises((TypeError, ValueError)):
             dispatch._matmul(x, w, bogus=1)
+
+
+@pytest.mark.legacy_ir
+def test_an_error_while_a_region_writes_its_program_still_closes_it(monkeypatch):
+    """Whatever fails in the write at a region's exit, the region is closed and Paddle's
+    ops are unwrapped (eager mode after it is not decided by a dead region)."""
+    from paddle_amp.dygraph import legacy
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("injected: the rewrite failed")
+
+    def f(x, w):
+        with amp.auto_cast(dtype="bfloat16"):
+            return paddle.matmul(x, w)
+
+    monkeypatch.setattr(legacy, "rewrite", fails)
+    x, w = _xw()
+    with pytest.raises(Exception, match="injected"):
+        paddle.jit.to_static(f, full_graph=True)(x, w)
+    assert dispatch.current() is None and dispatch._open[0] == 0
+    assert paddle._C_ops.matmul is not dispatch._matmul
