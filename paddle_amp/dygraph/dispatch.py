@@ -601,6 +601,25 @@ def _matmul_kw(x, y, transpose_x, transpose_y, rest: tuple, kw: dict):
     return out
 
 
+def _tensor_matmul(self, other):
+    """``Tensor.__matmul__`` (``x @ w``) while the wrappers are installed: decided as
+    ``paddle.matmul`` (Paddle's native AMP and a program lower it alike)."""
+    if isinstance(other, _EAGER):
+        return _matmul(self, other)
+    return _originals["__matmul__"](self, other)
+
+
+def _tensor_rmatmul(self, other):
+    """``Tensor.__rmatmul__`` (``other @ self``), as ``_tensor_matmul``."""
+    if isinstance(other, _EAGER):
+        return _matmul(other, self)
+    return _originals["__rmatmul__"](self, other)
+
+
+# the eager Tensor's operators routed through the matmul wrapper while it is installed
+_OPERATORS = {"__matmul__": _tensor_matmul, "__rmatmul__": _tensor_rmatmul}
+
+
 _WRAPPERS = {"matmul": _matmul, "linear": _linear, "conv2d": _conv2d}
 # the program ops the wrappers plan: the only readers an O2 parameter stored low may have
 PLANNED_OPS = frozenset({"matmul_v2", "conv2d"})
@@ -643,6 +662,13 @@ def _install() -> None:
             _originals[name] = current
         setattr(_C_ops, name, wrapper)
     _originals.setdefault("add", getattr(_C_ops, "add"))
+    for name, wrapper in _OPERATORS.items():
+        current = getattr(_EAGER, name, None)
+        if current is None:  # (Paddle 2.6.2 has no __rmatmul__)
+            continue
+        if current is not wrapper:
+            _originals[name] = current
+        setattr(_EAGER, name, wrapper)
 
 
 def _uninstall() -> None:
@@ -651,3 +677,6 @@ def _uninstall() -> None:
         # only our own wrapper goes: a patch another tool made since stays
         if name in _originals and getattr(_C_ops, name) is wrapper:
             setattr(_C_ops, name, _originals[name])
+    for name, wrapper in _OPERATORS.items():
+        if name in _originals and getattr(_EAGER, name, None) is wrapper:
+            setattr(_EAGER, name, _originals[name])

@@ -122,3 +122,19 @@ def test_an_error_while_a_region_writes_its_program_still_closes_it(monkeypatch)
         paddle.jit.to_static(f, full_graph=True)(x, w)
     assert dispatch.current() is None and dispatch._open[0] == 0
     assert paddle._C_ops.matmul is not dispatch._matmul
+
+
+@BF16_ONLY
+def test_the_matmul_operator_is_decided_as_paddle_matmul_and_restored_after():
+    """``x @ w`` in a region is what ``paddle.matmul`` is there (bf16 here), as Paddle's
+    native AMP and a program lower it; after the region the operator is Paddle's again."""
+    x, w = _xw()
+    before = paddle.Tensor.__matmul__
+    ref = (x @ w).numpy()
+    with amp.auto_cast(dtype="bfloat16"):
+        want = paddle.matmul(x, w).numpy()
+        got = (x @ w).numpy()
+    np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(got, ref)
+    assert paddle.Tensor.__matmul__ is before
+    np.testing.assert_array_equal((x @ w).numpy(), ref)
