@@ -29,7 +29,7 @@ class _Calls(threading.local):
 
 
 _calls = _Calls()
-_trees: "weakref.WeakKeyDictionary[Any, tuple[int, dict[int, str]]]" = \
+_trees: "weakref.WeakKeyDictionary[Any, tuple[tuple, dict[int, str]]]" = \
     weakref.WeakKeyDictionary()
 _native: list = []  # Layer.__call__ as it was when the wrapper went in
 _open = [0]  # regions with layer rules open, in all threads
@@ -44,11 +44,12 @@ def current() -> Optional[str]:
 
 
 def _tree(root: Any) -> dict[int, str]:
-    """{id(layer): path} under ``root``, kept until its layers change (a layer added)."""
-    count = sum(1 for _ in root.sublayers())
+    """{id(layer): path} under ``root``, kept until its layers change (a layer added, or
+    one replaced by another: keyed on the sublayers' ids, not their count)."""
+    ids = tuple(id(layer) for layer in root.sublayers())
     kept = _trees.get(root)
-    if kept is None or kept[0] != count:
-        kept = (count, layer_paths(root, lambda layer: layer.named_children()))
+    if kept is None or kept[0] != ids:
+        kept = (ids, layer_paths(root, lambda layer: layer.named_children()))
         _trees[root] = kept
     return kept[1]
 

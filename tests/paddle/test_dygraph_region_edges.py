@@ -138,3 +138,20 @@ def test_the_matmul_operator_is_decided_as_paddle_matmul_and_restored_after():
     assert not np.array_equal(got, ref)
     assert paddle.Tensor.__matmul__ is before
     np.testing.assert_array_equal((x @ w).numpy(), ref)
+
+
+def test_a_layer_rule_by_path_follows_a_replaced_sublayer():
+    """A sublayer replaced by another (the same count of sublayers: a new head) gets its
+    path, so the policy's layer rule still reaches it."""
+    from amp_adapters import LayerLists, Policy
+    policy = Policy.preset("O1", emulate=True).replace(paddle_layers=LayerLists(fp32={"1"}))
+    paddle.seed(0)
+    m = paddle.nn.Sequential(paddle.nn.Linear(8, 8), paddle.nn.Linear(8, 8))
+    x = paddle.ones([4, 8])
+    with amp.auto_cast(policy=policy):
+        m(x)
+    keep = m[1]  # (alive: a new layer cannot take its id)
+    m[1] = paddle.nn.Linear(8, 8)
+    layers = [(d.precision, d.layer) for d in amp.cast_report(m, x, policy=policy).decisions]
+    assert ("float32", "1") in layers, layers
+    assert keep is not m[1]
