@@ -192,10 +192,12 @@ def current() -> Optional[Frame]:
 
 def state_key() -> Any:
     """What decides this thread's ops now, as a key: None outside a region that runs mixed
-    precision, else the innermost region's (policy, device truth). ``to_static`` keys its
-    programs by it (``jit``)."""
+    precision, else the innermost region's (policy, device truth, whether it is a report's
+    region). ``to_static`` keys its programs by it (``jit``): a report's region traces its
+    own program, so its decisions are logged (a program traced before logs nothing)."""
     frame = current()
-    return None if frame is None or not frame.on else (frame.policy, frame.device)
+    return None if frame is None or not frame.on else (
+        frame.policy, frame.device, frame.log is not None)
 
 
 @contextlib.contextmanager

@@ -51,7 +51,8 @@ def _no() -> bool:
 
 def rewrite(frame, block, start: int, done: set) -> None:
     """Write the ops ``block`` gained from ``start`` on as ``frame`` plans them (eager mode's
-    route); ``done``: ids of ops an inner region wrote already (its plan stands)."""
+    route); ``done``: ids of ops an inner region wrote already (its plan stands). A report's
+    region (``frame.log``) logs each decision, in program order."""
     from . import kernels
     from .dispatch import BY_RANK
     from ..env import DTYPE_OF
@@ -71,9 +72,13 @@ def rewrite(frame, block, start: int, done: set) -> None:
         vars_ = [block._var_recursive(n) for n in names]
         key = (op.type,) + tuple(DTYPE_OF.get(v.dtype) for v in vars_)
         d = frame.plans[key] if key in frame.plans else frame.plan(key)
+        full = key
         if d is BY_RANK:
             ranks = tuple(len(v.shape) for v in vars_)
-            d = frame.plans.get(key + ranks) or frame.plan(key, ranks)
+            full = key + ranks
+            d = frame.plans.get(full) or frame.plan(key, ranks)
+        if frame.log is not None:  # a report's region (cast_report, the doctor): in op order
+            frame.log.append(frame.decisions[full])
         if d is not None:
             ir.cursor = Cursor(op, i, role(op))
             _write(ir, op, names, d)

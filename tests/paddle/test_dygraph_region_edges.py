@@ -155,3 +155,27 @@ def test_a_layer_rule_by_path_follows_a_replaced_sublayer():
     layers = [(d.precision, d.layer) for d in amp.cast_report(m, x, policy=policy).decisions]
     assert ("float32", "1") in layers, layers
     assert keep is not m[1]
+
+
+def test_cast_report_of_a_to_static_model_reports_its_ops_each_time():
+    """A ``to_static`` model, fresh or traced before under the same policy, reports what the
+    eager model reports, and again on a second report (its program cached)."""
+    paddle.seed(0)
+
+    def net():
+        return paddle.nn.Sequential(paddle.nn.Linear(8, 8), paddle.nn.ReLU(),
+                                    paddle.nn.Linear(8, 4))
+
+    x = paddle.ones([4, 8])
+    want = [d.precision for d in amp.cast_report(net(), x, dtype="bfloat16").decisions]
+    assert len(want) == 2
+    fresh = paddle.jit.to_static(net(), full_graph=True)
+    got = [d.precision for d in amp.cast_report(fresh, x, dtype="bfloat16").decisions]
+    assert got == want
+    traced = paddle.jit.to_static(net(), full_graph=True)
+    with paddle.no_grad(), amp.auto_cast(dtype="bfloat16"):
+        traced(x)
+    for _ in range(2):
+        got = [d.precision for d in amp.cast_report(traced, x, dtype="bfloat16",
+                                                     training=False).decisions]
+        assert got == want
