@@ -35,6 +35,7 @@ costs. A region works out at entry which wrapped ops run as they are on float32 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 from dataclasses import dataclass, field
@@ -63,7 +64,8 @@ class Frame:
     ran: dict = field(default_factory=dict)
     decisions: dict = field(default_factory=dict)
     log: Optional[list] = None  # when a list: every call's decision, in call order (report)
-    fast: dict = field(default_factory=dict)  # (op, element sizes) -> plan: _planned
+    # (op, element sizes) -> (plan, its decision): _planned
+    fast: dict = field(default_factory=dict)
     on: bool = False  # policy.enabled, a plain field (to_static's SOT reads no property)
     layered: bool = False  # the policy has layer rules: ops are planned per Layer path
     # measured speed: decisions per shape class (``_by_shape``), from the device's costs
@@ -104,12 +106,14 @@ class Frame:
                 return BY_RANK
         d = self._decide(full, shape if shape is not None else _shape(ranks), instance)
         slot = _slot(full, instance)
-        self.ran[op] = self.decisions[slot] = d
         if all(t is None for t in d.input_dtypes):
             # no floating input: nothing to cast or round (plan_op still plans a lower op's
-            # emulation for it: rounding an integer result through float16 would be wrong)
+            # emulation for it: rounding an integer result through float16 would be wrong),
+            # and so recorded: the op runs as it is
+            self.ran[op] = self.decisions[slot] = _as_it_is(d)
             self.plans[slot] = None
             return None
+        self.ran[op] = self.decisions[slot] = d
         if d.lacks_kernel and (op, d.low_dtype) not in _warned:
             _warned.add((op, d.low_dtype))
             route = kernels.missing_routes(d.low_dtype).get(op)
@@ -134,6 +138,16 @@ class Frame:
             _decided.clear()
         _decided[slot] = d
         return d
+
+
+def _as_it_is(d: OpDecision) -> OpDecision:
+    """``d`` (an op on inputs none of which is floating) as it runs: as it is, no cast, no
+    rounding, no low dtype (AMP never casts integers)."""
+    n = len(d.input_dtypes)
+    return dataclasses.replace(
+        d, run_dtype=None, casts=(None,) * n, emulated=False, fell_back=False,
+        low_dtype=None, multicast=False, round_inputs=(False,) * n, round_outputs=False,
+        refusal=None, reason="no floating input: it runs as it is (AMP never casts integers)")
 
 
 def _slot(full: tuple, instance: Optional[str]) -> tuple:
@@ -435,16 +449,21 @@ def _planned(frame: Optional[Frame], op: str, x, y) -> Any:
     sizes = (op, x.element_size(), y.element_size())
     fast = frame.fast
     if sizes in fast:
-        d = fast[sizes]
+        d, decision = fast[sizes]  # (the plan, the decision it came from: ``ran``)
         if d is BY_RANK:
             return _by_rank(frame, (op, x.dtype, y.dtype), x, y)
         if d is None or d.input_dtypes == (_name(x.dtype), _name(y.dtype)):
+            frame.ran[op] = decision
             return d
     key = (op, x.dtype, y.dtype)
     d = frame.plans[key] if key in frame.plans else frame.plan(key)
+    decision = None if d is BY_RANK else frame.decisions[key]
     if sizes[1] in (4, 8) and sizes[2] in (4, 8) and _name(key[1]) and _name(key[2]):
-        fast[sizes] = d
-    return _by_rank(frame, key, x, y) if d is BY_RANK else d
+        fast[sizes] = (d, decision)
+    if d is BY_RANK:
+        return _by_rank(frame, key, x, y)
+    frame.ran[op] = decision
+    return d
 
 
 def _noted(frame: Frame, key: tuple, x, y) -> Any:
@@ -459,8 +478,9 @@ def _noted(frame: Frame, key: tuple, x, y) -> Any:
         slot = _slot(full, instance)
         d = frame.plans[slot] if slot in frame.plans else \
             frame.plan(key, full[-2:], instance)
+    frame.ran[key[0]] = decision = frame.decisions[_slot(full, instance)]
     if frame.log is not None:
-        frame.log.append(frame.decisions[_slot(full, instance)])
+        frame.log.append(decision)
     return d
 
 
@@ -473,15 +493,18 @@ def _by_shape(frame: Frame, key: tuple, x, y) -> Any:
     shape = ShapeClass.of([x.shape, y.shape], _result_rank(len(x.shape), len(y.shape)))
     slot = _slot(key + (shape,), instance)
     d = frame.plans[slot] if slot in frame.plans else frame.plan(key, None, instance, shape)
+    frame.ran[key[0]] = decision = frame.decisions[slot]
     if frame.log is not None:
-        frame.log.append(frame.decisions[slot])
+        frame.log.append(decision)
     return d
 
 
 def _by_rank(frame: Frame, key: tuple, x, y) -> Any:
     """The plan of ``key`` for inputs of ``x``'s and ``y``'s ranks (``Frame.plan``)."""
     full = key + (x.ndim, y.ndim)
-    return frame.plans[full] if full in frame.plans else frame.plan(key, full[-2:])
+    d = frame.plans[full] if full in frame.plans else frame.plan(key, full[-2:])
+    frame.ran[key[0]] = frame.decisions[full]
+    return d
 
 
 # The wrappers' fast path, first in each: in a region whose float32 call of the op runs as

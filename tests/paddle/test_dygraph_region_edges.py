@@ -179,3 +179,26 @@ def test_cast_report_of_a_to_static_model_reports_its_ops_each_time():
         got = [d.precision for d in amp.cast_report(traced, x, dtype="bfloat16",
                                                      training=False).decisions]
         assert got == want
+
+
+def test_ran_follows_each_call_and_an_integer_op_is_recorded_as_it_runs():
+    """``ran`` holds the latest call's decision, its plan cached or not; an op on integer
+    inputs is recorded as running as it is (no low dtype, no cast)."""
+    x, w = _xw()
+    x64, w64 = x.astype("float64"), w.astype("float64")
+    with amp.auto_cast(dtype="bfloat16", custom_black_list={"conv2d"}) as region:
+        seen = []
+        for a, b in ((x, w), (x64, w64), (x, w)):
+            paddle.matmul(a, b)
+            seen.append(region.ran["matmul_v2"].input_dtypes)
+    assert seen == [("float32",) * 2, ("float64",) * 2, ("float32",) * 2]
+
+    class M(paddle.nn.Layer):
+        def forward(self, i, j):
+            return paddle.matmul(i, j)
+
+    i = paddle.ones([2, 3], dtype="int64")
+    j = paddle.ones([3, 4], dtype="int64")
+    (d,) = amp.cast_report(M(), i, j, dtype="bfloat16").decisions
+    assert d.precision is None and d.run_dtype is None and d.low_dtype is None
+    assert not d.needs_action
