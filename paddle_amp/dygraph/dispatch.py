@@ -682,26 +682,43 @@ def _install() -> None:
         except ImportError:  # a Paddle without SOT
             pass
     for name, wrapper in _WRAPPERS.items():
-        current = getattr(_C_ops, name)
-        if current is not wrapper:  # what is there now: Paddle's, or another tool's patch
-            _originals[name] = current
-        setattr(_C_ops, name, wrapper)
+        _wrap(_C_ops, name, wrapper)
     _originals.setdefault("add", getattr(_C_ops, "add"))
     for name, wrapper in _OPERATORS.items():
-        current = getattr(_EAGER, name, None)
-        if current is None:  # (Paddle 2.6.2 has no __rmatmul__)
-            continue
-        if current is not wrapper:
-            _originals[name] = current
-        setattr(_EAGER, name, wrapper)
+        if getattr(_EAGER, name, None) is not None:  # (Paddle 2.6.2 has no __rmatmul__)
+            _wrap(_EAGER, name, wrapper)
+
+
+def _wrap(owner: Any, name: str, wrapper: Callable) -> None:
+    """Put ``wrapper`` in ``owner.name``, calling what is there now (Paddle's op, or a patch
+    another tool made outside a region), unless what is there is a patch made over our
+    wrapper while a region was open (``_over_ours``): that one calls ours already, so it
+    stays, and is never taken for Paddle's op (the two would call each other for good)."""
+    current = getattr(owner, name)
+    if current is wrapper or any(current is p for p in _over_ours.get(name, ())):
+        return
+    _originals[name] = current
+    setattr(owner, name, wrapper)
+
+
+def _unwrap(owner: Any, name: str, wrapper: Callable) -> None:
+    """Put back what ``_wrap`` found, if ``wrapper`` is still there; a patch another tool made
+    over it since stays, remembered as one that calls ours (``_wrap``)."""
+    current = getattr(owner, name, None)
+    if current is wrapper:
+        if name in _originals:
+            setattr(owner, name, _originals[name])
+    elif current is not None and current is not _originals.get(name):
+        _over_ours.setdefault(name, []).append(current)
+
+
+_over_ours: dict = {}  # name -> patches found over our wrapper at uninstall (they call it)
 
 
 def _uninstall() -> None:
     _C_ops = _C_OPS[0]
     for name, wrapper in _WRAPPERS.items():
         # only our own wrapper goes: a patch another tool made since stays
-        if name in _originals and getattr(_C_ops, name) is wrapper:
-            setattr(_C_ops, name, _originals[name])
+        _unwrap(_C_ops, name, wrapper)
     for name, wrapper in _OPERATORS.items():
-        if name in _originals and getattr(_EAGER, name, None) is wrapper:
-            setattr(_EAGER, name, _originals[name])
+        _unwrap(_EAGER, name, wrapper)

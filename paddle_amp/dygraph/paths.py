@@ -32,6 +32,7 @@ _calls = _Calls()
 _trees: "weakref.WeakKeyDictionary[Any, tuple[tuple, dict[int, str]]]" = \
     weakref.WeakKeyDictionary()
 _native: list = []  # Layer.__call__ as it was when the wrapper went in
+_over_ours: list = []  # patches of Layer.__call__ found over ours at leave() (they call it)
 _open = [0]  # regions with layer rules open, in all threads
 _lock = threading.Lock()
 
@@ -77,9 +78,9 @@ def enter() -> None:
     with _lock:
         if not _open[0]:
             current_call = paddle.nn.Layer.__call__
-            if current_call is not _call:
-                _native[:] = [current_call]
-            paddle.nn.Layer.__call__ = _call
+            if current_call is not _call and current_call not in _over_ours:
+                _native[:] = [current_call]  # (a patch made over ours calls ours: it stays)
+                paddle.nn.Layer.__call__ = _call
         _open[0] += 1
 
 
@@ -91,6 +92,8 @@ def leave() -> None:
         _open[0] -= 1
         if not _open[0] and paddle.nn.Layer.__call__ is _call:
             paddle.nn.Layer.__call__ = _native[0]
+        elif not _open[0] and paddle.nn.Layer.__call__ is not _native[0]:
+            _over_ours.append(paddle.nn.Layer.__call__)  # made over ours: never our native
 
 
 class detached:

@@ -202,3 +202,30 @@ def test_ran_follows_each_call_and_an_integer_op_is_recorded_as_it_runs():
     (d,) = amp.cast_report(M(), i, j, dtype="bfloat16").decisions
     assert d.precision is None and d.run_dtype is None and d.low_dtype is None
     assert not d.needs_action
+
+
+def test_a_tools_patch_made_inside_a_region_never_becomes_our_original():
+    """Another tool wraps ``_C_ops.matmul`` while a region is open (its inner op is our
+    wrapper): later regions still reach Paddle's op through it, with no recursion, and
+    the tool's patch sees the calls."""
+    x, w = _xw()
+    paddle_op = paddle._C_ops.matmul  # (outside a region: Paddle's own)
+    seen = []
+    try:
+        with amp.auto_cast(dtype="bfloat16"):
+            inner = paddle._C_ops.matmul
+
+            def tool_patch(*args, **kwargs):
+                seen.append(1)
+                return inner(*args, **kwargs)
+
+            paddle._C_ops.matmul = tool_patch
+        want = paddle_op(x, w, False, False).numpy()  # (2.6.2 needs all four)
+        for region in (dict(dtype="bfloat16"),
+                       dict(dtype="bfloat16", custom_black_list={"matmul_v2"})):
+            with amp.auto_cast(**region):
+                got = paddle._C_ops.matmul(x, w, False, False).numpy()
+            assert got.shape == want.shape
+        assert len(seen) == 2
+    finally:
+        paddle._C_ops.matmul = paddle_op
