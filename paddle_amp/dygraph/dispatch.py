@@ -265,10 +265,37 @@ def push(policy: Policy, log: Optional[list] = None,
         _owners[id(frame)] = _regions.frames
         _regions.frames.append(frame)
     if frame.layered:
+        if not _inside_forward_warned and paths._calls.root is None:  # (no Layer call known)
+            _warn_if_inside_forward()
         paths.enter()
     if policy.enabled and log is None:  # a cast report's region is no training's dtype
         _regions.last_dtype = policy.dtype
     return frame
+
+
+_inside_forward_warned: list = []  # (truthy once warned)
+
+
+def _warn_if_inside_forward() -> None:
+    """A region with layer rules opened inside a Layer's ``forward`` (no Layer path known
+    here: the Layer running was called before the region wrapped ``Layer.__call__``): its
+    paths count from the sublayers it calls, not from the model (``blocks.0.ffn`` is seen
+    as ``ffn``), so a rule naming a path from the model misses. Said once (docs/dygraph.md:
+    open such a region around the model's call)."""
+    import sys
+    from paddle.nn import Layer
+    f = sys._getframe(2)
+    for _ in range(64):
+        if f is None:
+            return
+        if f.f_code.co_name == "forward" and isinstance(f.f_locals.get("self"), Layer):
+            _inside_forward_warned.append(True)
+            log.warning("paddle_amp.dygraph: a region with layer rules opened inside %s.forward:"
+                        " its layer paths count from the layers called inside it, not from "
+                        "the model; open the region around the model's call for the rules' "
+                        "paths to match (docs/dygraph.md)", type(f.f_locals["self"]).__name__)
+            return
+        f = f.f_back
 
 
 _master_grads: list = []  # O2 parameters decorated with master_grad=True
