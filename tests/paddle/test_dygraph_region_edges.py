@@ -254,3 +254,27 @@ def test_a_region_with_layer_rules_opened_inside_a_forward_says_its_paths_differ
         m(paddle.ones([2, 8]))
     said = [r for r in caplog.records if "inside Model.forward" in r.getMessage()]
     assert len(said) == 1
+
+
+def _pir() -> bool:
+    return bool(paddle.framework.use_pir_api()) if hasattr(paddle.framework, "use_pir_api") \
+        else False
+
+
+def test_cast_report_of_a_sot_model_reports_its_ops_once_each_time():
+    """A ``to_static(full_graph=False)`` model (SOT) reports what eager mode decides, each
+    op once, on every report (SOT's own cache is not keyed by the region)."""
+    if PADDLE3 and not _pir():
+        pytest.skip("Paddle 3's SOT translator runs only in PIR (FLAGS_enable_pir_api=1)")
+    paddle.seed(0)
+
+    def net():
+        return paddle.nn.Sequential(paddle.nn.Linear(8, 8), paddle.nn.ReLU(),
+                                    paddle.nn.Linear(8, 4))
+
+    x = paddle.ones([4, 8])
+    want = [d.precision for d in amp.cast_report(net(), x, dtype="bfloat16").decisions]
+    sot = paddle.jit.to_static(net(), full_graph=False)
+    for _ in range(2):
+        assert [d.precision for d in amp.cast_report(sot, x, dtype="bfloat16").decisions] \
+            == want
