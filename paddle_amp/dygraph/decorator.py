@@ -40,19 +40,21 @@ def _as_list(value: Any, kind: type, what: str) -> list:
     return items
 
 
-def decorate(models: Any, optimizers: Any = None, level: Any = "O1", dtype: Any = "float16",
+def decorate(models: Any, optimizers: Any = None, level: Any = None, dtype: Any = None,
              master_weight: Any = None, save_dtype: Any = None, master_grad: Any = False,
              excluded_layers: Any = None, *, policy: Any = None, emulate: Any = False):
     """``paddle.amp.decorate`` (see the module docstring): returns ``models`` (and
-    ``optimizers`` when given) as the native does."""
+    ``optimizers`` when given) as the native does. ``level``/``dtype`` default to the
+    native's ``"O1"``/``"float16"``, or to ``policy``'s own when one is given; given
+    explicitly, they apply over the policy (as ``auto_cast``'s do)."""
     import paddle
     _as_list(models, paddle.nn.Layer, "models")
     if optimizers is not None:
         _as_list(optimizers, paddle.optimizer.Optimizer, "optimizers")
-    if level not in ("O1", "O2"):
+    if level is not None and level not in ("O1", "O2"):
         raise AmpConfigError(f"decorate: level must be 'O1' or 'O2' (O1: mixed precision by op "
                              f"lists; O2: low-precision parameters), got {level!r}")
-    if dtype not in DTYPES:
+    if dtype is not None and dtype not in DTYPES:
         raise AmpConfigError(f"decorate: dtype must be one of {', '.join(map(repr, DTYPES))}, "
                              f"got {dtype!r}")
     if master_weight is not None:
@@ -69,9 +71,12 @@ def decorate(models: Any, optimizers: Any = None, level: Any = "O1", dtype: Any 
                    (isinstance(x, type) and issubclass(x, paddle.nn.Layer)) for x in items):
             raise AmpConfigError(f"decorate: excluded_layers must be a Layer, a Layer type or a "
                                  f"list of them, got {excluded_layers!r}")
-    if policy is not None:
+    if policy is not None and level is None:
         resolved = resolve_policy(policy, device_type="cpu")
         level = resolved.level if resolved.level in ("O1", "O2") else "O1"
+    if policy is None and dtype is None:
+        dtype = "float16"  # the native's default
+    level = "O1" if level is None else level  # the native's default
     if level == "O1":
         return models if optimizers is None else (models, optimizers)
     model_list = _as_list(models, paddle.nn.Layer, "models")
@@ -88,8 +93,7 @@ def decorate(models: Any, optimizers: Any = None, level: Any = "O1", dtype: Any 
         if hasattr(opt, masters.KEY):
             raise AmpConfigError(f"decorate: {type(opt).__name__} is decorated at O2 already; "
                                  f"decorate it once")
-    resolved = policy_of(level="O2", dtype=None if policy is not None else dtype,
-                         policy=policy, emulate=emulate)
+    resolved = policy_of(level="O2", dtype=dtype, policy=policy, emulate=emulate)
     o2(model_list, opt_list, resolved, master_weight, save_dtype, master_grad,
        excluded_layers)
     return models if optimizers is None else (models, optimizers)

@@ -35,6 +35,8 @@ costs. A region works out at entry which wrapped ops run as they are on float32 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional
@@ -43,6 +45,8 @@ from amp_adapters import DeviceProfile, OpCall, OpDecision, Policy, ShapeClass, 
 from amp_adapters.services.fallback import FallbackNotices
 
 from . import kernels, layer_paths, legacy, speed
+
+log = logging.getLogger("paddle_amp.dygraph")
 
 
 @dataclass(eq=False)  # a region is itself: pop() finds it by identity
@@ -60,7 +64,8 @@ class Frame:
     ran: dict = field(default_factory=dict)
     decisions: dict = field(default_factory=dict)
     log: Optional[list] = None  # when a list: every call's decision, in call order (report)
-    fast: dict = field(default_factory=dict)  # (op, element sizes) -> plan: _planned
+    # (op, element sizes) -> (plan, its decision): _planned
+    fast: dict = field(default_factory=dict)
     on: bool = False  # policy.enabled, a plain field (to_static's SOT reads no property)
     layered: bool = False  # the policy has layer rules: ops are planned per Layer path
     # measured speed: decisions per shape class (``_by_shape``), from the device's costs
@@ -101,12 +106,14 @@ class Frame:
                 return BY_RANK
         d = self._decide(full, shape if shape is not None else _shape(ranks), instance)
         slot = _slot(full, instance)
-        self.ran[op] = self.decisions[slot] = d
         if all(t is None for t in d.input_dtypes):
             # no floating input: nothing to cast or round (plan_op still plans a lower op's
-            # emulation for it: rounding an integer result through float16 would be wrong)
+            # emulation for it: rounding an integer result through float16 would be wrong),
+            # and so recorded: the op runs as it is
+            self.ran[op] = self.decisions[slot] = _as_it_is(d)
             self.plans[slot] = None
             return None
+        self.ran[op] = self.decisions[slot] = d
         if (d.fell_back or d.emulated) and not _notices.noted(op, "CPU", d.low_dtype):
             route = kernels.missing_routes(d.low_dtype).get(op) if d.lacks_kernel else None
             _notices.note(op, "CPU", d, f"its oneDNN route fails in eager mode: {route}"
@@ -140,6 +147,16 @@ class Frame:
             _decided.clear()
         _decided[slot] = d
         return d
+
+
+def _as_it_is(d: OpDecision) -> OpDecision:
+    """``d`` (an op on inputs none of which is floating) as it runs: as it is, no cast, no
+    rounding, no low dtype (AMP never casts integers)."""
+    n = len(d.input_dtypes)
+    return dataclasses.replace(
+        d, run_dtype=None, casts=(None,) * n, emulated=False, fell_back=False,
+        low_dtype=None, multicast=False, round_inputs=(False,) * n, round_outputs=False,
+        refusal=None, reason="no floating input: it runs as it is (AMP never casts integers)")
 
 
 def _slot(full: tuple, instance: Optional[str]) -> tuple:
@@ -198,10 +215,12 @@ def current() -> Optional[Frame]:
 
 def state_key() -> Any:
     """What decides this thread's ops now, as a key: None outside a region that runs mixed
-    precision, else the innermost region's (policy, device truth). ``to_static`` keys its
-    programs by it (``jit``)."""
+    precision, else the innermost region's (policy, device truth, whether it is a report's
+    region). ``to_static`` keys its programs by it (``jit``): a report's region traces its
+    own program, so its decisions are logged (a program traced before logs nothing)."""
     frame = current()
-    return None if frame is None or not frame.on else (frame.policy, frame.device)
+    return None if frame is None or not frame.on else (
+        frame.policy, frame.device, frame.log is not None)
 
 
 @contextlib.contextmanager
@@ -240,7 +259,9 @@ def push(policy: Policy, log: Optional[list] = None,
     frame = Frame(policy, device, log=log)
     if _master_grads and policy.enabled and policy.level == "O2" and log is None:
         _hook_master_grads()
-    block = legacy.building_block() if policy.enabled else None
+    # every region in a legacy program records its place, an ``O0`` one too: its ops are
+    # claimed at exit, so the region around it leaves them float32 (``_close_in_program``)
+    block = legacy.building_block()
     if block is not None:
         frame.legacy = (block, len(block.ops), set())
     frame.quiet = quiet(frame)
@@ -255,10 +276,37 @@ def push(policy: Policy, log: Optional[list] = None,
         _owners[id(frame)] = _regions.frames
         _regions.frames.append(frame)
     if frame.layered:
+        if not _inside_forward_warned and layer_paths._calls.root is None:  # no Layer call known
+            _warn_if_inside_forward()
         layer_paths.enter()
     if policy.enabled and log is None:  # a cast report's region is no training's dtype
         _regions.last_dtype = policy.dtype
     return frame
+
+
+_inside_forward_warned: list = []  # (truthy once warned)
+
+
+def _warn_if_inside_forward() -> None:
+    """A region with layer rules opened inside a Layer's ``forward`` (no Layer path known
+    here: the Layer running was called before the region wrapped ``Layer.__call__``): its
+    paths count from the sublayers it calls, not from the model (``blocks.0.ffn`` is seen
+    as ``ffn``), so a rule naming a path from the model misses. Said once (docs/dygraph.md:
+    open such a region around the model's call)."""
+    import sys
+    from paddle.nn import Layer
+    f = sys._getframe(2)
+    for _ in range(64):
+        if f is None:
+            return
+        if f.f_code.co_name == "forward" and isinstance(f.f_locals.get("self"), Layer):
+            _inside_forward_warned.append(True)
+            log.warning("paddle_amp.dygraph: a region with layer rules opened inside %s.forward:"
+                        " its layer paths count from the layers called inside it, not from "
+                        "the model; open the region around the model's call for the rules' "
+                        "paths to match (docs/dygraph.md)", type(f.f_locals["self"]).__name__)
+            return
+        f = f.f_back
 
 
 _master_grads: list = []  # O2 parameters decorated with master_grad=True
@@ -284,8 +332,16 @@ def pop(frame: Frame) -> None:
     threads, removes the wrappers. Closing a closed region does nothing. A region in a
     legacy program being built writes the ops appended in it (``legacy.rewrite``)."""
     frames = _owners.get(id(frame))
-    if frame.legacy is not None and frames is not None and frame in frames:  # (by identity)
-        _close_in_program(frame, frames)
+    try:
+        if frame.legacy is not None and frames is not None and frame in frames:  # (identity)
+            _close_in_program(frame, frames)
+    finally:  # a failed write still closes the region: nothing stays wrapped for good
+        _remove(frame, frames)
+
+
+def _remove(frame: Frame, frames: Optional[list]) -> None:
+    """Take ``frame`` off its thread's stack (``pop``); the last region out, of all threads,
+    uninstalls the wrappers."""
     with _lock:
         if frames is None or frame not in frames:
             return  # closed already
@@ -294,12 +350,14 @@ def pop(frame: Frame) -> None:
             frames.pop()
         else:
             frames[:] = [f for f in frames if f is not frame]
-        if frame.layered:
-            layer_paths.leave()
-        if frame.counted:
-            _open[0] -= 1
-            if not _open[0]:
-                _uninstall()
+        try:
+            if frame.layered:
+                layer_paths.leave()
+        finally:
+            if frame.counted:
+                _open[0] -= 1
+                if not _open[0]:
+                    _uninstall()
 
 
 _PROGRAM_OPS = ("matmul_v2", "conv2d")  # what the wrappers plan (``_WRAPPERS``)
@@ -337,11 +395,13 @@ _quiet: dict = {}  # (id(policy), id(device), warnings) -> (policy, device, quie
 
 
 def _close_in_program(frame: Frame, frames: list) -> None:
-    """Write the legacy-program ops ``frame`` saw appended; the enclosing region in the same
-    block leaves them as written."""
+    """Write the legacy-program ops ``frame`` saw appended (a region with mixed precision
+    off leaves them float32); the enclosing region in the same block leaves them as
+    written."""
     block, start, done = frame.legacy
     frame.legacy = None
-    legacy.rewrite(frame, block, start, done)
+    if frame.on:  # an O0 region writes nothing, but its ops are its own (claimed below)
+        legacy.rewrite(frame, block, start, done)
     outer = [f for f in frames if f is not frame and f.legacy is not None and
              f.legacy[0] is block]
     if outer:
@@ -427,16 +487,21 @@ def _planned(frame: Optional[Frame], op: str, x, y) -> Any:
     sizes = (op, x.element_size(), y.element_size())
     fast = frame.fast
     if sizes in fast:
-        d = fast[sizes]
+        d, decision = fast[sizes]  # (the plan, the decision it came from: ``ran``)
         if d is BY_RANK:
             return _by_rank(frame, (op, x.dtype, y.dtype), x, y)
         if d is None or d.input_dtypes == (_name(x.dtype), _name(y.dtype)):
+            frame.ran[op] = decision
             return d
     key = (op, x.dtype, y.dtype)
     d = frame.plans[key] if key in frame.plans else frame.plan(key)
+    decision = None if d is BY_RANK else frame.decisions[key]
     if sizes[1] in (4, 8) and sizes[2] in (4, 8) and _name(key[1]) and _name(key[2]):
-        fast[sizes] = d
-    return _by_rank(frame, key, x, y) if d is BY_RANK else d
+        fast[sizes] = (d, decision)
+    if d is BY_RANK:
+        return _by_rank(frame, key, x, y)
+    frame.ran[op] = decision
+    return d
 
 
 def _noted(frame: Frame, key: tuple, x, y) -> Any:
@@ -451,8 +516,9 @@ def _noted(frame: Frame, key: tuple, x, y) -> Any:
         slot = _slot(full, instance)
         d = frame.plans[slot] if slot in frame.plans else \
             frame.plan(key, full[-2:], instance)
+    frame.ran[key[0]] = decision = frame.decisions[_slot(full, instance)]
     if frame.log is not None:
-        frame.log.append(frame.decisions[_slot(full, instance)])
+        frame.log.append(decision)
     return d
 
 
@@ -465,15 +531,18 @@ def _by_shape(frame: Frame, key: tuple, x, y) -> Any:
     shape = ShapeClass.of([x.shape, y.shape], _result_rank(len(x.shape), len(y.shape)))
     slot = _slot(key + (shape,), instance)
     d = frame.plans[slot] if slot in frame.plans else frame.plan(key, None, instance, shape)
+    frame.ran[key[0]] = decision = frame.decisions[slot]
     if frame.log is not None:
-        frame.log.append(frame.decisions[slot])
+        frame.log.append(decision)
     return d
 
 
 def _by_rank(frame: Frame, key: tuple, x, y) -> Any:
     """The plan of ``key`` for inputs of ``x``'s and ``y``'s ranks (``Frame.plan``)."""
     full = key + (x.ndim, y.ndim)
-    return frame.plans[full] if full in frame.plans else frame.plan(key, full[-2:])
+    d = frame.plans[full] if full in frame.plans else frame.plan(key, full[-2:])
+    frame.ran[key[0]] = frame.decisions[full]
+    return d
 
 
 # The wrappers' fast path, first in each: in a region whose float32 call of the op runs as
@@ -482,28 +551,34 @@ def _by_rank(frame: Frame, key: tuple, x, y) -> Any:
 # it is) is recorded and handed on: no planning, no dtype read (about 1 us each), no key.
 # Anything else takes the planned path (``_planned``).
 
-def _matmul(x, y, transpose_x=False, transpose_y=False, *rest):
-    # (no **kw: Paddle calls its _C_ops positionally, and an empty dict per call costs)
+def _matmul(x=_MISSING, y=_MISSING, transpose_x=False, transpose_y=False, *rest, **kw):
+    if kw or rest:  # Paddle 3's forms with name=, input=/other=, out=: mapped, as below
+        return _matmul_kw(x, y, transpose_x, transpose_y, rest, kw)
     frames = _regions.frames
     if frames:
         frame = frames[-1]
         d = frame.gemm
         if d is not None and isinstance(x, _EAGER) and isinstance(y, _EAGER) and \
-                x.element_size() + y.element_size() == 8 and not rest:
+                x.element_size() + y.element_size() == 8:
             frame.ran["matmul_v2"] = d
             return _originals["matmul"](x, y, transpose_x, transpose_y)
     orig = _originals["matmul"]
     d = _planned(current(), "matmul_v2", x, y)
-    if d is None or d is _MISSING or rest:
-        return orig(x, y, transpose_x, transpose_y, *rest)
+    if d is None or d is _MISSING:
+        return orig(x, y, transpose_x, transpose_y)
     plain = lambda a, b: orig(a, b, transpose_x, transpose_y)  # noqa: E731
     return _run(d, (x, y), plain, plain if _in_program(x) else
                 lambda a, b: kernels.matmul_v2(a, b, transpose_x, transpose_y))
 
 
-def _linear(x, weight, bias=None, *rest):
+def _linear(x=_MISSING, weight=_MISSING, bias=None, *rest, **kw):
     """``F.linear`` in eager mode: its GEMM decided as ``matmul_v2``, its bias add as the
     native's ``add`` (promotion: float32 with a float32 bias)."""
+    if kw:
+        x, weight, bias = _keywords("linear", (x, weight, bias), (
+            ("x", "input"), ("weight",), ("bias",)), (_MISSING, _MISSING, None), kw)
+        if kw:
+            raise TypeError(f"linear() got unexpected keyword arguments {sorted(kw)}")
     frames = _regions.frames
     if frames:
         frame = frames[-1]
@@ -544,6 +619,70 @@ def _conv2d(x, weight, *args, **kw):
                 lambda a, b: kernels.conv2d(a, b, *args, **kw))
 
 
+def _keywords(op: str, given: tuple, names: tuple, defaults: tuple, kw: dict) -> tuple:
+    """``given`` (the positional parameters, ``_MISSING`` or their default where not passed)
+    with the keywords of ``kw`` mapped onto them as Paddle's signature does (each parameter
+    by its name or alias, ``names``); ``name=`` dropped (a label only in eager mode); the
+    keywords left stay in ``kw``. A parameter passed twice, or a required one missing, is
+    the TypeError Python gives."""
+    kw.pop("name", None)
+    out = list(given)
+    for i, aliases in enumerate(names):
+        for alias in aliases:
+            if alias in kw:
+                if out[i] is not defaults[i]:
+                    raise TypeError(f"{op}() got multiple values for argument {aliases[0]!r}")
+                out[i] = kw.pop(alias)
+        if out[i] is _MISSING:
+            raise TypeError(f"{op}() missing required argument {aliases[0]!r}")
+    return tuple(out)
+
+
+def _matmul_kw(x, y, transpose_x, transpose_y, rest: tuple, kw: dict):
+    """``_C_ops.matmul`` called with keywords (Paddle 3.3.1's ``paddle.matmul(x, y,
+    transpose_x=False, transpose_y=False, name=None, *, out=None)``, ``input``/``other`` the
+    aliases of ``x``/``y``): the call planned as its positional form; ``out=`` receives the
+    result as Paddle's does."""
+    kw = dict(kw)
+    if rest:  # a positional name (Paddle's 5th parameter)
+        kw.setdefault("name", rest[0])
+        rest = rest[1:]
+    if rest:
+        raise TypeError(f"matmul() takes at most 5 positional arguments, got {5 + len(rest)}")
+    x, y, transpose_x, transpose_y = _keywords(
+        "matmul", (x, y, transpose_x, transpose_y),
+        (("x", "input"), ("y", "other"), ("transpose_x",), ("transpose_y",)),
+        (_MISSING, _MISSING, False, False), kw)
+    out = kw.pop("out", None)
+    if kw:
+        raise TypeError(f"matmul() got unexpected keyword arguments {sorted(kw)}")
+    result = _matmul(x, y, transpose_x, transpose_y)
+    if out is None:
+        return result
+    import paddle
+    paddle.assign(result, output=out)
+    return out
+
+
+def _tensor_matmul(self, other):
+    """``Tensor.__matmul__`` (``x @ w``) while the wrappers are installed: decided as
+    ``paddle.matmul`` (Paddle's native AMP and a program lower it alike)."""
+    if isinstance(other, _EAGER):
+        return _matmul(self, other)
+    return _originals["__matmul__"](self, other)
+
+
+def _tensor_rmatmul(self, other):
+    """``Tensor.__rmatmul__`` (``other @ self``), as ``_tensor_matmul``."""
+    if isinstance(other, _EAGER):
+        return _matmul(other, self)
+    return _originals["__rmatmul__"](self, other)
+
+
+# the eager Tensor's operators routed through the matmul wrapper while it is installed
+_OPERATORS = {"__matmul__": _tensor_matmul, "__rmatmul__": _tensor_rmatmul}
+
+
 _WRAPPERS = {"matmul": _matmul, "linear": _linear, "conv2d": _conv2d}
 # the program ops the wrappers plan: the only readers an O2 parameter stored low may have
 PLANNED_OPS = frozenset({"matmul_v2", "conv2d"})
@@ -581,16 +720,43 @@ def _install() -> None:
         except ImportError:  # a Paddle without SOT
             pass
     for name, wrapper in _WRAPPERS.items():
-        current = getattr(_C_ops, name)
-        if current is not wrapper:  # what is there now: Paddle's, or another tool's patch
-            _originals[name] = current
-        setattr(_C_ops, name, wrapper)
+        _wrap(_C_ops, name, wrapper)
     _originals.setdefault("add", getattr(_C_ops, "add"))
+    for name, wrapper in _OPERATORS.items():
+        if getattr(_EAGER, name, None) is not None:  # (Paddle 2.6.2 has no __rmatmul__)
+            _wrap(_EAGER, name, wrapper)
+
+
+def _wrap(owner: Any, name: str, wrapper: Callable) -> None:
+    """Put ``wrapper`` in ``owner.name``, calling what is there now (Paddle's op, or a patch
+    another tool made outside a region), unless what is there is a patch made over our
+    wrapper while a region was open (``_over_ours``): that one calls ours already, so it
+    stays, and is never taken for Paddle's op (the two would call each other for good)."""
+    current = getattr(owner, name)
+    if current is wrapper or any(current is p for p in _over_ours.get(name, ())):
+        return
+    _originals[name] = current
+    setattr(owner, name, wrapper)
+
+
+def _unwrap(owner: Any, name: str, wrapper: Callable) -> None:
+    """Put back what ``_wrap`` found, if ``wrapper`` is still there; a patch another tool made
+    over it since stays, remembered as one that calls ours (``_wrap``)."""
+    current = getattr(owner, name, None)
+    if current is wrapper:
+        if name in _originals:
+            setattr(owner, name, _originals[name])
+    elif current is not None and current is not _originals.get(name):
+        _over_ours.setdefault(name, []).append(current)
+
+
+_over_ours: dict = {}  # name -> patches found over our wrapper at uninstall (they call it)
 
 
 def _uninstall() -> None:
     _C_ops = _C_OPS[0]
     for name, wrapper in _WRAPPERS.items():
         # only our own wrapper goes: a patch another tool made since stays
-        if name in _originals and getattr(_C_ops, name) is wrapper:
-            setattr(_C_ops, name, _originals[name])
+        _unwrap(_C_ops, name, wrapper)
+    for name, wrapper in _OPERATORS.items():
+        _unwrap(_EAGER, name, wrapper)

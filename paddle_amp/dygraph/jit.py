@@ -16,7 +16,11 @@ static_fn(x)``) is written as that region plans it, once traced (``ConcreteProgr
 .from_func_spec``), as a PIR program gets it while traced: the ops a region opened inside
 the function wrote stand.
 
-``install()`` patches Paddle's ``CacheKey``, ``ConcreteProgram.from_func_spec`` and the AST
+A report's region (``cast_report``) keys a program of its own and logs the decisions built
+into it (a cached one's are logged again: ``_replay_reports``).
+
+``install()`` patches Paddle's ``CacheKey``, ``ConcreteProgram.from_func_spec``,
+``ProgramCache.__getitem__`` and the AST
 translator's ``convert_auto_cast``, once per process (at ``paddle_amp.dygraph``'s import: a
 key made before would not carry the state).
 """
@@ -71,7 +75,37 @@ def install() -> None:
         return concrete
 
     ConcreteProgram.from_func_spec = staticmethod(from_func_spec)
+    _replay_reports()
     _keep_ours_when_paddle_amp_is_ours()
+
+
+def _replay_reports() -> None:
+    """A report's region (``cast_report``, the doctor) traces its own program (its key says
+    so: ``dispatch.state_key``), and logs the decisions as they are built in; a second
+    report of the same program finds it cached, built already: the decisions its trace
+    logged are kept with the cache and logged again."""
+    try:
+        from paddle.jit.dy2static.program_translator import ProgramCache
+    except ImportError:
+        return
+    get = ProgramCache.__getitem__
+
+    @functools.wraps(get)
+    def __getitem__(self, item):
+        frame = dispatch.current()
+        if frame is None or frame.log is None or not frame.on:
+            return get(self, item)
+        logs = self.__dict__.setdefault("_paddle_amp_reports", {})
+        key, start = hash(item), len(frame.log)
+        cached = key in self._caches
+        out = get(self, item)
+        if cached and key in logs:
+            frame.log.extend(logs[key])
+        elif not cached:
+            logs[key] = tuple(frame.log[start:])
+        return out
+
+    ProgramCache.__getitem__ = __getitem__
 
 
 def _keep_ours_when_paddle_amp_is_ours() -> None:

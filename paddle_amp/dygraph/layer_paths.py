@@ -29,9 +29,10 @@ class _Calls(threading.local):
 
 
 _calls = _Calls()
-_trees: "weakref.WeakKeyDictionary[Any, tuple[int, dict[int, str]]]" = \
+_trees: "weakref.WeakKeyDictionary[Any, tuple[tuple, dict[int, str]]]" = \
     weakref.WeakKeyDictionary()
 _native: list = []  # Layer.__call__ as it was when the wrapper went in
+_over_ours: list = []  # patches of Layer.__call__ found over ours at leave() (they call it)
 _open = [0]  # regions with layer rules open, in all threads
 _lock = threading.Lock()
 
@@ -44,11 +45,12 @@ def current() -> Optional[str]:
 
 
 def _tree(root: Any) -> dict[int, str]:
-    """{id(layer): path} under ``root``, kept until its layers change (a layer added)."""
-    count = sum(1 for _ in root.sublayers())
+    """{id(layer): path} under ``root``, kept until its layers change (a layer added, or
+    one replaced by another: keyed on the sublayers' ids, not their count)."""
+    ids = tuple(id(layer) for layer in root.sublayers())
     kept = _trees.get(root)
-    if kept is None or kept[0] != count:
-        kept = (count, layer_paths(root, lambda layer: layer.named_children()))
+    if kept is None or kept[0] != ids:
+        kept = (ids, layer_paths(root, lambda layer: layer.named_children()))
         _trees[root] = kept
     return kept[1]
 
@@ -76,9 +78,9 @@ def enter() -> None:
     with _lock:
         if not _open[0]:
             current_call = paddle.nn.Layer.__call__
-            if current_call is not _call:
-                _native[:] = [current_call]
-            paddle.nn.Layer.__call__ = _call
+            if current_call is not _call and current_call not in _over_ours:
+                _native[:] = [current_call]  # (a patch made over ours calls ours: it stays)
+                paddle.nn.Layer.__call__ = _call
         _open[0] += 1
 
 
@@ -90,6 +92,8 @@ def leave() -> None:
         _open[0] -= 1
         if not _open[0] and paddle.nn.Layer.__call__ is _call:
             paddle.nn.Layer.__call__ = _native[0]
+        elif not _open[0] and paddle.nn.Layer.__call__ is not _native[0]:
+            _over_ours.append(paddle.nn.Layer.__call__)  # made over ours: never our native
 
 
 class detached:

@@ -51,7 +51,8 @@ def _no() -> bool:
 
 def rewrite(frame, block, start: int, done: set) -> None:
     """Write the ops ``block`` gained from ``start`` on as ``frame`` plans them (eager mode's
-    route); ``done``: ids of ops an inner region wrote already (its plan stands)."""
+    route); ``done``: ids of ops an inner region wrote already (its plan stands). A report's
+    region (``frame.log``) logs each decision, in program order."""
     from . import kernels
     from ..env import DTYPE_OF
     from ..ir.legacy.program import LegacyProgram
@@ -69,7 +70,10 @@ def rewrite(frame, block, start: int, done: set) -> None:
         names = [op.input(slot)[0] for slot in OPS[op.type]]
         vars_ = [block._var_recursive(n) for n in names]
         key = (op.type,) + tuple(DTYPE_OF.get(v.dtype) for v in vars_)
-        d = frame.plan_ranked(key, lambda: tuple(len(v.shape) for v in vars_))
+        ranks = lambda: tuple(len(v.shape) for v in vars_)  # noqa: E731
+        d = frame.plan_ranked(key, ranks)
+        if frame.log is not None:  # a report's region (cast_report, the doctor): in op order
+            frame.log.append(frame.decisions.get(key) or frame.decisions[key + ranks()])
         if d is not None:
             ir.cursor = Cursor(op, i, role(op))
             _write(ir, op, names, d)

@@ -2,7 +2,7 @@
 cast that stores them.
 
 The decision is the core's ``plan_params`` (as for a program and a Gluon block): this file
-only lists each parameter's readers (``ParamUse``) by the layer that owns it, and applies
+only lists each parameter's readers (``ParamUse``) by every layer that holds it, and applies
 the answer. A dygraph model has no program to read its readers from, so they come from the
 layer's type (``READERS``: a ``Linear``'s weight is read by ``matmul_v2``, a norm's scale by
 its norm op in the ``Scale`` slot, ...). A reader that this runtime does not route
@@ -65,14 +65,16 @@ def _excluded(models: list, excluded_layers: Any) -> set[int]:
     return out
 
 
-def owned(models: list) -> Iterable[tuple[Any, str, Any]]:
-    """(layer, attribute, parameter) for each parameter of ``models``, once, by its owner."""
+def holders(models: list) -> Iterable[tuple[Any, str, Any]]:
+    """(layer, attribute, parameter) for every layer of ``models`` (each once) and every
+    parameter it holds: a parameter tied between layers (a head sharing an embedding's
+    weight) comes once per holder, so its plan sees every reader."""
     seen: set[int] = set()
     for model in models:
         for layer in model.sublayers(include_self=True):
-            for attr, p in layer.named_parameters(include_sublayers=False):
-                if id(p) not in seen:
-                    seen.add(id(p))
+            if id(layer) not in seen:
+                seen.add(id(layer))
+                for attr, p in layer.named_parameters(include_sublayers=False):
                     yield layer, attr, p
 
 
@@ -80,21 +82,23 @@ def plan(models: list, policy: Any, excluded_layers: Any = None) -> tuple[ParamP
     """The core's plan for every parameter of ``models`` under ``policy`` on this CPU, and
     {parameter name: the parameter}."""
     table, excluded = _readers(), _excluded(models, excluded_layers)
-    uses: dict[str, tuple[ParamUse, ...]] = {}
+    found: dict[str, list[ParamUse]] = {}
     unknown: dict[str, str] = {}
     params = {}
-    for layer, attr, p in owned(models):
+    for layer, attr, p in holders(models):  # every holder: a tied weight has all its readers
         params[p.name] = p
+        found.setdefault(p.name, [])
         reader = next((v.get(attr) for t, v in table.items() if type(layer) is t), None)
         if reader is None:
-            unknown[p.name] = type(layer).__name__
-            uses[p.name] = ()
+            unknown.setdefault(p.name, type(layer).__name__)
             continue
         op, slot = reader
         force = EXCLUDED if id(layer) in excluded else (
             None if op in dispatch.PLANNED_OPS else NOT_ROUTED)
-        uses[p.name] = (ParamUse(op, slot=slot, force_fp32=force,
-                                 instance=(type(layer).__name__,)),)
+        found[p.name].append(ParamUse(op, slot=slot, force_fp32=force,
+                                      instance=(type(layer).__name__,)))
+    # a parameter any holder of which reads it in a way not known here: no readers (float32)
+    uses = {name: () if name in unknown else tuple(u) for name, u in found.items()}
     device = kernels.device_profile(policy.dtype) if policy.enabled else None
     planned = plan_params(policy, "paddle", uses, device=device)
     reasons = dict(planned.reasons)

@@ -5,7 +5,8 @@ name, canonical name, input dtypes, run dtype, how it ran (kernel, emulated, fel
 and why. Built from decisions alone (no graph to count casts in)."""
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+from typing import Any, Iterator
 
 from amp_adapters import CastReport
 
@@ -28,8 +29,33 @@ def cast_report(layer: Any, *inputs: Any, policy: Any = None, training: bool = T
     log: list = []
     frame = dispatch.push(resolved, log=log, training=training)
     try:
-        with paddle.no_grad():
+        with paddle.no_grad(), _eager_if_sot(layer):
             layer(*inputs)
     finally:
         dispatch.pop(frame)
     return CastReport("paddle", tuple(log))
+
+
+@contextlib.contextmanager
+def _eager_if_sot(layer: Any) -> Iterator[None]:
+    """A ``to_static`` model on SOT (``full_graph=False``) runs in eager mode for the report:
+    SOT caches its programs by its own guards, not by the region (``jit``), so a second
+    report of it saw no op; eager mode's decisions are the ones its program is built with.
+    A ``full_graph=True`` model reports its program's ops (``jit``)."""
+    try:
+        from paddle.jit.dy2static.program_translator import (ProgramTranslator,
+                                                             SymbolicStaticFunction)
+    except ImportError:  # a Paddle without SOT
+        yield
+        return
+    if not (isinstance(layer, SymbolicStaticFunction) or
+            isinstance(getattr(layer, "forward", None), SymbolicStaticFunction)):
+        yield
+        return
+    translator = ProgramTranslator.get_instance()
+    before = translator.enable_to_static
+    translator.enable(False)
+    try:
+        yield
+    finally:
+        translator.enable(before)
