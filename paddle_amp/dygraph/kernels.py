@@ -213,3 +213,11 @@ def device_profile(dtype: str, training: bool = True) -> DeviceProfile:
     return DeviceProfile(kernels=kernels, onednn=kernels, training=True,
                          slow_broadcast_grads=slow_broadcast_grads(dtype),
                          name=f"this CPU in eager mode ({bf16_class(machine())} bf16 class)")
+
+
+def forget() -> None:
+    """Read the device truth again at the next question (every answer above is cached for
+    the process): after the CPU class changes under it (``AMP_ADAPTERS_CPU`` set by a test).
+    The probes of what runs are not forgotten: they ran on this CPU."""
+    for cached in (missing_routes, lowp_kernels, slow_broadcast_grads, device_profile):
+        cached.cache_clear()

@@ -126,8 +126,7 @@ def test_without_a_bf16_kernel_auto_lowers_nothing_and_times_nothing(monkeypatch
     """The CPU class without oneDNN bf16 (here ``AMP_ADAPTERS_CPU=avx2`` for the device
     layer): every GEMM float32 for lack of a kernel, nothing timed, nothing written."""
     monkeypatch.setenv("AMP_ADAPTERS_CPU", "avx2")
-    for cached in (kernels.lowp_kernels, kernels.slow_broadcast_grads, kernels.device_profile):
-        cached.cache_clear()  # the device truth read again, as this class
+    kernels.forget()  # the device truth read again, as this class
     monkeypatch.setattr(speed_source, "measure", lambda source: lambda *a: pytest.fail(
         f"timed {a} on a CPU class without a bf16 kernel"))
     try:
@@ -141,9 +140,7 @@ def test_without_a_bf16_kernel_auto_lowers_nothing_and_times_nothing(monkeypatch
         assert not cache_dir().exists() or not list(cache_dir().glob("profile-*.json"))
     finally:
         monkeypatch.undo()
-        for cached in (kernels.lowp_kernels, kernels.slow_broadcast_grads,
-                       kernels.device_profile):
-            cached.cache_clear()
+        kernels.forget()
 
 
 def test_the_dygraph_source_satisfies_the_declared_protocol():

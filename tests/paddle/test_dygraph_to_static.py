@@ -213,3 +213,33 @@ def test_each_op_of_a_program_is_decided_by_its_innermost_region_as_in_eager_mod
         out = static(x).numpy()
     assert _bf16_exact(out) and not np.array_equal(eager, plain)
     np.testing.assert_allclose(out, eager, rtol=1e-6, atol=1e-6)
+
+
+LEAK = r"""
+import paddle
+from paddle_amp import dygraph as amp
+class Net(paddle.nn.Layer):
+    def __init__(self):
+        super().__init__()
+        self.fc = paddle.nn.Linear(16, 4)
+    def forward(self, x):
+        with amp.auto_cast(dtype="bfloat16"):
+            return self.fc(x)
+paddle.jit.to_static(Net(), full_graph=True)(paddle.ones([8, 16]))
+paddle.enable_static()
+print(paddle.in_dynamic_mode())
+"""
+
+
+def test_a_region_first_opened_in_a_trace_leaves_paddles_mode_switch_working(tmp_path):
+    """The device probes of a region first opened while ``to_static`` traces (a fresh
+    process: probes run once per process) switch to static mode for their block only: a
+    process-wide switch from inside the trace's guards left dynamic mode on for good."""
+    import subprocess
+    import sys
+    script = tmp_path / "trace_first.py"  # (a file: to_static reads the forward's source)
+    script.write_text(LEAK)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "GLOG_minloglevel": "3"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "False"

@@ -62,18 +62,17 @@ def _cast(block, src, dst, onednn: bool = True) -> None:
 
 @contextlib.contextmanager
 def static_mode():
-    """Static mode in the legacy IR (``OldIrGuard``; Paddle 2.6 has no other), restored after,
-    with its own unique names (a probe never shifts the user's)."""
-    dynamic = paddle.in_dynamic_mode()
-    paddle.enable_static()
+    """Static mode in the legacy IR (``OldIrGuard``; Paddle 2.6 has no other) for the block,
+    with its own unique names (a probe never shifts the user's). Scoped: the tracer is set
+    aside for the block (``_dygraph_guard(None)``), not switched off process-wide as
+    ``paddle.enable_static()`` does, which, from a probe run inside another guard (a region
+    first opened while ``to_static`` traces), left dynamic mode on for good: a later
+    ``paddle.enable_static()`` no longer turned it off."""
+    from paddle.base import framework
     guard: Callable = getattr(getattr(paddle, "pir_utils", None), "OldIrGuard",
                               contextlib.nullcontext)
-    try:
-        with guard(), unique_name.guard():
-            yield
-    finally:
-        if dynamic:
-            paddle.disable_static()
+    with framework._dygraph_guard(None), guard(), unique_name.guard():
+        yield
 
 
 class LegacyProbe:

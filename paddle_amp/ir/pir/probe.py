@@ -56,15 +56,12 @@ _TIMED = ("matmul_v2", "matmul", "conv2d")
 
 @contextlib.contextmanager
 def static_mode():
-    """Static mode in PIR (``IrGuard``), restored after, with its own unique names."""
-    dynamic = paddle.in_dynamic_mode()
-    paddle.enable_static()
-    try:
-        with paddle.pir_utils.IrGuard(), unique_name.guard():
-            yield
-    finally:
-        if dynamic:
-            paddle.disable_static()
+    """Static mode in PIR (``IrGuard``) for the block, with its own unique names; scoped
+    (``_dygraph_guard(None)``), not ``paddle.enable_static()``'s process-wide switch (see the
+    legacy IR's ``static_mode``)."""
+    from paddle.base import framework
+    with framework._dygraph_guard(None), paddle.pir_utils.IrGuard(), unique_name.guard():
+        yield
 
 
 class PirProbe:
