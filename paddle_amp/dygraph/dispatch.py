@@ -11,6 +11,8 @@ goes through (``paddle.matmul``, ``Tensor.matmul``, ``paddle.nn.functional.linea
   alike; its low route is the op itself on bf16 values (the PIR executor picks oneDNN's
   kernel), so the decisions are built into the program; a call on anything else (a
   legacy-IR program, SOT's simulation) passes through untouched;
+- a tensor is cast or rounded once per step however many ops read it (``stepcasts``: a
+  Linear applied N times casts its weight once);
 - otherwise the planner decides (``amp_adapters.plan_op`` with the active policy and the
   device truth ``kernels.profile``), once per (op, input dtypes) in a region; an op planned
   in the low dtype with a kernel here runs on its oneDNN route (``kernels.ROUTES``) and
@@ -35,7 +37,8 @@ from typing import Any, Callable, Optional
 from amp_adapters import OpDecision, Policy, plan_op
 from amp_adapters.device import DeviceProfile, ShapeClass
 
-from . import kernels
+from . import kernels, stepcasts
+from .stepcasts import cast_once
 
 log = logging.getLogger("paddle_amp.dygraph")
 
@@ -221,13 +224,17 @@ def _wants_grad(a, ours: bool):
 def _run(d: OpDecision, inputs: tuple, plain: Callable, low: Callable):
     """``inputs`` through the op as ``d`` says: its low route, emulated, or plain."""
     cast = kernels.rounding_cast()
+    low_dtype = d.low_dtype
+
+    def cast_to(x, c):  # once per tensor and step, however many ops read it (stepcasts)
+        return cast_once(x, ("cast", c), lambda t: cast(t, c))
     if d.emulated:
-        args = tuple(_round(x, d.low_dtype) if r else x
-                     for x, r in zip(inputs, d.round_inputs))
+        args = tuple(cast_once(x, ("round", low_dtype), lambda t: _round(t, low_dtype))
+                     if r else x for x, r in zip(inputs, d.round_inputs))
         out = plain(*args)
-        return _round(out, d.low_dtype) if d.round_outputs else out
+        return _round(out, low_dtype) if d.round_outputs else out
     if d.run_dtype is not None and d.run_dtype == d.low_dtype:
-        args = tuple(cast(x, c) if c else x for x, c in zip(inputs, d.casts))
+        args = tuple(cast_to(x, c) if c else x for x, c in zip(inputs, d.casts))
         if any(not a.stop_gradient for a in args):
             # oneDNN's bf16 matmul_v2_grad crashes (SIGSEGV) if one operand wants no
             # gradient: every operand then wants one (a copy of a caller's own tensor)
@@ -235,7 +242,7 @@ def _run(d: OpDecision, inputs: tuple, plain: Callable, low: Callable):
                          for a, c in zip(args, d.casts))
         return cast(low(*args), "float32")
     if d.needs_action:
-        inputs = tuple(cast(x, c) if c else x for x, c in zip(inputs, d.casts))
+        inputs = tuple(cast_to(x, c) if c else x for x, c in zip(inputs, d.casts))
     return plain(*inputs)
 
 
@@ -354,6 +361,7 @@ def _install() -> None:
             _originals[name] = current
         setattr(_C_ops, name, wrapper)
     _originals.setdefault("add", getattr(_C_ops, "add"))
+    stepcasts.install()
 
 
 def _uninstall() -> None:
@@ -362,3 +370,4 @@ def _uninstall() -> None:
         # only our own wrapper goes: a patch another tool made since stays
         if name in _originals and getattr(_C_ops, name) is wrapper:
             setattr(_C_ops, name, _originals[name])
+    stepcasts.uninstall()
