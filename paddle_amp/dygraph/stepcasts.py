@@ -14,7 +14,8 @@ activation read by three emulated projections is rounded into three float32 copi
   are recorded (its copy is then kept by the op's backward anyway: sharing it costs
   nothing), and it is known by a weak reference (the cache never keeps an activation alive,
   and a reused ``id`` is not taken for it);
-- a cast is kept per (tensor, what was done to it, gradients recorded or not).
+- a cast is kept per (tensor, what was done to it, gradients recorded or not, and for an
+  activation its in-place version: one written in place since is cast anew).
 
 Installed with the region's wrappers (``dispatch``), removed with them: outside
 ``auto_cast`` nothing is patched. Costs a thread-local check per Layer call and a dict
@@ -55,7 +56,8 @@ def cast_once(x: Any, how: tuple, make: Callable[[Any], Any]) -> Any:
     param = isinstance(x, paddle.base.framework.EagerParamBase) and not x.stop_gradient
     if not param and not grad:
         return make(x)
-    key = (id(x), how, grad)
+    # an activation written in place since (``relu_``) is a new value: its version is keyed
+    key = (id(x), how, grad) if param else (id(x), how, grad, x._inplace_version())
     hit = casts.get(key)
     if hit is not None:
         held = hit[0] if param else hit[0]()

@@ -140,3 +140,25 @@ def test_the_casts_of_a_step_are_released_before_the_next_begins(casts):
     with amp.auto_cast(policy="O1", emulate=True):
         net(x).mean().backward()
     assert len([c for c in casts if c[0] == tuple(net.dense.weight.shape)]) == 2
+
+
+def test_an_activation_written_in_place_between_its_readers_is_rounded_anew(casts):
+    paddle.seed(0)
+    a, b = paddle.nn.Linear(UNITS, UNITS), paddle.nn.Linear(UNITS, UNITS)
+
+    class InPlace(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = a, b
+
+        def forward(self, x):
+            h = self.a(x) * 1.0
+            first = self.b(h)
+            h.scale_(2.0)  # a new value in the same tensor
+            return first, self.b(h)
+
+    x = paddle.rand([BATCH, UNITS])
+    with amp.auto_cast(policy="O1", emulate=True):
+        first, second = InPlace()(x)
+    np.testing.assert_allclose((second - b.bias).numpy(), 2 * (first - b.bias).numpy(),
+                               rtol=1e-2, atol=1e-2)
