@@ -468,12 +468,17 @@ def _param_cast(x: Any, how: str, known: Optional[str], make: Callable[[Any], An
     """``make(x)``, shared by every use of ``x`` when it is a traced parameter (a variable
     with a declared dtype), so a weight used by several ops is cast once per graph. The
     cache belongs to the graph being traced (``traced_graph``); outside a Gluon trace
-    (symbols built by hand) it lives until ``reset()``. An array: once per imperative
-    forward when it is a parameter's (``stepcasts``)."""
+    (symbols built by hand) it lives until ``reset()``. In a traced graph a value's
+    rounding (emulation) is shared too, whatever the value. An array: once per imperative
+    forward when it is a parameter's (``stepcasts``; an NDArray has no version counter to
+    tell an activation written in place, so an activation is rounded per reader there)."""
     if not is_symbol(x):
         return stepcasts.cast_once(x, how, make)
-    if known is None:
+    rounding = how.endswith("->float32")
+    if known is None and not (rounding and _trace.casts is not None):
         return make(x)
+    # in a traced graph a value is immutable: its rounding (emulation) is shared by every
+    # op that reads it, activations too (one float32 copy per value, not one per reader)
     casts = _trace.casts if _trace.casts is not None else _param_casts
     key = (id(x), how)
     if key not in casts:
