@@ -371,6 +371,9 @@ def _targets(framework: str, model: str, results: dict) -> list[str]:
                                      ("O1-bf16", "fp32", 0.85, "O1-bf16 <= 0.85x fp32")):
         if (config == "O1-bf16" and not model.startswith("CNN")) or config not in results:
             continue  # not a target of this model, or not run for it
+        if ref not in results:
+            out.append(f"- {framework}, {model}: {what}: no {ref} in this runtime")
+            continue
         a, b = peak(config), peak(ref) if ref != "fp32" else fp32
         if a is None or b is None:
             failed = " and ".join(c for c in (config, ref) if peak(c) is None)

@@ -50,3 +50,10 @@ def test_an_o2_row_shows_its_planned_parameter_bytes_beside_the_peak():
                            "o2_low_params": 4, "params": 8})
     row = _row("Paddle 3.3.1 (PIR)", "MLP 4x512", 8192, "O2-bf16", o2, _got(100))
     assert row.endswith("| 0.90 | 0.90 | - | 90 / 90 | 6.0 / 4.0 (4 of 8 low) |")
+
+
+def test_a_runtime_without_a_native_says_so_rather_than_that_it_failed():
+    rows = {"fp32": _got(100), "ours": _got(95), "auto": _got(100)}  # PIR: no native AMP
+    assert _targets("Paddle 3.3.1 (PIR)", "MLP 4x512", rows)[0] == (
+        "- Paddle 3.3.1 (PIR), MLP 4x512: ours (drop-in) <= 1.05x native: no native in this "
+        "runtime")
