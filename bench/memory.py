@@ -5,18 +5,21 @@ AVX512_CORE.
 
 Models: the bench's families at sizes where activations outweigh parameters: an MLP (4
 layers of 512, batch 8192), a CNN (two 3x3 convolutions, 64 channels, 56x56, batch 32) and a
-Transformer block (d 256, sequence 128, batch 64), trained with momentum SGD; MXNet
-(Gluon, hybridized) and Paddle (static, legacy IR; PIR too when the bench runs on Paddle 3). MXNet also runs one
-Dense(2048) applied 8 times in an imperative (not hybridized) forward, batch 64: the reuse
-case where MXNet's AMP casts the weight again at each use (apache/mxnet#19019).
+Transformer block (d 256, sequence 128, batch 64), trained with momentum SGD; MXNet (Gluon,
+hybridized), Paddle static in the legacy IR and in PIR (run by Paddle 3's interpreter when
+the bench runs on Paddle 2: ``paddle3_python``) and Paddle dygraph (``paddle_amp.dygraph``).
+MXNet and dygraph also run one Dense/Linear(2048) applied 8 times in an imperative forward,
+batch 64: the reuse case where MXNet's AMP casts the weight again at each use
+(apache/mxnet#19019).
 
 Columns: the process's peak during the step (``VmHWM``), the step's transient (peak minus
 the resident size before the step) and the framework's own count of its tensor bytes
 (Paddle: the host allocator's peak; MXNet: the storage profiler's bytes allocated during
-the step), each over fp32's. Emulated fp16 stores float32 and rounds through float16: it
-is reported, not held to a target. Targets: ours (drop-in, the native's decisions) at most
-1.05x the native's peak; ``auto`` at most 1.05x fp32's; O1-bf16 on the CNN at most 0.85x
-fp32's where bf16 kernels run.
+the step), each over fp32's; for O2, the parameter bytes its plan stores (the low copies
+and their float32 masters, from the core's parameter plan) beside float32's. Emulated fp16
+stores float32 and rounds through float16: it is reported, not held to a target. Targets:
+ours (drop-in, the native's decisions) at most 1.05x the native's peak; ``auto`` at most
+1.05x fp32's; O1-bf16 on the CNN at most 0.85x fp32's where bf16 kernels run.
 """
 from __future__ import annotations
 
