@@ -5,18 +5,21 @@ AVX512_CORE.
 
 Models: the bench's families at sizes where activations outweigh parameters: an MLP (4
 layers of 512, batch 8192), a CNN (two 3x3 convolutions, 64 channels, 56x56, batch 32) and a
-Transformer block (d 256, sequence 128, batch 64), trained with momentum SGD; MXNet
-(Gluon, hybridized) and Paddle (static, legacy IR; PIR too when the bench runs on Paddle 3). MXNet also runs one
-Dense(2048) applied 8 times in an imperative (not hybridized) forward, batch 64: the reuse
-case where MXNet's AMP casts the weight again at each use (apache/mxnet#19019).
+Transformer block (d 256, sequence 128, batch 64), trained with momentum SGD; MXNet (Gluon,
+hybridized), Paddle static in the legacy IR and in PIR (run by Paddle 3's interpreter when
+the bench runs on Paddle 2: ``paddle3_python``) and Paddle dygraph (``paddle_amp.dygraph``).
+MXNet and dygraph also run one Dense/Linear(2048) applied 8 times in an imperative forward,
+batch 64: the reuse case where MXNet's AMP casts the weight again at each use
+(apache/mxnet#19019).
 
 Columns: the process's peak during the step (``VmHWM``), the step's transient (peak minus
 the resident size before the step) and the framework's own count of its tensor bytes
 (Paddle: the host allocator's peak; MXNet: the storage profiler's bytes allocated during
-the step), each over fp32's. Emulated fp16 stores float32 and rounds through float16: it
-is reported, not held to a target. Targets: ours (drop-in, the native's decisions) at most
-1.05x the native's peak; ``auto`` at most 1.05x fp32's; O1-bf16 on the CNN at most 0.85x
-fp32's where bf16 kernels run.
+the step), each over fp32's; for O2, the parameter bytes its plan stores (the low copies
+and their float32 masters, from the core's parameter plan) beside float32's. Emulated fp16
+stores float32 and rounds through float16: it is reported, not held to a target. Targets:
+ours (drop-in, the native's decisions) at most 1.05x the native's peak; ``auto`` at most
+1.05x fp32's; O1-bf16 on the CNN at most 0.85x fp32's where bf16 kernels run.
 """
 from __future__ import annotations
 
@@ -51,6 +54,22 @@ def _policy(config: str) -> tuple[str, bool]:
     if config.endswith("-fp16-emulated"):
         return config.split("-")[0], True
     return config, False
+
+
+def o2_param_bytes(plan, shapes: dict) -> dict:
+    """The parameter bytes an O2 ``plan`` (the core's ``ParamPlan``) stores, from the
+    parameters' ``shapes``: a low parameter its low copy (2 bytes an element) and its float32
+    master (4), a float32 one 4; beside what float32 stores (4 bytes an element)."""
+    size = {"float32": 4, "float16": 2, "bfloat16": 2}
+    planned = fp32 = 0
+    for name, dtype in plan.dtypes.items():
+        n = 1
+        for d in shapes[name]:
+            n *= int(d)
+        fp32 += 4 * n
+        planned += (size[dtype] + 4) * n if dtype != "float32" else 4 * n
+    return {"o2_param_bytes": planned, "fp32_param_bytes": fp32,
+            "o2_low_params": len(plan.low), "params": len(plan.dtypes)}
 
 
 # ---- MXNet -------------------------------------------------------------------------------
@@ -107,6 +126,11 @@ def mxnet_workload(model: str, batch: int, config: str) -> Workload:
             preset, emulate = _policy(config)
             amp.init(policy=preset, emulate=emulate)
     net, x = _mx_net(model, batch)
+    facts = {}
+    if config.startswith("O2"):  # O2 stores the parameters it plans low (cast_params)
+        net(x)  # parameters' shapes known (deferred initialization)
+        plan = amp.cast_params(net)
+        facts = o2_param_bytes(plan, {n: p.shape for n, p in net.collect_params().items()})
     trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 1e-3,
                                                          "momentum": 0.9})
     scaled = amp is not None and config != "native"
@@ -123,7 +147,7 @@ def mxnet_workload(model: str, batch: int, config: str) -> Workload:
             loss.backward()
         trainer.step(1)
         mx.nd.waitall()
-    return Workload(step, tensors=ProfilerBytes(), warmup=WARMUP)
+    return Workload(step, tensors=ProfilerBytes(), warmup=WARMUP, facts=facts)
 
 
 # ---- Paddle ------------------------------------------------------------------------------
@@ -185,21 +209,131 @@ def paddle_workload(pir: bool, model: str, batch: int, config: str) -> Workload:
     scope = paddle.static.Scope()
     with paddle.static.scope_guard(scope):
         exe.run(start)
+        facts = {}
         if o2:
             opt.amp_init(paddle.CPUPlace(), scope=scope)
+            plan = opt.param_plan()
+            facts = o2_param_bytes(plan, {n: scope.find_var(n).get_tensor().shape()
+                                          for n in plan.dtypes})
     feed = {name: np.random.rand(*shape).astype("float32")}
 
     def step():
         with paddle.static.scope_guard(scope):
             exe.run(main_prog, feed=feed, fetch_list=[loss])
+    return Workload(step, tensors=HostAllocatorBytes(), warmup=WARMUP, facts=facts)
+
+
+# ---- Paddle dygraph -----------------------------------------------------------------------
+
+DYGRAPH_CONFIGS = {
+    "fp32": "float32",
+    "native": "paddle.amp.auto_cast(dtype='bfloat16'): on a CPU it casts nothing (its eager "
+              "casts are for GPU, XPU and custom places)",
+    "ours": "ours, drop-in paddle_amp.dygraph.auto_cast(dtype='bfloat16') (paddle.amp's "
+            "lists, run on this CPU)",
+    "O1-bf16": "ours, paddle_amp.dygraph.auto_cast(policy='O1-bf16')",
+    "O1-fp16-emulated": "ours, O1 fp16 emulated (stores float32)",
+    "auto": "ours, auto",
+}
+
+
+def _dygraph_net(model: str):
+    """(layer, input shape) of ``model`` in eager mode (the static models' layers)."""
+    import paddle
+    from paddle import nn
+
+    relu = nn.functional.relu
+    if model == REUSE:
+        class Reused(nn.Layer):
+            def __init__(self):
+                super().__init__()
+                self.dense = nn.Linear(2048, 2048)
+
+            def forward(self, x):
+                for _ in range(8):
+                    x = relu(self.dense(x))
+                return x
+        return Reused(), [2048]
+    if model.startswith("MLP"):
+        return nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(512, 512),
+                                                            nn.ReLU())]), [512]
+    if model.startswith("CNN"):
+        return nn.Sequential(*[m for _ in range(2) for m in (nn.Conv2D(64, 64, 3, padding=1),
+                                                            nn.ReLU())]), [64, 56, 56]
+
+    class Block(nn.Layer):  # as _paddle_model's Transformer block, d 256
+        def __init__(self, d=256):
+            super().__init__()
+            self.d, self.qkv, self.proj = d, nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.up, self.down = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+
+        def forward(self, x):
+            q, k, v = paddle.split(self.qkv(x), 3, axis=-1)
+            att = nn.functional.softmax(
+                paddle.matmul(q, k, transpose_y=True) * self.d ** -0.5)
+            h = self.ln1(x + self.proj(paddle.matmul(att, v)))
+            return self.ln2(h + self.down(relu(self.up(h))))
+    return Block(), [128, 256]
+
+
+def dygraph_refusal(config: str) -> Optional[str]:
+    """Why ``paddle_amp.dygraph`` refuses ``config`` today (None: it runs it): ``auto`` is
+    being added to dygraph, so its row says so rather than failing."""
+    if config not in ("auto",):
+        return None
+    from paddle_amp.dygraph.config import policy_of
+    try:
+        policy_of(policy="auto")
+    except Exception as e:  # noqa: BLE001  (any refusal is the row's reason)
+        return f"skipped: policy='auto' is refused in dygraph today ({type(e).__name__})"
+    return None
+
+
+def dygraph_workload(model: str, batch: int, config: str) -> Workload:
+    """One Paddle dygraph training step of ``model`` under ``config`` (``DYGRAPH_CONFIGS``)."""
+    import contextlib
+
+    import paddle
+
+    from paddle_amp.memory import HostAllocatorBytes
+
+    paddle.disable_static()
+    net, shape = _dygraph_net(model)
+    opt = paddle.optimizer.Momentum(1e-3, 0.9, parameters=net.parameters())
+    x = paddle.rand([batch, *shape], "float32")
+    scaler = None
+    if config == "fp32":
+        region = contextlib.nullcontext
+    elif config == "native":
+        region = lambda: paddle.amp.auto_cast(dtype="bfloat16")  # noqa: E731
+    elif config == "ours":
+        from paddle_amp import dygraph as amp
+        region = lambda: amp.auto_cast(dtype="bfloat16")  # noqa: E731
+    else:
+        from paddle_amp import dygraph as amp
+        preset, emulate = _policy(config)
+        region = lambda: amp.auto_cast(policy=preset, emulate=emulate)  # noqa: E731
+        if emulate:
+            scaler = amp.GradScaler(init_loss_scaling=1024.0)
+
+    def step():
+        with region():
+            loss = net(x).astype("float32").mean()
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.minimize(opt, scaler.scale(loss))
+        opt.clear_grad()
     return Workload(step, tensors=HostAllocatorBytes(), warmup=WARMUP)
 
 
 # ---- the section -------------------------------------------------------------------------
 
-def _measure(factory, *args, env=None) -> "StepMemory | str":
+def _measure(factory, *args, env=None, python=None) -> "StepMemory | str":
     try:
-        return measure(SERVER, factory, *args, runs=RUNS, env=env)
+        return measure(SERVER, factory, *args, runs=RUNS, env=env, python=python)
     except MemoryMeasureFailed as e:
         return f"failed: {str(e).split(': ', 1)[-1][:120]}"
 
@@ -215,11 +349,15 @@ def _cell(got, base, field: str) -> str:
 
 def _row(framework: str, model: str, batch: int, config: str, got, base) -> str:
     if isinstance(got, str):
-        return f"| {framework} | {model} (batch {batch}) | {config} | {got} | | | |"
+        return f"| {framework} | {model} (batch {batch}) | {config} | {got} | | | | |"
+    planned = got.facts.get("o2_param_bytes")
+    o2 = "" if planned is None else (
+        f"{planned / MIB:.1f} / {got.facts['fp32_param_bytes'] / MIB:.1f} "
+        f"({got.facts['o2_low_params']} of {got.facts['params']} low)")
     return (f"| {framework} | {model} (batch {batch}) | {config} | "
             f"{_cell(got, base, 'peak')} | {_cell(got, base, 'transient')} | "
             f"{_cell(got, base, 'tensor_peak')} | {got.peak / MIB:.0f} / "
-            f"{got.transient / MIB:.0f} |")
+            f"{got.transient / MIB:.0f} | {o2} |")
 
 
 def _targets(framework: str, model: str, results: dict) -> list[str]:
@@ -236,6 +374,9 @@ def _targets(framework: str, model: str, results: dict) -> list[str]:
                                      ("O1-bf16", "fp32", 0.85, "O1-bf16 <= 0.85x fp32")):
         if (config == "O1-bf16" and not model.startswith("CNN")) or config not in results:
             continue  # not a target of this model, or not run for it
+        if ref not in results:
+            out.append(f"- {framework}, {model}: {what}: no {ref} in this runtime")
+            continue
         a, b = peak(config), peak(ref) if ref != "fp32" else fp32
         if a is None or b is None:
             failed = " and ".join(c for c in (config, ref) if peak(c) is None)
@@ -246,35 +387,85 @@ def _targets(framework: str, model: str, results: dict) -> list[str]:
     return out
 
 
-def rows(env: Optional[dict] = None) -> tuple[list[str], list[str]]:
-    """(table rows, target lines) with the measuring processes in ``env`` (added to this
-    environment)."""
+GROUPS = ("mxnet", "paddle-legacy", "paddle-pir", "paddle-dygraph")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def paddle3_python() -> Optional[str]:
+    """The interpreter that runs Paddle 3 (PIR): this one if its Paddle is 3, else
+    ``$AMP_BENCH_PADDLE3`` or the project's ``.venv-paddle3`` beside this venv (``make
+    test-paddle3`` makes it); None if there is none."""
+    import paddle
+    if int(paddle.__version__[0]) >= 3:
+        return sys.executable
+    for candidate in (os.environ.get("AMP_BENCH_PADDLE3"),
+                      os.path.join(os.path.dirname(sys.prefix), ".venv-paddle3", "bin",
+                                   "python")):
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def _paddle3_version(python: str) -> str:
+    import subprocess
+    r = subprocess.run([python, "-c", "import paddle; print(paddle.__version__)"],
+                       capture_output=True, text=True, env={**os.environ, "PYTHONPATH": ""})
+    return r.stdout.strip().splitlines()[-1] if r.returncode == 0 and r.stdout.strip() else "3"
+
+
+def rows(env: Optional[dict] = None, groups=GROUPS) -> tuple[list[str], list[str]]:
+    """(table rows, target lines) of ``groups`` with the measuring processes in ``env``
+    (added to this environment)."""
     import paddle
 
     table, targets = [], []
-    for model, batch in [*MODELS.items(), (REUSE, 64)]:
-        configs = CONFIGS if model != REUSE else ("fp32", "native", "ours", "O1-bf16",
-                                                  "O1-fp16-emulated")
-        results = {c: _measure(mxnet_workload, model, batch, c, env=env) for c in configs}
-        table += [_row("MXNet", model, batch, c, r, results["fp32"]) for c, r in results.items()]
-        targets += _targets("MXNet", model, results)
-    irs = [("legacy IR", False)] + ([("PIR", True)] if int(paddle.__version__[0]) >= 3 else [])
-    for ir, pir in irs:
+    if "mxnet" in groups:
+        for model, batch in [*MODELS.items(), (REUSE, 64)]:
+            configs = CONFIGS if model != REUSE else ("fp32", "native", "ours", "O1-bf16",
+                                                      "O1-fp16-emulated")
+            results = {c: _measure(mxnet_workload, model, batch, c, env=env) for c in configs}
+            table += [_row("MXNet", model, batch, c, r, results["fp32"])
+                      for c, r in results.items()]
+            targets += _targets("MXNet", model, results)
+    runs = []  # (label, pir, interpreter, its environment)
+    if "paddle-legacy" in groups:
+        runs.append((f"Paddle {paddle.__version__} (legacy IR)", False, None, env))
+    if "paddle-pir" in groups:
+        py3 = paddle3_python()
+        if py3 is None:
+            table.append("| Paddle (PIR) | - | - | skipped: no Paddle 3 interpreter (set "
+                         "AMP_BENCH_PADDLE3 or run `make test-paddle3` first) | | | | |")
+        else:
+            own = py3 == sys.executable
+            version = paddle.__version__ if own else _paddle3_version(py3)
+            runs.append((f"Paddle {version} (PIR)", True, None if own else py3,
+                         env if own else {**(env or {}), "PYTHONPATH": ROOT}))
+    for label, pir, py, run_env in runs:
         for model, batch in MODELS.items():
             configs = [c for c in CONFIGS if not (pir and c == "native")]  # no PIR native
-            results = {c: _measure(paddle_workload, pir, model, batch, c, env=env)
-                       for c in configs}
-            table += [_row(f"Paddle ({ir})", model, batch, c, r, results["fp32"])
+            results = {c: _measure(paddle_workload, pir, model, batch, c, env=run_env,
+                                   python=py) for c in configs}
+            table += [_row(label, model, batch, c, r, results["fp32"])
                       for c, r in results.items()]
-            targets += _targets(f"Paddle ({ir})", model, results)
+            targets += _targets(label, model, results)
+    if "paddle-dygraph" in groups:
+        label = f"Paddle {paddle.__version__} (dygraph)"
+        for model, batch in [*MODELS.items(), (REUSE, 64)]:
+            results = {c: dygraph_refusal(c) or _measure(dygraph_workload, model, batch, c,
+                                                         env=env)
+                       for c in DYGRAPH_CONFIGS}
+            table += [_row(label, model, batch, c, r, results["fp32"])
+                      for c, r in results.items()]
+            targets += _targets(label, model, results)
     return table, targets
 
 
 HEAD = ["| framework | model | config | peak / fp32 | transient / fp32 | framework's tensor "
-        "bytes / fp32 | peak / transient, MiB |", "| --- | --- | --- | --- | --- | --- | --- |"]
+        "bytes / fp32 | peak / transient, MiB | O2 parameters planned / fp32's, MiB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |"]
 
 
-def run() -> str:
+def run(groups=GROUPS) -> str:
     from amp_adapters.rules.isa import describe_bf16
     from amp_adapters.rules.isa import machine
 
@@ -283,15 +474,16 @@ def run() -> str:
              __doc__.split("\n\n")[2].replace("\n", " "), "",
              f"Each figure: the median of {RUNS} fresh processes; their environment fixed: "
              f"{stated(fixed_env())}. Configs: "
-             + "; ".join(f"`{k}` {v}" for k, v in CONFIGS.items()) + "."]
+             + "; ".join(f"`{k}` {v}" for k, v in CONFIGS.items()) + ". Dygraph: "
+             + "; ".join(f"`{k}` {v}" for k, v in DYGRAPH_CONFIGS.items()) + "."]
     for title, env, m in (("As the CPU is", None, machine()),
                           ("Limited to AVX512_CORE", CAPPED, {**machine(), "isa": CAPPED})):
-        table, targets = rows(env)
+        table, targets = rows(env, groups)
         parts += ["", f"{title} ({describe_bf16(m)}):", "", *HEAD, *table, "", "Targets:", "",
                   *targets]
     return "\n".join(parts)
 
 
 if __name__ == "__main__":
-    main(mxnet_workload, paddle_workload)
+    main(mxnet_workload, paddle_workload, dygraph_workload)
     sys.exit(0)

@@ -44,7 +44,7 @@ from amp_adapters import (UNKNOWN, AmpConfigError, OpCall, OpDecision, Policy, S
 from amp_adapters.rules.oplists import load_table, native_lists
 from amp_adapters.rules.dtypes import AMP_DTYPES
 
-from ._mx import (_local, bypassed, call_unpatched, cast, fc_needs_split, fc_split_bias,
+from ._mx import (_local, bypassed, declared, call_unpatched, cast, fc_needs_split, fc_split_bias,
                   frozen_params, is_symbol, is_tensor, multicast_widest, symbol_shape,
                   dtype_name, tensor_dtype, unknown_dims, unpatched)
 from .active import active_policy, forget_layer_names, note_layer_names, set_policy
@@ -106,6 +106,8 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
     hybrid = mx.gluon.HybridBlock
     _patches.append((hybrid, "_get_graph", hybrid._get_graph))
     hybrid._get_graph = _traced_graph(hybrid._get_graph)
+    _patches.append((hybrid, "_call_cached_op", hybrid._call_cached_op))
+    hybrid._call_cached_op = _retraced_on_new_dtypes(hybrid._call_cached_op)
     set_policy(resolved)
     if policy is None:  # the native's decisions: say if they are slower than float32 here
         note_native_speed(resolved, training=True)
@@ -448,7 +450,8 @@ def _apply(d: OpDecision, found: list, args: tuple, kwargs: dict) -> tuple[tuple
             if rnd:
                 values[n] = _param_cast(x, f"{d.low_dtype}->float32", known,
                                         lambda v: cast(cast(v, d.low_dtype), "float32"))
-            elif target is not None:
+            elif target is not None and not (known is None and target == "float32"
+                                             and _inferred_float32(x)):
                 values[n] = _param_cast(x, target, known, lambda v, t=target: cast(v, t))
     new_args = [list(a) if isinstance(a, (list, tuple)) else a for a in args]
     kwargs = dict(kwargs)
@@ -467,12 +470,17 @@ def _param_cast(x: Any, how: str, known: Optional[str], make: Callable[[Any], An
     """``make(x)``, shared by every use of ``x`` when it is a traced parameter (a variable
     with a declared dtype), so a weight used by several ops is cast once per graph. The
     cache belongs to the graph being traced (``traced_graph``); outside a Gluon trace
-    (symbols built by hand) it lives until ``reset()``. An array: once per imperative
-    forward when it is a parameter's (``stepcasts``)."""
+    (symbols built by hand) it lives until ``reset()``. In a traced graph a value's
+    rounding (emulation) is shared too, whatever the value. An array: once per imperative
+    forward when it is a parameter's (``stepcasts``; an NDArray has no version counter to
+    tell an activation written in place, so an activation is rounded per reader there)."""
     if not is_symbol(x):
         return stepcasts.cast_once(x, how, make)
-    if known is None:
+    rounding = how.endswith("->float32")
+    if known is None and not (rounding and _trace.casts is not None):
         return make(x)
+    # in a traced graph a value is immutable: its rounding (emulation) is shared by every
+    # op that reads it, activations too (one float32 copy per value, not one per reader)
     casts = _trace.casts if _trace.casts is not None else _param_casts
     key = (id(x), how)
     if key not in casts:
@@ -483,6 +491,56 @@ def _param_cast(x: Any, how: str, known: Optional[str], make: Callable[[Any], An
 class _Trace(threading.local):
     casts: Optional[dict] = None  # the parameter casts of the graph being traced, if any
     shapes: Optional[dict] = None  # {input variable: shape} of the graph being traced
+    dtypes: Optional[dict] = None  # {input variable: dtype} of the graph being traced
+    inferred: Optional[dict] = None  # id(value) -> (value, is it float32) in this trace
+
+
+# block -> the dtypes of the arrays it was traced with (``_retraced_on_new_dtypes``)
+_traced_dtypes: "weakref.WeakKeyDictionary[Any, tuple]" = weakref.WeakKeyDictionary()
+
+
+def _inferred_float32(x: Any) -> bool:
+    """A traced value that type inference, from the dtypes of the arrays the block is traced
+    with and the parameters' declared ones, says is float32: a cast-if-needed to float32 in
+    front of it is an identity, and not free: MXNet copies a graph input through it and
+    plans its buffers around it (a CNN's peak 1.07x of fp32's under a policy that lowers
+    nothing). Its graph is traced again if the block is called with other dtypes."""
+    if not is_symbol(x) or _trace.dtypes is None or _trace.inferred is None:
+        return False
+    hit = _trace.inferred.get(id(x))
+    if hit is None:
+        try:
+            names = x.list_arguments()
+            typed = declared(x, {n: d for n, d in _trace.dtypes.items() if n in names})
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                _, out, _ = typed.infer_type_partial()
+            f32 = bool(out) and out[0] is not None and np.dtype(out[0]) == np.float32
+        except (mx.base.MXNetError, TypeError, ValueError, AttributeError):
+            f32 = False
+        hit = _trace.inferred[id(x)] = (x, f32)  # holding x keeps its id unique
+    return hit[1]
+
+
+def _array_dtypes(args: tuple) -> tuple:
+    from mxnet.gluon.block import _flatten
+    return tuple(str(a.dtype) if isinstance(a, _ND) else None
+                 for a in _flatten(args, "input")[0])
+
+
+def _retraced_on_new_dtypes(call_cached: Callable) -> Callable:
+    """``HybridBlock._call_cached_op`` that traces the block again when it is called with
+    arrays of other dtypes than its graph was traced with: the graph leaves out the casts
+    to float32 that its traced dtypes made identities (``_inferred_float32``)."""
+    @functools.wraps(call_cached)
+    def call(block: Any, *args: Any) -> Any:
+        traced = _traced_dtypes.get(block)
+        if traced is not None and block._cached_op is not None and \
+                traced != _array_dtypes(args):
+            block._clear_cached_op()
+        return call_cached(block, *args)
+    call.__amp_original__ = call_cached  # type: ignore[attr-defined]
+    return call
 
 
 _trace = _Trace()
@@ -496,15 +554,17 @@ def _traced_graph(get_graph: Callable) -> Callable:
     def traced(block: Any, *args: Any) -> Any:
         if block._cached_graph or _trace.casts is not None:
             return get_graph(block, *args)
-        _trace.casts = {}
+        _trace.casts, _trace.inferred = {}, {}
         _trace.shapes = traced_shapes[block] = _input_shapes(args)
+        _trace.dtypes = _input_dtypes(args)
+        _traced_dtypes[block] = _array_dtypes(args)
         frozen_params.names = frozenset(p.name for p in block.collect_params().values()
                                         if p.grad_req == "null")
         try:
             out = get_graph(block, *args)
             out = _plan_with_readers(block, out, args)
         finally:
-            _trace.casts = _trace.shapes = None
+            _trace.casts = _trace.shapes = _trace.dtypes = _trace.inferred = None
             frozen_params.names = frozenset()
         from .report import summarize_block  # report imports this module
         summarize_block(block)
@@ -554,6 +614,14 @@ def _input_shapes(args: tuple) -> dict:
     flat = [a for a in _flatten(args, "input")[0] if a is not None]
     names = ["data"] if len(flat) == 1 else [f"data{i}" for i in range(len(flat))]
     return {n: a.shape for n, a in zip(names, flat) if isinstance(a, _ND)}
+
+
+def _input_dtypes(args: tuple) -> dict:
+    """{variable name: dtype} of a block's array arguments (named as ``_input_shapes``)."""
+    from mxnet.gluon.block import _flatten
+    flat = [a for a in _flatten(args, "input")[0] if a is not None]
+    names = ["data"] if len(flat) == 1 else [f"data{i}" for i in range(len(flat))]
+    return {n: dtype_name(a.dtype) for n, a in zip(names, flat) if isinstance(a, _ND)}
 
 
 def _note_layers(block: Any) -> None:

@@ -41,7 +41,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from .measure_process import child_env
@@ -81,11 +81,14 @@ class TensorBytes(Protocol):
 class Workload:
     """What a measuring process runs: ``step()`` is one training step, complete when it
     returns (a framework's asynchronous work waited for); ``tensors`` the framework's count,
-    if it has one; ``warmup`` steps first (kernels chosen, pools and caches filled)."""
+    if it has one; ``warmup`` steps first (kernels chosen, pools and caches filled);
+    ``facts``: figures the workload knows of itself, in bytes, carried into the result
+    beside the measured ones (the parameter bytes O2 plans, from its parameter plan)."""
 
     step: Callable[[], Any]
     tensors: Optional[TensorBytes] = None
     warmup: int = 3
+    facts: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not callable(self.step):
@@ -102,7 +105,7 @@ class StepMemory:
     started), ``before`` (resident just before it), ``transient`` (``peak - before``: what
     the step itself allocated at most) and the framework's ``tensor_peak`` (None: no
     counter, or it could not say) with ``tensor_source``; ``runs``: processes it is the
-    median of."""
+    median of; ``facts``: the workload's own figures (``Workload.facts``), not measured."""
 
     peak: int
     before: int
@@ -111,6 +114,7 @@ class StepMemory:
     tensor_peak: Optional[int] = None
     tensor_source: str = ""
     runs: int = 1
+    facts: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.peak_source not in _PEAK_SOURCES:
@@ -180,7 +184,7 @@ def measure_here(workload: Workload, clear_refs: str = CLEAR_REFS) -> StepMemory
         tensor_peak = workload.tensors.peak()
     return StepMemory(peak=peak, before=before, transient=max(peak - before, 0),
                       peak_source=source, tensor_peak=tensor_peak,
-                      tensor_source=tensor_source)
+                      tensor_source=tensor_source, facts=dict(workload.facts))
 
 
 def median(results: Sequence[StepMemory]) -> StepMemory:
@@ -200,22 +204,25 @@ def median(results: Sequence[StepMemory]) -> StepMemory:
         transient=mid([r.transient for r in results]),
         peak_source="VmHWM" if sources == {"VmHWM"} else "ru_maxrss",
         tensor_peak=mid(tensors) if len(tensors) == len(results) else None,
-        tensor_source=results[0].tensor_source, runs=sum(r.runs for r in results))
+        tensor_source=results[0].tensor_source, runs=sum(r.runs for r in results),
+        facts=dict(results[0].facts))
 
 
 def measure_once(server: str, factory: Callable[..., Workload], *args: Any,
-                 env: Optional[Mapping[str, str]] = None) -> StepMemory:
+                 env: Optional[Mapping[str, str]] = None,
+                 python: Optional[str] = None) -> StepMemory:
     """One fresh process (``python -m server``, in ``fixed_env(env)``: ``env`` is added to
     this environment) that builds
     ``factory(*args)`` (a ``Workload``; arguments are JSON values; ``server`` hands
     ``factory`` to ``main``) and measures a step of it; ``MemoryMeasureFailed`` if it does
-    not answer."""
+    not answer. ``python``: the interpreter (default this one's)."""
     name = getattr(factory, "__name__", str(factory))
     try:
         # a temporary directory of its own (TMPDIR), removed after it: what a framework
         # leaves there at exit (MXNet's profiler writes its trace) goes with it
         with tempfile.TemporaryDirectory(prefix="amp-adapters-memory-") as scratch:
-            r = subprocess.run([sys.executable, "-m", server, name, json.dumps(list(args))],
+            r = subprocess.run([python or sys.executable, "-m", server, name,
+                                json.dumps(list(args))],
                                env=fixed_env({**(env or {}), "TMPDIR": scratch}),
                                capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -231,11 +238,13 @@ def measure_once(server: str, factory: Callable[..., Workload], *args: Any,
 
 
 def measure(server: str, factory: Callable[..., Workload], *args: Any, runs: int = RUNS,
-            env: Optional[Mapping[str, str]] = None) -> StepMemory:
+            env: Optional[Mapping[str, str]] = None,
+            python: Optional[str] = None) -> StepMemory:
     """The median of ``runs`` fresh processes' ``measure_once(server, factory, *args)``."""
     if runs < 1:
         raise ValueError(f"runs must be at least 1, got {runs}")
-    return median([measure_once(server, factory, *args, env=env) for _ in range(runs)])
+    return median([measure_once(server, factory, *args, env=env, python=python)
+                   for _ in range(runs)])
 
 
 def ratio(value: Optional[int], base: Optional[int]) -> str:

@@ -12,6 +12,8 @@ goes through (``paddle.matmul``, ``Tensor.matmul``, ``paddle.nn.functional.linea
   kernel), so the decisions are built into the program; a legacy-IR program's ops do not
   come through here: a region there writes them when it closes (``legacy``); a call in
   SOT's simulation passes through untouched;
+- a tensor is cast or rounded once per step however many ops read it (``stepcasts``: a
+  Linear applied N times casts its weight once);
 - otherwise the planner decides (``amp_adapters.plan_op`` with the active policy and the
   device truth ``kernels.device_profile``), once per (op, input dtypes) in a region (under
   measured speed, ``policy="auto"``, once per (op, input dtypes, shape class): the device
@@ -44,7 +46,8 @@ from typing import Any, Callable, Iterator, Optional
 from amp_adapters import DeviceProfile, OpCall, OpDecision, Policy, ShapeClass, plan_op
 from amp_adapters.services.fallback import FallbackNotices
 
-from . import kernels, layer_paths, legacy, speed
+from . import kernels, layer_paths, legacy, speed, stepcasts
+from .stepcasts import cast_once
 
 log = logging.getLogger("paddle_amp.dygraph")
 
@@ -446,13 +449,18 @@ def _wants_grad(a, ours: bool):
 def _run(d: OpDecision, inputs: tuple, plain: Callable, low: Callable):
     """``inputs`` through the op as ``d`` says: its low route, emulated, or plain."""
     cast = kernels.rounding_cast()
+    low_dtype = d.low_dtype
+
+    def cast_to(x, c):  # once per tensor and step, however many ops read it (stepcasts)
+        return cast_once(x, ("cast", c), lambda t: cast(t, c))
     if d.emulated:  # an input stored low (an O2 weight) is only widened: exact
-        args = tuple(_round(x, d.low_dtype) if r else cast(x, c) if c else x
+        args = tuple(cast_once(x, ("round", low_dtype), lambda t: _round(t, low_dtype))
+                     if r else cast_to(x, c) if c else x
                      for x, r, c in zip(inputs, d.round_inputs, d.casts))
         out = plain(*args)
-        return _round(out, d.low_dtype) if d.round_outputs else out
+        return _round(out, low_dtype) if d.round_outputs else out
     if d.run_dtype is not None and d.run_dtype == d.low_dtype:
-        args = tuple(cast(x, c) if c else x for x, c in zip(inputs, d.casts))
+        args = tuple(cast_to(x, c) if c else x for x, c in zip(inputs, d.casts))
         if any(not a.stop_gradient for a in args):
             # oneDNN's bf16 matmul_v2_grad crashes (SIGSEGV) if one operand wants no
             # gradient: every operand then wants one (a copy of a caller's own tensor)
@@ -460,7 +468,7 @@ def _run(d: OpDecision, inputs: tuple, plain: Callable, low: Callable):
                          for a, c in zip(args, d.casts))
         return cast(low(*args), "float32")
     if d.needs_action:
-        inputs = tuple(cast(x, c) if c else x for x, c in zip(inputs, d.casts))
+        inputs = tuple(cast_to(x, c) if c else x for x, c in zip(inputs, d.casts))
     return plain(*inputs)
 
 
@@ -722,6 +730,7 @@ def _install() -> None:
     for name, wrapper in _WRAPPERS.items():
         _wrap(_C_ops, name, wrapper)
     _originals.setdefault("add", getattr(_C_ops, "add"))
+    stepcasts.install()
     for name, wrapper in _OPERATORS.items():
         if getattr(_EAGER, name, None) is not None:  # (Paddle 2.6.2 has no __rmatmul__)
             _wrap(_EAGER, name, wrapper)
@@ -760,3 +769,4 @@ def _uninstall() -> None:
         _unwrap(_C_ops, name, wrapper)
     for name, wrapper in _OPERATORS.items():
         _unwrap(_EAGER, name, wrapper)
+    stepcasts.uninstall()

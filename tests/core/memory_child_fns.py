@@ -60,5 +60,10 @@ def not_a_workload():
     return 42
 
 
+def knows_its_bytes(n):
+    """A workload that states a figure of its own (what O2's parameter plan stores)."""
+    return Workload(lambda: None, facts={"o2_param_bytes": n})
+
+
 if __name__ == "__main__":
-    main(allocates, counted, leaves_a_file, raises, not_a_workload)
+    main(allocates, counted, leaves_a_file, raises, not_a_workload, knows_its_bytes)

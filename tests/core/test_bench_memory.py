@@ -1,7 +1,8 @@
 """The memory section's verdicts (bench/memory.py): which targets a model's rows hold, from
 given figures (no measurement here)."""
+from amp_adapters import ParamPlan
 from amp_adapters.services.memory import StepMemory
-from bench.memory import _targets
+from bench.memory import _row, _targets, o2_param_bytes
 
 MIB = 1 << 20
 
@@ -33,3 +34,26 @@ def test_a_target_whose_config_did_not_run_is_left_out():
     rows = {"fp32": _got(100), "native": _got(110), "ours": _got(80)}  # the reuse case: no auto
     assert _targets("MXNet", "Dense(2048) x8, imperative", rows) == [
         "- MXNet, Dense(2048) x8, imperative: ours (drop-in) <= 1.05x native: 0.73x, holds"]
+
+
+def test_o2_plans_a_low_copy_and_a_float32_master_per_low_parameter():
+    plan = ParamPlan({"w": "bfloat16", "b": "float32"}, {"w": "O2", "b": "a bias add"})
+    got = o2_param_bytes(plan, {"w": (512, 512), "b": (512,)})
+    assert got == {"o2_param_bytes": 512 * 512 * (2 + 4) + 512 * 4,
+                   "fp32_param_bytes": 512 * 512 * 4 + 512 * 4, "o2_low_params": 1,
+                   "params": 2}
+
+
+def test_an_o2_row_shows_its_planned_parameter_bytes_beside_the_peak():
+    o2 = StepMemory(peak=90 * MIB, before=0, transient=90 * MIB, peak_source="VmHWM",
+                    facts={"o2_param_bytes": 6 * MIB, "fp32_param_bytes": 4 * MIB,
+                           "o2_low_params": 4, "params": 8})
+    row = _row("Paddle 3.3.1 (PIR)", "MLP 4x512", 8192, "O2-bf16", o2, _got(100))
+    assert row.endswith("| 0.90 | 0.90 | - | 90 / 90 | 6.0 / 4.0 (4 of 8 low) |")
+
+
+def test_a_runtime_without_a_native_says_so_rather_than_that_it_failed():
+    rows = {"fp32": _got(100), "ours": _got(95), "auto": _got(100)}  # PIR: no native AMP
+    assert _targets("Paddle 3.3.1 (PIR)", "MLP 4x512", rows)[0] == (
+        "- Paddle 3.3.1 (PIR), MLP 4x512: ours (drop-in) <= 1.05x native: no native in this "
+        "runtime")

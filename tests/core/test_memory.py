@@ -135,3 +135,19 @@ def test_median_of_nothing_and_a_bad_source_are_errors():
         median([])
     with pytest.raises(ValueError, match="peak_source must be one of"):
         StepMemory(peak=1, before=0, transient=1, peak_source="top")
+
+
+def test_a_workloads_own_figures_reach_the_result_beside_the_measured_ones():
+    got = measure(SERVER, fns.knows_its_bytes, 1234, runs=2)
+    assert got.facts == {"o2_param_bytes": 1234}
+    assert StepMemory(**got.to_dict()) == got
+
+
+def test_a_measuring_process_may_be_another_interpreter(tmp_path):
+    """``python=``: the interpreter that runs the child (Paddle 3's beside a Paddle 2 bench);
+    one that does not exist is a failed measurement naming it."""
+    import sys
+    assert measure_once(SERVER, fns.allocates, 1, python=sys.executable).peak > 0
+    missing = str(tmp_path / "python")
+    with pytest.raises((MemoryMeasureFailed, OSError)):
+        measure_once(SERVER, fns.allocates, 1, python=missing)

@@ -8,7 +8,7 @@ import paddle
 import pytest
 
 from amp_adapters.rules.isa import bf16_class
-from amp_adapters.services.speedbook import machine
+from amp_adapters.rules.isa import machine
 from paddle_amp import dygraph as amp
 from paddle_amp.dygraph import dispatch
 
