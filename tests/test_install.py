@@ -142,11 +142,12 @@ def test_make_with_a_wrong_python_names_the_way_out_not_the_same_step(no_venv, t
 
 
 def test_the_version_lives_in_one_place():
-    """amp_adapters.__version__; setup.cfg reads it (attr:), nothing else spells it."""
+    """amp_adapters/_version.py (the package's face and the CLI import it); setup.cfg reads
+    it (attr:), nothing else spells it."""
     import amp_adapters
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
-    assert cfg["metadata"]["version"] == "attr: amp_adapters.__version__"
+    assert cfg["metadata"]["version"] == "attr: amp_adapters._version.__version__"
     assert amp_adapters.__version__ == "0.2.0"
     assert f"\n## {amp_adapters.__version__}\n" in (ROOT / "CHANGELOG.md").read_text()
     for path in [ROOT / "pyproject.toml", ROOT / "Makefile", ROOT / "mkdocs.yml"]:

@@ -71,4 +71,6 @@ def test_a_region_without_layer_rules_leaves_layer_calls_alone():
     with amp.auto_cast(policy=Policy.preset("O1", emulate=True)):
         seen.append(paddle.nn.Layer.__call__)
         model(x)
-    assert seen == [native]
+    # no path tracking: the only wrapper of a Layer call there is the step's cast sharing
+    # (stepcasts: a tensor cast once per step), directly over Paddle's own
+    assert [getattr(f, "__amp_original__", f) for f in seen] == [native]
