@@ -7,8 +7,10 @@ import os
 import shutil
 import tempfile
 
-from amp_adapters.rules.isa import describe_bf16
-from amp_adapters.rules.isa import machine
+import pytest
+
+from amp_adapters.rules.isa import describe_bf16, machine
+from amp_adapters.services import speed_source
 
 CACHE = tempfile.mkdtemp(prefix="amp-adapters-test-cache-")
 os.environ["AMP_ADAPTERS_CACHE"] = CACHE
@@ -20,3 +22,13 @@ def pytest_report_header(config):
 
 def pytest_unconfigure(config):
     shutil.rmtree(CACHE, ignore_errors=True)
+
+
+@pytest.fixture
+def own_speed_cache(tmp_path, monkeypatch):
+    """Every speed book the test makes reads and writes a cache of its own, and is made
+    afresh (``speed_source.forget``: the process's books dropped before and after)."""
+    monkeypatch.setenv("AMP_ADAPTERS_CACHE", str(tmp_path / "cache"))
+    speed_source.forget()
+    yield
+    speed_source.forget()

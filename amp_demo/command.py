@@ -22,8 +22,7 @@ from typing import Optional, Sequence
 
 from amp_adapters import AmpConfigError, DynamicLossScale, Policy, resolve_policy
 from amp_adapters.services.cli import HelpFormatter, Parser, positive_steps
-from amp_adapters.rules.isa import describe_bf16
-from amp_adapters.rules.isa import machine
+from amp_adapters.rules.isa import describe_bf16, machine
 from amp_adapters.services.quiet import quiet_frameworks
 
 from .doctor_command import register as register_doctor

@@ -71,7 +71,8 @@ def register(subparsers: "argparse._SubParsersAction") -> argparse.ArgumentParse
 
 
 def peak_of(framework: str, model: str, policy: str, batch: int, runs: int) -> int:
-    """The peak bytes of one training step of ``model`` at ``batch`` (``amp_adapters.services.memory``:
+    """The peak bytes of one training step of ``model`` at ``batch``
+    (``amp_adapters.services.memory``:
     ``runs`` fresh processes, the median); the seam a test feeds its own peaks through."""
     from amp_adapters.services.memory import measure
 

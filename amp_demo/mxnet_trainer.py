@@ -34,7 +34,8 @@ def digits_steps(policy: Policy, data: DigitsData, *, lr: float = 0.1,
     ctx = mx.cpu()
     hidden = data.w1.shape[1]
     net = gluon.nn.HybridSequential()
-    net.add(gluon.nn.Dense(hidden, activation="relu", in_units=64), gluon.nn.Dense(10, in_units=hidden))
+    net.add(gluon.nn.Dense(hidden, activation="relu", in_units=64),
+            gluon.nn.Dense(10, in_units=hidden))
     net.initialize(ctx=ctx)
     for layer, w, b in ((net[0], data.w1, data.b1), (net[1], data.w2, data.b2)):
         layer.weight.set_data(mx.nd.array(w.T, ctx=ctx))  # Dense stores (out, in)

@@ -23,8 +23,7 @@ SECTIONS = ("mxnet_step_overhead", "paddle_step_overhead", "check_cost", "casts_
 
 
 def header() -> str:
-    from amp_adapters.rules.isa import describe_bf16
-    from amp_adapters.rules.isa import machine
+    from amp_adapters.rules.isa import describe_bf16, machine
     import mxnet
     import numpy
     import paddle

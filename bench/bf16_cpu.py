@@ -28,8 +28,7 @@ import subprocess
 import sys
 import textwrap
 
-from amp_adapters.rules.isa import bf16_class, describe_bf16
-from amp_adapters.rules.isa import machine
+from amp_adapters.rules.isa import bf16_class, describe_bf16, machine
 
 MODELS = ("MLP 4x2048", "CNN 3x3 64ch 56x56", "Transformer block")
 GEMM = {"MLP 4x2048": "FullyConnected", "CNN 3x3 64ch 56x56": "Convolution",

@@ -1,5 +1,6 @@
 """Memory of one training step: fp32, the native bf16 AMP, and ours per policy, as ratios to
-fp32, measured by ``amp_adapters.services.memory`` (a fresh process per run, the high-water mark reset
+fp32, measured by ``amp_adapters.services.memory`` (a fresh process per run, the high-water mark
+reset
 before one step after warm-up, median of three), as the CPU is and with oneDNN limited to
 AVX512_CORE.
 
@@ -466,8 +467,7 @@ HEAD = ["| framework | model | config | peak / fp32 | transient / fp32 | framewo
 
 
 def run(groups=GROUPS) -> str:
-    from amp_adapters.rules.isa import describe_bf16
-    from amp_adapters.rules.isa import machine
+    from amp_adapters.rules.isa import describe_bf16, machine
 
     parts = ["## Memory of one training step: native, ours per policy, against fp32", "",
              __doc__.split("\n\n")[1].replace("\n", " "), "",

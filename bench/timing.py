@@ -30,18 +30,14 @@ def interleaved(variants: Mapping[str, Callable[[], None]], steps: int = 200,
     Each callable must finish its work before returning (a host sync), or the
     time measured is only the time to enqueue it.
     """
-    for fn in variants.values():
-        for _ in range(warmup):
-            fn()
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    names = list(variants)
-    for i in range(steps):
-        for name in names[i % len(names):] + names[:i % len(names)]:  # rotate the order too
+    def timed(fn: Callable[[], None]) -> Callable[[], float]:
+        def run() -> float:
             t0 = time.perf_counter()
-            variants[name]()
-            times[name].append(time.perf_counter() - t0)
-    return {name: Stats(float(np.median(t)), float(np.percentile(t, 10)),
-                        float(np.percentile(t, 90)), len(t)) for name, t in times.items()}
+            fn()
+            return time.perf_counter() - t0
+        return run
+    return interleaved_self_timed({name: timed(fn) for name, fn in variants.items()},
+                                  steps, warmup)
 
 
 def ratio(stats: Mapping[str, Stats], name: str, baseline: str) -> str:
@@ -63,7 +59,7 @@ def interleaved_self_timed(variants: Mapping[str, Callable[[], float]], steps: i
     times: dict[str, list[float]] = {name: [] for name in variants}
     names = list(variants)
     for i in range(steps):
-        for name in names[i % len(names):] + names[:i % len(names)]:
+        for name in names[i % len(names):] + names[:i % len(names)]:  # rotate the order too
             times[name].append(variants[name]())
     return {name: Stats(float(np.median(t)), float(np.percentile(t, 10)),
                         float(np.percentile(t, 90)), len(t)) for name, t in times.items()}

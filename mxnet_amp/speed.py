@@ -21,7 +21,8 @@ being timed raises here; ``SpeedBook`` records that as "no kernel".
 
 The attributes an op takes are rebuilt from its operand shapes (``num_hidden`` from a
 FullyConnected weight, ``kernel``/``num_filter``/``num_group`` from a convolution's;
-a GEMM's transposes from which dimensions agree, ``speed_source.gemm_transposes``); strides and dilations are taken as 1
+a GEMM's transposes from which dimensions agree, ``speed_source.gemm_transposes``); strides and
+dilations are taken as 1
 and padding as "same": a shape class is an estimate of cost, not a replay of the call.
 """
 from __future__ import annotations

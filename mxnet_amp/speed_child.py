@@ -1,4 +1,5 @@
-"""mxnet_amp's measuring child process (``amp_adapters.services.measure_process``): run as ``python -m
+"""mxnet_amp's measuring child process (``amp_adapters.services.measure_process``): run as ``python
+-m
 mxnet_amp.speed_child`` for ``speed.MXNetSource`` (its ``child``), it serves the core's job
 timer (``speed_source.time_job``) with this backend's timer module loaded, away from the
 process that plans, so what a timing allocates never changes that process. (A module of

@@ -38,7 +38,8 @@ def cast_model(program, amp_lists=None, use_guard: bool = True, dtype: str = "fl
     policy = native_policy(lists, dtype, level.upper(), use_promote)
     device, probe = current_device(), program_ir.of(program).probe
     note_native_speed(policy, probe, training=False)
-    rewriter = Rewriter(policy, profile(policy, device, probe, False), use_guard, frozenset(lists.black_varnames or ()))
+    rewriter = Rewriter(policy, profile(policy, device, probe, False), use_guard,
+                        frozenset(lists.black_varnames or ()))
     low = rewriter.low_params(program)
     rewriter.set_low_params(program, low)
     record(program, rewriter.rewrite(program))

@@ -359,7 +359,8 @@ def decorate(optimizer, amp_lists=None, level="O1", dtype="float16", master_weig
     (``use_dynamic_loss_scaling=False``: a static scale, overflow steps still
     skipped). ``policy`` (a Policy, a preset name such as ``"O1"`` or a TOML
     path; ``amp_adapters.resolve_policy``) wins over level, dtype and the
-    scaling arguments (``amp_lists``' custom lists go on top of it, as in ``auto_cast``); ``policy="auto"`` runs the low dtype of the current device
+    scaling arguments (``amp_lists``' custom lists go on top of it, as in ``auto_cast``);
+    ``policy="auto"`` runs the low dtype of the current device
     (``paddle.set_device``: float16 on a GPU, bfloat16 on a CPU), the ops only where
     measured faster. ``emulate=True`` rounds through fp16 where the device has
     no fp16 kernel.

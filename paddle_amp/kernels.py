@@ -52,8 +52,7 @@ import numpy as np
 from paddle.base import core
 
 from amp_adapters import DeviceProfile
-from amp_adapters.rules.isa import bf16_class
-from amp_adapters.rules.isa import machine
+from amp_adapters.rules.isa import bf16_class, machine
 
 from . import ir as program_ir
 from .env import VARTYPE_OF, from_low, to_low
@@ -133,7 +132,8 @@ def casts_on_onednn(probe: Optional[Probe] = None) -> bool:
     bf16 kernel's output does (a subnormal flushes to zero there, as ``avx512_bf16``'s
     conversion instruction does). The probed ops that do not train between such casts
     but do behind plain ones keep plain casts in front (``refuse_onednn_casts``); one that
-    trains behind neither has no kernel (``trains_behind_casts``). Such a cast is several times faster than Paddle's
+    trains behind neither has no kernel (``trains_behind_casts``). Such a cast is several times
+    faster than Paddle's
     plain one (the MLP's bf16 training step: 1.56x of float32 with plain casts, 0.71x with
     oneDNN's, Paddle 2.6.2), and Paddle 2.6.2's plain cast truncates. PIR has no per-op
     switch for it (``PirProgram.use_onednn_casts``)."""

@@ -17,7 +17,8 @@ The paths are kept per program (the default main program while the model was cal
 never by parameter name alone: two programs built under ``unique_name.guard()`` both
 have a ``linear_0.w_0``, owned by different layers. A copy of a program
 (``Program.clone``, both IRs: an eval program cloned for test, the doctor's replay) gets
-its source's paths (``note_copy``; ``watch_clones`` wraps ``clone``). Without a Layer tree (``paddle.static.nn.fc``,
+its source's paths (``note_copy``; ``watch_clones`` wraps ``clone``). Without a Layer tree
+(``paddle.static.nn.fc``,
 ``create_parameter``) there is no path: an op is named by its parameters, output
 variables and name scope, as before. In dynamic mode the wrapper only calls through.
 """

@@ -17,7 +17,8 @@ emulation, what to round. This module carries that out, in one pass:
   so values and, through the casts' gradients, gradients carry fp16 rounding,
   overflow and underflow;
 - an op lowered to a dtype whose kernel here is oneDNN's (bf16 on a CPU;
-  ``DeviceProfile.route``) gets the attributes that send it there (``ProgramIR.use_onednn``), as natively; so do
+  ``DeviceProfile.route``) gets the attributes that send it there (``ProgramIR.use_onednn``), as
+  natively; so do
   the casts between float32 and bf16 the program gets, where oneDNN casts here (its
   reorder is several times faster than Paddle's plain cast, which on 2.6.2 also
   truncates instead of rounding to nearest even);

@@ -14,7 +14,8 @@ program is built and run by the IR's probe (``ProgramIR.probe.time``); this file
 turns a shape class into the op's inputs and attributes.
 
 A shape class keeps only operand shapes: a matmul's transposes are chosen so the shapes
-fit (the core's ``speed_source.gemm_transposes``), a ``mul`` flattens its first operand where it fits the second, and a convolution is
+fit (the core's ``speed_source.gemm_transposes``), a ``mul`` flattens its first operand where it
+fits the second, and a convolution is
 measured at stride 1 and "same" padding. Shapes that fit no such op are not measured
 (None). The entries' framework is ``"paddle"`` for the legacy IR and ``"paddle-pir"`` for
 PIR: the two build different casts around the op (PIR has no oneDNN cast), so their

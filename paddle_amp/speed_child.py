@@ -1,4 +1,5 @@
-"""paddle_amp's measuring child process (``amp_adapters.services.measure_process``): run as ``python -m
+"""paddle_amp's measuring child process (``amp_adapters.services.measure_process``): run as
+``python -m
 paddle_amp.speed_child`` for the static programs' and the dygraph runtime's speed sources
 (their ``child``), it serves the core's job timer (``speed_source.time_job``) with both
 timer modules loaded, away from the process that plans, so what a timing allocates never

@@ -9,7 +9,8 @@ low kernel here and no emulation) stays float32, so that op never sees a
 rounded weight. An op that only moves values (reshape, transpose: the
 canonical ``[pass_through]`` ops) is judged by the ops reading its result
 (``ParamUse.then``): a conv bias reshaped for a float32 add stays float32, as
-natively, instead of being stored low and cast back before the add. Every decision comes from ``plan_op``: a backend only lists
+natively, instead of being stored low and cast back before the add. Every decision comes from
+``plan_op``: a backend only lists
 each parameter's consumers (``ParamUse``) and applies the answer, so MXNet and
 Paddle store the same kinds of parameters low. Pure functions, no host sync.
 """

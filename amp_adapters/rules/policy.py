@@ -126,7 +126,8 @@ class OpLists:
         return cls(**check_op_lists(d, where, "ops", canonical))
 
 
-def custom_over(lists: Mapping[str, AbstractSet[str]], custom: OpLists) -> dict[str, frozenset[str]]:
+def custom_over(lists: Mapping[str, AbstractSet[str]],
+                custom: OpLists) -> dict[str, frozenset[str]]:
     """``lists`` (category -> ops) with ``custom`` on top: each op ``custom`` names is in its
     list's category and in no other. The rule of ``OpLists.with_custom``, for lists that are
     not an ``OpLists`` yet (Paddle's static live sets, which may hold an op twice: their
@@ -191,7 +192,8 @@ class Policy:
     ``mxnet_ops`` / ``paddle_ops`` override that framework's op names and win
     over ``ops``. ``loss_scale`` defaults to dynamic scaling for float16 and
     none for bfloat16/float32; it is config (shown at the start of a run, the constants in
-    ``loss_scale_config``): a mid-run loss scale is refused, its state goes to the trainer. ``emulate`` rounds through fp16 at op
+    ``loss_scale_config``): a mid-run loss scale is refused, its state goes to the trainer.
+    ``emulate`` rounds through fp16 at op
     boundaries where the device has no fp16 kernel (labelled as emulation).
 
     ``defaults``: ``"shared"`` (the canonical lists, the same decisions in both

@@ -5,7 +5,8 @@ from batch 128 to 256 on the same card. This is how the project answers it for a
 peak of one training step grows with the batch as ``peak = fixed + per_sample * batch``
 (``fixed``: what the process holds whatever the batch: the framework, parameters, optimizer
 state, pools; ``per_sample``: activations, their gradients and casts, per sample). Measure
-the peak at two or three batch sizes (``amp_adapters.services.memory``, a fresh process each), fit the
+the peak at two or three batch sizes (``amp_adapters.services.memory``, a fresh process each), fit
+the
 line (``fit_peak``), predict the largest batch under the budget (``PeakFit.largest_batch``),
 and check the prediction with one run at that batch (``check``).
 

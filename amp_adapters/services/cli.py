@@ -1,7 +1,8 @@
 """The amp-adapters command: inspect the effective op lists, explain a decision, run the demo.
 
     amp-adapters lists --framework mxnet --dtype float16 [--policy FILE|PRESET]
-    amp-adapters explain softmax --framework paddle [--policy FILE|PRESET] [--attr act_type=softrelu]
+    amp-adapters explain softmax --framework paddle [--policy FILE|PRESET] [--attr
+    act_type=softrelu]
     amp-adapters diff --framework mxnet|paddle|paddle-dygraph [--dtype float16] [--version V]
                       (shared O1 vs the native's lists; paddle-dygraph: paddle.amp's)
     amp-adapters info [--dtype bfloat16] [--measure] [--save PATH]

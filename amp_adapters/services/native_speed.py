@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import AbstractSet, Mapping, Optional
 
 from ..rules.errors import AmpConfigError
-from ..rules.isa import why_emulated
-from ..rules.isa import describe, machine
+from ..rules.isa import describe, machine, why_emulated
 from .speedbook import cache_dir, machine_id, read_profile, warn_once
 
 OPT_IN = 'policy="auto"'

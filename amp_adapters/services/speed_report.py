@@ -2,7 +2,8 @@
 
 Each runtime (MXNet, Paddle's programs, Paddle's dygraph) answers through the entry-point
 group ``SPEED_GROUP`` with a ``SpeedProbe`` for a low dtype (``probe_of`` builds it from
-the runtime's speed source): its speed book (``speedbook.SpeedBook``: this machine's cache, measuring
+the runtime's speed source): its speed book (``speedbook.SpeedBook``: this machine's cache,
+measuring
 what it lacks), its device profiles for training and inference, and a few samples (the
 ops its O1 lists lower, at a small and a large GEMM and a convolution). For each sample
 the report gives the kernel and its route, the low/float32 ratio forward and for a

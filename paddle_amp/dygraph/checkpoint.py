@@ -2,7 +2,8 @@
 
 The model's and the optimizer's ``state_dict`` (``paddle.save``'s files, readable by
 ``paddle.load``: ``model.pdparams``, ``model.pdopt``) and the scaler's loss-scale state go
-through ``amp_adapters.services.checkpoint`` (a temp folder, fsync, rename, a pointer swap), so a kill
+through ``amp_adapters.services.checkpoint`` (a temp folder, fsync, rename, a pointer swap), so a
+kill
 at any moment leaves the previous checkpoint loadable. ``load_checkpoint`` verifies the
 checksums (and the policy, when one is given), then checks that the saved parameters are
 exactly the model's (names, shapes, dtypes) before it sets anything. Paddle's own

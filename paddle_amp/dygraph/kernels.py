@@ -25,8 +25,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from amp_adapters import DeviceProfile
-from amp_adapters.rules.isa import bf16_class
-from amp_adapters.rules.isa import machine
+from amp_adapters.rules.isa import bf16_class, machine
 
 ONEDNN_ATTRS = ("use_mkldnn", True, "mkldnn_data_type", "bfloat16")
 

@@ -37,7 +37,8 @@ def native_oplists(dtype: str, level: str, custom_white: Optional[Iterable[str]]
 def custom_oplists(custom_white: Optional[Iterable[str]] = None,
                    custom_black: Optional[Iterable[str]] = None) -> OpLists:
     """Custom lists as overrides on top of a given policy (``policy=``), each name in both
-    spellings: the core puts them over the policy (``amp_adapters.rules.policy.with_custom_lists``)."""
+    spellings: the core puts them over the policy
+    (``amp_adapters.rules.policy.with_custom_lists``)."""
     cw, cb = _spelled(custom_white, custom_black)
     return OpLists(lower=cw, fp32=cb)
 

@@ -62,7 +62,8 @@ def source(dtype: str) -> DygraphSource:
 
 
 def profile(policy: Policy, device: DeviceProfile) -> DeviceProfile:
-    """``device`` (``kernels.device_profile``: already for training or inference) with the core's measured-speed lookup where ``policy`` measures
+    """``device`` (``kernels.device_profile``: already for training or inference) with the core's
+    measured-speed lookup where ``policy`` measures
     (``speed_source.profile``: the same lookup for every region, so its decisions are kept
     across regions). The shape of every runtime's ``profile``: policy, device (here its
     profile, which carries training)."""

@@ -4,7 +4,8 @@ The op walk (``rewrite.Rewriter``) and the loss-scaling sequence
 (``scaling.LossScaling``) are written once over this protocol, as the core's
 loss-scale rule is written once over ``ArrayOps``. It is split by concern (``ValuesIR``:
 values and the walk, ``WritingIR``, ``MastersIR``: O2's masters, ``ScalingIR``: loss
-scaling, ``DoctorIR``), each user typed against its part; ``ProgramIR`` is all of them. One implementation per IR,
+scaling, ``DoctorIR``), each user typed against its part; ``ProgramIR`` is all of them. One
+implementation per IR,
 each bound to one program: ``ir.legacy.LegacyProgram`` (Paddle 2.6's program
 IR, and Paddle 3 under ``FLAGS_enable_pir_api=0``) and ``ir.pir.PirProgram``
 (Paddle 3's default); ``ir.of(program)`` picks it once per program. A feature
@@ -114,7 +115,8 @@ class Probe(Protocol):
         """``amp_adapters.rules.device.Cost`` of ``op`` on float32 parameters of the shapes
         ``inputs``, in ``dtype`` behind casts (route ``cast_in``), the op on oneDNN with
         ``onednn``, its result cast to float32, against the op in float32 (forward; with
-        ``training`` forward and backward too), on ``place`` (default the CPU). None: an op it cannot build; a failure
+        ``training`` forward and backward too), on ``place`` (default the CPU). None: an op it
+        cannot build; a failure
         raises (the caller records it as no kernel)."""
 
 

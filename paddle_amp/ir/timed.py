@@ -1,7 +1,8 @@
 """``Probe.time``'s measurement, once for both IRs: four small programs (low and float32,
 forward and forward + backward), each startup run once in one scope, then the low one
 against the float32 one by the core's ``speed_source.cost_of`` (interleaved pairs within
-its ``BUDGET_S``; every run fetches the loss: a host sync). Each IR's probe only builds a program (``Build``), inside
+its ``BUDGET_S``; every run fetches the loss: a host sync). Each IR's probe only builds a program
+(``Build``), inside
 its own IR guard."""
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """One policy, three runtimes, one declared speed source: MXNet, Paddle's static programs (each
-IR) and Paddle's dygraph each supply an ``amp_adapters.services.speed_source.SpeedSource`` (a job per op
+IR) and Paddle's dygraph each supply an ``amp_adapters.services.speed_source.SpeedSource`` (a job
+per op
 and shape class, a timer module), and the core's book keys each under its own framework in
 the one cache."""
 import importlib

@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 from amp_adapters.rules import isa
 from amp_adapters.services import measure_process
 from amp_adapters.rules.errors import AmpConfigError
-from amp_adapters.rules.isa import bf16_class, onednn_env, simulate, simulated
-from amp_adapters.rules.isa import machine
+from amp_adapters.rules.isa import bf16_class, machine, onednn_env, simulate, simulated
 from amp_adapters.services.speedbook import machine_id
 
 AVX512 = ["avx2", "avx512bw", "avx512dq", "avx512f", "avx512vl"]

@@ -213,6 +213,5 @@ def test_under_measured_speed_bf16_must_be_measured_faster_for_every_low_op():
 
 def test_the_session_takes_the_cpu_class_from_the_device_truth():
     from amp_adapters.services.doctor.session import Session
-    from amp_adapters.rules.isa import bf16_class
-    from amp_adapters.rules.isa import machine
+    from amp_adapters.rules.isa import bf16_class, machine
     assert Session().bf16_speed().emulated == (bf16_class(machine()) == "emulated")

@@ -1,4 +1,5 @@
-"""The doctor's verification is out of sample (amp_adapters.services.doctor.verify): a fix is derived
+"""The doctor's verification is out of sample (amp_adapters.services.doctor.verify): a fix is
+derived
 from the first half of the recorded steps, and verified by a trial, training under it with
 optimizer updates, whose later steps were held out of the derivation; the file says on how
 many steps. Before, the recorded steps were replayed on the recorded parameters, without an

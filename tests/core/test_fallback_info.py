@@ -2,8 +2,7 @@
 import pytest
 
 from amp_adapters.services import fallback as info
-from amp_adapters.rules.isa import bf16_class, describe_bf16
-from amp_adapters.rules.isa import machine
+from amp_adapters.rules.isa import bf16_class, describe_bf16, machine
 
 AVX512 = ["avx512bw", "avx512dq", "avx512f", "avx512vl"]
 from amp_adapters.services.cli import main

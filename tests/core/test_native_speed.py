@@ -1,4 +1,5 @@
-"""amp_adapters.services.native_speed: when the native's bf16 decisions are slower than float32, known
+"""amp_adapters.services.native_speed: when the native's bf16 decisions are slower than float32,
+known
 without timing (the CPU's flags and oneDNN's ISA caps as data, a speed cache on disk)."""
 import logging
 import re

@@ -12,8 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from amp_adapters import Policy
 from amp_adapters.services import measure_process, speed_source
@@ -21,6 +20,9 @@ from amp_adapters.rules.device import Cost, ShapeClass
 from amp_adapters.services.speed_source import Job, SpeedSource
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+pytestmark = pytest.mark.usefixtures("own_speed_cache")  # (the root conftest)
 
 
 @dataclass(frozen=True)
@@ -40,12 +42,6 @@ class Toy:
         return Job(op, shape, training, self.dtype, {"k": shape.operands[0][-1]})
 
 
-@pytest.fixture(autouse=True)
-def own_books(tmp_path, monkeypatch):
-    monkeypatch.setenv("AMP_ADAPTERS_CACHE", str(tmp_path / "cache"))
-    speed_source.forget()
-    yield
-    speed_source.forget()
 
 
 dims = st.one_of(st.none(), st.integers(1, 4096))

@@ -6,8 +6,7 @@ from pathlib import Path
 import mxnet as mx
 import pytest
 
-from amp_adapters.rules.isa import describe_bf16
-from amp_adapters.rules.isa import machine
+from amp_adapters.rules.isa import describe_bf16, machine
 from mxnet_amp.kernels import has_kernel
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

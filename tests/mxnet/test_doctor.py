@@ -500,8 +500,7 @@ def test_where_bf16_is_emulated_the_doctor_does_not_offer_it():
     as data; the session reads it from ``isa.bf16_class``)."""
     from amp_adapters.services.doctor import recommend
     from amp_adapters.services.doctor.bf16 import Bf16Speed
-    from amp_adapters.rules.isa import bf16_class
-    from amp_adapters.rules.isa import machine
+    from amp_adapters.rules.isa import bf16_class, machine
     dr = _dense_doctor(P.policy("overflow"))
     try:
         assert dr.bf16_speed().emulated == (bf16_class(machine()) == "emulated")

@@ -10,7 +10,6 @@ import numpy as np
 import paddle
 import pytest
 
-from amp_adapters.services import speed_source
 
 # Our own state vars: they move on every step by design; everything else persistable is
 # parameters and optimizer state, which a skipped step must leave bit-identical.
@@ -145,16 +144,6 @@ def white_list_model():
     out = paddle.static.nn.fc(c, 1)
     diff = out - y
     return paddle.mean(diff * diff)
-
-
-@pytest.fixture
-def own_speed_cache(tmp_path, monkeypatch):
-    """Every speed book the test makes reads and writes a cache of its own, and is made
-    afresh (``speed_source.forget``: the process's books dropped before and after)."""
-    monkeypatch.setenv("AMP_ADAPTERS_CACHE", str(tmp_path / "cache"))
-    speed_source.forget()
-    yield
-    speed_source.forget()
 
 
 @pytest.fixture

@@ -16,12 +16,10 @@ import pytest
 
 from amp_adapters.services import speed_source
 from amp_adapters.rules.device import Cost
-from amp_adapters.rules.isa import bf16_class
-from amp_adapters.rules.isa import machine
+from amp_adapters.rules.isa import bf16_class, machine
 from amp_adapters.services.speedbook import ProfileFile, cache_dir, machine_id, write_profile
 from paddle_amp import dygraph as amp
-from paddle_amp.dygraph import kernels
-from paddle_amp.dygraph import speed as dy_speed
+from paddle_amp.dygraph import kernels, speed as dy_speed
 
 NO_BF16 = bf16_class(machine()) == "none"
 needs_bf16 = pytest.mark.skipif(NO_BF16, reason="the device truth (isa.bf16_class) says this "
@@ -31,13 +29,9 @@ FIRST, SECOND = "8x32;32x64>2", "8x64;64x16>2"  # the two Linears' GEMMs at a ba
 V = paddle.__version__
 
 
-@pytest.fixture(autouse=True)
-def own_cache(tmp_path, monkeypatch):
-    """A speed cache of the test's own, and the process's books made afresh."""
-    monkeypatch.setenv("AMP_ADAPTERS_CACHE", str(tmp_path / "cache"))
-    speed_source.forget()
-    yield
-    speed_source.forget()
+pytestmark = pytest.mark.usefixtures("own_speed_cache")  # (the root conftest)
+
+
 
 
 def seed(entries):

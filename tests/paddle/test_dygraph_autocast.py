@@ -9,8 +9,7 @@ from hypothesis import strategies as st
 
 from amp_adapters import OpLists, Policy
 from amp_adapters.rules.errors import AmpConfigError, ConflictingOpError, UnknownOpError
-from amp_adapters.rules.isa import bf16_class
-from amp_adapters.rules.isa import machine
+from amp_adapters.rules.isa import bf16_class, machine
 from paddle_amp import dygraph as amp
 from paddle_amp.dygraph import dispatch
 

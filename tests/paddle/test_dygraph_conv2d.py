@@ -6,8 +6,7 @@ the probe's answer, and the device truth for the CPU class."""
 import numpy as np
 import paddle
 
-from amp_adapters.rules.isa import bf16_class
-from amp_adapters.rules.isa import machine
+from amp_adapters.rules.isa import bf16_class, machine
 from paddle_amp import dygraph as amp
 from paddle_amp.dygraph import kernels
 

@@ -7,8 +7,7 @@ import numpy as np
 import paddle
 import pytest
 
-from amp_adapters.rules.isa import bf16_class
-from amp_adapters.rules.isa import machine
+from amp_adapters.rules.isa import bf16_class, machine
 from paddle_amp import dygraph as amp
 from paddle_amp.dygraph import dispatch
 

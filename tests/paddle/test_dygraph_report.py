@@ -5,8 +5,7 @@ import paddle
 import pytest
 
 from amp_adapters import CastReport
-from amp_adapters.rules.isa import bf16_class
-from amp_adapters.rules.isa import machine
+from amp_adapters.rules.isa import bf16_class, machine
 from paddle_amp import dygraph as amp
 
 

@@ -9,8 +9,7 @@ import paddle
 import pytest
 import paddle_amp
 from amp_adapters.rules.device import DeviceProfile
-from amp_adapters.rules.isa import bf16_class, describe_bf16
-from amp_adapters.rules.isa import machine
+from amp_adapters.rules.isa import bf16_class, describe_bf16, machine
 from paddle_amp import ir, kernels
 from paddle_amp.bf16 import AutoMixedPrecisionListsBF16, decorate_bf16, rewrite_program_bf16
 from paddle_amp.config import native_policy

@@ -18,10 +18,9 @@ import paddle_amp
 from amp_adapters import Policy
 from amp_adapters.services import measure_process, speed_source
 from amp_adapters.rules.device import Cost, DeviceProfile, ShapeClass
-from amp_adapters.rules.isa import describe_bf16
-from amp_adapters.rules.isa import machine
+from amp_adapters.rules.isa import describe_bf16, machine
 from paddle_amp import ir, kernels, speed
-from paddle_helpers import batch, is_pir, mlp, own_speed_cache  # noqa: F401 (a fixture)
+from paddle_helpers import batch, is_pir, mlp
 
 BF16 = "bfloat16"
 GEMMS = ("mul", "matmul_v2")  # what paddle.static.nn.fc builds: 2.6 mul, 3.x matmul_v2

@@ -1,7 +1,8 @@
 """Op lists as data: the canonical vocabulary and each framework's table of op names.
 
 ``canonical.toml`` gives every canonical op (matmul, softmax, ...) one default
-category for float16, and for bfloat16 only where it differs from float16. ``mxnet.toml`` and ``paddle.toml`` map
+category for float16, and for bfloat16 only where it differs from float16. ``mxnet.toml`` and
+``paddle.toml`` map
 framework op names onto canonical names, keep the native lists' category for
 framework-only names, and say which inputs are never cast and which outputs
 stay fp32. Loading is cached;

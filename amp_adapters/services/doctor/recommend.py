@@ -5,7 +5,8 @@
 the first recorded steps, narrowest first, training under each (``replay``, the
 backend's trial) and judging it on steps held out of its derivation
 (``verify.verdict``), and writes the first that passes as TOML with each change's
-reason as a comment, what it keeps low, that it was verified and on how many steps. Without a replay, every flagged op type
+reason as a comment, what it keeps low, that it was verified and on how many steps. Without a
+replay, every flagged op type
 moves to fp32 (canonical ops to ``[ops] fp32``, the framework's own names to
 ``[ops.<framework>] fp32``). The text is checked by loading it back with the core's loader: what
 ``Policy.from_file`` reads is exactly ``Recommendation.policy``.
