@@ -83,3 +83,23 @@ def test_examples_turn_the_frameworks_log_noise_off(tmp_path):
     assert not re.search(r"^[IW]\d{4} ", r.stderr, re.M), r.stderr[-3000:]
     for noise in ("New Executor", "No ccache found", "primitive descriptor", "Cannot decide"):
         assert noise not in r.stderr
+
+
+def test_paddle_dygraph_engine_trains_o1_and_o2_with_one_import_changed(tmp_path):
+    """The engine-style script (PaddleClas / PaddleSeg loops) with only the import changed:
+    both levels train, and the checkpoint holds what those engines read at resume: the
+    scaler's native keys, and at O2 the float32 masters in the optimizer's state_dict."""
+    import paddle
+    source = open(os.path.join(EXAMPLES, "paddle_dygraph_engine.py")).read()
+    assert "from paddle_amp import dygraph as amp" in source and "paddle.amp" not in source
+    out = run("paddle_dygraph_engine.py", "--steps", "150", "--save", str(tmp_path))
+    assert len(accuracies(out)) == 2 and min(accuracies(out)) > 0.85
+    o2 = paddle.load(str(tmp_path / "O2.pdparams"))
+    from paddle_amp import dygraph
+    if dygraph.is_bfloat16_supported():  # bf16 weights: float32 masters; no scaler (native)
+        masters = o2["optimizer"]["master_weights"]
+        assert masters and all(str(v.dtype).endswith("float32") for v in masters.values())
+        assert o2["scaler"] == {}
+    else:  # float16, no kernel here: nothing stored low (no masters), the scaler's keys
+        assert "master_weights" not in o2["optimizer"]
+        assert {"scale", "incr_count", "decr_count"} <= set(o2["scaler"])
