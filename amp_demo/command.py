@@ -15,29 +15,23 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import os
 import sys
 from typing import Optional, Sequence
 
-from amp_adapters import AmpConfigError, DynamicLossScale, Policy, resolve_policy
+from amp_adapters import AmpConfigError, Policy, resolve_policy
 from amp_adapters.services.cli import HelpFormatter, Parser, positive_steps
 from amp_adapters.rules.isa import describe_bf16, machine
 from amp_adapters.services.quiet import quiet_frameworks
 
 from .doctor_command import register as register_doctor
 from .max_batch_command import register as register_max_batch
+from .trainers import BF16_POLICY, DEMO_POLICY, PACKAGE, require  # noqa: F401 (command.X too)
 
-# O1 fp16, emulated where the device has no fp16 kernel; a short growth interval so the
-# dynamic loss scale visibly grows into overflows and backs off within the demo.
-DEMO_POLICY = Policy.preset("O1", emulate=True, loss_scale=DynamicLossScale(growth_interval=100))
-# bf16 on real kernels, where the backend says the CPU has them: no loss scale needed
-BF16_POLICY = Policy.preset("O1-bf16")
 HELP = "train one MLP in each framework, in fp32 and with AMP, side by side"
 # --framework: both = MXNet and Paddle, Paddle's static program and dynamic graph each
 RUNTIMES = {"both": ("mxnet", "paddle", "paddle-dygraph"), "mxnet": ("mxnet",),
             "paddle": ("paddle",), "paddle-dygraph": ("paddle-dygraph",), "numpy": ("numpy",)}
-PACKAGE = {"mxnet": "mxnet", "paddle": "paddle", "paddle-dygraph": "paddle"}  # to require
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")  # what matplotlib's Agg backend writes
 
 
@@ -53,15 +47,6 @@ def figure_path(text: str) -> str:
     if not os.access(folder, os.W_OK):
         raise argparse.ArgumentTypeError(f"{text!r}: directory {folder!r} is not writable")
     return text
-
-
-def require(modules: Sequence[str], extra: str) -> None:
-    """An AmpConfigError naming the missing ``modules`` and the pip extra that brings them."""
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
-    if missing:
-        raise AmpConfigError(f"{', '.join(missing)} not installed: pip install "
-                             f"\"amp-adapters[{extra}]\" (from a checkout: pip install "
-                             f"\".[{extra}]\")")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -93,7 +93,7 @@ def answer(framework: str, model: str, policy: str, budget: int, batches: Sequen
 def run(args: argparse.Namespace) -> int:
     from amp_adapters.services.quiet import quiet_frameworks
 
-    from .command import PACKAGE, require
+    from .trainers import PACKAGE, require
     policy = resolve_policy(args.policy)  # a bad policy stops here, before any measuring
     require([PACKAGE[args.framework]], PACKAGE[args.framework])
     spec = model_named(args.model)

@@ -30,7 +30,7 @@ def policy_named(spec: str) -> Policy:
     takes it."""
     from amp_adapters import resolve_policy
 
-    from .command import BF16_POLICY, DEMO_POLICY
+    from .trainers import BF16_POLICY, DEMO_POLICY
     named = {"fp32": Policy.preset("O0"), "demo": DEMO_POLICY, "bf16": BF16_POLICY}
     return named[spec] if spec in named else resolve_policy(spec)
 

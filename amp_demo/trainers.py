@@ -1,15 +1,34 @@
-"""Which trainer runs the demo for a framework; each backend is imported only when asked for."""
+"""Which trainer runs the demo for a framework, under which policies, and what it needs
+installed; each backend is imported only when asked for."""
 from __future__ import annotations
 
-from typing import Callable, Optional
+import importlib.util
+from typing import Callable, Optional, Sequence
 
-from amp_adapters import Policy, UnknownChoiceError
+from amp_adapters import AmpConfigError, DynamicLossScale, Policy, UnknownChoiceError
 
 from .data import DigitsData
 from .result import OnStep, Steps, TrainResult, run_steps
 
 # paddle: a static program (paddle_amp); paddle-dygraph: eager layers (paddle_amp.dygraph)
 FRAMEWORKS = ("mxnet", "paddle", "paddle-dygraph", "numpy")
+PACKAGE = {"mxnet": "mxnet", "paddle": "paddle", "paddle-dygraph": "paddle"}  # to require
+
+# O1 fp16, emulated where the device has no fp16 kernel; a short growth interval so the
+# dynamic loss scale visibly grows into overflows and backs off within the demo.
+DEMO_POLICY = Policy.preset("O1", emulate=True,
+                            loss_scale=DynamicLossScale(growth_interval=100))
+# bf16 on real kernels, where the backend says the CPU has them: no loss scale needed
+BF16_POLICY = Policy.preset("O1-bf16")
+
+
+def require(modules: Sequence[str], extra: str) -> None:
+    """An AmpConfigError naming the missing ``modules`` and the pip extra that brings them."""
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        raise AmpConfigError(f"{', '.join(missing)} not installed: pip install "
+                             f"\"amp-adapters[{extra}]\" (from a checkout: pip install "
+                             f"\".[{extra}]\")")
 
 
 def train(framework: str, policy: Policy, data: DigitsData, *, lr: float = 0.1, k: float = 1.0,
