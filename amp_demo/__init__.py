@@ -10,7 +10,7 @@ Files:
 
     data.py            the digits split, initial weights, batch order; ``evaluate``
     result.py          ``TrainResult`` (one run) and the mode label
-    trainers.py        ``train``, ``steps_of``, ``batch_workload``, the demo's policies: a backend when asked
+    trainers.py        ``train``, ``steps_of``, ``batch_workload``, policies; backends when asked
     numpy_trainer.py   reference trainer: fp32 or fp16 emulated at op boundaries, by hand
     mxnet_trainer.py   the Gluon trainer, through ``mxnet_amp``
     paddle_trainer.py  the static-program trainer, through ``paddle_amp``
