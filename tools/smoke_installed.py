@@ -21,7 +21,7 @@ classifiers = meta.get_all("Classifier")
 assert "Programming Language :: Python :: 3.13" in classifiers, classifiers
 for package in ("mxnet_amp", "paddle_amp", "amp_demo"):  # found, not imported (no framework)
     assert importlib.util.find_spec(package) is not None, package
-for data in ("py.typed", "oplists/canonical.toml", "oplists/native.toml"):
+for data in ("py.typed", "rules/oplists/canonical.toml", "rules/oplists/native.toml"):
     assert os.path.exists(os.path.join(here, data)), data
 assert categorize(Policy.preset("O1"), "mxnet", "dot").category == "lower"
 assert categorize(Policy.preset("mxnet-native"), "mxnet", "dot").category == "promote"
