@@ -81,6 +81,10 @@ class Frame:
     quiet: dict = field(default_factory=dict)
     gemm: Optional[OpDecision] = None  # quiet["matmul_v2"] (an attribute: read per call)
     counted: bool = False
+    # shares: whether it keeps the step's cast sharing installed (``stepcasts``: it wraps
+    # ``Layer.__call__``, which costs tens of microseconds a step to put in and take out): a
+    # region whose wrapped ops all run float32 calls as they are casts nothing to share
+    shares: bool = False
 
     def __post_init__(self) -> None:
         self.on = self.policy.enabled
@@ -201,6 +205,7 @@ class _Regions(threading.local):
 
 _regions = _Regions()
 _open = [0]  # regions open in all threads: the wrappers stay installed while any is
+_sharing = [0]  # regions open in all threads that keep stepcasts installed (Frame.shares)
 _lock = threading.Lock()
 _decided: dict = {}  # (policy, device, key) -> OpDecision: a region re-entered plans nothing
 _notices = FallbackNotices("paddle_amp.dygraph")  # the core's wording, once per op
@@ -271,11 +276,16 @@ def push(policy: Policy, log: Optional[list] = None,
     frame.gemm = frame.quiet.get("matmul_v2")
     # a region that decides nothing (O0, enable=False) needs no wrapper: it costs nothing
     frame.counted = frame.on or log is not None
+    frame.shares = frame.counted and len(frame.quiet) < len(_PROGRAM_OPS)
     with _lock:
         if frame.counted:
             if not _open[0]:
                 _install()
             _open[0] += 1
+        if frame.shares:
+            if not _sharing[0]:
+                stepcasts.install()
+            _sharing[0] += 1
         _owners[id(frame)] = _regions.frames
         _regions.frames.append(frame)
     if frame.layered:
@@ -357,6 +367,10 @@ def _remove(frame: Frame, frames: Optional[list]) -> None:
             if frame.layered:
                 layer_paths.leave()
         finally:
+            if frame.shares:
+                _sharing[0] -= 1
+                if not _sharing[0]:
+                    stepcasts.uninstall()
             if frame.counted:
                 _open[0] -= 1
                 if not _open[0]:
@@ -730,7 +744,6 @@ def _install() -> None:
     for name, wrapper in _WRAPPERS.items():
         _wrap(_C_ops, name, wrapper)
     _originals.setdefault("add", getattr(_C_ops, "add"))
-    stepcasts.install()
     for name, wrapper in _OPERATORS.items():
         if getattr(_EAGER, name, None) is not None:  # (Paddle 2.6.2 has no __rmatmul__)
             _wrap(_EAGER, name, wrapper)
@@ -769,4 +782,3 @@ def _uninstall() -> None:
         _unwrap(_C_ops, name, wrapper)
     for name, wrapper in _OPERATORS.items():
         _unwrap(_EAGER, name, wrapper)
-    stepcasts.uninstall()
