@@ -57,14 +57,7 @@ def digits_steps(policy: Policy, data: DigitsData, *, lr: float = 0.1,
             t0 = time.perf_counter()
             rows = mx.nd.array(idx, ctx=ctx)
             x, y = mx.nd.take(x_all, rows), mx.nd.take(y_all, rows)
-            with autograd.record():
-                loss = loss_fn(net(x), y).mean() / k
-                if amp:
-                    with scale_loss(loss, trainer) as scaled:
-                        autograd.backward(scaled)
-            if not amp:
-                loss.backward()
-            trainer.step(1)
+            loss = _train_step(net, loss_fn, trainer, amp, x, y, k)
             losses.append(float(loss.asscalar()) * k)  # the host sync of the step
             scales.append(scale)
             times.append(time.perf_counter() - t0)
@@ -82,6 +75,20 @@ def digits_steps(policy: Policy, data: DigitsData, *, lr: float = 0.1,
     fell_back = bool(report and any(d.lacks_kernel for d in report.decisions))
     return TrainResult("mxnet", mode_label(policy, emulated, fell_back), accuracy, tuple(losses),
                        tuple(scales), skipped, casts, float(np.median(times)))
+
+
+def _train_step(net, loss_fn, trainer, amp: bool, x, y, k: float = 1.0):
+    """One step: the loss (divided by ``k``) recorded, its backward (through ``scale_loss``
+    where ``amp``), the update; the loss, not waited for."""
+    with autograd.record():
+        loss = loss_fn(net(x), y).mean() / k
+        if amp:
+            with scale_loss(loss, trainer) as scaled:
+                autograd.backward(scaled)
+    if not amp:
+        loss.backward()
+    trainer.step(1)
+    return loss
 
 
 def wait_all() -> None:
@@ -115,14 +122,7 @@ def speed_row(policy: str, width: int, batch: int, layers: int, budget_s: float)
         return net, gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.01})
 
     def step(net, trainer, scaled):
-        with autograd.record():
-            loss = loss_fn(net(x), y).mean()
-            if scaled:
-                with scale_loss(loss, trainer) as s:
-                    autograd.backward(s)
-            else:
-                loss.backward()
-        trainer.step(1)
+        _train_step(net, loss_fn, trainer, scaled, x, y)
         mx.nd.waitall()  # the update too: MXNet runs it asynchronously, and a step that only
         # waited for its loss would hand its backward and update to the next step timed
 
@@ -256,13 +256,6 @@ def batch_workload(spec, policy: Policy, batch: int) -> Callable[[], None]:
     y = mx.nd.array(np.random.default_rng(0).integers(0, CLASSES, batch))
 
     def step() -> None:
-        with autograd.record():
-            loss = loss_fn(net(x), y).mean()
-            if amp:
-                with scale_loss(loss, trainer) as scaled:
-                    autograd.backward(scaled)
-        if not amp:
-            loss.backward()
-        trainer.step(1)
+        _train_step(net, loss_fn, trainer, amp, x, y)
         mx.nd.waitall()
     return step

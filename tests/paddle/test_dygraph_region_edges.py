@@ -156,22 +156,23 @@ def test_a_layer_rule_by_path_follows_a_replaced_sublayer():
     assert keep is not m[1]
 
 
+def _net():
+    return paddle.nn.Sequential(paddle.nn.Linear(8, 8), paddle.nn.ReLU(),
+                                paddle.nn.Linear(8, 4))
+
+
 def test_cast_report_of_a_to_static_model_reports_its_ops_each_time():
     """A ``to_static`` model, fresh or traced before under the same policy, reports what the
     eager model reports, and again on a second report (its program cached)."""
     paddle.seed(0)
 
-    def net():
-        return paddle.nn.Sequential(paddle.nn.Linear(8, 8), paddle.nn.ReLU(),
-                                    paddle.nn.Linear(8, 4))
-
     x = paddle.ones([4, 8])
-    want = [d.precision for d in amp.cast_report(net(), x, dtype="bfloat16").decisions]
+    want = [d.precision for d in amp.cast_report(_net(), x, dtype="bfloat16").decisions]
     assert len(want) == 2
-    fresh = paddle.jit.to_static(net(), full_graph=True)
+    fresh = paddle.jit.to_static(_net(), full_graph=True)
     got = [d.precision for d in amp.cast_report(fresh, x, dtype="bfloat16").decisions]
     assert got == want
-    traced = paddle.jit.to_static(net(), full_graph=True)
+    traced = paddle.jit.to_static(_net(), full_graph=True)
     with paddle.no_grad(), amp.auto_cast(dtype="bfloat16"):
         traced(x)
     for _ in range(2):
@@ -267,13 +268,9 @@ def test_cast_report_of_a_sot_model_reports_its_ops_once_each_time():
         pytest.skip("Paddle 3's SOT translator runs only in PIR (FLAGS_enable_pir_api=1)")
     paddle.seed(0)
 
-    def net():
-        return paddle.nn.Sequential(paddle.nn.Linear(8, 8), paddle.nn.ReLU(),
-                                    paddle.nn.Linear(8, 4))
-
     x = paddle.ones([4, 8])
-    want = [d.precision for d in amp.cast_report(net(), x, dtype="bfloat16").decisions]
-    sot = paddle.jit.to_static(net(), full_graph=False)
+    want = [d.precision for d in amp.cast_report(_net(), x, dtype="bfloat16").decisions]
+    sot = paddle.jit.to_static(_net(), full_graph=False)
     for _ in range(2):
         assert [d.precision for d in amp.cast_report(sot, x, dtype="bfloat16").decisions] \
             == want
