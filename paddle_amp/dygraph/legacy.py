@@ -85,10 +85,12 @@ def rewrite(frame, block, start: int, done: set) -> None:
 def _write(ir, op, names: list, d) -> None:
     """``op`` (reading ``names``) written as the decision ``d`` runs it in eager mode."""
     out = op.output(_OUT[op.type])[0]
-    if d.emulated:
-        for name, r in zip(names, d.round_inputs):
+    if d.emulated:  # an input stored low (an O2 weight) is only widened: exact
+        for name, r, c in zip(names, d.round_inputs, d.casts):
             if r:
                 op._rename_input(name, ir.round(op, name, d.low_dtype))
+            elif c:
+                op._rename_input(name, ir.cast(op, name, c))
         if d.round_outputs:
             ir.round_output(op, out, d.low_dtype)
         return
@@ -101,14 +103,30 @@ def _write(ir, op, names: list, d) -> None:
             cast.append(new)
     if not low:
         return
-    if any(not ir.block._var_recursive(n).stop_gradient for n in cast):
-        for n in cast:  # oneDNN's bf16 matmul_v2_grad crashes on one missing gradient
-            ir.require_grad(n)
+    _every_operand_wants_grad(ir, op, names, cast)
     ir.use_onednn(op)
     _hand_back(ir, op, out, d.low_dtype)
 
 
 _OUT = {"matmul_v2": "Out", "conv2d": "Output"}
+
+
+def _every_operand_wants_grad(ir, op, names: list, cast: list) -> None:
+    """oneDNN's bf16 ``matmul_v2_grad`` crashes (SIGSEGV) on one missing gradient: where one
+    operand of ``op`` wants a gradient (an O2 weight stored bf16, or a cast of a float32
+    one), every operand then wants one, as in eager mode (``dispatch._run``): a cast made
+    here directly, an operand of the caller's (an input stored low) through a copy."""
+    block = ir.block
+    now = [op.input(slot)[0] for slot in OPS[op.type]]
+    if all(block._var_recursive(n).stop_gradient for n in now):
+        return
+    for n in now:
+        if not block._var_recursive(n).stop_gradient:
+            continue
+        if n in cast:
+            ir.require_grad(n)
+        else:
+            op._rename_input(n, _copy(ir, op, n))
 
 
 def _hand_back(ir, op, out: str, low: str) -> None:
@@ -128,6 +146,28 @@ def _hand_back(ir, op, out: str, low: str) -> None:
     # back into bf16 fails on a GEMM's result: "could not create a primitive descriptor")
     _insert_cast_op(block, at.at + 1, raw.name, out, VARTYPE_OF[low], var.dtype, at.role, {})
     at.at += 1
+
+
+def _copy(ir, op, name: str) -> str:
+    """A copy of ``name`` (an ``assign`` before ``op``) that wants a gradient."""
+    from paddle.base import framework, unique_name
+    from ..ir.legacy.writing import _NAMESCOPE
+    from ..ir.legacy.values import _ROLE
+    block, at = ir.block, ir.cursor
+    var = block._var_recursive(name)
+    out = block.create_var(name=unique_name.generate(f"{name}.grad_copy"), dtype=var.dtype,
+                           shape=var.shape, lod_level=var.lod_level, persistable=False,
+                           stop_gradient=False)
+    desc = block.desc._insert_op(at.at)
+    desc.set_type("assign")
+    desc.set_input("X", [name])
+    desc.set_output("Out", [out.name])
+    desc._set_int32_attr(_ROLE, int(at.role))
+    desc._set_attr(_NAMESCOPE, framework._full_name_scope())
+    desc.check_attrs()
+    block.ops.insert(at.at, framework.Operator(block, desc))
+    at.at += 1
+    return out.name
 
 
 def claimed(block, start: int) -> set:
