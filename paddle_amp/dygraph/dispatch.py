@@ -413,14 +413,14 @@ _quiet: dict = {}  # (id(policy), id(device), warnings) -> (policy, device, quie
 
 def _close_in_program(frame: Frame, frames: list) -> None:
     """Write the legacy-program ops ``frame`` saw appended (a region with mixed precision
-    off leaves them float32); the enclosing region in the same block leaves them as
-    written."""
+    off leaves them float32); the enclosing region (in the same block, or around the
+    control-flow op whose sub-block this is) leaves them as written."""
     block, start, done = frame.legacy
     frame.legacy = None
     if frame.on:  # an O0 region writes nothing, but its ops are its own (claimed below)
         legacy.rewrite(frame, block, start, done)
-    outer = [f for f in frames if f is not frame and f.legacy is not None and
-             f.legacy[0] is block]
+    # (the region around it: in the same block, or in the block holding its sub-block)
+    outer = [f for f in frames if f is not frame and f.legacy is not None]
     if outer:
         outer[-1].legacy[2].update(legacy.claimed(block, start))
     elif _regions.written is not None:

@@ -19,9 +19,10 @@ decisions, recorded in ``region.ran``) and written with the static drop-in's leg
 - emulated: inputs and result rounded through the low dtype;
 - otherwise (falls back, nothing to do): as it is.
 
-``paddle.jit.save`` saves these ops, so a loaded program keeps the decisions. A region's ops
-inside a control-flow sub-block (a converted ``if`` or loop) are not revisited: they run
-float32.
+The ops of a control-flow sub-block (a converted ``if``'s branches, a loop's body) the
+region covers are written alike, as eager mode runs the branch or the iterations it takes;
+a region opened inside a sub-block writes its own ops and leaves them to the region around
+it. ``paddle.jit.save`` saves these ops, so a loaded program keeps the decisions.
 """
 from __future__ import annotations
 
@@ -54,19 +55,31 @@ def rewrite(frame, block, start: int, done: set) -> None:
     route); ``done``: ids of ops an inner region wrote already (its plan stands). A report's
     region (``frame.log``) logs each decision, in program order."""
     from . import kernels
-    from ..env import DTYPE_OF
     from ..ir.legacy.program import LegacyProgram
-    from ..ir.legacy.values import Cursor, role
     ir = LegacyProgram(block.program)
-    ir.block = block
     if not kernels.plain_cast_rounds():
         ir.use_onednn_casts()
+    _rewrite_block(frame, ir, block, start, done)
+
+
+def _rewrite_block(frame, ir, block, start: int, done: set) -> None:
+    """``rewrite`` of ``block`` from ``start`` on, and of every sub-block (a converted ``if``'s
+    branches, a loop's body) an op there holds, whole: the region was open while it was
+    built (a region opened inside it wrote its own ops: ``done``)."""
+    from ..env import DTYPE_OF
+    from ..ir.legacy.values import Cursor, role
     i = start
     while i < len(block.ops):
         op = block.ops[i]
-        if id(op) in done or op.type not in OPS:
+        if id(op) in done:
             i += 1
             continue
+        if op.has_attr("sub_block"):
+            _rewrite_block(frame, ir, op._block_attr("sub_block"), 0, done)
+        if op.type not in OPS:
+            i += 1
+            continue
+        ir.block = block
         names = [op.input(slot)[0] for slot in OPS[op.type]]
         vars_ = [block._var_recursive(n) for n in names]
         key = (op.type,) + tuple(DTYPE_OF.get(v.dtype) for v in vars_)
