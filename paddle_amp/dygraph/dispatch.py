@@ -129,15 +129,25 @@ class Frame:
         self.plans[slot] = d if acts else None
         return self.plans[slot]
 
-    def plan_ranked(self, key: tuple, ranks: Callable[[], tuple]) -> Any:
-        """The plan of ``key`` (kept, or made now), asking ``ranks()`` for its inputs' ranks
-        only where the decision depends on them (``BY_RANK``): ``legacy``'s route, which
-        sees a program's ops rather than tensors."""
-        d = self.plans[key] if key in self.plans else self.plan(key)
+    def plan_shaped(self, key: tuple, shapes: list, instance: Optional[str] = None
+                    ) -> tuple:
+        """(plan, decision) of ``key`` on operands of ``shapes`` (a -1 dimension: unknown, a
+        batch a program leaves open, as the static runtime takes it) run by the Layer at
+        ``instance``: as ``_noted`` and ``_by_shape`` decide a call on tensors of those shapes,
+        the ranks asked only where the decision depends on them (``BY_RANK``), the shape
+        class only under measured speed. ``legacy``'s route, which sees a program's ops."""
+        if self.measured:
+            shape = ShapeClass.of(shapes, _result_rank(*map(len, shapes)))
+            slot = _slot(key + (shape,), instance)
+            d = self.plans[slot] if slot in self.plans else self.plan(key, None, instance, shape)
+            return d, self.decisions[slot]
+        slot = _slot(key, instance)
+        d = self.plans[slot] if slot in self.plans else self.plan(key, None, instance)
         if d is BY_RANK:
-            r = ranks()
-            d = self.plans.get(key + r) or self.plan(key, r)
-        return d
+            ranks = tuple(map(len, shapes))
+            slot = _slot(key + ranks, instance)
+            d = self.plans[slot] if slot in self.plans else self.plan(key, ranks, instance)
+        return d, self.decisions[slot]
 
     def _decide(self, full: tuple, shape, instance: Optional[str] = None) -> OpDecision:
         """``plan_op`` for ``full`` (op, dtypes..., [ranks...]) run by the Layer at path

@@ -14,19 +14,25 @@ decisions, recorded in ``region.ran``) and written with the static drop-in's leg
   kernel by the attributes the native bf16 rewrite sets (``use_mkldnn``,
   ``mkldnn_data_type``; its gradient op inherits them), and its result cast back to float32
   under the name the ops after it read: the ops after it compute in float32, as in eager
-  mode, so the program gives eager mode's loss; every cast operand wants a gradient when
-  one does (oneDNN's bf16 ``matmul_v2_grad`` crashes otherwise, as in eager mode);
-- emulated: inputs and result rounded through the low dtype;
+  mode, so the program gives eager mode's loss; every operand wants a gradient when one
+  does (oneDNN's bf16 ``matmul_v2_grad`` crashes otherwise, as in eager mode): a cast made
+  here directly, an operand as it is (an O2 weight's reader's input stored low) through a
+  copy;
+- emulated: inputs and result rounded through the low dtype (an input stored low, an O2
+  weight, only widened);
 - otherwise (falls back, nothing to do): as it is.
 
 The ops of a control-flow sub-block (a converted ``if``'s branches, a loop's body) the
 region covers are written alike, as eager mode runs the branch or the iterations it takes;
 a region opened inside a sub-block writes its own ops and leaves them to the region around
-it. ``paddle.jit.save`` saves these ops, so a loaded program keeps the decisions.
+it. An op is planned as eager mode plans the call: per Layer path where the policy has layer
+rules (the Layer owning the parameter it reads: ``_param_paths``; a GEMM of two activations
+has none), per shape class under measured speed (its vars' shapes: ``Frame.plan_shaped``).
+``paddle.jit.save`` saves these ops, so a loaded program keeps the decisions.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 # program op -> its floating input slots, in the order eager mode plans them (dispatch)
 OPS = {"matmul_v2": ("X", "Y"), "conv2d": ("Input", "Filter")}
@@ -59,10 +65,33 @@ def rewrite(frame, block, start: int, done: set) -> None:
     ir = LegacyProgram(block.program)
     if not kernels.plain_cast_rounds():
         ir.use_onednn_casts()
-    _rewrite_block(frame, ir, block, start, done)
+    paths = _param_paths(block.program) if frame.layered else None
+    _rewrite_block(frame, ir, block, start, done, paths)
 
 
-def _rewrite_block(frame, ir, block, start: int, done: set) -> None:
+def _param_paths(program) -> Any:
+    """names -> the Layer path of the first of ``names`` that is a parameter of the model
+    (None: none is), for a region with layer rules. A program has no Layer calls to follow
+    (eager mode's ``layer_paths``): an op is named by the Layer owning the parameters it
+    reads, as the static runtime names it (``paddle_amp.layer_paths``), from the model as
+    eager mode counts paths: the outermost Layer call the region's wrapper saw, still
+    running when the region closes (a region opened around the ``to_static`` model's
+    call), else the outermost Layer called in the program, whose paths the static runtime
+    noted when it returned (a region opened inside the traced ``forward``: eager mode, which
+    warns then, counts from the same Layer)."""
+    from .. import layer_paths as static_paths
+    from . import layer_paths
+    root = layer_paths._calls.root
+    if root is not None:
+        static_paths.note_model(root[0], program)
+
+    def path(names) -> Optional[str]:
+        found = static_paths.paths_of(program, names)
+        return found[0] if found else None
+    return path
+
+
+def _rewrite_block(frame, ir, block, start: int, done: set, paths) -> None:
     """``rewrite`` of ``block`` from ``start`` on, and of every sub-block (a converted ``if``'s
     branches, a loop's body) an op there holds, whole: the region was open while it was
     built (a region opened inside it wrote its own ops: ``done``)."""
@@ -75,7 +104,7 @@ def _rewrite_block(frame, ir, block, start: int, done: set) -> None:
             i += 1
             continue
         if op.has_attr("sub_block"):
-            _rewrite_block(frame, ir, op._block_attr("sub_block"), 0, done)
+            _rewrite_block(frame, ir, op._block_attr("sub_block"), 0, done, paths)
         if op.type not in OPS:
             i += 1
             continue
@@ -83,10 +112,10 @@ def _rewrite_block(frame, ir, block, start: int, done: set) -> None:
         names = [op.input(slot)[0] for slot in OPS[op.type]]
         vars_ = [block._var_recursive(n) for n in names]
         key = (op.type,) + tuple(DTYPE_OF.get(v.dtype) for v in vars_)
-        ranks = lambda: tuple(len(v.shape) for v in vars_)  # noqa: E731
-        d = frame.plan_ranked(key, ranks)
+        instance = paths(op.input_arg_names) if paths is not None else None
+        d, decision = frame.plan_shaped(key, [tuple(v.shape) for v in vars_], instance)
         if frame.log is not None:  # a report's region (cast_report, the doctor): in op order
-            frame.log.append(frame.decisions.get(key) or frame.decisions[key + ranks()])
+            frame.log.append(decision)
         if d is not None:
             ir.cursor = Cursor(op, i, role(op))
             _write(ir, op, names, d)
