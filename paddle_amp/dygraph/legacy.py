@@ -145,7 +145,7 @@ def _write(ir, op, names: list, d) -> None:
             cast.append(new)
     if not low:
         return
-    _every_operand_wants_grad(ir, op, names, cast)
+    _every_operand_wants_grad(ir, op, cast)
     ir.use_onednn(op)
     _hand_back(ir, op, out, d.low_dtype)
 
@@ -153,7 +153,7 @@ def _write(ir, op, names: list, d) -> None:
 _OUT = {"matmul_v2": "Out", "conv2d": "Output"}
 
 
-def _every_operand_wants_grad(ir, op, names: list, cast: list) -> None:
+def _every_operand_wants_grad(ir, op, cast: list) -> None:
     """oneDNN's bf16 ``matmul_v2_grad`` crashes (SIGSEGV) on one missing gradient: where one
     operand of ``op`` wants a gradient (an O2 weight stored bf16, or a cast of a float32
     one), every operand then wants one, as in eager mode (``dispatch._run``): a cast made
