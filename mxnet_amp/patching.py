@@ -50,7 +50,7 @@ from ._mx import (_local, bypassed, declared, call_unpatched, cast, fc_needs_spl
 from .active import active_policy, forget_layer_names, note_layer_names, set_policy
 from .layer_paths import block_layers, block_names, node_instance, tree_paths
 from .config import init_policy
-from . import stepcasts, traced
+from . import copies, stepcasts, traced
 from .traced import traced_shapes
 from .kernels import forget_fallback_logs, log_fallback
 from .speed import forget_speed_books, note_native_speed, profile
@@ -98,6 +98,9 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
             _patches.append((module, attr, fn))
             setattr(module, attr, wrapper)
     _wrap_loss_outputs(resolved)
+    if "_copyto" not in _ops_to_wrap(resolved):  # a cast into its `out`: see copies.py
+        index = _bindings()
+        _patches.extend(copies.install(index.get(id(mx.nd._internal._copyto), [])))
     if resolved.layer_patterns("mxnet"):  # layer rules: ops must know the block calling them
         block = mx.gluon.Block
         _patches.append((block, "__call__", block.__call__))
