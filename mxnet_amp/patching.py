@@ -475,8 +475,9 @@ def _param_cast(x: Any, how: str, known: Optional[str], make: Callable[[Any], An
     cache belongs to the graph being traced (``traced_graph``); outside a Gluon trace
     (symbols built by hand) it lives until ``reset()``. In a traced graph a value's
     rounding (emulation) is shared too, whatever the value. An array: once per imperative
-    forward when it is a parameter's (``stepcasts``; an NDArray has no version counter to
-    tell an activation written in place, so an activation is rounded per reader there)."""
+    forward when it is a parameter's, or a value of the graph autograd records (``stepcasts``:
+    MXNet refuses to write those in place; an NDArray has no version counter, so any other
+    array is cast per reader)."""
     if not is_symbol(x):
         return stepcasts.cast_once(x, how, make)
     rounding = how.endswith("->float32")
