@@ -24,7 +24,11 @@ has its own cache (``patching._traced_graph``); this is the imperative one:
   ``autograd.pause()`` is not refused, so turning recording off starts a new generation of
   activation casts (``set_recording`` counts it). An NDArray has no version counter, so an
   array outside a recorded graph (the input batch, an inference forward) may change
-  between two reads: it is cast per reader, as MXNet does.
+  between two reads: it is cast per reader, as MXNet does. The price: the strong reference
+  that keeps an array's id unique (an NDArray takes no weak reference) keeps a cast
+  activation until the forward returns, where it could go after its last reader if
+  neither its producer nor a reader saves it for the backward (a rounding's input under
+  emulation, when the op before it was emulated too); never into the backward pass.
 
 Costs a thread-local check per block call and per ``Parameter.data()``, a dict lookup per
 cast of a parameter, and a call of MXNet's (about a microsecond: is the array in the
