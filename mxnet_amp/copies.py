@@ -15,11 +15,13 @@ destination's dtype by itself: a cast by nature (the op table maps it to the can
   output) across dtypes: "The size of NDArray doesn't match the requested MKLDNN memory
   desc".
 
-So, while a policy leaves ``_copyto`` to follow, a low-precision (bf16, float16) input
-copied into a float32 array runs ``amp_cast`` with ``out=`` the destination: one op, which
-reads oneDNN's layout, differentiable as ``_copyto`` is, and exact (widening). A low input
-copied into another dtype is cast to float32 first and then copied, as the float32 list did;
-anything else is MXNet's ``_copyto`` unchanged. Installed by ``init``, removed by ``reset``.
+So a low-precision (bf16, float16) input copied into a float32 array runs ``amp_cast`` with
+``out=`` the destination: one op, which reads oneDNN's layout, differentiable as ``_copyto``
+is, and exact (widening). Under the native's lists (``_copyto`` float32) that is the same
+float32 copy, without the temporary. A low input copied into another dtype is cast to
+float32 first and then copied, as the float32 list did; anything else is the ``_copyto``
+bound before (MXNet's, or the policy's wrapper of it). Installed by ``init``, outermost;
+removed by ``reset``.
 """
 from __future__ import annotations
 

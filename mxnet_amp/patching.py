@@ -98,9 +98,9 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
             _patches.append((module, attr, fn))
             setattr(module, attr, wrapper)
     _wrap_loss_outputs(resolved)
-    if "_copyto" not in _ops_to_wrap(resolved):  # a cast into its `out`: see copies.py
-        index = _bindings()
-        _patches.extend(copies.install(index.get(id(mx.nd._internal._copyto), [])))
+    # a low array copied to float32 is one cast into the copy's `out` (copies.py): outermost,
+    # over the policy's wrapper where it lists _copyto (the native's lists: float32)
+    _patches.extend(copies.install(_bindings().get(id(mx.nd._internal._copyto), [])))
     if resolved.layer_patterns("mxnet"):  # layer rules: ops must know the block calling them
         block = mx.gluon.Block
         _patches.append((block, "__call__", block.__call__))

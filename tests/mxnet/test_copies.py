@@ -37,12 +37,14 @@ def ops_run(fn, tmp_path):
                  if m.group(1) not in ("Name", "----")}
 
 
-@pytest.mark.parametrize("low", ["bfloat16", "float16"])
-def test_a_low_array_copied_to_float32_is_one_cast_into_the_result(tmp_path, low):
+@pytest.mark.parametrize("low,init", [("bfloat16", {"policy": "O1-bf16"}),
+                                      ("float16", {"policy": "O1"}),
+                                      ("bfloat16", {"target_dtype": "bfloat16"})])  # native's
+def test_a_low_array_copied_to_float32_is_one_cast_into_the_result(tmp_path, low, init):
     x = nd.random.uniform(shape=SHAPE)
     lowered = nd.amp_cast(x, dtype=mx_dtype(low))
     want = nd.amp_cast(lowered, dtype="float32").asnumpy()
-    amp.init(policy="O1-bf16" if low == "bfloat16" else "O1")
+    amp.init(**init)
     y, ops = ops_run(lambda: lowered.astype("float32"), tmp_path)
     assert ops == {"amp_cast": 1}, ops  # before: amp_cast (a float32 temporary), CopyCPU2CPU
     assert y.dtype == np.float32 and y.shape == SHAPE
