@@ -39,7 +39,8 @@ def _route(copyto: Callable) -> Callable:
     @functools.wraps(copyto)
     def copied(src: Any = None, *args: Any, out: Any = None, **kwargs: Any) -> Any:
         if (_local.bypass or args or kwargs or not isinstance(src, mx.nd.NDArray)
-                or not isinstance(out, mx.nd.NDArray)
+                or not isinstance(out, mx.nd.NDArray) or isinstance(src, mx.np.ndarray)
+                or isinstance(out, mx.np.ndarray)  # legacy amp_cast refuses mx.np arrays
                 or dtype_name(src.dtype) not in _LOW or out.dtype == src.dtype
                 or out.context != src.context):
             return copyto(src, *args, out=out, **kwargs)
