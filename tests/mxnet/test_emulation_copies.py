@@ -4,6 +4,7 @@ that one float32 copy (before: one rounding per reader, an attention's q, k and 
 rounding the same activation). Counted from the casts the wrappers execute and their shapes,
 never from measured memory; emulated float16 runs on every CPU class."""
 import numpy as np
+from hypothesis import given, settings, strategies as st
 from mxnet import autograd, gluon, nd
 
 import mxnet_amp as amp
@@ -130,3 +131,55 @@ def test_outside_a_recorded_graph_each_reader_rounds_what_it_reads(monkeypatch):
     net(x)
     h_reads = [a for a, _ in done if a is not x and a.shape == (BATCH, UNITS)]
     assert len({id(a) for a in h_reads}) < len(h_reads)  # h: one rounding per reader
+
+
+class Script(gluon.Block):
+    """Reads one activation by a Dense (``"read"``) and writes it in place under
+    ``autograd.pause()`` (``"write"``) in the order of ``actions``."""
+
+    def __init__(self, actions):
+        super().__init__()
+        self.actions = actions
+        with self.name_scope():
+            self.inner = gluon.nn.Dense(UNITS, in_units=UNITS)
+            self.reader = gluon.nn.Dense(UNITS, in_units=UNITS)
+
+    def forward(self, x):
+        h = nd.relu(self.inner(x))
+        outs = []
+        for act in self.actions:
+            if act == "read":
+                outs.append(self.reader(h))
+            else:
+                with autograd.pause():
+                    h[:] = h * 0.5 + 0.25
+        return nd.concat(*outs, dim=0) if outs else h
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.lists(st.sampled_from(["read", "write"]), min_size=1, max_size=6))
+def test_a_recorded_forward_reads_what_an_unrecorded_one_reads_whatever_the_writes(actions):
+    """Sharing a rounding never changes a value: recorded (shared) and not (per reader)."""
+    amp.reset()
+    amp.init(target_dtype="float16", emulate=True)
+    try:
+        net = Script(actions)
+        net.initialize()
+        x = nd.random.uniform(shape=(BATCH, UNITS))
+        plain = net(x).asnumpy()
+        with autograd.record():
+            shared = net(x).asnumpy()
+        np.testing.assert_array_equal(shared, plain)
+    finally:
+        amp.reset()
+
+
+def test_an_array_is_in_the_recorded_graph_until_a_backward_frees_it():
+    from mxnet_amp.stepcasts import in_recorded_graph
+    w, x = nd.ones((2, 2)), nd.ones((2, 2))
+    w.attach_grad()
+    with autograd.record():
+        h = nd.relu(w * 2)
+        assert in_recorded_graph(h) and in_recorded_graph(w) and not in_recorded_graph(x)
+        h.sum().backward()
+        assert not in_recorded_graph(h)  # writable again: a cast of it is not shared after
