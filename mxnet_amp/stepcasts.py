@@ -84,7 +84,9 @@ def cast_once(x: Any, how: str, make: Callable[[Any], Any]) -> Any:
 def in_recorded_graph(x: Any) -> bool:
     """Whether ``x`` is a value of the graph autograd is recording (an op's recorded output,
     or an array with ``attach_grad``), which MXNet refuses to write in place while recording;
-    False after a ``backward`` freed that graph, and for an array no recorded op wrote."""
+    False after a ``backward`` freed that graph, and for an array no recorded op wrote. It is
+    MXNet's own test (``AGInfo::IsNone``, read through ``MXAutogradGetSymbol``, which fails
+    on exactly those arrays), the one its recording uses to refuse the write; O(1)."""
     handle = SymbolHandle()
     if _LIB.MXAutogradGetSymbol(x.handle, ctypes.byref(handle)) != 0:
         return False
