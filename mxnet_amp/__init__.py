@@ -38,7 +38,9 @@ Files:
     lists/        the native list_* helpers, and the symbol_fp16 / symbol_bf16 lists
     patching.py   (rewrite) init/reset: cast wrappers around MXNet's op functions
     layer_paths.py  where an op sits: a block tree's paths and names, for the layer rules
-    stepcasts.py  (rewrite) a parameter cast once per imperative forward, dropped after it
+    stepcasts.py  (rewrite) a parameter, and a recorded activation, cast once per
+                  imperative forward, dropped after it
+    copies.py     (rewrite) a low array copied to float32 (astype) is one cast into it
     graph.py      (rewrite) symbol graphs: plan every op, rewrite with casts
     scaling.py    init_trainer / scale_loss / unscale: step stages, loss scaling, the skip
     overflow.py   (scaling) the on-device overflow check

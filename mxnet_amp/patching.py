@@ -50,7 +50,7 @@ from ._mx import (_local, bypassed, declared, call_unpatched, cast, fc_needs_spl
 from .active import active_policy, forget_layer_names, note_layer_names, set_policy
 from .layer_paths import block_layers, block_names, node_instance, tree_paths
 from .config import init_policy
-from . import stepcasts, traced
+from . import copies, stepcasts, traced
 from .traced import traced_shapes
 from .kernels import forget_fallback_logs, log_fallback
 from .speed import forget_speed_books, note_native_speed, profile
@@ -98,6 +98,9 @@ def init(target_dtype: object = "float16", target_precision_ops: Optional[list] 
             _patches.append((module, attr, fn))
             setattr(module, attr, wrapper)
     _wrap_loss_outputs(resolved)
+    # a low array copied to float32 is one cast into the copy's `out` (copies.py): outermost,
+    # over the policy's wrapper where it lists _copyto (the native's lists: float32)
+    _patches.extend(copies.install(_bindings().get(id(mx.nd._internal._copyto), [])))
     if resolved.layer_patterns("mxnet"):  # layer rules: ops must know the block calling them
         block = mx.gluon.Block
         _patches.append((block, "__call__", block.__call__))
@@ -472,8 +475,9 @@ def _param_cast(x: Any, how: str, known: Optional[str], make: Callable[[Any], An
     cache belongs to the graph being traced (``traced_graph``); outside a Gluon trace
     (symbols built by hand) it lives until ``reset()``. In a traced graph a value's
     rounding (emulation) is shared too, whatever the value. An array: once per imperative
-    forward when it is a parameter's (``stepcasts``; an NDArray has no version counter to
-    tell an activation written in place, so an activation is rounded per reader there)."""
+    forward when it is a parameter's, or a value of the graph autograd records (``stepcasts``:
+    MXNet refuses to write those in place; an NDArray has no version counter, so any other
+    array is cast per reader)."""
     if not is_symbol(x):
         return stepcasts.cast_once(x, how, make)
     rounding = how.endswith("->float32")

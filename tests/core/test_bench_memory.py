@@ -57,3 +57,26 @@ def test_a_runtime_without_a_native_says_so_rather_than_that_it_failed():
     assert _targets("Paddle 3.3.1 (PIR)", "MLP 4x512", rows)[0] == (
         "- Paddle 3.3.1 (PIR), MLP 4x512: ours (drop-in) <= 1.05x native: no native in this "
         "runtime")
+
+
+def test_no_paddle_runtime_can_show_the_cnn_target_and_its_line_says_why():
+    rows = {"fp32": _got(100), "O1-bf16": _got(103)}
+    for label in ("Paddle 2.6.2 (legacy IR)", "Paddle 3.3.1 (PIR)", "Paddle 2.6.2 (dygraph)"):
+        line, = _targets(label, "CNN 3x3 64ch 56x56", rows, "native")
+        assert line.startswith(f"- {label}, CNN 3x3 64ch 56x56: O1-bf16 <= 0.85x fp32: cannot "
+                               "show: Paddle runs conv2d float32 on a CPU in every runtime")
+        assert line.endswith("; measured 1.03x") and "MISSED" not in line
+
+
+def test_a_cpu_whose_bf16_kernels_do_not_run_cannot_show_the_cnn_target():
+    rows = {"fp32": _got(100), "O1-bf16": _got(101)}
+    for cls in ("emulated", "none"):
+        assert _targets("MXNet", "CNN 3x3 64ch 56x56", rows, cls) == [
+            f"- MXNet, CNN 3x3 64ch 56x56: O1-bf16 <= 0.85x fp32: cannot show: no bf16 kernel "
+            f"runs on this CPU (bf16 class {cls!r}); measured 1.01x"]
+
+
+def test_a_ratio_that_two_decimals_would_round_onto_the_limit_gets_three():
+    rows = {"fp32": _got(1000), "O1-bf16": _got(854)}
+    assert _targets("MXNet", "CNN 3x3 64ch 56x56", rows) == [
+        "- MXNet, CNN 3x3 64ch 56x56: O1-bf16 <= 0.85x fp32: 0.854x, MISSED"]
