@@ -85,6 +85,10 @@ class Frame:
     # ``Layer.__call__``, which costs tens of microseconds a step to put in and take out): a
     # region whose wrapped ops all run float32 calls as they are casts nothing to share
     shares: bool = False
+    # when a list: the operands each low route made want a gradient (``_wants_grad``), for
+    # a caller that asks ``paddle.grad`` for gradients of its own (the doctor): it must ask
+    # for theirs too, or Paddle prunes them and oneDNN's bf16 grad kernel crashes
+    grad_copies: Optional[list] = None
 
     def __post_init__(self) -> None:
         self.on = self.policy.enabled
@@ -452,11 +456,15 @@ def _in_program(x) -> bool:
 
 
 def _wants_grad(a, ours: bool):
-    """``a`` (a copy, unless it is a cast ``_run`` made) with ``stop_gradient`` off."""
+    """``a`` (a copy, unless it is a cast ``_run`` made) with ``stop_gradient`` off (kept in
+    the region's ``grad_copies`` where it keeps them)."""
     if not ours:
         from paddle import _C_ops
         a = _C_ops.assign(a)
     a.stop_gradient = False
+    frame = current()
+    if frame is not None and frame.grad_copies is not None:
+        frame.grad_copies.append(a)
     return a
 
 

@@ -53,13 +53,15 @@ _CREATED = ("_already_create_accumulater", "_already_create_accumulator")  # 2.6
 class _Call:
     """One call of a leaf Layer: which (the layer, its how-many-th call in the forward), its
     path, the decision of the wrapped op it ran (None: it ran none, or the run planned
-    nothing: float32), its inputs and output (tensors of the run)."""
+    nothing: float32), its inputs and output (tensors of the run), and the names of the
+    layer's own parameters (their gradients come out of this call's backward too)."""
 
     key: tuple
     path: Optional[str]
     decision: Any
     inputs: list
     output: Any
+    params: tuple = ()
 
 
 class Doctor(Session):
@@ -143,6 +145,13 @@ class Doctor(Session):
         what a trial updates with) and the step's record."""
         amp_all, amp_grads, amp_back = self._run(policy, inputs, labels, scale)
         ref_all, ref_grads, ref_back = self._run(Policy.preset("O0"), inputs, labels, scale)
+        # a call's backward values: the gradients into its inputs and into its layer's own
+        # parameters, as a program's backward op outputs both (a low GEMM's weight gradient
+        # is a low value too: the loss scale must keep it in range)
+        amp_back = [b + [amp_grads[n] for n in c.params if n in amp_grads]
+                    for c, b in zip(amp_all, amp_back)]
+        ref_back = [b + [ref_grads[n] for n in c.params if n in ref_grads]
+                    for c, b in zip(ref_all, ref_back)]
         amp_calls = [c for c in amp_all if c.decision is not None]
         amp_back = [b for c, b in zip(amp_all, amp_back) if c.decision is not None]
         same = {c.key: (c, b) for c, b in zip(ref_all, ref_back)}  # the same call in float32
@@ -195,11 +204,13 @@ class Doctor(Session):
                     n = counts[id(layer)] = counts.get(id(layer), 0) + 1
                     calls.append(_Call((id(layer), n), _path,
                                        log[-1] if len(log) > start else None,
-                                       [x for x in given if isinstance(x, paddle.Tensor)], out))
+                                       [x for x in given if isinstance(x, paddle.Tensor)], out,
+                                       tuple(p.name for p in layer.parameters())))
             hooks += [layer.register_forward_pre_hook(pre),
                       layer.register_forward_post_hook(post)]
         self._busy = True
         frame = dispatch.push(policy, log=log, training=True)
+        frame.grad_copies = []  # a low route's operands: asked for too (Frame.grad_copies)
         try:
             with detached(), paddle.enable_grad():
                 xs = [_leaf(x) for x in inputs]
@@ -207,7 +218,8 @@ class Doctor(Session):
             params = [p for p in self.model.parameters() if not p.stop_gradient]
             wants = [[x for x in c.inputs if not x.stop_gradient] for c in calls]
             flat = [x for w in wants for x in w]
-            grads = paddle.grad([loss * scale], params + flat, allow_unused=True)
+            grads = paddle.grad([loss * scale], params + flat + frame.grad_copies,
+                                allow_unused=True)
         finally:
             dispatch.pop(frame)
             self._busy = False
@@ -218,6 +230,15 @@ class Doctor(Session):
         for w in wants:
             back.append([_np(g) for g in (next(rest) for _ in w) if g is not None])
         return calls, by_param, back
+
+    def bf16_kernels(self) -> frozenset:
+        """The ops with a bfloat16 route here in eager mode, forward and backward
+        (``kernels.lowp_kernels``: the device truth gates it, a probe runs it), by the
+        program names the report records (``matmul_v2``): the bfloat16 candidate's
+        kernels. Its speed is the core's default (``Session.bf16_speed``: this CPU's
+        class; where oneDNN emulates bf16 the candidate is not offered)."""
+        from .kernels import lowp_kernels
+        return lowp_kernels("bfloat16")
 
     # -- the trial ---------------------------------------------------------------------------
 

@@ -90,3 +90,68 @@ def test_the_doctor_refuses_what_it_cannot_watch():
         amp.doctor(model, paddle.nn.functional.mse_loss)
     with pytest.raises(RuntimeError, match="O0"):
         amp.doctor(model, paddle.nn.MSELoss(), policy="O0")
+
+
+def test_a_backward_only_overflow_is_fixed_by_the_loss_scale_alone():
+    """As in MXNet and a static program (``check_scale_only_fix``): a finite forward whose
+    backward overflows at 2**16 gets a lower initial scale, no layer moves. A call's backward
+    values include its layer's weight gradient, as a program's backward op outputs it (a
+    low GEMM's weight gradient is a low value too). (Before: only the gradients into the
+    calls' inputs were counted, the scale candidate came out too high and failed on the
+    weight gradients, and the fix moved layer '4' to float32.)"""
+    model, loss_fn = P.paddle_dygraph_layered("layer_backward")
+    opt = paddle.optimizer.SGD(1e-3, parameters=model.parameters())
+    with amp.doctor(model, loss_fn, opt, policy=P.policy("layer_backward")) as dr:
+        for s in range(2):
+            x, y, _ = P.layered_arrays("layer_backward", s)
+            dr.examine((paddle.to_tensor(x),), (paddle.to_tensor(y),))
+    P.check_scale_only_fix(dr.report(), dr.recommendation())
+
+
+def test_the_planted_overflow_gets_bf16_exactly_where_this_cpu_runs_it_natively():
+    """The planted overflow (``relu(x @ w1) @ w2`` as two Linear layers, ``0`` and ``2``):
+    keeping ``0`` in float32 leaves its 1e5 to ``2``, so that fix fails. Next the doctor
+    tries the model in bfloat16 (float32's range), the core's candidate, where the device's
+    truth (``isa.bf16_class``) says bf16 runs natively: verified by training under it. On an
+    emulated class (oneDNN slower than float32) or one without bf16 it is not tried, and
+    the fix is the op type. (Before: the dygraph doctor named no bf16 kernel, and a trial
+    in bf16 crashed the process in ``paddle.grad``: oneDNN's bf16 matmul grad.)"""
+    from amp_adapters.rules.isa import bf16_class, machine
+    from amp_demo.paddle_dygraph_trainer import run_doctor
+    native = bf16_class(machine()) == "native"
+    rep, rec = run_doctor("overflow", P.policy("overflow"), 2)
+    assert rep.steps[0].first_forward == "0"
+    tried = [what for what, _, _ in rec.tried]
+    assert tried[0] == "keep '0' in float32" and not rec.tried[0][1]
+    assert any("bfloat16" in what for what in tried) == native
+    assert rec.verified
+    if native:
+        assert rec.policy.dtype == "bfloat16" and rec.policy.loss_scale.scale == 1.0
+        assert rec.keeps == ("every op that ran fp16 runs bf16 (float32's range)",)
+    else:
+        assert rec.policy.dtype == "float16" and "matmul" in rec.policy.ops.fp32
+
+
+def test_a_trial_in_bf16_trains_on_onednn_where_this_cpu_has_bf16_kernels():
+    """The bf16 candidate of the planted layer overflow: its trial (``replay``, through
+    ``paddle.grad``) runs every GEMM on oneDNN's bf16 kernel, and nothing overflows. (Before:
+    ``paddle.grad`` pruned the gradient of an operand the low route had made want one, and
+    oneDNN's bf16 ``matmul_v2_grad`` crashed the process.)"""
+    from amp_adapters.rules.isa import bf16_class, machine
+    from amp_adapters.services.doctor.candidates import candidates, passes
+    if bf16_class(machine()) == "none":
+        pytest.skip("the device truth (isa.bf16_class) says this CPU class has no bf16 "
+                    "kernel: oneDNN needs AVX-512 (avx512f), not in use here")
+    model, loss_fn = P.paddle_dygraph_layered(KIND)
+    opt = paddle.optimizer.SGD(1e-3, parameters=model.parameters())
+    with amp.doctor(model, loss_fn, opt, policy=P.policy(KIND)) as dr:
+        for s in range(2):
+            x, y, _ = P.layered_arrays(KIND, s)
+            dr.examine((paddle.to_tensor(x),), (paddle.to_tensor(y),))
+    assert dr.bf16_kernels() == {"matmul_v2"}
+    (bf16,) = [c for c in candidates(dr.report(), dr.policy, dr.bf16_kernels())
+               if c.kind == "bf16"]
+    trial = dr.replay(bf16.policy)
+    assert passes(trial)[0] and not trial.overflow_steps
+    assert [(r.name, r.precision, r.emulated) for r in trial.ops] == \
+        [(n, "bfloat16", False) for n in ("0", "1", "2", "4")]
