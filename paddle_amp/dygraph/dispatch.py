@@ -89,6 +89,9 @@ class Frame:
     # a caller that asks ``paddle.grad`` for gradients of its own (the doctor): it must ask
     # for theirs too, or Paddle prunes them and oneDNN's bf16 grad kernel crashes
     grad_copies: Optional[list] = None
+    # a region with layer rules opened inside a forward: the Layer calls it found running
+    # (``layer_paths.adopt``), put back when it closes
+    adopted: Optional[tuple] = None
 
     def __post_init__(self) -> None:
         self.on = self.policy.enabled
@@ -292,38 +295,12 @@ def push(policy: Policy, log: Optional[list] = None,
             _sharing[0] += 1
         _owners[id(frame)] = _regions.frames
         _regions.frames.append(frame)
-    if frame.layered:
-        if not _inside_forward_warned and layer_paths._calls.root is None:  # no Layer call known
-            _warn_if_inside_forward()
+    if frame.layered:  # inside a forward: the Layer calls running are the model's (adopt)
         layer_paths.enter()
+        frame.adopted = layer_paths.adopt()
     if policy.enabled and log is None:  # a cast report's region is no training's dtype
         _regions.last_dtype = policy.dtype
     return frame
-
-
-_inside_forward_warned: list = []  # (truthy once warned)
-
-
-def _warn_if_inside_forward() -> None:
-    """A region with layer rules opened inside a Layer's ``forward`` (no Layer path known
-    here: the Layer running was called before the region wrapped ``Layer.__call__``): its
-    paths count from the sublayers it calls, not from the model (``blocks.0.ffn`` is seen
-    as ``ffn``), so a rule naming a path from the model misses. Said once (docs/dygraph.md:
-    open such a region around the model's call)."""
-    import sys
-    from paddle.nn import Layer
-    f = sys._getframe(2)
-    for _ in range(64):
-        if f is None:
-            return
-        if f.f_code.co_name == "forward" and isinstance(f.f_locals.get("self"), Layer):
-            _inside_forward_warned.append(True)
-            log.warning("paddle_amp.dygraph: a region with layer rules opened inside %s.forward:"
-                        " its layer paths count from the layers called inside it, not from "
-                        "the model; open the region around the model's call for the rules' "
-                        "paths to match (docs/dygraph.md)", type(f.f_locals["self"]).__name__)
-            return
-        f = f.f_back
 
 
 _master_grads: list = []  # O2 parameters decorated with master_grad=True
@@ -369,6 +346,7 @@ def _remove(frame: Frame, frames: Optional[list]) -> None:
             frames[:] = [f for f in frames if f is not frame]
         try:
             if frame.layered:
+                layer_paths.release(frame.adopted)
                 layer_paths.leave()
         finally:
             if frame.shares:
