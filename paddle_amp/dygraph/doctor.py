@@ -36,11 +36,11 @@ from typing import Any, Optional
 
 import numpy as np
 
-from amp_adapters import Policy
+from amp_adapters import AmpConfigError, Policy
 from amp_adapters.services.doctor import DoctorReport, Recorder, StepRecord, scale_ceiling
 from amp_adapters.services.doctor.session import Session
 from amp_adapters.services.doctor.verify import after_step
-from amp_adapters.rules.layers import layer_paths
+from amp_adapters.rules.layers import check_matched, layer_paths
 
 from . import dispatch
 from .config import policy_of
@@ -82,6 +82,15 @@ class Doctor(Session):
         if not chosen.enabled:
             raise RuntimeError("paddle_amp.dygraph.doctor: the policy is O0 (float32): "
                                "nothing to examine")
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise AmpConfigError(f"paddle_amp.dygraph.doctor: max_steps must be a positive "
+                                 f"int (how many of your steps it examines), got {max_steps!r}")
+        # a layer rule names a layer of this model by its path (what the doctor runs from):
+        # one that names none would apply to nothing, and the doctor would examine a policy
+        # other than the one written
+        check_matched(chosen.layer_patterns("paddle"),
+                      layer_paths(model, lambda layer: layer.named_children()).values(),
+                      "the model the doctor examines")
         self.model, self.loss_fn, self.optimizer, self.scaler = model, loss_fn, optimizer, scaler
         self.policy, self.max_steps, self.steps = chosen, max_steps, 0
         self._recorder = Recorder("paddle", chosen.dtype, emulated=False,

@@ -155,3 +155,24 @@ def test_a_trial_in_bf16_trains_on_onednn_where_this_cpu_has_bf16_kernels():
     assert passes(trial)[0] and not trial.overflow_steps
     assert [(r.name, r.precision, r.emulated) for r in trial.ops] == \
         [(n, "bfloat16", False) for n in ("0", "1", "2", "4")]
+
+
+def test_bad_input_to_the_doctor_is_refused_before_it_watches_anything():
+    """A layer rule naming no layer of the model (``7``: it has ``0`` to ``4``) is an
+    ``AmpConfigError`` naming the closest paths, as the static and MXNet doctors raise; a
+    ``max_steps`` that is not a positive int too (it raised inside your loss's call). Nothing
+    is hooked: the model and the loss run as before. (Before: the rule applied to nothing
+    and the doctor examined another policy than the one written.)"""
+    from amp_adapters import AmpConfigError, LayerLists
+    model, loss_fn = P.paddle_dygraph_layered(KIND)
+    bad = P.policy(KIND).replace(paddle_layers=LayerLists(fp32={"7"}))
+    with pytest.raises(AmpConfigError, match="layer '7' matches no layer of the model the "
+                                             "doctor examines; the closest layers it has: "
+                                             "'0', '1', '2'"):
+        amp.doctor(model, loss_fn, policy=bad)
+    for steps in (0, "8", 2.0, True):
+        with pytest.raises(AmpConfigError, match="max_steps must be a positive int"):
+            amp.doctor(model, loss_fn, policy=P.policy(KIND), max_steps=steps)
+    assert not model._forward_pre_hooks and not loss_fn._forward_pre_hooks
+    ok = P.policy(KIND).replace(paddle_layers=LayerLists(fp32={"2"}))
+    assert amp.doctor(model, loss_fn, policy=ok).policy.paddle_layers.fp32 == {"2"}
