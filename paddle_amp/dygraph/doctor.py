@@ -82,6 +82,16 @@ class Doctor(Session):
         if not chosen.enabled:
             raise RuntimeError("paddle_amp.dygraph.doctor: the policy is O0 (float32): "
                                "nothing to examine")
+        if optimizer is not None and not isinstance(optimizer, paddle.optimizer.Optimizer):
+            raise AmpConfigError(f"paddle_amp.dygraph.doctor: optimizer must be the "
+                                 f"paddle.optimizer.Optimizer your loop steps (its trials "
+                                 f"train with it) or None, got {type(optimizer).__name__}")
+        from .scaling import AmpScaler
+        if scaler is not None and not isinstance(scaler, AmpScaler):
+            raise AmpConfigError(f"paddle_amp.dygraph.doctor: scaler must be the "
+                                 f"paddle_amp.dygraph GradScaler your loop scales with (whose "
+                                 f"scale the steps run at) or None, got "
+                                 f"{type(scaler).__module__}.{type(scaler).__name__}")
         if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
             raise AmpConfigError(f"paddle_amp.dygraph.doctor: max_steps must be a positive "
                                  f"int (how many of your steps it examines), got {max_steps!r}")

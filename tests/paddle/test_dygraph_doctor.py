@@ -160,7 +160,8 @@ def test_a_trial_in_bf16_trains_on_onednn_where_this_cpu_has_bf16_kernels():
 def test_bad_input_to_the_doctor_is_refused_before_it_watches_anything():
     """A layer rule naming no layer of the model (``7``: it has ``0`` to ``4``) is an
     ``AmpConfigError`` naming the closest paths, as the static and MXNet doctors raise; a
-    ``max_steps`` that is not a positive int too (it raised inside your loss's call). Nothing
+    ``max_steps`` that is not a positive int, an optimizer that is not one or a scaler that
+    is not ours too (each raised inside your loss's call, or at the recommendation). Nothing
     is hooked: the model and the loss run as before. (Before: the rule applied to nothing
     and the doctor examined another policy than the one written.)"""
     from amp_adapters import AmpConfigError, LayerLists
@@ -173,6 +174,11 @@ def test_bad_input_to_the_doctor_is_refused_before_it_watches_anything():
     for steps in (0, "8", 2.0, True):
         with pytest.raises(AmpConfigError, match="max_steps must be a positive int"):
             amp.doctor(model, loss_fn, policy=P.policy(KIND), max_steps=steps)
+    with pytest.raises(AmpConfigError, match="optimizer must be the paddle.optimizer"):
+        amp.doctor(model, loss_fn, amp.GradScaler(), policy=P.policy(KIND))
+    with pytest.raises(AmpConfigError, match="scaler must be the paddle_amp.dygraph GradScaler"
+                                             ".* got paddle.amp.grad_scaler.GradScaler"):
+        amp.doctor(model, loss_fn, policy=P.policy(KIND), scaler=paddle.amp.GradScaler(enable=False))
     assert not model._forward_pre_hooks and not loss_fn._forward_pre_hooks
     ok = P.policy(KIND).replace(paddle_layers=LayerLists(fp32={"2"}))
     assert amp.doctor(model, loss_fn, policy=ok).policy.paddle_layers.fp32 == {"2"}
