@@ -92,6 +92,10 @@ class Frame:
     # a region with layer rules opened inside a forward: the Layer calls it found running
     # (``layer_paths.adopt``), put back when it closes
     adopted: Optional[tuple] = None
+    # when a list: each wrapped call, (its decision: the log's, None where the region
+    # planned nothing; its inputs; its result; the path of the Layer running it), for a
+    # caller that examines every op (the doctor: ``_watched``)
+    watched: Optional[list] = None
 
     def __post_init__(self) -> None:
         self.on = self.policy.enabled
@@ -571,12 +575,17 @@ def _matmul(x=_MISSING, y=_MISSING, transpose_x=False, transpose_y=False, *rest,
             frame.ran["matmul_v2"] = d
             return _originals["matmul"](x, y, transpose_x, transpose_y)
     orig = _originals["matmul"]
-    d = _planned(current(), "matmul_v2", x, y)
+    frame = current()
+    d = _planned(frame, "matmul_v2", x, y)
     if d is None or d is _MISSING:
-        return orig(x, y, transpose_x, transpose_y)
-    plain = lambda a, b: orig(a, b, transpose_x, transpose_y)  # noqa: E731
-    return _run(d, (x, y), plain, plain if _in_program(x) else
-                lambda a, b: kernels.matmul_v2(a, b, transpose_x, transpose_y))
+        out = orig(x, y, transpose_x, transpose_y)
+    else:
+        plain = lambda a, b: orig(a, b, transpose_x, transpose_y)  # noqa: E731
+        out = _run(d, (x, y), plain, plain if _in_program(x) else
+                   lambda a, b: kernels.matmul_v2(a, b, transpose_x, transpose_y))
+    if frame is not None and frame.watched is not None:
+        _watched(frame, d, (x, y), out)
+    return out
 
 
 def _linear(x=_MISSING, weight=_MISSING, bias=None, *rest, **kw):
@@ -596,14 +605,19 @@ def _linear(x=_MISSING, weight=_MISSING, bias=None, *rest, **kw):
             frame.ran["matmul_v2"] = d
             return _originals["linear"](x, weight, bias)
     orig = _originals["linear"]
-    d = _planned(current(), "matmul_v2", x, weight)
+    frame = current()
+    d = _planned(frame, "matmul_v2", x, weight)
     if d is None or d is _MISSING or rest:
-        return orig(x, weight, bias, *rest)
-    mm = _originals["matmul"]
-    plain = lambda a, b: mm(a, b, False, False)  # noqa: E731
-    out = _run(d, (x, weight), plain, plain if _in_program(x) else
-               lambda a, b: kernels.matmul_v2(a, b, False, False))
-    return out if bias is None else _originals["add"](out, bias)
+        out = orig(x, weight, bias, *rest)
+    else:
+        mm = _originals["matmul"]
+        plain = lambda a, b: mm(a, b, False, False)  # noqa: E731
+        out = _run(d, (x, weight), plain, plain if _in_program(x) else
+                   lambda a, b: kernels.matmul_v2(a, b, False, False))
+        out = out if bias is None else _originals["add"](out, bias)
+    if frame is not None and frame.watched is not None:
+        _watched(frame, d, (x, weight), out)
+    return out
 
 
 def _conv2d(x, weight, *args, **kw):
@@ -619,12 +633,26 @@ def _conv2d(x, weight, *args, **kw):
             frame.ran["conv2d"] = d
             return _originals["conv2d"](x, weight, *args, **kw)
     orig = _originals["conv2d"]
-    d = _planned(current(), "conv2d", x, weight)
+    frame = current()
+    d = _planned(frame, "conv2d", x, weight)
     if d is None or d is _MISSING:
-        return orig(x, weight, *args, **kw)
-    plain = lambda a, b: orig(a, b, *args, **kw)  # noqa: E731
-    return _run(d, (x, weight), plain, plain if _in_program(x) else
-                lambda a, b: kernels.conv2d(a, b, *args, **kw))
+        out = orig(x, weight, *args, **kw)
+    else:
+        plain = lambda a, b: orig(a, b, *args, **kw)  # noqa: E731
+        out = _run(d, (x, weight), plain, plain if _in_program(x) else
+                   lambda a, b: kernels.conv2d(a, b, *args, **kw))
+    if frame is not None and frame.watched is not None:
+        _watched(frame, d, (x, weight), out)
+    return out
+
+
+def _watched(frame: Frame, d: Any, inputs: tuple, out: Any) -> None:
+    """A wrapped call in a region that keeps them (``Frame.watched``): its decision (the one
+    ``_noted`` logged; None where the region planned nothing: mixed precision off, not
+    eager tensors), inputs, result, and the path of the Layer running it (tracked where
+    ``layer_paths`` is entered)."""
+    decision = frame.log[-1] if d is not _MISSING and frame.log else None
+    frame.watched.append((decision, inputs, out, layer_paths.current()))
 
 
 def _keywords(op: str, given: tuple, names: tuple, defaults: tuple, kw: dict) -> tuple:

@@ -6,6 +6,7 @@ under it skips no step."""
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import paddle
 import pytest
 
@@ -182,3 +183,36 @@ def test_bad_input_to_the_doctor_is_refused_before_it_watches_anything():
     assert not model._forward_pre_hooks and not loss_fn._forward_pre_hooks
     ok = P.policy(KIND).replace(paddle_layers=LayerLists(fp32={"2"}))
     assert amp.doctor(model, loss_fn, policy=ok).policy.paddle_layers.fp32 == {"2"}
+
+
+class _Scores(paddle.nn.Layer):
+    """An attention-like block: ``q(x) @ k(x).T`` in its own forward, the GEMM no leaf layer
+    runs; with weights of 30 its output (~1e5) overflows float16, its inputs do not."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k = paddle.nn.Linear(8, 8), paddle.nn.Linear(8, 8)
+        for linear in (self.q, self.k):
+            linear.weight.set_value(np.full((8, 8), 30.0, np.float32))
+            linear.bias.set_value(np.zeros(8, np.float32))
+
+    def forward(self, x):
+        return paddle.matmul(self.q(x), self.k(x), transpose_y=True)
+
+
+def test_a_gemm_a_block_runs_in_its_own_forward_is_named_by_the_blocks_path():
+    """Every wrapped op call is recorded, not only a leaf layer's: the block's own
+    ``q @ k.T`` is the first bad op, named by the block's path (``0``), and the verified fix
+    keeps that block in float32. (Before: only leaf layers' calls were recorded; the
+    overflow was seen in no op, and the fix named ``0.k``, which failed.)"""
+    model, loss_fn = paddle.nn.Sequential(_Scores()), paddle.nn.MSELoss()
+    opt = paddle.optimizer.SGD(1e-3, parameters=model.parameters())
+    policy = Policy.preset("O1", emulate=True)
+    with amp.doctor(model, loss_fn, opt, policy=policy) as dr:
+        for _ in range(2):
+            dr.examine((paddle.ones([4, 8]),), (paddle.zeros([4, 4]),))
+    rep = dr.report()
+    assert [r.name for r in rep.ops] == ["0.q", "0.k", "0"]
+    assert rep.steps[0].first_forward == "0"
+    rec = dr.recommendation()
+    assert rec.verified and rec.policy.paddle_layers.fp32 == {"0"}
