@@ -18,12 +18,12 @@ records what ``paddle_amp.dygraph`` decides (the ops it wraps: GEMMs and convolu
 block's own, such as attention's ``q @ k.T``), named by the path of the Layer that ran it
 (``2``, ``encoder.layers.3.ffn``: a fix keeps that layer in float32 by the same path), with
 its inputs and output, the gradients (``paddle.grad``: the parameters' own gradients are
-not touched) and the backward values into each call (a weight's gradient among them). The recommendation trains under each
-candidate fix (``replay``) from the parameters and optimizer state the first recorded
-step started from, with the user's optimizer, over the recorded batches in order, and
-recommends the narrowest whose trial is clean on held-out steps
-(``amp_adapters.services.doctor.verify``). On exit the parameters, the optimizer state and the
-scaler are put back as they were.
+not touched) and the backward values into each call (a weight's gradient among them).
+The recommendation trains under each candidate fix (``replay``) from the parameters and
+optimizer state the first recorded step started from, with the user's optimizer, over
+the recorded batches in order, and recommends the narrowest whose trial is clean on
+held-out steps (``amp_adapters.services.doctor.verify``). On exit the parameters, the
+optimizer state and the scaler are put back as they were.
 
 The other ops of an eager forward run as Paddle runs them (float32 on a CPU) and are not
 recorded: a value that goes bad there first is seen in the next wrapped op's inputs, or
@@ -44,8 +44,8 @@ from amp_adapters.services.doctor.verify import after_step
 from amp_adapters.rules.layers import check_matched, layer_paths
 
 from . import dispatch
-from .config import policy_of
 from . import layer_paths as paths
+from .config import policy_of
 from .layer_paths import detached
 
 _CREATED = ("_already_create_accumulater", "_already_create_accumulator")  # 2.6, 3.x

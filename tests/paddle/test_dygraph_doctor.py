@@ -179,7 +179,8 @@ def test_bad_input_to_the_doctor_is_refused_before_it_watches_anything():
         amp.doctor(model, loss_fn, amp.GradScaler(), policy=P.policy(KIND))
     with pytest.raises(AmpConfigError, match="scaler must be the paddle_amp.dygraph GradScaler"
                                              ".* got paddle.amp.grad_scaler.GradScaler"):
-        amp.doctor(model, loss_fn, policy=P.policy(KIND), scaler=paddle.amp.GradScaler(enable=False))
+        amp.doctor(model, loss_fn, policy=P.policy(KIND),
+                   scaler=paddle.amp.GradScaler(enable=False))
     assert not model._forward_pre_hooks and not loss_fn._forward_pre_hooks
     ok = P.policy(KIND).replace(paddle_layers=LayerLists(fp32={"2"}))
     assert amp.doctor(model, loss_fn, policy=ok).policy.paddle_layers.fp32 == {"2"}
