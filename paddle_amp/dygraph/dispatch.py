@@ -96,6 +96,10 @@ class Frame:
     # planned nothing; its inputs; its result; the path of the Layer running it), for a
     # caller that examines every op (the doctor: ``_watched``)
     watched: Optional[list] = None
+    # a doctor's region: a region opened inside it that runs mixed precision runs under its
+    # policy (``push``); training: what the region's device truth was picked for
+    governs: bool = False
+    training: Optional[bool] = None
 
     def __post_init__(self) -> None:
         self.on = self.policy.enabled
@@ -266,7 +270,20 @@ def push(policy: Policy, log: Optional[list] = None,
     ``training`` (None: whether gradients are recorded here, ``paddle.is_grad_enabled``)
     picks the device truth for training (gradient kernels and their refusals too) or
     inference (``DeviceProfile.for_inference``: a broadcast GEMM's slow gradient is no
-    reason to keep an eval forward float32)."""
+    reason to keep an eval forward float32).
+
+    A region opened inside one that logs (a model whose ``forward`` opens its own, under
+    ``cast_report`` or the doctor) logs to the same lists, as a training step of the same
+    kind (``inherit``): the report holds every op the model runs, whichever region decided
+    it; inside the doctor's region (``governs``) a region that runs mixed precision runs
+    under the doctor's policy instead (the policy examined, or float32 for its reference
+    run), and one the model turns off stays off."""
+    outer = current()
+    inherit = outer is not None and outer.log is not None and log is None
+    if inherit:
+        if outer.governs and policy.enabled:
+            policy = outer.policy
+        log, training = outer.log, outer.training
     device = kernels.device_profile(policy.dtype) if policy.enabled else None
     if device is not None:
         import paddle
@@ -275,7 +292,10 @@ def push(policy: Policy, log: Optional[list] = None,
             device = kernels.device_profile(policy.dtype, training=False)
         device = speed.profile(policy, device)  # measured speed: the core's book
         speed.note_native_speed(policy, training)  # the native's lists, slower here?
-    frame = Frame(policy, device, log=log)
+    frame = Frame(policy, device, log=log, training=training)
+    if inherit:
+        frame.grad_copies, frame.watched = outer.grad_copies, outer.watched
+        frame.governs = outer.governs
     if _master_grads and policy.enabled and policy.level == "O2" and log is None:
         _hook_master_grads()
     # every region in a legacy program records its place, an ``O0`` one too: its ops are

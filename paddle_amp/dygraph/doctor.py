@@ -205,6 +205,7 @@ class Doctor(Session):
         frame = dispatch.push(policy, log=log, training=True)
         frame.grad_copies = []  # a low route's operands: asked for too (Frame.grad_copies)
         frame.watched = []  # every wrapped call: its decision, inputs, result, Layer path
+        frame.governs = True  # the model's own regions run under the policy examined
         paths.enter()  # (the Layer path of each call, whatever the policy's rules)
         try:
             with detached(), paddle.enable_grad():

@@ -217,3 +217,37 @@ def test_a_gemm_a_block_runs_in_its_own_forward_is_named_by_the_blocks_path():
     assert rep.steps[0].first_forward == "0"
     rec = dr.recommendation()
     assert rec.verified and rec.policy.paddle_layers.fp32 == {"0"}
+
+
+class _OpensItsRegion(paddle.nn.Layer):
+    """The planted layered model inside a block whose ``forward`` opens the region itself
+    (under the planted policy), as a model that runs its body in mixed precision does."""
+
+    def __init__(self, net, policy):
+        super().__init__()
+        self.net, self.policy = net, policy
+
+    def forward(self, x):
+        with amp.auto_cast(policy=self.policy):
+            return self.net(x)
+
+
+def test_a_model_that_opens_its_own_region_is_examined_under_the_doctors_policy():
+    """The model's own region runs under the doctor's policy (the one examined; float32 for
+    the reference run): the planted layer is named first by its path from the model
+    (``net.2``), and the fix keeping it float32 is verified by trials whose candidate
+    policy the model's region takes. (Before: the doctor's regions logged nothing of the
+    model's own, and the report held no op.)"""
+    policy = P.policy(KIND)
+    net, loss_fn = P.paddle_dygraph_layered(KIND)
+    model = _OpensItsRegion(net, policy)
+    opt = paddle.optimizer.SGD(1e-3, parameters=model.parameters())
+    with amp.doctor(model, loss_fn, opt, policy=policy) as dr:
+        for s in range(2):
+            x, y, _ = P.layered_arrays(KIND, s)
+            dr.examine((paddle.to_tensor(x),), (paddle.to_tensor(y),))
+    rep = dr.report()
+    assert [r.name for r in rep.ops] == ["net.0", "net.1", "net.2", "net.4"]
+    assert rep.steps[0].first_forward == "net.2"
+    rec = dr.recommendation()
+    assert rec.verified and rec.policy.paddle_layers.fp32 == {"net.2"}
