@@ -1,9 +1,11 @@
 """The ``doctor`` subcommand: run the numerics doctor on a demo model with a planted problem.
 
-    amp-adapters doctor --framework mxnet --model overflow [--steps 2] [--write fix.toml]
+    amp-adapters doctor --framework mxnet|paddle|paddle-dygraph --model overflow [--steps 2]
+                        [--write fix.toml]
 
 Trains the model for ``--steps`` steps under the policy (default: O1 fp16, emulated where
-the device has no fp16 kernel) inside ``mxnet_amp.doctor`` / ``paddle_amp.doctor``, prints
+the device has no fp16 kernel) inside ``mxnet_amp.doctor`` / ``paddle_amp.doctor`` /
+``paddle_amp.dygraph.doctor``, prints
 the report and the recommended policy file, and with ``--write`` saves that file.
 ``amp_demo.command.register`` (the ``demo`` entry point of ``amp_adapters.commands``) adds it.
 """
@@ -25,7 +27,7 @@ HELP = "examine a demo model with a planted fp16 problem: which op, and the poli
 def run(args: argparse.Namespace) -> int:
     policy = resolve_policy(args.policy) if args.policy else M.policy(args.model)
     quiet_frameworks()
-    trainer = importlib.import_module(f"amp_demo.{args.framework}_trainer")
+    trainer = importlib.import_module(f"amp_demo.{args.framework.replace('-', '_')}_trainer")
     report, rec = trainer.run_doctor(args.model, policy, args.steps)
     print(report.format())
     print("\n" + rec.format())
@@ -40,8 +42,10 @@ def run(args: argparse.Namespace) -> int:
 def register(subparsers: "argparse._SubParsersAction") -> Optional[argparse.ArgumentParser]:
     """Add ``doctor`` to the ``amp-adapters`` subcommands."""
     p = subparsers.add_parser("doctor", help=HELP, description=HELP)
-    p.add_argument("--framework", default="mxnet", choices=("mxnet", "paddle"),
-                   help="which backend's doctor runs the planted model (default: mxnet)")
+    p.add_argument("--framework", default="mxnet",
+                   choices=("mxnet", "paddle", "paddle-dygraph"),
+                   help="which backend's doctor runs the planted model (default: mxnet; "
+                        "paddle: a static program, paddle-dygraph: eager layers)")
     p.add_argument("--model", default="overflow", choices=M.KINDS,
                    help="the planted problem: an fp16 overflow in a matmul, gradients that "
                         "underflow at the default loss scale, a precision-sensitive reduction")

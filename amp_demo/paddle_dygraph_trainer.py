@@ -153,3 +153,57 @@ def batch_workload(spec, policy: Policy, batch: int) -> Callable[[], None]:
         opt.clear_grad()
         loss.item()  # the step is done when its loss is read
     return step
+
+
+# -- the doctor's demo models (amp_demo.doctor_models: the planted problems) -------------------
+
+class _PlantedLoss(paddle.nn.Layer):
+    """The planted models' loss, a Layer (the doctor watches its calls): the mean squared
+    error times the kind's factor (``doctor_models.FACTOR``)."""
+
+    def __init__(self, factor: float) -> None:
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, pred, label):
+        d = pred - label
+        return paddle.mean(d * d) * self.factor
+
+
+def doctor_model(kind: str):
+    """(model, loss_fn) of the planted ``kind`` in eager mode, as a user writes it: Linear
+    layers without bias holding the planted weights, ``relu(x @ w1) @ w2`` as
+    ``Sequential(Linear(w1), ReLU(), Linear(w2))`` (paths ``0`` and ``2``), ``x @ w`` as one
+    Linear (``0``)."""
+    from .doctor_models import FACTOR, arrays
+    paddle.disable_static()
+    _, _, params = arrays(kind)
+    assign = paddle.nn.initializer.Assign
+    linears = [paddle.nn.Linear(*w.shape, weight_attr=paddle.ParamAttr(initializer=assign(w)),
+                                bias_attr=False) for w in params.values()]
+    layers = linears if len(linears) == 1 else [linears[0], paddle.nn.ReLU(), linears[1]]
+    return paddle.nn.Sequential(*layers), _PlantedLoss(FACTOR[kind])
+
+
+def run_doctor(kind: str, policy: Policy, steps: int):
+    """(report, recommendation) of ``paddle_amp.dygraph.doctor`` over ``steps`` steps of the
+    planted ``kind``, trained as an engine trains (SGD, ``auto_cast``, ``GradScaler``)."""
+    from .doctor_models import arrays
+    was_static = not paddle.in_dynamic_mode()
+    model, loss_fn = doctor_model(kind)
+    opt = paddle.optimizer.SGD(1e-3, parameters=model.parameters())
+    scaler = amp.GradScaler(policy=policy)
+    try:
+        with amp.doctor(model, loss_fn, opt, policy=policy, scaler=scaler) as dr:
+            for s in range(steps):
+                x, y, _ = arrays(kind, s)
+                with amp.auto_cast(policy=policy):
+                    loss = loss_fn(model(paddle.to_tensor(x)), paddle.to_tensor(y))
+                scaled = scaler.scale(loss)
+                scaled.backward()
+                scaler.minimize(opt, scaled)
+                opt.clear_grad()
+            return dr.report(), dr.recommendation()
+    finally:
+        if was_static:
+            paddle.enable_static()

@@ -47,6 +47,11 @@ def check_scale_only_fix(rep, rec):
     assert rec.keeps == ("no op moves: every op that ran fp16 still does",)
 
 
+def paddle_dygraph_model(kind):
+    from amp_demo.paddle_dygraph_trainer import doctor_model
+    return doctor_model(kind)
+
+
 def paddle_dygraph_layered(kind):
     """(model, loss_fn) of a ``LAYERED`` doctor model in eager mode, as a user writes it: a
     ``paddle.nn.Sequential`` of four ``Linear`` with a ``LayerNorm`` after the third (paths

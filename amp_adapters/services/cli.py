@@ -12,7 +12,8 @@
                       [--policy FILE|PRESET] [--steps N] [--plot out.png] [--k-log2 0]
     amp-adapters max-batch --framework mxnet|paddle|paddle-dygraph --model digits|mlp|cnn
                            --memory 4GiB [--policy FILE|PRESET]  (largest batch in a budget)
-    amp-adapters doctor [--framework mxnet|paddle] [--model overflow|underflow|reduction]
+    amp-adapters doctor [--framework mxnet|paddle|paddle-dygraph]
+                        [--model overflow|underflow|reduction]
                         [--steps N] [--policy FILE|PRESET] [--write fix.toml]
 
 ``lists`` and ``explain`` answer for what the user's code gets: without

@@ -85,6 +85,21 @@ class Frame:
     # ``Layer.__call__``, which costs tens of microseconds a step to put in and take out): a
     # region whose wrapped ops all run float32 calls as they are casts nothing to share
     shares: bool = False
+    # when a list: the operands each low route made want a gradient (``_wants_grad``), for
+    # a caller that asks ``paddle.grad`` for gradients of its own (the doctor): it must ask
+    # for theirs too, or Paddle prunes them and oneDNN's bf16 grad kernel crashes
+    grad_copies: Optional[list] = None
+    # a region with layer rules opened inside a forward: the Layer calls it found running
+    # (``layer_paths.adopt``), put back when it closes
+    adopted: Optional[tuple] = None
+    # when a list: each wrapped call, (its decision: the log's, None where the region
+    # planned nothing; its inputs; its result; the path of the Layer running it), for a
+    # caller that examines every op (the doctor: ``_watched``)
+    watched: Optional[list] = None
+    # a doctor's region: a region opened inside it that runs mixed precision runs under its
+    # policy (``push``); training: what the region's device truth was picked for
+    governs: bool = False
+    training: Optional[bool] = None
 
     def __post_init__(self) -> None:
         self.on = self.policy.enabled
@@ -265,7 +280,20 @@ def push(policy: Policy, log: Optional[list] = None,
     ``training`` (None: whether gradients are recorded here, ``paddle.is_grad_enabled``)
     picks the device truth for training (gradient kernels and their refusals too) or
     inference (``DeviceProfile.for_inference``: a broadcast GEMM's slow gradient is no
-    reason to keep an eval forward float32)."""
+    reason to keep an eval forward float32).
+
+    A region opened inside one that logs (a model whose ``forward`` opens its own, under
+    ``cast_report`` or the doctor) logs to the same lists, as a training step of the same
+    kind (``inherit``): the report holds every op the model runs, whichever region decided
+    it; inside the doctor's region (``governs``) a region that runs mixed precision runs
+    under the doctor's policy instead (the policy examined, or float32 for its reference
+    run), and one the model turns off stays off."""
+    outer = current()
+    inherit = outer is not None and outer.log is not None and log is None
+    if inherit:
+        if outer.governs and policy.enabled:
+            policy = outer.policy
+        log, training = outer.log, outer.training
     device = kernels.device_profile(policy.dtype) if policy.enabled else None
     if device is not None:
         import paddle
@@ -274,7 +302,10 @@ def push(policy: Policy, log: Optional[list] = None,
             device = kernels.device_profile(policy.dtype, training=False)
         device = speed.profile(policy, device)  # measured speed: the core's book
         speed.note_native_speed(policy, training)  # the native's lists, slower here?
-    frame = Frame(policy, device, log=log)
+    frame = Frame(policy, device, log=log, training=training)
+    if inherit:
+        frame.grad_copies, frame.watched = outer.grad_copies, outer.watched
+        frame.governs = outer.governs
     if _master_grads and policy.enabled and policy.level == "O2" and log is None:
         _hook_master_grads()
     # every region in a legacy program records its place, an ``O0`` one too: its ops are
@@ -298,38 +329,12 @@ def push(policy: Policy, log: Optional[list] = None,
             _sharing[0] += 1
         _owners[id(frame)] = _regions.frames
         _regions.frames.append(frame)
-    if frame.layered:
-        if not _inside_forward_warned and layer_paths._calls.root is None:  # no Layer call known
-            _warn_if_inside_forward()
+    if frame.layered:  # inside a forward: the Layer calls running are the model's (adopt)
         layer_paths.enter()
+        frame.adopted = layer_paths.adopt()
     if policy.enabled and log is None:  # a cast report's region is no training's dtype
         _regions.last_dtype = policy.dtype
     return frame
-
-
-_inside_forward_warned: list = []  # (truthy once warned)
-
-
-def _warn_if_inside_forward() -> None:
-    """A region with layer rules opened inside a Layer's ``forward`` (no Layer path known
-    here: the Layer running was called before the region wrapped ``Layer.__call__``): its
-    paths count from the sublayers it calls, not from the model (``blocks.0.ffn`` is seen
-    as ``ffn``), so a rule naming a path from the model misses. Said once (docs/dygraph.md:
-    open such a region around the model's call)."""
-    import sys
-    from paddle.nn import Layer
-    f = sys._getframe(2)
-    for _ in range(64):
-        if f is None:
-            return
-        if f.f_code.co_name == "forward" and isinstance(f.f_locals.get("self"), Layer):
-            _inside_forward_warned.append(True)
-            log.warning("paddle_amp.dygraph: a region with layer rules opened inside %s.forward:"
-                        " its layer paths count from the layers called inside it, not from "
-                        "the model; open the region around the model's call for the rules' "
-                        "paths to match (docs/dygraph.md)", type(f.f_locals["self"]).__name__)
-            return
-        f = f.f_back
 
 
 _master_grads: list = []  # O2 parameters decorated with master_grad=True
@@ -375,6 +380,7 @@ def _remove(frame: Frame, frames: Optional[list]) -> None:
             frames[:] = [f for f in frames if f is not frame]
         try:
             if frame.layered:
+                layer_paths.release(frame.adopted)
                 layer_paths.leave()
         finally:
             if frame.shares:
@@ -462,11 +468,15 @@ def _in_program(x) -> bool:
 
 
 def _wants_grad(a, ours: bool):
-    """``a`` (a copy, unless it is a cast ``_run`` made) with ``stop_gradient`` off."""
+    """``a`` (a copy, unless it is a cast ``_run`` made) with ``stop_gradient`` off (kept in
+    the region's ``grad_copies`` where it keeps them)."""
     if not ours:
         from paddle import _C_ops
         a = _C_ops.assign(a)
     a.stop_gradient = False
+    frame = current()
+    if frame is not None and frame.grad_copies is not None:
+        frame.grad_copies.append(a)
     return a
 
 
@@ -595,12 +605,17 @@ def _matmul(x=_MISSING, y=_MISSING, transpose_x=False, transpose_y=False, *rest,
             frame.ran["matmul_v2"] = d
             return _originals["matmul"](x, y, transpose_x, transpose_y)
     orig = _originals["matmul"]
-    d = _planned(current(), "matmul_v2", x, y)
+    frame = current()
+    d = _planned(frame, "matmul_v2", x, y)
     if d is None or d is _MISSING:
-        return orig(x, y, transpose_x, transpose_y)
-    plain = lambda a, b: orig(a, b, transpose_x, transpose_y)  # noqa: E731
-    return _run(d, (x, y), plain, plain if _in_program(x) else
-                lambda a, b: kernels.matmul_v2(a, b, transpose_x, transpose_y))
+        out = orig(x, y, transpose_x, transpose_y)
+    else:
+        plain = lambda a, b: orig(a, b, transpose_x, transpose_y)  # noqa: E731
+        out = _run(d, (x, y), plain, plain if _in_program(x) else
+                   lambda a, b: kernels.matmul_v2(a, b, transpose_x, transpose_y))
+    if frame is not None and frame.watched is not None:
+        _watched(frame, d, (x, y), out)
+    return out
 
 
 def _linear(x=_MISSING, weight=_MISSING, bias=None, *rest, **kw):
@@ -620,14 +635,19 @@ def _linear(x=_MISSING, weight=_MISSING, bias=None, *rest, **kw):
             frame.ran["matmul_v2"] = d
             return _originals["linear"](x, weight, bias)
     orig = _originals["linear"]
-    d = _planned(current(), "matmul_v2", x, weight)
+    frame = current()
+    d = _planned(frame, "matmul_v2", x, weight)
     if d is None or d is _MISSING or rest:
-        return orig(x, weight, bias, *rest)
-    mm = _originals["matmul"]
-    plain = lambda a, b: mm(a, b, False, False)  # noqa: E731
-    out = _run(d, (x, weight), plain, plain if _in_program(x) else
-               lambda a, b: kernels.matmul_v2(a, b, False, False))
-    return out if bias is None else _originals["add"](out, bias)
+        out = orig(x, weight, bias, *rest)
+    else:
+        mm = _originals["matmul"]
+        plain = lambda a, b: mm(a, b, False, False)  # noqa: E731
+        out = _run(d, (x, weight), plain, plain if _in_program(x) else
+                   lambda a, b: kernels.matmul_v2(a, b, False, False))
+        out = out if bias is None else _originals["add"](out, bias)
+    if frame is not None and frame.watched is not None:
+        _watched(frame, d, (x, weight), out)
+    return out
 
 
 def _conv2d(x, weight, *args, **kw):
@@ -643,12 +663,26 @@ def _conv2d(x, weight, *args, **kw):
             frame.ran["conv2d"] = d
             return _originals["conv2d"](x, weight, *args, **kw)
     orig = _originals["conv2d"]
-    d = _planned(current(), "conv2d", x, weight)
+    frame = current()
+    d = _planned(frame, "conv2d", x, weight)
     if d is None or d is _MISSING:
-        return orig(x, weight, *args, **kw)
-    plain = lambda a, b: orig(a, b, *args, **kw)  # noqa: E731
-    return _run(d, (x, weight), plain, plain if _in_program(x) else
-                lambda a, b: kernels.conv2d(a, b, *args, **kw))
+        out = orig(x, weight, *args, **kw)
+    else:
+        plain = lambda a, b: orig(a, b, *args, **kw)  # noqa: E731
+        out = _run(d, (x, weight), plain, plain if _in_program(x) else
+                   lambda a, b: kernels.conv2d(a, b, *args, **kw))
+    if frame is not None and frame.watched is not None:
+        _watched(frame, d, (x, weight), out)
+    return out
+
+
+def _watched(frame: Frame, d: Any, inputs: tuple, out: Any) -> None:
+    """A wrapped call in a region that keeps them (``Frame.watched``): its decision (the one
+    ``_noted`` logged; None where the region planned nothing: mixed precision off, not
+    eager tensors), inputs, result, and the path of the Layer running it (tracked where
+    ``layer_paths`` is entered)."""
+    decision = frame.log[-1] if d is not _MISSING and frame.log else None
+    frame.watched.append((decision, inputs, out, layer_paths.current()))
 
 
 def _keywords(op: str, given: tuple, names: tuple, defaults: tuple, kw: dict) -> tuple:

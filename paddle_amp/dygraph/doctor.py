@@ -14,15 +14,16 @@ While the ``with`` block runs, each call of ``loss_fn`` (a ``paddle.nn.Layer``) 
 of ``model`` hands the model's inputs and the labels to the doctor, which runs the model
 and the loss twice more under its own regions: under the policy and in float32. It
 records what ``paddle_amp.dygraph`` decides (the ops it wraps: GEMMs and convolutions, as
-``cast_report``), one record per call, named by the path of the Layer that ran it (``2``,
-``encoder.layers.3.ffn``: a fix keeps that layer in float32 by the same path), with its
-inputs and output, the gradients (``paddle.grad``: the parameters' own gradients are not
-touched) and the backward values into each call. The recommendation trains under each
-candidate fix (``replay``) from the parameters and optimizer state the first recorded
-step started from, with the user's optimizer, over the recorded batches in order, and
-recommends the narrowest whose trial is clean on held-out steps
-(``amp_adapters.services.doctor.verify``). On exit the parameters, the optimizer state and the
-scaler are put back as they were.
+``cast_report``), one record per wrapped op call (``Frame.watched``: a leaf layer's, and a
+block's own, such as attention's ``q @ k.T``), named by the path of the Layer that ran it
+(``2``, ``encoder.layers.3.ffn``: a fix keeps that layer in float32 by the same path), with
+its inputs and output, the gradients (``paddle.grad``: the parameters' own gradients are
+not touched) and the backward values into each call (a weight's gradient among them).
+The recommendation trains under each candidate fix (``replay``) from the parameters and
+optimizer state the first recorded step started from, with the user's optimizer, over
+the recorded batches in order, and recommends the narrowest whose trial is clean on
+held-out steps (``amp_adapters.services.doctor.verify``). On exit the parameters, the
+optimizer state and the scaler are put back as they were.
 
 The other ops of an eager forward run as Paddle runs them (float32 on a CPU) and are not
 recorded: a value that goes bad there first is seen in the next wrapped op's inputs, or
@@ -36,13 +37,14 @@ from typing import Any, Optional
 
 import numpy as np
 
-from amp_adapters import Policy
+from amp_adapters import AmpConfigError, Policy
 from amp_adapters.services.doctor import DoctorReport, Recorder, StepRecord, scale_ceiling
 from amp_adapters.services.doctor.session import Session
 from amp_adapters.services.doctor.verify import after_step
-from amp_adapters.rules.layers import layer_paths
+from amp_adapters.rules.layers import check_matched, layer_paths
 
 from . import dispatch
+from . import layer_paths as paths
 from .config import policy_of
 from .layer_paths import detached
 
@@ -51,9 +53,10 @@ _CREATED = ("_already_create_accumulater", "_already_create_accumulator")  # 2.6
 
 @dataclass
 class _Call:
-    """One call of a leaf Layer: which (the layer, its how-many-th call in the forward), its
-    path, the decision of the wrapped op it ran (None: it ran none, or the run planned
-    nothing: float32), its inputs and output (tensors of the run)."""
+    """One call of a wrapped op: which (the path of the Layer running it, its how-many-th
+    call there), that path, its decision (None: the region planned nothing: float32), its
+    inputs (a Linear's weight among them: its gradient is among the call's backward
+    values, as a program's backward op outputs it) and output (tensors of the run)."""
 
     key: tuple
     path: Optional[str]
@@ -80,6 +83,25 @@ class Doctor(Session):
         if not chosen.enabled:
             raise RuntimeError("paddle_amp.dygraph.doctor: the policy is O0 (float32): "
                                "nothing to examine")
+        if optimizer is not None and not isinstance(optimizer, paddle.optimizer.Optimizer):
+            raise AmpConfigError(f"paddle_amp.dygraph.doctor: optimizer must be the "
+                                 f"paddle.optimizer.Optimizer your loop steps (its trials "
+                                 f"train with it) or None, got {type(optimizer).__name__}")
+        from .scaling import AmpScaler
+        if scaler is not None and not isinstance(scaler, AmpScaler):
+            raise AmpConfigError(f"paddle_amp.dygraph.doctor: scaler must be the "
+                                 f"paddle_amp.dygraph GradScaler your loop scales with (whose "
+                                 f"scale the steps run at) or None, got "
+                                 f"{type(scaler).__module__}.{type(scaler).__name__}")
+        if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
+            raise AmpConfigError(f"paddle_amp.dygraph.doctor: max_steps must be a positive "
+                                 f"int (how many of your steps it examines), got {max_steps!r}")
+        # a layer rule names a layer of this model by its path (what the doctor runs from):
+        # one that names none would apply to nothing, and the doctor would examine a policy
+        # other than the one written
+        check_matched(chosen.layer_patterns("paddle"),
+                      layer_paths(model, lambda layer: layer.named_children()).values(),
+                      "the model the doctor examines")
         self.model, self.loss_fn, self.optimizer, self.scaler = model, loss_fn, optimizer, scaler
         self.policy, self.max_steps, self.steps = chosen, max_steps, 0
         self._recorder = Recorder("paddle", chosen.dtype, emulated=False,
@@ -173,51 +195,52 @@ class Doctor(Session):
 
     def _run(self, policy: Policy, inputs: tuple, labels: tuple, scale: float) -> tuple:
         """The model and the loss on one batch under ``policy``, in a region of the doctor's
-        own: ([_Call] of every leaf call, in the order they return, {parameter name: scaled
-        gradient}, [per call: the backward values into its inputs])."""
+        own: ([_Call] of every wrapped op call, in call order, each keyed by the path of the
+        Layer running it and its how-many-th call there, {parameter name: scaled
+        gradient}, [per call: the backward values into its inputs, a weight's gradient
+        among them])."""
         import paddle
         log: list = []
-        calls: list[_Call] = []
-        marks: list = []  # (log length, inputs) of the leaf calls open
-        counts: dict = {}  # id(layer) -> its calls so far
-        tree = layer_paths(self.model, lambda layer: layer.named_children())
-        hooks = []
-        for layer in self.model.sublayers():
-            if next(iter(layer.children()), None) is not None:
-                continue  # a leaf runs the ops; a block only calls its leaves
-
-            def pre(layer, args):
-                marks.append((len(log), args))
-
-            def post(layer, args, out, _path=tree.get(id(layer))):
-                start, given = marks.pop()
-                if isinstance(out, paddle.Tensor):
-                    n = counts[id(layer)] = counts.get(id(layer), 0) + 1
-                    calls.append(_Call((id(layer), n), _path,
-                                       log[-1] if len(log) > start else None,
-                                       [x for x in given if isinstance(x, paddle.Tensor)], out))
-            hooks += [layer.register_forward_pre_hook(pre),
-                      layer.register_forward_post_hook(post)]
         self._busy = True
         frame = dispatch.push(policy, log=log, training=True)
+        frame.grad_copies = []  # a low route's operands: asked for too (Frame.grad_copies)
+        frame.watched = []  # every wrapped call: its decision, inputs, result, Layer path
+        frame.governs = True  # the model's own regions run under the policy examined
+        paths.enter()  # (the Layer path of each call, whatever the policy's rules)
         try:
             with detached(), paddle.enable_grad():
                 xs = [_leaf(x) for x in inputs]
                 loss = self.loss_fn(self.model(*xs), *labels)
+            calls, counts = [], {}
+            for decision, given, out, path in frame.watched:
+                n = counts[path] = counts.get(path, 0) + 1
+                calls.append(_Call((path, n), path, decision,
+                                   [x for x in given if isinstance(x, paddle.Tensor)], out))
             params = [p for p in self.model.parameters() if not p.stop_gradient]
             wants = [[x for x in c.inputs if not x.stop_gradient] for c in calls]
-            flat = [x for w in wants for x in w]
-            grads = paddle.grad([loss * scale], params + flat, allow_unused=True)
+            asked = {id(p): p for p in params}
+            for x in (x for w in wants for x in w):
+                asked.setdefault(id(x), x)
+            targets = list(asked.values())
+            grads = paddle.grad([loss * scale], targets + frame.grad_copies,
+                                allow_unused=True)
         finally:
+            paths.leave()
             dispatch.pop(frame)
             self._busy = False
-            for h in hooks:
-                h.remove()
-        by_param = {p.name: _np(g) for p, g in zip(params, grads) if g is not None}
-        rest, back = iter(grads[len(params):]), []
-        for w in wants:
-            back.append([_np(g) for g in (next(rest) for _ in w) if g is not None])
+        by_id = {id(t): g for t, g in zip(targets, grads)}
+        by_param = {p.name: _np(by_id[id(p)]) for p in params if by_id[id(p)] is not None}
+        back = [[_np(by_id[id(x)]) for x in w if by_id[id(x)] is not None] for w in wants]
         return calls, by_param, back
+
+    def bf16_kernels(self) -> frozenset:
+        """The ops with a bfloat16 route here in eager mode, forward and backward
+        (``kernels.lowp_kernels``: the device truth gates it, a probe runs it), by the
+        program names the report records (``matmul_v2``): the bfloat16 candidate's
+        kernels. Its speed is the core's default (``Session.bf16_speed``: this CPU's
+        class; where oneDNN emulates bf16 the candidate is not offered)."""
+        from .kernels import lowp_kernels
+        return lowp_kernels("bfloat16")
 
     # -- the trial ---------------------------------------------------------------------------
 

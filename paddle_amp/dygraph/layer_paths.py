@@ -10,6 +10,11 @@ keeps its first path). The model's own ``forward`` has no path (its root).
 ``Layer.__call__`` is wrapped only while a region whose policy has layer rules is open
 (``dispatch.push`` counts them): a region without them pays nothing per layer call. A
 layer not under the model called (a layer called from a function) keeps its caller's path.
+
+A region opened inside a Layer's ``forward`` (the model was called before the region
+wrapped ``Layer.__call__``) finds the Layer calls already running on the Python stack
+(``adopt``): the outermost is the model called, and the paths inside the region count from
+it, as they would had the region been opened around the model's call.
 """
 from __future__ import annotations
 
@@ -94,6 +99,52 @@ def leave() -> None:
             paddle.nn.Layer.__call__ = _native[0]
         elif not _open[0] and paddle.nn.Layer.__call__ is not _native[0]:
             _over_ours.append(paddle.nn.Layer.__call__)  # made over ours: never our native
+
+
+def _running_calls() -> list:
+    """The Layers whose call is running in this thread now, outermost first: the frames of
+    Paddle's own ``Layer.__call__`` on the Python stack (by its file and name: whatever
+    wrappers a tool put over it, every call of a Layer runs it)."""
+    import sys
+    from paddle.nn.layer import layers
+    where = layers.__file__
+    found = []
+    f = sys._getframe(1)
+    while f is not None:
+        code = f.f_code
+        if code.co_name == "__call__" and code.co_filename == where:
+            layer = f.f_locals.get("self")
+            if layer is not None and (not found or found[-1] is not layer):
+                found.append(layer)
+        f = f.f_back
+    return found[::-1]
+
+
+def adopt() -> Optional[tuple]:
+    """A region with layer rules opens while no Layer call is tracked in this thread: the
+    Layer calls running (``_running_calls``, a region opened inside a ``forward``) become
+    the tracked ones, the outermost as the model called, each with its path, as ``_call``
+    would have tracked them. Returns what ``release`` puts back (None: nothing running, or a
+    call tracked already)."""
+    calls = _calls
+    if calls.root is not None:
+        return None
+    running = _running_calls()
+    if not running:
+        return None
+    saved = (calls, calls.root, calls.paths)
+    tree = _tree(running[0])
+    paths: list = []
+    for layer in running:
+        paths.append(tree.get(id(layer)) or (paths[-1] if paths else None))
+    calls.root, calls.paths = (running[0], tree), paths
+    return saved
+
+
+def release(saved: Optional[tuple]) -> None:
+    """Put back what ``adopt`` replaced (None: nothing)."""
+    if saved is not None:
+        calls, calls.root, calls.paths = saved
 
 
 class detached:

@@ -1,6 +1,6 @@
 """The same planted model gives the same finding, and an equivalent verified fix, in MXNet and
 in Paddle (fp16 emulated on this CPU in both); the layered models, the same fix by the same
-layer path."""
+layer path in the three runtimes (Gluon, a Paddle program, Paddle's eager mode)."""
 import importlib.util
 from pathlib import Path
 
@@ -82,20 +82,40 @@ def test_the_same_planted_model_gives_the_same_finding(kind):
         assert first.canonical == P.PLANTED_CANONICAL[kind] and rm.op_named(first.name).index == 0
 
 
+def _dygraph(kind):
+    """The layered model as eager Layers, in a user's loop with ``paddle_amp.dygraph``."""
+    from paddle_amp import dygraph as amp
+    model, loss_fn = P.paddle_dygraph_layered(kind)
+    opt = paddle.optimizer.SGD(1e-3, parameters=model.parameters())
+    policy = P.policy(kind)
+    scaler = amp.GradScaler(policy=policy)
+    with amp.doctor(model, loss_fn, opt, policy=policy, scaler=scaler) as dr:
+        for s in range(2):
+            x, y, _ = P.layered_arrays(kind, s)
+            with amp.auto_cast(policy=policy):
+                loss = loss_fn(model(paddle.to_tensor(x)), paddle.to_tensor(y))
+            scaled = scaler.scale(loss)
+            scaled.backward()
+            scaler.minimize(opt, scaled)
+            opt.clear_grad()
+    return dr
+
+
 @pytest.mark.parametrize("kind", P.LAYERED)
 def test_the_layered_models_get_the_same_fix_by_name(kind):
-    """Built as users build them (a Gluon HybridSequential, a paddle.nn.Sequential, names
-    from each framework's counter), the same layer has the same path, ``2``, in both."""
+    """Built as users build them (a Gluon HybridSequential, a paddle.nn.Sequential in a
+    program and in eager mode, names from each framework's counter), the same layer has the
+    same path, ``2``, in the three runtimes, and gets the same fix."""
     m = _mxnet(kind, lambda k: P.mxnet_layered(k, named=False), P.layered_arrays)
     p = _paddle(kind, lambda k: P.paddle_layered(k, layers=True), P.paddle_layered_feed)
-    m, p = m.recommendation(), p.recommendation()
-    assert m.verified and p.verified
+    m, p, d = m.recommendation(), p.recommendation(), _dygraph(kind).recommendation()
+    assert m.verified and p.verified and d.verified
     assert m.policy.mxnet_layers.fp32 == p.policy.paddle_layers.fp32 == \
-        (set() if kind == "layer_backward" else {"2"})
-    assert m.policy.loss_scale == p.policy.loss_scale
-    assert m.policy.ops == p.policy.ops == P.policy(kind).ops
+        d.policy.paddle_layers.fp32 == (set() if kind == "layer_backward" else {"2"})
+    assert m.policy.loss_scale == p.policy.loss_scale == d.policy.loss_scale
+    assert m.policy.ops == p.policy.ops == d.policy.ops == P.policy(kind).ops
     # the same share of the same four layers stays low (MXNet's FullyConnected is one
-    # 'linear' op; Paddle's fc is a 'matmul' and an add)
+    # 'linear' op; Paddle's fc is a 'matmul' and an add; eager mode's Linear a 'matmul')
     def strip(keeps):
         return [k.replace("linear", "T").replace("matmul", "T") for k in keeps]
-    assert strip(m.keeps) == strip(p.keeps) and m.keeps
+    assert strip(m.keeps) == strip(p.keeps) == strip(d.keeps) and m.keeps

@@ -215,3 +215,19 @@ def test_the_session_takes_the_cpu_class_from_the_device_truth():
     from amp_adapters.services.doctor.session import Session
     from amp_adapters.rules.isa import bf16_class, machine
     assert Session().bf16_speed().emulated == (bf16_class(machine()) == "emulated")
+
+
+def test_a_rescaled_fix_says_its_loss_scale_once():
+    """A fix that already starts at a lower scale, tried again lower (``rescaled``), says the
+    new scale once. (Before: "keep '4' in float32, and start the loss scale at 8192, and
+    start the loss scale at 4096".)"""
+    from amp_adapters.services.doctor.candidates import rescaled
+    cands = candidates(_four(forward=False), BASE)
+    (both,) = [c for c in cands if c.kind == "layers" and "loss scale" in c.what]
+    replay = _report([_op(i, f"dense{i}_fwd") for i in range(4)], backward="dense3_fwd",
+                     scale=both.policy.loss_scale.scale, backward_max=1000.0)
+    again = rescaled(both, replay)
+    assert again.what.count("start the loss scale") == 1
+    assert again.what == f"keep 'dense2' in float32, and start the loss scale at " \
+                         f"{again.policy.loss_scale.scale:g}"
+    assert again.policy.loss_scale.scale < both.policy.loss_scale.scale

@@ -40,3 +40,15 @@ def test_doctor_under_auto_writes_a_file_that_loads_back(tmp_path, monkeypatch, 
                      "auto", "--write", str(fix)], commands=DOCTOR) == 0
     assert f"written to {fix}" in capsys.readouterr().out
     assert Policy.from_file(fix) == Policy.preset("auto")
+
+
+def test_doctor_runs_the_planted_model_as_eager_layers(tmp_path, capsys):
+    """``--framework paddle-dygraph``: the planted reduction as one eager ``Linear`` (path
+    ``0``), examined by ``paddle_amp.dygraph.doctor``; the fix names it by its path."""
+    pytest.importorskip("paddle")
+    fix = tmp_path / "fix.toml"
+    assert cli.main(["doctor", "--framework", "paddle-dygraph", "--model", "reduction",
+                     "--write", str(fix)], commands=DOCTOR) == 0
+    out = capsys.readouterr().out
+    assert "recommendation: keep '0' in float32" in out and "  verified: " in out
+    assert Policy.from_file(fix).paddle_layers.fp32 == {"0"}

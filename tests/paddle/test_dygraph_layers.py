@@ -5,6 +5,7 @@ them), and ``paddle_amp.dygraph`` plans each wrapped op with the path of the Lay
 has layer rules."""
 import numpy as np
 import paddle
+import pytest
 
 from amp_adapters import LayerLists, Policy
 from paddle_amp import dygraph as amp
@@ -74,3 +75,60 @@ def test_a_region_without_layer_rules_leaves_layer_calls_alone():
     # no path tracking: the only wrapper of a Layer call there is the step's cast sharing
     # (stepcasts: a tensor cast once per step), directly over Paddle's own
     assert [getattr(f, "__amp_original__", f) for f in seen] == [native]
+
+
+class _Opens(paddle.nn.Layer):
+    """A block whose ``forward`` opens the region itself (around its sublayers' calls), as
+    a model that runs part of its forward in mixed precision does; ``seen``: the decisions
+    of its GEMMs, in call order."""
+
+    def __init__(self, policy, inner=None):
+        super().__init__()
+        self.policy, self.seen = policy, []
+        self.inner = inner or paddle.nn.LayerList([paddle.nn.Linear(8, 8),
+                                                   paddle.nn.Linear(8, 8)])
+
+    def forward(self, x):
+        with amp.auto_cast(policy=self.policy) as region:
+            for layer in self.inner:
+                x = layer(x)
+                self.seen.append(region.ran["matmul_v2"])
+        return x
+
+
+def _nested(depth, policy):
+    """(the model, the block that opens the region): the block ``depth`` levels down, under
+    blocks named ``body`` (``body.body.inner.1`` at depth 2)."""
+    opens = model = _Opens(policy)
+    for _ in range(depth):
+        outer = paddle.nn.Layer()
+        outer.body = model
+        outer.forward = lambda x, _m=model: _m(x)
+        model = outer
+    return model, opens
+
+
+@pytest.mark.parametrize("depth", [0, 1, 2])
+def test_a_region_opened_inside_a_forward_matches_paths_from_the_model(depth):
+    """A region with layer rules opened inside a Layer's ``forward`` (the model was called
+    before it) counts paths from the model called, as one opened around the model's call
+    does: a rule naming ``body.inner.1`` from the model keeps that layer float32, its
+    sibling runs low; after the region, no Layer call is tracked and ``Layer.__call__`` is
+    Paddle's again. (Before: paths counted from the region's own sublayers, ``1``, the rule
+    missed, and a warning said so.)"""
+    from paddle_amp.dygraph import layer_paths
+    native = paddle.nn.Layer.__call__
+    path = ".".join(["body"] * depth + ["inner", "1"])
+    policy = Policy.preset("O1", emulate=True).replace(paddle_layers=LayerLists(fp32={path}))
+    paddle.disable_static()
+    model, opens = _nested(depth, policy)
+    model(paddle.ones([4, 8]))
+    assert [(d.precision, d.layer) for d in opens.seen] == [("float16", None),
+                                                            ("float32", path)]
+    assert layer_paths._calls.root is None and layer_paths._calls.paths == []
+    assert paddle.nn.Layer.__call__ is native
+    opens.seen.clear()
+    with amp.auto_cast(policy=policy):  # opened around the model's call: the same paths
+        model(paddle.ones([4, 8]))
+    assert [(d.precision, d.layer) for d in opens.seen] == [("float16", None),
+                                                            ("float32", path)]

@@ -231,31 +231,6 @@ def test_a_tools_patch_made_inside_a_region_never_becomes_our_original():
         paddle._C_ops.matmul = paddle_op
 
 
-def test_a_region_with_layer_rules_opened_inside_a_forward_says_its_paths_differ(caplog):
-    """Its layer paths count from the layers called inside it (a known limit,
-    docs/dygraph.md): said once, as a warning."""
-    from amp_adapters import LayerLists, Policy
-    policy = Policy.preset("O1", emulate=True).replace(
-        paddle_layers=LayerLists(fp32={"blocks.0"}))
-
-    class Model(paddle.nn.Layer):
-        def __init__(self):
-            super().__init__()
-            self.blocks = paddle.nn.LayerList([paddle.nn.Linear(8, 8)])
-
-        def forward(self, x):
-            with amp.auto_cast(policy=policy):
-                return self.blocks[0](x)
-
-    dispatch._inside_forward_warned.clear()
-    with caplog.at_level("WARNING", logger="paddle_amp.dygraph"):
-        m = Model()
-        m(paddle.ones([2, 8]))
-        m(paddle.ones([2, 8]))
-    said = [r for r in caplog.records if "inside Model.forward" in r.getMessage()]
-    assert len(said) == 1
-
-
 def _pir() -> bool:
     return bool(paddle.framework.use_pir_api()) if hasattr(paddle.framework, "use_pir_api") \
         else False

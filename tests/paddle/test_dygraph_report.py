@@ -50,3 +50,29 @@ def test_a_broadcast_gemm_is_refused_for_training_only():
     with paddle.no_grad(), amp.auto_cast(dtype="bfloat16") as region:  # an eval forward
         _mlp()(seq)
     assert region.ran["matmul_v2"].execution == "kernel"
+
+
+def test_a_report_holds_the_ops_of_a_region_the_model_opens_itself():
+    """A model whose ``forward`` opens its own region (part of it in mixed precision): the
+    report holds those ops, as that region decides them (a layer rule by its path from the
+    model: ``body.1``), under any report policy. (Before: the report logged only its own
+    region's decisions, and held no op.)"""
+    from amp_adapters import LayerLists, Policy
+    inner = Policy.preset("O1", emulate=True).replace(paddle_layers=LayerLists(fp32={"body.1"}))
+
+    class Model(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.body = paddle.nn.LayerList([paddle.nn.Linear(8, 8), paddle.nn.Linear(8, 8)])
+
+        def forward(self, x):
+            with amp.auto_cast(policy=inner):
+                for layer in self.body:
+                    x = layer(x)
+            return x
+
+    x = paddle.to_tensor(np.ones((4, 8), np.float32))
+    for policy in (None, "O1-bf16"):
+        report = amp.cast_report(Model(), x, policy=policy)
+        assert [(d.precision, d.layer) for d in report.decisions] == \
+            [("float16", None), ("float32", "body.1")]

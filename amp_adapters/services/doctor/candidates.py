@@ -195,7 +195,7 @@ def candidates(report: DoctorReport, policy: Policy,
         c = out[-1]
         out.append(Candidate("layers", _with_scale(c.policy, scale),
                              {**c.reasons, "init_scale": out[0].reasons["init_scale"]},
-                             f"{c.what}, and start the loss scale at {scale:g}", moved))
+                             f"{c.what}{_AT_SCALE}{scale:g}", moved))
     if bf16:
         out.append(bf16)
     counts = _type_counts(report)
@@ -225,13 +225,16 @@ def rescaled(candidate: Candidate, replay: DoctorReport) -> Optional[Candidate]:
     scale = backward_scale(replay)
     if scale is None:
         return None
-    why = (f"with {candidate.what.split(';')[0]}, the forward pass is finite and the "
+    what = candidate.what.split(_AT_SCALE)[0]  # a scale it already started at is replaced
+    why = (f"with {what.split(';')[0]}, the forward pass is finite and the "
            f"backward pass overflows only: at {scale:g} its largest recorded value stays "
            f"{SCALE_HEADROOM:g}x below the {SHORT_NAMES[replay.dtype]} maximum")
     return Candidate(candidate.kind, _with_scale(candidate.policy, scale),
                      {**candidate.reasons, "init_scale": {"init_scale": why}},
-                     f"{candidate.what}, and start the loss scale at {scale:g}",
-                     candidate.moved)
+                     f"{what}{_AT_SCALE}{scale:g}", candidate.moved)
+
+
+_AT_SCALE = ", and start the loss scale at "  # how a fix's ``what`` names its initial scale
 
 
 def _by_type(report: DoctorReport, base: Policy, base_why: Mapping,
