@@ -1,7 +1,7 @@
 """The largest batch in a memory budget (amp_adapters.services.batch_fit): the line through measured
 peaks, the prediction under a budget, the check, and the sizes a user writes."""
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import example, assume, given, settings
 from hypothesis import strategies as st
 
 from amp_adapters import AmpConfigError
@@ -76,6 +76,7 @@ def test_a_prediction_far_beyond_the_measured_batches_is_refused():
 
 @settings(deadline=None)
 @given(fixed_bytes, per_sample, batches, st.integers(1, 1 << 16), st.integers(-MIB, MIB))
+@example(a=10 * MIB, b=1024, sizes=[1, 2], n=1, off=2048)   # the refit's slope is 0
 def test_the_check_says_whether_the_measured_peak_fits_and_how_far_the_line_was(
         a, b, sizes, n, off):
     fit = fit_peak([(m, a + b * m) for m in sizes])
