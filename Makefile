@@ -74,8 +74,14 @@ demo: $(VENV)/.demo-installed
 	@mkdir -p $(dir $(DEMO_PLOT))
 	$(VENV)/bin/amp-adapters demo --plot $(DEMO_PLOT)
 
+# Two pytest workers (pytest-xdist) on the 2 cores `make test` is sized for: the suite is mostly
+# single-threaded steps and child processes (about 0.6 of the serial time). --dist loadfile: each
+# file's tests run in one worker in file order, its module fixtures built once; each worker
+# measures into its own speed cache (conftest.py). TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
+
 test: $(VENV)/.test-installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-cpu-classes: $(VENV)/.test-installed
 	set -e; for cls in $(CPU_CLASSES); do \

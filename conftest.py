@@ -2,7 +2,8 @@
 limits oneDNN to match, here before any test module loads a framework, and in every child),
 and never in the user's speed cache (each session measures into its own). At the root, not
 in tests/: pytest puts a conftest's folder on sys.path, where tests/mxnet and tests/paddle
-would pass for the frameworks themselves in a venv without them."""
+would pass for the frameworks themselves in a venv without them. Under pytest-xdist (make test:
+two workers) each worker is a session of its own, so each measures into its own cache too."""
 import os
 import shutil
 import tempfile

@@ -69,11 +69,14 @@ def test_make_demo_installs_only_the_demo_and_never_torch(no_venv):
     assert "docs/demo.png" not in r.stdout  # the tracked figure is not rewritten
 
 
-def test_make_test_installs_no_torch(no_venv):
+def test_make_test_installs_no_torch_and_runs_two_workers(no_venv):
     r = make_dry_run("test", **no_venv)
     assert r.returncode == 0, r.stderr
     installs = [line for line in r.stdout.splitlines() if "-m pip install" in line]
     assert any("test]" in line for line in installs) and not any("torch" in i for i in installs)
+    runs = [line for line in r.stdout.splitlines() if "-m pytest" in line]
+    assert runs and "-n 2 --dist loadfile" in runs[-1], runs  # pytest-xdist, from "test"
+    assert "pytest-xdist" in extras()["test"]
 
 
 def test_make_without_python311_says_so_in_one_line(no_venv):

@@ -32,7 +32,9 @@ def test_the_mxnet_row_follows_the_probe(capsys):
                                              "and numpy<1.24)")
     from mxnet_amp.kernels import has_kernel
     gemm = has_kernel("FullyConnected", mx.cpu(), "bfloat16", backward=True)
-    assert command.main(["--framework", "mxnet", "--steps", "3", "--no-memory"]) == 0
+    # no speed table: its MXNet rows run in test_demo_quiet.py; these lines come before it
+    assert command.main(["--framework", "mxnet", "--steps", "3", "--no-memory",
+                         "--no-speed"]) == 0
     out = capsys.readouterr().out
     assert ("mxnet      bf16 O1" in out) == gemm
     assert ("bf16: no row for mxnet" in out) == (not gemm)
@@ -55,3 +57,13 @@ def test_a_speed_child_that_fails_is_a_row_that_says_so():
     from amp_demo.speed import _child
     row = _child("numpy", "auto")
     assert row.error == "exit 2: amp_demo.speed: unknown framework 'numpy' (mxnet or paddle)"
+
+
+def test_the_speed_budget_is_the_default_or_a_number_of_seconds():
+    from amp_demo.speed import BUDGET_S, budget_s
+    assert budget_s({}) == BUDGET_S
+    assert budget_s({"AMP_DEMO_SPEED_BUDGET_S": "0"}) == 0.0
+    for bad in ("-1", "soon", "nan"):
+        with pytest.raises(ValueError, match="AMP_DEMO_SPEED_BUDGET_S must be a number of "
+                                             "seconds >= 0, got"):
+            budget_s({"AMP_DEMO_SPEED_BUDGET_S": bad})
