@@ -819,10 +819,12 @@ def _matmul_kw(x, y, transpose_x, transpose_y, out, input, other):  # noqa: A002
 def _tensor_matmul(self, other):
     """``Tensor.__matmul__`` (``x @ w``) while the wrappers are installed: decided as
     ``paddle.matmul`` (Paddle's native AMP and a program lower it alike), with its fast
-    path."""
+    path; parked outside every region (``_parked_call``)."""
     if _quick_gemm and isinstance(other, _EAGER) and \
             self.element_size() + other.element_size() == 8:
         return _originals["matmul"](self, other, False, False)
+    if not _open[0]:
+        return _parked_call("__matmul__", self, other)
     if isinstance(other, _EAGER):
         return _matmul(self, other)
     return _originals["__matmul__"](self, other)
@@ -830,9 +832,22 @@ def _tensor_matmul(self, other):
 
 def _tensor_rmatmul(self, other):
     """``Tensor.__rmatmul__`` (``other @ self``), as ``_tensor_matmul``."""
+    if not _open[0]:
+        return _parked_call("__rmatmul__", self, other)
     if isinstance(other, _EAGER):
         return _matmul(other, self)
     return _originals["__rmatmul__"](self, other)
+
+
+def _parked_call(name: str, tensor, other):
+    """A call of the Tensor operator ``name`` while no region decides (the wrappers parked:
+    ``_uninstall``): Paddle's operators are put back (``_unpark``), and this call is
+    Paddle's."""
+    original = _originals[name]
+    if not _in_sot[0]():  # (not while to_static's translator simulates this code)
+        _unpark()
+    return original(tensor, other)
+
 
 # the eager Tensor's operators routed through the matmul wrapper while it is installed
 _OPERATORS = {"__matmul__": _tensor_matmul, "__rmatmul__": _tensor_rmatmul}
@@ -855,8 +870,16 @@ _in_sot: list = [lambda: False]
 
 # (owner, name, wrapper): every entry point the wrappers go in, found at the first install
 # (``paddle._C_ops``'s GEMM and convolution, the eager Tensor's ``@``; Paddle 2.6.2 has no
-# ``__rmatmul__``): installing is a loop over it, each region that decides pays it twice
+# ``__rmatmul__``): installing is a loop over it, each region that decides pays it twice.
+#
+# The Tensor's operators are parked, not removed, when the last region closes: setting an
+# attribute of the eager Tensor class (as putting Paddle's ``__matmul__`` back does) makes
+# CPython drop what it has cached of every Tensor attribute lookup, and refilling that costs a
+# 4-Linear MLP's forward about 5-7 us, twice a step where a training loop enters a region
+# every step. A parked operator puts Paddle's back at its first call outside every region
+# (``_parked_call``); the next region finds its wrapper still there and sets nothing.
 _SITES: list = []
+_PARKED = ("__matmul__", "__rmatmul__")  # the names of the sites parked, not removed
 
 
 def _find_sites() -> None:
@@ -916,6 +939,18 @@ _over_ours: dict = {}  # name -> patches found over our wrapper at uninstall (th
 
 
 def _uninstall() -> None:
-    # only our own wrapper goes: a patch another tool made since stays
+    """The last region that decides has closed (the caller holds ``_lock``): Paddle's op
+    functions go back; the Tensor's operators stay, parked (``_SITES``). Only our own wrapper
+    goes: a patch another tool made since stays."""
     for owner, name, wrapper in _SITES:
-        _unwrap(owner, name, wrapper)
+        if name not in _PARKED:
+            _unwrap(owner, name, wrapper)
+
+
+def _unpark() -> None:
+    """Put Paddle's Tensor operators back, if still no region decides."""
+    with _lock:
+        if not _open[0]:
+            for owner, name, wrapper in _SITES:
+                if name in _PARKED:
+                    _unwrap(owner, name, wrapper)

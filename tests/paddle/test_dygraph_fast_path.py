@@ -1,7 +1,8 @@
 """The wrappers' fast path (``dispatch``, "The fast path"): a float32 call a region hands on as
 it is is recorded once per region, not per call, and the path closes whenever handing a call
 on unrecorded would lose something: a region opened inside (in this thread or another) that
-casts, another input dtype recorded, a region closed."""
+casts, another input dtype recorded, a region closed. And the Tensor's ``@``, parked between
+regions (not set on the Tensor class at every region's exit), is Paddle's outside them."""
 import threading
 
 import numpy as np
@@ -78,6 +79,29 @@ def test_a_region_opened_in_another_thread_casts_while_this_threads_calls_are_ha
     assert seen["execution"] == "emulated" and _float16_exact(seen["out"])
     assert mine.ran["matmul_v2"].execution is None
     np.testing.assert_array_equal(out, plain)
+
+
+def test_the_tensor_operator_is_set_once_for_regions_in_a_row_and_is_paddles_outside():
+    """Regions entered and left in a row (a training loop's steps) leave the Tensor's ``@``
+    as the first one set it: each exit does not set the Tensor class again (which would
+    make CPython refill its Tensor attribute caches). Its first use outside a region gives
+    Paddle's result and puts Paddle's operator back."""
+    x, w = _xw()
+    plain = (x @ w).numpy()
+    paddles = paddle.Tensor.__matmul__
+    with amp.auto_cast(**CASTS):
+        ours = paddle.Tensor.__matmul__
+        emulated = (x @ w).numpy()
+    for _ in range(2):
+        assert paddle.Tensor.__matmul__ is ours
+        with amp.auto_cast(**KEEP):
+            assert paddle.Tensor.__matmul__ is ours
+            np.testing.assert_array_equal((x @ w).numpy(), plain)
+    with amp.auto_cast(enable=False):  # (decides nothing: Paddle's operator)
+        np.testing.assert_array_equal((x @ w).numpy(), plain)
+    assert paddle.Tensor.__matmul__ is paddles is not ours
+    np.testing.assert_array_equal((x @ w).numpy(), plain)
+    assert _float16_exact(emulated) and not np.array_equal(emulated, plain)
 
 
 _OPS = {
