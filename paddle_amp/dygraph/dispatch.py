@@ -31,7 +31,8 @@ op would crash it. The low op's numerics are kept (its result carries bf16 round
 ops after it compute in float32, as Paddle's native promotion does for a Linear's bias add.
 The wrappers are installed when the first region that decides opens and removed when the
 last closes: outside ``auto_cast`` (and in an ``O0`` region) nothing is wrapped and nothing
-costs. A region works out at entry which wrapped ops run as they are on float32 inputs
+costs (the Tensor's ``@`` is parked instead, and put back by its first use outside: see
+``_SITES``). A region works out at entry which wrapped ops run as they are on float32 inputs
 (``quiet``): such a call is handed on without planning, and once the region has recorded
 it, without even a record (the wrappers' fast path: see "The fast path" below).
 """
@@ -311,8 +312,9 @@ def push(policy: Policy, log: Optional[list] = None,
             if not _sharing[0]:
                 stepcasts.install()
             _sharing[0] += 1
-        _owners[id(frame)] = _regions.frames
-        _regions.frames.append(frame)
+        frames = _regions.frames
+        _owners[id(frame)] = frames
+        frames.append(frame)
         # this thread's innermost region is new: it has recorded nothing (``_reopen``)
         _set_quick("matmul_v2", False)
         _set_quick("conv2d", False)
@@ -403,7 +405,10 @@ def _remove(frame: Frame, frames: Optional[list]) -> None:
         else:
             frames[:] = [f for f in frames if f is not frame]
         for op in _PROGRAM_OPS:  # an outer region is innermost again: it may have recorded
-            _reopen(op)
+            if _owners:
+                _reopen(op)
+            else:
+                _set_quick(op, False)
         try:
             if frame.layered:
                 layer_paths.leave()
@@ -879,7 +884,7 @@ _in_sot: list = [lambda: False]
 # every step. A parked operator puts Paddle's back at its first call outside every region
 # (``_parked_call``); the next region finds its wrapper still there and sets nothing.
 _SITES: list = []
-_PARKED = ("__matmul__", "__rmatmul__")  # the names of the sites parked, not removed
+_parked: set = set()  # the names of the operators the last region left wrapped (parked)
 
 
 def _find_sites() -> None:
@@ -915,6 +920,11 @@ def _wrap(owner: Any, name: str, wrapper: Callable) -> None:
     wrapper while a region was open (``_over_ours``): that one calls ours already, so it
     stays, and is never taken for Paddle's op (the two would call each other for good)."""
     current = getattr(owner, name)
+    if name in _parked:  # our wrapper was left here (``_uninstall``)
+        _parked.discard(name)
+        if current is not wrapper:  # a patch made over it since: it calls ours
+            _over_ours.setdefault(name, []).append(current)
+            return
     if current is wrapper:
         return
     over = _over_ours.get(name)
@@ -943,8 +953,10 @@ def _uninstall() -> None:
     functions go back; the Tensor's operators stay, parked (``_SITES``). Only our own wrapper
     goes: a patch another tool made since stays."""
     for owner, name, wrapper in _SITES:
-        if name not in _PARKED:
+        if owner is not _EAGER:
             _unwrap(owner, name, wrapper)
+        else:
+            _parked.add(name)
 
 
 def _unpark() -> None:
@@ -952,5 +964,6 @@ def _unpark() -> None:
     with _lock:
         if not _open[0]:
             for owner, name, wrapper in _SITES:
-                if name in _PARKED:
+                if owner is _EAGER and name in _parked:
+                    _parked.discard(name)
                     _unwrap(owner, name, wrapper)

@@ -104,6 +104,33 @@ def test_the_tensor_operator_is_set_once_for_regions_in_a_row_and_is_paddles_out
     assert _float16_exact(emulated) and not np.array_equal(emulated, plain)
 
 
+def test_a_patch_of_the_parked_operator_is_called_and_does_not_loop_into_ours():
+    """A tool's patch of ``Tensor.__matmul__`` made between regions (over our parked
+    wrapper, which it calls) stays and is called in the next region and after it; an
+    operand that is not a Tensor (a NumPy array) reaches Paddle's operator, not the patch
+    again (the two would call each other for good)."""
+    x, w = _xw()
+    plain = (x @ w).numpy()
+    with amp.auto_cast(**KEEP):
+        pass
+    parked, calls = paddle.Tensor.__matmul__, []
+
+    def theirs(a, b):
+        calls.append(1)
+        return parked(a, b)
+    paddle.Tensor.__matmul__ = theirs
+    try:
+        with amp.auto_cast(**KEEP):
+            assert paddle.Tensor.__matmul__ is theirs
+            np.testing.assert_array_equal((x @ w.numpy()).numpy(), plain)
+            np.testing.assert_array_equal((x @ w).numpy(), plain)
+        np.testing.assert_array_equal((x @ w.numpy()).numpy(), plain)
+        assert paddle.Tensor.__matmul__ is theirs and len(calls) == 3
+    finally:
+        paddle.Tensor.__matmul__ = parked
+        x @ w  # (parked: its first use outside puts Paddle's back)
+
+
 _OPS = {
     "matmul": (lambda x, w: paddle.matmul(x, w), "matmul_v2"),
     "@": (lambda x, w: x @ w, "matmul_v2"),
