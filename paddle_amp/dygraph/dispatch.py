@@ -95,7 +95,7 @@ class Frame:
     def note(self, op: str, decision: OpDecision) -> None:
         """Record ``decision`` as the latest of ``op`` in this region (``ran``). A decision
         other than the op's quiet one closes the op's fast path (a float32 call must record
-        its decision again: ``_quiet_call``)."""
+        its decision again: ``_quiet_here``)."""
         self.ran[op] = decision
         quiet_one = self.quiet.get(op)
         if quiet_one is not None and decision is not quiet_one:
@@ -640,7 +640,7 @@ def _by_rank(frame: Frame, key: tuple, x, y) -> Any:
 # - a region records another decision for the op (``Frame.note``: a bfloat16 input, a
 #   float64 one): closed;
 # - a float32 call the region keeps as it is, with the flag closed (``_quiet_here``): the
-#   region records its quiet decision (``_quiet_call``) and ``_reopen`` checks.
+#   region records its quiet decision and ``_reopen`` checks.
 #
 # Everything else (the flag closed, another input, keywords) takes the planned path.
 # ``ran`` is the region's record, to read: a record the caller deletes while the flag is
@@ -673,32 +673,25 @@ def _reopen(op: str) -> None:
     _set_quick(op, on)
 
 
-def _float32_pair(x, y) -> bool:
-    """``x`` and ``y`` are eager tensors of float32 (or int32: run as it is alike); the fast
-    path's test (written out there: a call costs about 100 ns)."""
-    return isinstance(x, _EAGER) and isinstance(y, _EAGER) and \
-        x.element_size() + y.element_size() == 8
-
-
 def _quiet_here(op: str, x, y) -> bool:
-    """Whether ``op`` on ``x``, ``y`` runs as it is in this thread's innermost region (float32
-    eager inputs of an op quiet there); if so, it is recorded (``_quiet_call``)."""
-    frame = current()
-    if frame is None or op not in frame.quiet or not _float32_pair(x, y):
+    """Whether ``op`` on ``x``, ``y`` runs as it is in this thread's innermost region: ``op``
+    quiet there, and ``x``, ``y`` float32 eager tensors (the fast path's test; int32 runs as
+    it is alike). If so, the region records its quiet decision for ``op``, once: the first
+    such call since the region opened or recorded another decision for it; then ``op``'s
+    fast path opens if every thread's innermost region agrees (``_reopen``)."""
+    frames = _regions.frames
+    if not frames:
         return False
-    _quiet_call(frame, op)
-    return True
-
-
-def _quiet_call(frame: Frame, op: str) -> None:
-    """Record in ``frame`` that ``op`` ran as it is (its quiet decision), once: the first such
-    call since the region opened or recorded another decision for it; then open the op's fast
-    path if every thread's innermost region agrees (``_reopen``)."""
-    d = frame.quiet[op]
+    frame = frames[-1]
+    d = frame.quiet.get(op)
+    if d is None or not (isinstance(x, _EAGER) and isinstance(y, _EAGER) and
+                         x.element_size() + y.element_size() == 8):
+        return False
     if frame.ran.get(op) is not d:
         frame.ran[op] = d
         with _lock:
             _reopen(op)
+    return True
 
 
 # The wrappers take Paddle 3's keyword forms as named parameters, not ``**kw``: CPython 3.11
