@@ -683,11 +683,13 @@ def _quiet_here(op: str, x, y) -> bool:
     if not frames:
         return False
     frame = frames[-1]
-    d = frame.quiet.get(op)
-    if d is None or not (isinstance(x, _EAGER) and isinstance(y, _EAGER) and
-                         x.element_size() + y.element_size() == 8):
+    # (``in`` and ``[]``, not ``dict.get``: Paddle 2.6.2's SOT translator, simulating this
+    # under ``to_static``, fails on ``get`` of a missing key)
+    if op not in frame.quiet or not (isinstance(x, _EAGER) and isinstance(y, _EAGER) and
+                                     x.element_size() + y.element_size() == 8):
         return False
-    if frame.ran.get(op) is not d:
+    d = frame.quiet[op]
+    if op not in frame.ran or frame.ran[op] is not d:
         frame.ran[op] = d
         with _lock:
             _reopen(op)
