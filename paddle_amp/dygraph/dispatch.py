@@ -31,8 +31,10 @@ op would crash it. The low op's numerics are kept (its result carries bf16 round
 ops after it compute in float32, as Paddle's native promotion does for a Linear's bias add.
 The wrappers are installed when the first region that decides opens and removed when the
 last closes: outside ``auto_cast`` (and in an ``O0`` region) nothing is wrapped and nothing
-costs. A region works out at entry which wrapped ops run as they are on float32 inputs
-(``quiet``): such a call is handed on without planning.
+costs (the Tensor's ``@`` is parked instead, and put back by its first use outside: see
+``_SITES``). A region works out at entry which wrapped ops run as they are on float32 inputs
+(``quiet``): such a call is handed on without planning, and once the region has recorded
+it, without even a record (the wrappers' fast path: see "The fast path" below).
 """
 from __future__ import annotations
 
@@ -79,7 +81,6 @@ class Frame:
     # program op -> its decision, for the ops a float32 call of runs as it is here (the
     # wrappers' fast path: ``quiet``); counted: whether it keeps the wrappers installed
     quiet: dict = field(default_factory=dict)
-    gemm: Optional[OpDecision] = None  # quiet["matmul_v2"] (an attribute: read per call)
     counted: bool = False
     # shares: whether it keeps the step's cast sharing installed (``stepcasts``: it wraps
     # ``Layer.__call__``, which costs tens of microseconds a step to put in and take out): a
@@ -103,8 +104,18 @@ class Frame:
 
     def __post_init__(self) -> None:
         self.on = self.policy.enabled
-        self.layered = self.on and bool(self.policy.layer_patterns("paddle"))
+        self.layered = self.on and _has_layer_rules(self.policy)
         self.measured = self.device is not None and self.device.costs is not None
+
+    def note(self, op: str, decision: OpDecision) -> None:
+        """Record ``decision`` as the latest of ``op`` in this region (``ran``). A decision
+        other than the op's quiet one closes the op's fast path (a float32 call must record
+        its decision again: ``_quiet_here``)."""
+        self.ran[op] = decision
+        quiet_one = self.quiet.get(op)
+        if quiet_one is not None and decision is not quiet_one:
+            with _lock:
+                _set_quick(op, False)
 
     def plan(self, key: tuple, ranks: Optional[tuple] = None,
              instance: Optional[str] = None, shape: Optional[ShapeClass] = None) -> Any:
@@ -132,10 +143,12 @@ class Frame:
             # no floating input: nothing to cast or round (plan_op still plans a lower op's
             # emulation for it: rounding an integer result through float16 would be wrong),
             # and so recorded: the op runs as it is
-            self.ran[op] = self.decisions[slot] = _as_it_is(d)
+            self.decisions[slot] = _as_it_is(d)
+            self.note(op, self.decisions[slot])
             self.plans[slot] = None
             return None
-        self.ran[op] = self.decisions[slot] = d
+        self.decisions[slot] = d
+        self.note(op, d)
         if (d.fell_back or d.emulated) and not _notices.noted(op, "CPU", d.low_dtype):
             route = kernels.missing_routes(d.low_dtype).get(op) if d.lacks_kernel else None
             _notices.note(op, "CPU", d, f"its oneDNN route fails in eager mode: {route}"
@@ -179,6 +192,20 @@ class Frame:
             _decided.clear()
         _decided[slot] = d
         return d
+
+
+def _has_layer_rules(policy: Policy) -> bool:
+    """Whether ``policy`` has layer rules for Paddle, kept per policy object (a training loop
+    enters a region per step with the same cached policy)."""
+    kept = _layered.get(id(policy))
+    if kept is None or kept[0] is not policy:
+        if len(_layered) > 256:
+            _layered.clear()
+        kept = _layered[id(policy)] = (policy, bool(policy.layer_patterns("paddle")))
+    return kept[1]
+
+
+_layered: dict = {}  # id(policy) -> (policy, whether it has layer rules)
 
 
 def _as_it_is(d: OpDecision) -> OpDecision:
@@ -294,10 +321,10 @@ def push(policy: Policy, log: Optional[list] = None,
         if outer.governs and policy.enabled:
             policy = outer.policy
         log, training = outer.log, outer.training
-    device = kernels.device_profile(policy.dtype) if policy.enabled else None
+    enabled = policy.enabled
+    device = kernels.device_profile(policy.dtype) if enabled else None
     if device is not None:
-        import paddle
-        training = paddle.is_grad_enabled() if training is None else training
+        training = _grad_enabled() if training is None else training
         if not training:
             device = kernels.device_profile(policy.dtype, training=False)
         device = speed.profile(policy, device)  # measured speed: the core's book
@@ -306,7 +333,7 @@ def push(policy: Policy, log: Optional[list] = None,
     if inherit:
         frame.grad_copies, frame.watched = outer.grad_copies, outer.watched
         frame.governs = outer.governs
-    if _master_grads and policy.enabled and policy.level == "O2" and log is None:
+    if _master_grads and enabled and policy.level == "O2" and log is None:
         _hook_master_grads()
     # every region in a legacy program records its place, an ``O0`` one too: its ops are
     # claimed at exit, so the region around it leaves them float32 (``_close_in_program``)
@@ -314,7 +341,6 @@ def push(policy: Policy, log: Optional[list] = None,
     if block is not None:
         frame.legacy = (block, len(block.ops), set())
     frame.quiet = quiet(frame)
-    frame.gemm = frame.quiet.get("matmul_v2")
     # a region that decides nothing (O0, enable=False) needs no wrapper: it costs nothing
     frame.counted = frame.on or log is not None
     frame.shares = frame.counted and len(frame.quiet) < len(_PROGRAM_OPS)
@@ -327,14 +353,29 @@ def push(policy: Policy, log: Optional[list] = None,
             if not _sharing[0]:
                 stepcasts.install()
             _sharing[0] += 1
-        _owners[id(frame)] = _regions.frames
-        _regions.frames.append(frame)
+        frames = _regions.frames
+        _owners[id(frame)] = frames
+        frames.append(frame)
+        # this thread's innermost region is new: it has recorded nothing (``_reopen``)
+        _set_quick("matmul_v2", False)
+        _set_quick("conv2d", False)
     if frame.layered:  # inside a forward: the Layer calls running are the model's (adopt)
         layer_paths.enter()
         frame.adopted = layer_paths.adopt()
-    if policy.enabled and log is None:  # a cast report's region is no training's dtype
+    if enabled and log is None:  # a cast report's region is no training's dtype
         _regions.last_dtype = policy.dtype
     return frame
+
+
+def _grad_enabled() -> bool:
+    """``paddle.is_grad_enabled()`` (found once: a region is entered per step)."""
+    if not _IS_GRAD_ENABLED:
+        import paddle
+        _IS_GRAD_ENABLED.append(paddle.is_grad_enabled)
+    return _IS_GRAD_ENABLED[0]()
+
+
+_IS_GRAD_ENABLED: list = []
 
 
 _master_grads: list = []  # O2 parameters decorated with master_grad=True
@@ -378,6 +419,11 @@ def _remove(frame: Frame, frames: Optional[list]) -> None:
             frames.pop()
         else:
             frames[:] = [f for f in frames if f is not frame]
+        for op in _PROGRAM_OPS:  # an outer region is innermost again: it may have recorded
+            if _owners:
+                _reopen(op)
+            else:
+                _set_quick(op, False)
         try:
             if frame.layered:
                 layer_paths.release(frame.adopted)
@@ -533,7 +579,7 @@ def _planned(frame: Optional[Frame], op: str, x, y) -> Any:
         if d is BY_RANK:
             return _by_rank(frame, (op, x.dtype, y.dtype), x, y)
         if d is None or d.input_dtypes == (_name(x.dtype), _name(y.dtype)):
-            frame.ran[op] = decision
+            frame.note(op, decision)
             return d
     key = (op, x.dtype, y.dtype)
     d = frame.plans[key] if key in frame.plans else frame.plan(key)
@@ -542,7 +588,7 @@ def _planned(frame: Optional[Frame], op: str, x, y) -> Any:
         fast[sizes] = (d, decision)
     if d is BY_RANK:
         return _by_rank(frame, key, x, y)
-    frame.ran[op] = decision
+    frame.note(op, decision)
     return d
 
 
@@ -558,7 +604,8 @@ def _noted(frame: Frame, key: tuple, x, y) -> Any:
         slot = _slot(full, instance)
         d = frame.plans[slot] if slot in frame.plans else \
             frame.plan(key, full[-2:], instance)
-    frame.ran[key[0]] = decision = frame.decisions[_slot(full, instance)]
+    decision = frame.decisions[_slot(full, instance)]
+    frame.note(key[0], decision)
     if frame.log is not None:
         frame.log.append(decision)
     return d
@@ -573,7 +620,8 @@ def _by_shape(frame: Frame, key: tuple, x, y) -> Any:
     shape = ShapeClass.of([x.shape, y.shape], _result_rank(len(x.shape), len(y.shape)))
     slot = _slot(key + (shape,), instance)
     d = frame.plans[slot] if slot in frame.plans else frame.plan(key, None, instance, shape)
-    frame.ran[key[0]] = decision = frame.decisions[slot]
+    decision = frame.decisions[slot]
+    frame.note(key[0], decision)
     if frame.log is not None:
         frame.log.append(decision)
     return d
@@ -583,28 +631,117 @@ def _by_rank(frame: Frame, key: tuple, x, y) -> Any:
     """The plan of ``key`` for inputs of ``x``'s and ``y``'s ranks (``Frame.plan``)."""
     full = key + (x.ndim, y.ndim)
     d = frame.plans[full] if full in frame.plans else frame.plan(key, full[-2:])
-    frame.ran[key[0]] = frame.decisions[full]
+    frame.note(key[0], frame.decisions[full])
     return d
 
 
-# The wrappers' fast path, first in each: in a region whose float32 call of the op runs as
-# it is (``Frame.quiet``), a call on two float32 eager tensors (element sizes 4 and 4, the
-# only pair of sizes 1, 2, 4, 8 that sums to 8; an int32 one gets the same answer, run as
-# it is) is recorded and handed on: no planning, no dtype read (about 1 us each), no key.
-# Anything else takes the planned path (``_planned``).
+# The fast path
+# -------------
+# A region knows at entry which wrapped ops run as they are on float32 inputs (``quiet``: the
+# op is kept float32, or the region lowers nothing). Such a call costs Paddle's own op and
+# little more: each wrapper opens with a test of a few hundred nanoseconds, no dtype read
+# (about 1 us each in Paddle 2.6.2), no region lookup, no record:
+#
+#     if _quick_gemm and <x and y are eager tensors> and <their element sizes sum to 8>:
+#         return <Paddle's op>(x, y, ...)
+#
+# Element sizes 4 and 4 are the only pair of 1, 2, 4, 8 that sums to 8: two float32 tensors
+# (an int32 one gets the same answer, run as it is: AMP never casts integers).
+#
+# ``_quick_gemm`` (``matmul_v2``'s wrappers: ``matmul``, ``linear``, ``x @ y``) and
+# ``_quick_conv`` (``conv2d``) are module flags, open only while handing the call on
+# unrecorded loses nothing: in every thread with a region open, the innermost region has the
+# op quiet and has recorded that quiet decision as the op's latest (``ran``) already. A
+# thread without a region runs the op as it is anyway. So the flags are kept by the events
+# that change that, under ``_lock``:
+#
+# - a region opens (``push``): the thread's innermost region has recorded nothing: closed;
+# - a region closes (``_remove``): an outer region is innermost again: ``_reopen`` checks;
+# - a region records another decision for the op (``Frame.note``: a bfloat16 input, a
+#   float64 one): closed;
+# - a float32 call the region keeps as it is, with the flag closed (``_quiet_here``): the
+#   region records its quiet decision and ``_reopen`` checks.
+#
+# Everything else (the flag closed, another input, keywords) takes the planned path.
+# ``ran`` is the region's record, to read: a record the caller deletes while the flag is
+# open is not written again by the calls that follow.
 
-def _matmul(x=_MISSING, y=_MISSING, transpose_x=False, transpose_y=False, *rest, **kw):
-    if kw or rest:  # Paddle 3's forms with name=, input=/other=, out=: mapped, as below
-        return _matmul_kw(x, y, transpose_x, transpose_y, rest, kw)
+_quick_gemm = False  # matmul_v2's fast path is open (see above)
+_quick_conv = False  # conv2d's
+
+
+def _set_quick(op: str, on: bool) -> None:
+    """Open or close ``op``'s fast path (the caller holds ``_lock``)."""
+    global _quick_gemm, _quick_conv
+    if op == "matmul_v2":
+        _quick_gemm = on
+    else:
+        _quick_conv = on
+
+
+def _reopen(op: str) -> None:
+    """Open ``op``'s fast path if, in every thread with a region open, the innermost region
+    has ``op`` quiet and that quiet decision recorded as its latest; else close it (the
+    caller holds ``_lock``)."""
+    on = bool(_owners)
+    for frames in _owners.values():
+        innermost = frames[-1]
+        d = innermost.quiet.get(op)
+        if d is None or innermost.ran.get(op) is not d:
+            on = False
+            break
+    _set_quick(op, on)
+
+
+def _quiet_here(op: str, x, y) -> bool:
+    """Whether ``op`` on ``x``, ``y`` runs as it is in this thread's innermost region: ``op``
+    quiet there, and ``x``, ``y`` float32 eager tensors (the fast path's test; int32 runs as
+    it is alike). If so, the region records its quiet decision for ``op``, once: the first
+    such call since the region opened or recorded another decision for it; then ``op``'s
+    fast path opens if every thread's innermost region agrees (``_reopen``)."""
     frames = _regions.frames
-    if frames:
-        frame = frames[-1]
-        d = frame.gemm
-        if d is not None and isinstance(x, _EAGER) and isinstance(y, _EAGER) and \
-                x.element_size() + y.element_size() == 8:
-            frame.ran["matmul_v2"] = d
-            return _originals["matmul"](x, y, transpose_x, transpose_y)
+    if not frames:
+        return False
+    frame = frames[-1]
+    # (``in`` and ``[]``, not ``dict.get``: Paddle 2.6.2's SOT translator, simulating this
+    # under ``to_static``, fails on ``get`` of a missing key)
+    if op not in frame.quiet or not (isinstance(x, _EAGER) and isinstance(y, _EAGER) and
+                                     x.element_size() + y.element_size() == 8):
+        return False
+    d = frame.quiet[op]
+    if op not in frame.ran or frame.ran[op] is not d:
+        frame.ran[op] = d
+        with _lock:
+            _reopen(op)
+    return True
+
+
+# The wrappers take Paddle 3's keyword forms as named parameters, not ``**kw``: CPython 3.11
+# calls a function with plain parameters only (no ``*args``, ``**kw``, keyword-only) through
+# a specialized path, about 100 ns faster a call here.
+
+def _matmul(x=_MISSING, y=_MISSING, transpose_x=False, transpose_y=False, name=None,
+            out=None, input=None, other=None):  # noqa: A002  (Paddle's keyword names)
+    """``_C_ops.matmul`` in a region: Paddle's positional form (``x, y, transpose_x,
+    transpose_y``, and ``name``), and Paddle 3.3.1's keywords (``input``/``other``, the aliases
+    of ``x``/``y``; ``out=``): the fast path, else planned (``_matmul_planned``)."""
+    if _quick_gemm and isinstance(x, _EAGER) and isinstance(y, _EAGER) and \
+            x.element_size() + y.element_size() == 8 and \
+            out is None and input is None and other is None:
+        return _originals["matmul"](x, y, transpose_x, transpose_y)
+    if out is not None or input is not None or other is not None or x is _MISSING or \
+            y is _MISSING:
+        return _matmul_kw(x, y, transpose_x, transpose_y, out, input, other)
+    return _matmul_planned(x, y, transpose_x, transpose_y)
+
+
+# (each wrapper's planned path is a function of its own: a wrapper whose body makes a
+# closure, such as ``plain`` below, pays for its cells on every call, fast path too)
+
+def _matmul_planned(x, y, transpose_x: bool, transpose_y: bool):
     orig = _originals["matmul"]
+    if _quiet_here("matmul_v2", x, y):
+        return orig(x, y, transpose_x, transpose_y)
     frame = current()
     d = _planned(frame, "matmul_v2", x, y)
     if d is None or d is _MISSING:
@@ -618,27 +755,29 @@ def _matmul(x=_MISSING, y=_MISSING, transpose_x=False, transpose_y=False, *rest,
     return out
 
 
-def _linear(x=_MISSING, weight=_MISSING, bias=None, *rest, **kw):
-    """``F.linear`` in eager mode: its GEMM decided as ``matmul_v2``, its bias add as the
-    native's ``add`` (promotion: float32 with a float32 bias)."""
-    if kw:
-        x, weight, bias = _keywords("linear", (x, weight, bias), (
-            ("x", "input"), ("weight",), ("bias",)), (_MISSING, _MISSING, None), kw)
-        if kw:
-            raise TypeError(f"linear() got unexpected keyword arguments {sorted(kw)}")
-    frames = _regions.frames
-    if frames:
-        frame = frames[-1]
-        d = frame.gemm
-        if d is not None and isinstance(x, _EAGER) and isinstance(weight, _EAGER) and \
-                x.element_size() + weight.element_size() == 8 and not rest:
-            frame.ran["matmul_v2"] = d
-            return _originals["linear"](x, weight, bias)
+def _linear(x=_MISSING, weight=_MISSING, bias=None, name=None,
+            input=None):  # noqa: A002  (Paddle's keyword name)
+    """``F.linear`` in eager mode (``_C_ops.linear(x, weight, bias)``; ``input`` the alias of
+    ``x``): its GEMM decided as ``matmul_v2``, its bias add as the native's ``add``
+    (promotion: float32 with a float32 bias)."""
+    if _quick_gemm and isinstance(x, _EAGER) and isinstance(weight, _EAGER) and \
+            x.element_size() + weight.element_size() == 8 and input is None:
+        return _originals["linear"](x, weight, bias)
+    if input is not None or x is _MISSING or weight is _MISSING:
+        kw = {} if input is None else {"input": input}
+        x, weight = _keywords("linear", (x, weight), (("x", "input"), ("weight",)),
+                              (_MISSING, _MISSING), kw)
+    return _linear_planned(x, weight, bias)
+
+
+def _linear_planned(x, weight, bias):
     orig = _originals["linear"]
+    if _quiet_here("matmul_v2", x, weight):
+        return orig(x, weight, bias)
     frame = current()
     d = _planned(frame, "matmul_v2", x, weight)
-    if d is None or d is _MISSING or rest:
-        out = orig(x, weight, bias, *rest)
+    if d is None or d is _MISSING:
+        out = orig(x, weight, bias)
     else:
         mm = _originals["matmul"]
         plain = lambda a, b: mm(a, b, False, False)  # noqa: E731
@@ -654,15 +793,16 @@ def _conv2d(x, weight, *args, **kw):
     """``conv2d`` (``nn.Conv2D``, ``F.conv2d``): decided, emulated when asked, on oneDNN in
     bf16 where its route's probe ran (``kernels.conv2d``: in Paddle 2.6.2 and 3.3.1 it does
     not, so a bf16 plan falls back to float32, and the warning says why)."""
-    frames = _regions.frames
-    if frames:
-        frame = frames[-1]
-        d = frame.quiet.get("conv2d")
-        if d is not None and isinstance(x, _EAGER) and isinstance(weight, _EAGER) and \
-                x.element_size() + weight.element_size() == 8:
-            frame.ran["conv2d"] = d
-            return _originals["conv2d"](x, weight, *args, **kw)
+    if _quick_conv and isinstance(x, _EAGER) and isinstance(weight, _EAGER) and \
+            x.element_size() + weight.element_size() == 8:
+        return _originals["conv2d"](x, weight, *args, **kw)
+    return _conv2d_planned(x, weight, args, kw)
+
+
+def _conv2d_planned(x, weight, args: tuple, kw: dict):
     orig = _originals["conv2d"]
+    if _quiet_here("conv2d", x, weight):
+        return orig(x, weight, *args, **kw)
     frame = current()
     d = _planned(frame, "conv2d", x, weight)
     if d is None or d is _MISSING:
@@ -704,24 +844,14 @@ def _keywords(op: str, given: tuple, names: tuple, defaults: tuple, kw: dict) ->
     return tuple(out)
 
 
-def _matmul_kw(x, y, transpose_x, transpose_y, rest: tuple, kw: dict):
-    """``_C_ops.matmul`` called with keywords (Paddle 3.3.1's ``paddle.matmul(x, y,
+def _matmul_kw(x, y, transpose_x, transpose_y, out, input, other):  # noqa: A002
+    """``_C_ops.matmul`` called with Paddle 3.3.1's keywords (``paddle.matmul(x, y,
     transpose_x=False, transpose_y=False, name=None, *, out=None)``, ``input``/``other`` the
-    aliases of ``x``/``y``): the call planned as its positional form; ``out=`` receives the
-    result as Paddle's does."""
-    kw = dict(kw)
-    if rest:  # a positional name (Paddle's 5th parameter)
-        kw.setdefault("name", rest[0])
-        rest = rest[1:]
-    if rest:
-        raise TypeError(f"matmul() takes at most 5 positional arguments, got {5 + len(rest)}")
-    x, y, transpose_x, transpose_y = _keywords(
-        "matmul", (x, y, transpose_x, transpose_y),
-        (("x", "input"), ("y", "other"), ("transpose_x",), ("transpose_y",)),
-        (_MISSING, _MISSING, False, False), kw)
-    out = kw.pop("out", None)
-    if kw:
-        raise TypeError(f"matmul() got unexpected keyword arguments {sorted(kw)}")
+    aliases of ``x``/``y``), or without ``x`` or ``y``: the call planned as its positional
+    form; ``out=`` receives the result as Paddle's does."""
+    kw = {k: v for k, v in (("input", input), ("other", other)) if v is not None}
+    x, y = _keywords("matmul", (x, y), (("x", "input"), ("y", "other")),
+                     (_MISSING, _MISSING), kw)
     result = _matmul(x, y, transpose_x, transpose_y)
     if out is None:
         return result
@@ -732,7 +862,13 @@ def _matmul_kw(x, y, transpose_x, transpose_y, rest: tuple, kw: dict):
 
 def _tensor_matmul(self, other):
     """``Tensor.__matmul__`` (``x @ w``) while the wrappers are installed: decided as
-    ``paddle.matmul`` (Paddle's native AMP and a program lower it alike)."""
+    ``paddle.matmul`` (Paddle's native AMP and a program lower it alike), with its fast
+    path; parked outside every region (``_parked_call``)."""
+    if _quick_gemm and isinstance(other, _EAGER) and \
+            self.element_size() + other.element_size() == 8:
+        return _originals["matmul"](self, other, False, False)
+    if not _open[0]:
+        return _parked_call("__matmul__", self, other)
     if isinstance(other, _EAGER):
         return _matmul(self, other)
     return _originals["__matmul__"](self, other)
@@ -740,9 +876,21 @@ def _tensor_matmul(self, other):
 
 def _tensor_rmatmul(self, other):
     """``Tensor.__rmatmul__`` (``other @ self``), as ``_tensor_matmul``."""
+    if not _open[0]:
+        return _parked_call("__rmatmul__", self, other)
     if isinstance(other, _EAGER):
         return _matmul(other, self)
     return _originals["__rmatmul__"](self, other)
+
+
+def _parked_call(name: str, tensor, other):
+    """A call of the Tensor operator ``name`` while no region decides (the wrappers parked:
+    ``_uninstall``): Paddle's operators are put back (``_unpark``), and this call is
+    Paddle's."""
+    original = _originals[name]
+    if not _in_sot[0]():  # (not while to_static's translator simulates this code)
+        _unpark()
+    return original(tensor, other)
 
 
 # the eager Tensor's operators routed through the matmul wrapper while it is installed
@@ -764,33 +912,45 @@ _Tensor: list = []
 _in_sot: list = [lambda: False]
 
 
-_C_OPS: list = []  # paddle._C_ops, imported once
+# (owner, name, wrapper): every entry point the wrappers go in, found at the first install
+# (``paddle._C_ops``'s GEMM and convolution, the eager Tensor's ``@``; Paddle 2.6.2 has no
+# ``__rmatmul__``): installing is a loop over it, each region that decides pays it twice.
+#
+# The Tensor's operators are parked, not removed, when the last region closes: setting an
+# attribute of the eager Tensor class (as putting Paddle's ``__matmul__`` back does) makes
+# CPython drop what it has cached of every Tensor attribute lookup, and refilling that costs a
+# 4-Linear MLP's forward about 5-7 us, twice a step where a training loop enters a region
+# every step. A parked operator puts Paddle's back at its first call outside every region
+# (``_parked_call``); the next region finds its wrapper still there and sets nothing.
+_SITES: list = []
+_parked: set = set()  # the names of the operators the last region left wrapped (parked)
+
+
+def _find_sites() -> None:
+    global _EAGER
+    from paddle import _C_ops
+    from paddle.base import core
+    _EAGER = core.eager.Tensor
+    value = getattr(getattr(__import__("paddle"), "pir", None), "Value", None)
+    value = value if isinstance(value, type) else None
+    _Tensor.append((core.eager.Tensor,) + ((value,) if value is not None else ()))
+    _Tensor.append(value)
+    try:
+        from paddle.jit.sot.psdb import in_sot
+        _in_sot[0] = in_sot
+    except ImportError:  # a Paddle without SOT
+        pass
+    _originals.setdefault("add", getattr(_C_ops, "add"))
+    _SITES.extend((_C_ops, name, wrapper) for name, wrapper in _WRAPPERS.items())
+    _SITES.extend((_EAGER, name, wrapper) for name, wrapper in _OPERATORS.items()
+                  if getattr(_EAGER, name, None) is not None)
 
 
 def _install() -> None:
-    global _EAGER
-    if not _C_OPS:
-        from paddle import _C_ops
-        _C_OPS.append(_C_ops)
-    _C_ops = _C_OPS[0]
-    if not _Tensor:
-        from paddle.base import core
-        _EAGER = core.eager.Tensor
-        value = getattr(getattr(__import__("paddle"), "pir", None), "Value", None)
-        value = value if isinstance(value, type) else None
-        _Tensor.append((core.eager.Tensor,) + ((value,) if value is not None else ()))
-        _Tensor.append(value)
-        try:
-            from paddle.jit.sot.psdb import in_sot
-            _in_sot[0] = in_sot
-        except ImportError:  # a Paddle without SOT
-            pass
-    for name, wrapper in _WRAPPERS.items():
-        _wrap(_C_ops, name, wrapper)
-    _originals.setdefault("add", getattr(_C_ops, "add"))
-    for name, wrapper in _OPERATORS.items():
-        if getattr(_EAGER, name, None) is not None:  # (Paddle 2.6.2 has no __rmatmul__)
-            _wrap(_EAGER, name, wrapper)
+    if not _SITES:
+        _find_sites()
+    for owner, name, wrapper in _SITES:
+        _wrap(owner, name, wrapper)
 
 
 def _wrap(owner: Any, name: str, wrapper: Callable) -> None:
@@ -799,7 +959,15 @@ def _wrap(owner: Any, name: str, wrapper: Callable) -> None:
     wrapper while a region was open (``_over_ours``): that one calls ours already, so it
     stays, and is never taken for Paddle's op (the two would call each other for good)."""
     current = getattr(owner, name)
-    if current is wrapper or any(current is p for p in _over_ours.get(name, ())):
+    if name in _parked:  # our wrapper was left here (``_uninstall``)
+        _parked.discard(name)
+        if current is not wrapper:  # a patch made over it since: it calls ours
+            _over_ours.setdefault(name, []).append(current)
+            return
+    if current is wrapper:
+        return
+    over = _over_ours.get(name)
+    if over and any(current is p for p in over):
         return
     _originals[name] = current
     setattr(owner, name, wrapper)
@@ -820,9 +988,21 @@ _over_ours: dict = {}  # name -> patches found over our wrapper at uninstall (th
 
 
 def _uninstall() -> None:
-    _C_ops = _C_OPS[0]
-    for name, wrapper in _WRAPPERS.items():
-        # only our own wrapper goes: a patch another tool made since stays
-        _unwrap(_C_ops, name, wrapper)
-    for name, wrapper in _OPERATORS.items():
-        _unwrap(_EAGER, name, wrapper)
+    """The last region that decides has closed (the caller holds ``_lock``): Paddle's op
+    functions go back; the Tensor's operators stay, parked (``_SITES``). Only our own wrapper
+    goes: a patch another tool made since stays."""
+    for owner, name, wrapper in _SITES:
+        if owner is not _EAGER:
+            _unwrap(owner, name, wrapper)
+        else:
+            _parked.add(name)
+
+
+def _unpark() -> None:
+    """Put Paddle's Tensor operators back, if still no region decides."""
+    with _lock:
+        if not _open[0]:
+            for owner, name, wrapper in _SITES:
+                if owner is _EAGER and name in _parked:
+                    _parked.discard(name)
+                    _unwrap(owner, name, wrapper)

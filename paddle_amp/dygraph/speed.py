@@ -95,10 +95,18 @@ def note_native_speed(policy: Policy, training: bool) -> None:
     CPU, but this runtime runs its lists there (``dispatch``), on oneDNN's bf16 GEMM,
     which an AVX-512 CPU without ``avx512_bf16`` emulates. The answer is kept per (policy,
     training): a region per training step reads neither the CPU nor the cache again."""
+    if _seen.get((id(policy), training)) is policy:  # (hashing a Policy costs about 1 us)
+        return
+    if len(_seen) > 256:
+        _seen.clear()
+    _seen[(id(policy), training)] = policy
     if not policy.enabled or policy.defaults != "native" or (policy, training) in _noted:
         return
     _noted.add((policy, training))
     speed_source.note("paddle_amp.dygraph", policy, source(policy.dtype), training)
+
+
+_seen: dict = {}  # (id(policy), training) -> policy: asked already (the same object)
 
 
 def time_job(job: Job) -> Cost:

@@ -126,17 +126,18 @@ def test_an_error_while_a_region_writes_its_program_still_closes_it(monkeypatch)
 @BF16_ONLY
 def test_the_matmul_operator_is_decided_as_paddle_matmul_and_restored_after():
     """``x @ w`` in a region is what ``paddle.matmul`` is there (bf16 here), as Paddle's
-    native AMP and a program lower it; after the region the operator is Paddle's again."""
+    native AMP and a program lower it; after the region the operator is Paddle's again, put
+    back by its first use outside (``dispatch._SITES``: parked till then)."""
     x, w = _xw()
+    ref = (x @ w).numpy()  # (a use outside: an operator parked by an earlier test goes back)
     before = paddle.Tensor.__matmul__
-    ref = (x @ w).numpy()
     with amp.auto_cast(dtype="bfloat16"):
         want = paddle.matmul(x, w).numpy()
         got = (x @ w).numpy()
     np.testing.assert_array_equal(got, want)
     assert not np.array_equal(got, ref)
-    assert paddle.Tensor.__matmul__ is before
     np.testing.assert_array_equal((x @ w).numpy(), ref)
+    assert paddle.Tensor.__matmul__ is before
 
 
 def test_a_layer_rule_by_path_follows_a_replaced_sublayer():
