@@ -170,6 +170,7 @@ def test_without_policy_the_native_decisions_slower_here_are_said_once(monkeypat
     from amp_adapters.services import speedbook
     monkeypatch.setattr(speedbook, "_warned", set())
     monkeypatch.setattr(dy_speed, "_noted", set())
+    monkeypatch.setattr(dy_speed, "_seen", {})  # (a region earlier in the process asked)
     seed({("paddle-dygraph", FIRST): SLOW})
     with caplog.at_level(logging.WARNING, logger="paddle_amp.dygraph"):
         for _ in range(3):
