@@ -71,7 +71,10 @@ def answer(framework: str, version: str, question: str, server: str, fn: Callabl
     """``fn(*args)`` (a JSON value: the answer to ``question`` about this machine's kernels in
     ``framework`` ``version``), read from this machine's file, else asked in the measuring
     child ``server`` (a module that serves ``fn``) and kept; asked in this process where the
-    child gives no answer."""
+    child gives no answer, and in a measuring child itself (``measure_process.serving``: its
+    parent holds the file's lock while it waits for that child's answer)."""
+    if measure_process.serving:
+        return fn(*args)
     m = machine()
     path = book_path(m)
     key = f"{framework} {version} {question}"

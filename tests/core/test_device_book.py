@@ -95,3 +95,12 @@ def test_a_broken_file_is_asked_again_and_rewritten(asked, text):
     assert ask() == kernels_here("bfloat16")
     assert json.loads(path.read_text())["answers"]["fw 1.0 kernels bfloat16"] == \
         kernels_here("bfloat16")
+
+
+def test_a_measuring_child_answers_itself_and_never_waits_on_its_parents_lock(monkeypatch):
+    """In the child (``measure_process.serve``), a question that reaches the book again is
+    answered there: its parent holds the file's lock while it waits for the child."""
+    monkeypatch.setattr(measure_process, "serving", True)
+    monkeypatch.setattr(measure_process, "call", lambda *a: pytest.fail("asked a child"))
+    assert ask() == kernels_here("bfloat16")
+    assert not device_book.book_path().exists()  # nothing kept by a child
