@@ -25,8 +25,11 @@ Two kinds of kernel count (``plain_kernels`` | ``onednn_kernels``):
   on tiny bf16 inputs in a legacy program, because a registered kernel may still fail:
   Paddle 2.6.2's oneDNN conv2d takes no bf16 filter, there is no bf16
   ``layer_norm_grad``, and Paddle 3.3.1's legacy-IR ``reshape2_grad`` fails ("could not
-  reshape a memory descriptor"). Such an op stays fp32 (with the per-op warning). Answers
-  are cached per process.
+  reshape a memory descriptor"). Such an op stays fp32 (with the per-op warning). The
+  registry read and the probes run in the measuring child, once per machine, Paddle version
+  and IR, and their answers are kept on disk (``kernel_answers``,
+  ``amp_adapters.services.device_book``): what they load never stays in the process that
+  trains (it raised a float32 step's peak by 14 MB). Answers are cached per process.
 
 A kernel that runs may still be slow. Where an operand of a GEMM or an elementwise op
 has fewer dimensions than its result (a Linear's weight on a batch of sequences, a bias
