@@ -48,7 +48,6 @@ dtype (default: the legacy IR's, ``ir.default_probe``).
 from __future__ import annotations
 
 import functools
-import os
 import re
 from typing import Optional
 
@@ -81,7 +80,7 @@ def _answers(device: str, dtype: str, probe: Optional[Probe] = None) -> dict[str
     if program_ir.probe_named(probe.name) is not probe:
         got = kernel_answers(device, dtype, probe)
     else:
-        flag = os.environ.get("FLAGS_enable_pir_api", "")
+        flag = program_ir.inherited_flag()
         got = device_book.answer("paddle", paddle.__version__,
                                  f"static {probe.name} {device} {dtype} pir_api={flag}",
                                  "paddle_amp.speed_child", kernel_answers, device, dtype,
