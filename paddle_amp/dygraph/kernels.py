@@ -6,7 +6,7 @@ whatever ``FLAGS_use_mkldnn`` says. oneDNN's bf16 kernels are reached through th
 op entry (``paddle._legacy_C_ops``) with the attributes a program's native bf16 rewrite
 sets (``use_mkldnn``, ``mkldnn_data_type``), forward and backward (its grad op inherits
 them). That is the route (``ROUTES``). Two faults of that route are worked around where
-the route is called (``dispatch``): oneDNN's bf16 ``matmul_v2_grad`` crashes the process
+the route is called (``wrappers``): oneDNN's bf16 ``matmul_v2_grad`` crashes the process
 (SIGSEGV) when only one operand wants a gradient, so both then do; and Paddle 2.6.2's
 plain bf16 cast truncates, so the casts into bf16 go to oneDNN's cast, which rounds to
 nearest even, wherever the plain one does not (``rounding_cast``, a probe, not a version).
