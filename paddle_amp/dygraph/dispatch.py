@@ -86,10 +86,6 @@ class Frame:
     # ``Layer.__call__``, which costs tens of microseconds a step to put in and take out): a
     # region whose wrapped ops all run float32 calls as they are casts nothing to share
     shares: bool = False
-    # when a list: the operands each low route made want a gradient (``_wants_grad``), for
-    # a caller that asks ``paddle.grad`` for gradients of its own (the doctor): it must ask
-    # for theirs too, or Paddle prunes them and oneDNN's bf16 grad kernel crashes
-    grad_copies: Optional[list] = None
     # a region with layer rules opened inside a forward: the Layer calls it found running
     # (``layer_paths.adopt``), put back when it closes
     adopted: Optional[tuple] = None
@@ -331,7 +327,7 @@ def push(policy: Policy, log: Optional[list] = None,
         speed.note_native_speed(policy, training)  # the native's lists, slower here?
     frame = Frame(policy, device, log=log, training=training)
     if inherit:
-        frame.grad_copies, frame.watched = outer.grad_copies, outer.watched
+        frame.watched = outer.watched
         frame.governs = outer.governs
     if _master_grads and enabled and policy.level == "O2" and log is None:
         _hook_master_grads()
@@ -513,19 +509,6 @@ def _in_program(x) -> bool:
     return _Tensor[1] is not None and isinstance(x, _Tensor[1])
 
 
-def _wants_grad(a, ours: bool):
-    """``a`` (a copy, unless it is a cast ``_run`` made) with ``stop_gradient`` off (kept in
-    the region's ``grad_copies`` where it keeps them)."""
-    if not ours:
-        from paddle import _C_ops
-        a = _C_ops.assign(a)
-    a.stop_gradient = False
-    frame = current()
-    if frame is not None and frame.grad_copies is not None:
-        frame.grad_copies.append(a)
-    return a
-
-
 def _run(d: OpDecision, inputs: tuple, plain: Callable, low: Callable):
     """``inputs`` through the op as ``d`` says: its low route, emulated, or plain."""
     cast = kernels.rounding_cast()
@@ -540,12 +523,9 @@ def _run(d: OpDecision, inputs: tuple, plain: Callable, low: Callable):
         out = plain(*args)
         return _round(out, low_dtype) if d.round_outputs else out
     if d.run_dtype is not None and d.run_dtype == d.low_dtype:
+        # (the route never runs oneDNN's bf16 matmul_v2_grad, which crashes where one of
+        # its gradients is not asked for: ``kernels.matmul_v2``)
         args = tuple(cast_to(x, c) if c else x for x, c in zip(inputs, d.casts))
-        if any(not a.stop_gradient for a in args):
-            # oneDNN's bf16 matmul_v2_grad crashes (SIGSEGV) if one operand wants no
-            # gradient: every operand then wants one (a copy of a caller's own tensor)
-            args = tuple(a if not a.stop_gradient else _wants_grad(a, c is not None)
-                         for a, c in zip(args, d.casts))
         return cast(low(*args), "float32")
     if d.needs_action:
         inputs = tuple(cast_to(x, c) if c else x for x, c in zip(inputs, d.casts))
