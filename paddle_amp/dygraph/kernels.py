@@ -181,19 +181,23 @@ def _to_bf16(x):
         onednn_cast(x, "float32", "bfloat16")
 
 
-def _summed_to(g, shape: list):
-    """The gradient ``g`` of a broadcast GEMM operand of ``shape`` (fewer or size-1 batch
-    dimensions): the batch's bf16 products summed in float32 and rounded once, as oneDNN's
-    own grad kernel does (bit-identical here)."""
+def _summed_to(g, shape: list, final: list):
+    """The gradient ``g`` of a GEMM operand of matrix ``shape`` (broadcast: fewer or size-1
+    batch dimensions), ``final`` its own shape (a vector's differs): the batch's bf16
+    products summed in float32 and rounded once, as oneDNN's own grad kernel does
+    (bit-identical here). Reshaped in float32: a oneDNN result's reshape fails in oneDNN's
+    cast gradient ("could not create a primitive descriptor for a reorder primitive")."""
     import paddle
     from paddle import _C_ops
-    if list(g.shape) == list(shape):
+    if list(g.shape) == list(shape) == list(final):
         return g
     lead = len(g.shape) - len(shape)
     axes = list(range(lead)) + [lead + i for i, n in enumerate(shape[:-2])
                                 if n == 1 and g.shape[lead + i] != 1]
-    g32 = _C_ops.sum(_C_ops.cast(g, paddle.float32), axes, None, True)
-    return _to_bf16(_C_ops.reshape(g32, list(shape)))
+    g32 = _C_ops.cast(g, paddle.float32)
+    if axes:
+        g32 = _C_ops.sum(g32, axes, None, True)
+    return _to_bf16(_C_ops.reshape(g32, list(final)))
 
 
 def _gemm_grad(x, y, d, trans_x: bool, trans_y: bool, which: int):
@@ -213,11 +217,9 @@ def _gemm_grad(x, y, d, trans_x: bool, trans_y: bool, which: int):
         d = _C_ops.reshape(d, shape)
     if which == 0:
         g = mm(d, y, False, not trans_y) if not trans_x else mm(y, d, trans_y, True)
-        g = _summed_to(g, list(x.shape))
-        return _C_ops.reshape(g, x_shape) if len(x_shape) == 1 else g
+        return _summed_to(g, list(x.shape), x_shape)
     g = mm(x, d, not trans_x, False) if not trans_y else mm(d, x, True, trans_x)
-    g = _summed_to(g, list(y.shape))
-    return _C_ops.reshape(g, y_shape) if len(y_shape) == 1 else g
+    return _summed_to(g, list(y.shape), y_shape)
 
 
 @functools.lru_cache(maxsize=None)
