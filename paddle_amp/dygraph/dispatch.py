@@ -509,6 +509,15 @@ def _in_program(x) -> bool:
     return _Tensor[1] is not None and isinstance(x, _Tensor[1])
 
 
+def _wants_grad(a, ours: bool):
+    """``a`` (a copy, unless it is a cast ``_run`` made) with ``stop_gradient`` off."""
+    if not ours:
+        from paddle import _C_ops
+        a = _C_ops.assign(a)
+    a.stop_gradient = False
+    return a
+
+
 def _run(d: OpDecision, inputs: tuple, plain: Callable, low: Callable):
     """``inputs`` through the op as ``d`` says: its low route, emulated, or plain."""
     cast = kernels.rounding_cast()
@@ -523,9 +532,14 @@ def _run(d: OpDecision, inputs: tuple, plain: Callable, low: Callable):
         out = plain(*args)
         return _round(out, low_dtype) if d.round_outputs else out
     if d.run_dtype is not None and d.run_dtype == d.low_dtype:
-        # (the route never runs oneDNN's bf16 matmul_v2_grad, which crashes where one of
-        # its gradients is not asked for: ``kernels.matmul_v2``)
         args = tuple(cast_to(x, c) if c else x for x, c in zip(inputs, d.casts))
+        if _in_program(args[0]) and any(not a.stop_gradient for a in args):
+            # a PIR program runs the op itself, and oneDNN's bf16 matmul_v2_grad crashes
+            # (SIGSEGV) if one operand wants no gradient: every operand then wants one (a
+            # copy of a caller's own value). Eager mode's route never runs that kernel
+            # (``kernels.matmul_v2``)
+            args = tuple(a if not a.stop_gradient else _wants_grad(a, c is not None)
+                         for a, c in zip(args, d.casts))
         return cast(low(*args), "float32")
     if d.needs_action:
         inputs = tuple(cast_to(x, c) if c else x for x, c in zip(inputs, d.casts))
