@@ -5,9 +5,9 @@ build has no plain bf16 GEMM: ``paddle.matmul`` on bf16 tensors fails (2.6.2 and
 whatever ``FLAGS_use_mkldnn`` says. oneDNN's bf16 kernels are reached through the legacy
 op entry (``paddle._legacy_C_ops``) with the attributes a program's native bf16 rewrite
 sets (``use_mkldnn``, ``mkldnn_data_type``), forward and backward (its grad op inherits
-them). That is the route (``ROUTES``). Two faults of that route are worked around where
-the route is called (``dispatch``): oneDNN's bf16 ``matmul_v2_grad`` crashes the process
-(SIGSEGV) when only one operand wants a gradient, so both then do; and Paddle 2.6.2's
+them). That is the route (``ROUTES``). Two faults of that route are worked around:
+oneDNN's bf16 ``matmul_v2_grad`` crashes the process (SIGSEGV) when one of its gradients
+is not asked for, so the GEMM route never runs it (``matmul_v2``); and Paddle 2.6.2's
 plain bf16 cast truncates, so the casts into bf16 go to oneDNN's cast, which rounds to
 nearest even, wherever the plain one does not (``rounding_cast``, a probe, not a version).
 
@@ -149,14 +149,13 @@ def matmul_v2(x, y, trans_x: bool = False, trans_y: bool = False):
         return _onednn_mul(x, y)
     gemm = _operand_gemm()
     if want_x and want_y:  # y's gradient edge: float32 zeros added to the result (exact)
-        import paddle
         from paddle import _C_ops
-        out = gemm(x, _Held(y), 0, trans_x, trans_y, None)
-        return _C_ops.add(_C_ops.cast(out, paddle.float32),
-                          gemm(y, _Held(x), 1, trans_x, trans_y, _Held(out)))
+        shared = _Held(None)  # the result's gradient in bf16, narrowed once for both
+        out = gemm(x, _Held(y), 0, trans_x, trans_y, shared, None)
+        return _C_ops.add(out, gemm(y, _Held(x), 1, trans_x, trans_y, shared, _Held(out)))
     if want_x:
-        return gemm(x, _Held(y), 0, trans_x, trans_y, None)
-    return gemm(y, _Held(x), 1, trans_x, trans_y, None)
+        return gemm(x, _Held(y), 0, trans_x, trans_y, None, None)
+    return gemm(y, _Held(x), 1, trans_x, trans_y, None, None)
 
 
 class _Held:
@@ -224,30 +223,34 @@ def _gemm_grad(x, y, d, trans_x: bool, trans_y: bool, which: int):
 
 @functools.lru_cache(maxsize=None)
 def _operand_gemm() -> Callable:
-    """``gemm(t, other, which, trans_x, trans_y, zeros_like)``: ``matmul_v2`` on oneDNN in
-    bf16 of ``t`` (operand ``which``) and ``other.t``, whose backward is ``t``'s gradient
-    only (``_gemm_grad``); with ``zeros_like`` (a held result) it returns float32 zeros of
-    that result's shape instead, for the second operand's gradient edge (added to the
-    result widened: exact; its gradient narrowed by Paddle's plain cast, as the result's
-    own cast's gradient is). Its gradients are bit-identical to oneDNN's ``matmul_v2_grad`` (transposes,
-    batches, broadcasting); each PyLayer costs about 20 us a call here."""
+    """``gemm(t, other, which, trans_x, trans_y, shared, zeros_like)``: ``matmul_v2`` on
+    oneDNN in bf16 of ``t`` (operand ``which``) and ``other.t``, whose backward is ``t``'s
+    gradient only (``_gemm_grad``). With ``shared`` (a holder) the result is widened to
+    float32 (as the route's own cast would), and with ``zeros_like`` too (a held result)
+    float32 zeros of that shape instead, the second operand's gradient edge (added to the
+    result: exact); the pair narrows the result's gradient to bf16 once, by Paddle's plain
+    cast, as the gradient of the route's cast does. Gradients bit-identical to oneDNN's
+    ``matmul_v2_grad``'s (transposes, batches, broadcasting)."""
     import paddle
     from paddle import _C_ops
 
     class OperandGemm(paddle.autograd.PyLayer):
         @staticmethod
-        def forward(ctx, t, other, which, trans_x, trans_y, zeros_like):
+        def forward(ctx, t, other, which, trans_x, trans_y, shared, zeros_like):
             ctx.gemm = ((t, other.t) if which == 0 else (other.t, t), trans_x, trans_y, which)
-            ctx.widened = zeros_like is not None
-            if ctx.widened:
+            ctx.shared = shared
+            if zeros_like is not None:
                 return paddle.zeros(zeros_like.t.shape, paddle.float32)
-            return _onednn_matmul(*ctx.gemm[0], trans_x, trans_y)
+            out = _onednn_matmul(*ctx.gemm[0], trans_x, trans_y)
+            return out if shared is None else _C_ops.cast(out, paddle.float32)
 
         @staticmethod
         def backward(ctx, d):
             (x, y), trans_x, trans_y, which = ctx.gemm
-            if ctx.widened:
-                d = _C_ops.cast(d, paddle.bfloat16)
+            if ctx.shared is not None:
+                if ctx.shared.t is None:
+                    ctx.shared.t = _C_ops.cast(d, paddle.bfloat16)
+                d = ctx.shared.t
             return _gemm_grad(x, y, d, trans_x, trans_y, which)
     return OperandGemm.apply
 
