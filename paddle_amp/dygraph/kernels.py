@@ -126,7 +126,8 @@ def _onednn_mul(x, y):
 
 
 def matmul_v2(x, y, trans_x: bool = False, trans_y: bool = False):
-    """``matmul_v2`` on oneDNN in bfloat16 (``x``, ``y`` bf16; a bf16 result).
+    """``matmul_v2`` on oneDNN in bfloat16 (``x``, ``y`` bf16; a bf16 result, float32 where
+    both operands want a gradient and the GEMM is not a ``mul``).
 
     oneDNN's bf16 ``matmul_v2_grad`` crashes the process (SIGSEGV, Paddle 2.6.2 and 3.3.1)
     when one of its two gradients is not asked for: an operand with ``stop_gradient`` set,
@@ -136,8 +137,9 @@ def matmul_v2(x, y, trans_x: bool = False, trans_y: bool = False):
     any other GEMM to ``_operand_gemm``, one PyLayer per operand wanting a gradient, each
     with that operand as its only input (a PyLayer must return None for a pruned input,
     and cannot see which one is); where both want one, the result is float32 (Paddle's
-    CPU ``add`` has no bf16 kernel, and oneDNN's fails on batches). A vector's transpose is ignored, as Paddle's own matmul
-    does (oneDNN's kernel fails on it, or corrupts the heap)."""
+    CPU ``add`` has no bf16 kernel, and oneDNN's fails on batches). A vector's transpose
+    is ignored, as Paddle's own matmul does (oneDNN's kernel fails on it, or corrupts the
+    heap)."""
     if trans_x and len(x.shape) == 1:
         trans_x = False
     if trans_y and len(y.shape) == 1:
