@@ -235,6 +235,9 @@ DYGRAPH_CONFIGS = {
             "lists, run on this CPU)",
     "O1-bf16": "ours, paddle_amp.dygraph.auto_cast(policy='O1-bf16')",
     "O1-fp16-emulated": "ours, O1 fp16 emulated (stores float32)",
+    "O2-bf16": "ours, paddle_amp.dygraph.decorate(policy='O2-bf16') and its region (bf16 "
+               "parameters, float32 masters)",
+    "O2-fp16-emulated": "ours, O2 fp16 emulated (stores float32)",
     "auto": "ours, auto",
 }
 
@@ -304,7 +307,7 @@ def dygraph_workload(model: str, batch: int, config: str) -> Workload:
     net, shape = _dygraph_net(model)
     opt = paddle.optimizer.Momentum(1e-3, 0.9, parameters=net.parameters())
     x = paddle.rand([batch, *shape], "float32")
-    scaler = None
+    scaler, facts = None, {}
     if config == "fp32":
         region = contextlib.nullcontext
     elif config == "native":
@@ -315,6 +318,9 @@ def dygraph_workload(model: str, batch: int, config: str) -> Workload:
     else:
         from paddle_amp import dygraph as amp
         preset, emulate = _policy(config)
+        if preset.startswith("O2"):  # O2 stores the parameters it plans low (decorate)
+            net, opt = amp.decorate(net, opt, policy=preset, emulate=emulate)
+            facts = _stored_param_bytes(net)
         region = lambda: amp.auto_cast(policy=preset, emulate=emulate)  # noqa: E731
         if emulate:
             scaler = amp.GradScaler(init_loss_scaling=1024.0)
@@ -328,7 +334,17 @@ def dygraph_workload(model: str, batch: int, config: str) -> Workload:
         else:
             scaler.minimize(opt, scaler.scale(loss))
         opt.clear_grad()
-    return Workload(step, tensors=HostAllocatorBytes(), warmup=WARMUP)
+    return Workload(step, tensors=HostAllocatorBytes(), warmup=WARMUP, facts=facts)
+
+
+def _stored_param_bytes(net) -> dict:
+    """``o2_param_bytes`` of the dtypes a decorated dygraph ``net``'s parameters are stored in
+    (a low one beside its float32 master)."""
+    from amp_adapters import ParamPlan
+
+    params = {p.name: p for p in net.parameters()}
+    plan = ParamPlan({n: str(p.dtype).replace("paddle.", "") for n, p in params.items()}, {})
+    return o2_param_bytes(plan, {n: p.shape for n, p in params.items()})
 
 
 # ---- the section -------------------------------------------------------------------------

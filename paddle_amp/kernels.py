@@ -25,8 +25,11 @@ Two kinds of kernel count (``plain_kernels`` | ``onednn_kernels``):
   on tiny bf16 inputs in a legacy program, because a registered kernel may still fail:
   Paddle 2.6.2's oneDNN conv2d takes no bf16 filter, there is no bf16
   ``layer_norm_grad``, and Paddle 3.3.1's legacy-IR ``reshape2_grad`` fails ("could not
-  reshape a memory descriptor"). Such an op stays fp32 (with the per-op warning). Answers
-  are cached per process.
+  reshape a memory descriptor"). Such an op stays fp32 (with the per-op warning). The
+  registry read and the probes run in the measuring child, once per machine, Paddle version
+  and IR, and their answers are kept on disk (``kernel_answers``,
+  ``amp_adapters.services.device_book``): what they load never stays in the process that
+  trains (it raised a float32 step's peak by 14 MB). Answers are cached per process.
 
 A kernel that runs may still be slow. Where an operand of a GEMM or an elementwise op
 has fewer dimensions than its result (a Linear's weight on a batch of sequences, a bias
@@ -49,10 +52,12 @@ import re
 from typing import Optional
 
 import numpy as np
+import paddle
 from paddle.base import core
 
 from amp_adapters import DeviceProfile
 from amp_adapters.rules.isa import bf16_class, machine
+from amp_adapters.services import device_book
 
 from . import ir as program_ir
 from .env import VARTYPE_OF, from_low, to_low
@@ -63,6 +68,36 @@ from .onednn_log import executed, onednn_log
 
 def _probe(probe: Optional[Probe]) -> Probe:
     return program_ir.default_probe() if probe is None else probe
+
+
+@functools.lru_cache(maxsize=None)
+def _answers(device: str, dtype: str, probe: Optional[Probe] = None) -> dict[str, frozenset]:
+    """``kernel_answers`` for ``probe``'s IR, asked once per machine and Paddle version in
+    the measuring child and kept on disk (``amp_adapters.services.device_book``): the
+    registry read and the probes never run in the process that trains. A probe that is not
+    one of the IRs' own is asked here."""
+    probe = _probe(probe)
+    if program_ir.probe_named(probe.name) is not probe:
+        got = kernel_answers(device, dtype, probe)
+    else:
+        flag = program_ir.inherited_flag()
+        got = device_book.answer("paddle", paddle.__version__,
+                                 f"static {probe.name} {device} {dtype} pir_api={flag}",
+                                 "paddle_amp.speed_child", kernel_answers, device, dtype,
+                                 probe.name)
+    return {k: frozenset(v) for k, v in got.items()}
+
+
+def kernel_answers(device: str, dtype: str, probe: "Probe | str | None" = None
+                   ) -> dict[str, list[str]]:
+    """What the functions below answer for ``device``, ``dtype`` and the IR of ``probe`` (or
+    its name), found here by reading the kernel registry and running the probes: what the
+    measuring child runs (``_answers``)."""
+    probe = program_ir.probe_named(probe) if isinstance(probe, str) else _probe(probe)
+    return {"plain": sorted(_plain_kernels(device, dtype)),
+            "onednn": sorted(_onednn_kernels(device, dtype, probe)),
+            "slow": sorted(_slow_broadcast_grads(device, dtype, probe)),
+            "plain_casts": sorted(_plain_cast_readers(device, dtype, probe))}
 
 
 @functools.lru_cache(maxsize=None)
@@ -86,19 +121,26 @@ def device_profile(device: str, dtype: str, probe: Probe, training: bool = True
         plain_cast_readers(device, dtype, probe), training=training)
 
 
-@functools.lru_cache(maxsize=None)
 def plain_kernels(device: str, dtype: str) -> frozenset[str]:
     """Ops whose ``dtype`` kernel on ``device`` the executor picks without oneDNN."""
+    return _answers(device, dtype)["plain"]
+
+
+@functools.lru_cache(maxsize=None)
+def _plain_kernels(device: str, dtype: str) -> frozenset[str]:
     return _usable(device, dtype, _registered(device, dtype, onednn=False)) | {"cast"}
 
 
-@functools.lru_cache(maxsize=None)
 def onednn_kernels(device: str, dtype: str, probe: Optional[Probe] = None) -> frozenset[str]:
     """Ops whose oneDNN ``dtype`` kernel runs on this ``device``, forward and backward (a
     recipe's op only if its probe ran, in a program of ``probe``'s IR); empty but for
     bfloat16 on a CPU that supports it; ``cast`` where the IR can send casts there and
     their own probe ran (``casts_on_onednn``)."""
-    probe = _probe(probe)
+    return _answers(device, dtype, probe)["onednn"]
+
+
+@functools.lru_cache(maxsize=None)
+def _onednn_kernels(device: str, dtype: str, probe: Probe) -> frozenset[str]:
     if device != "CPU" or dtype != ONEDNN_DTYPE or bf16_class(machine()) == "none" \
             or not runs_onednn_bf16(GATE, backward=True, probe=probe):
         return frozenset()
@@ -164,13 +206,16 @@ def refuse_onednn_casts(probe: Optional[Probe] = None) -> frozenset[str]:
                      and runs_onednn_bf16(op, True, probe, cast_in="plain"))
 
 
-@functools.lru_cache(maxsize=None)
 def plain_cast_readers(device: str, dtype: str, probe: Optional[Probe] = None
                        ) -> frozenset[str]:
     """The ops in front of which a rewrite's casts stay plain where the others go to oneDNN
     (``refuse_onednn_casts``); empty where no cast goes there (``cast`` not among
     ``onednn_kernels``)."""
-    return refuse_onednn_casts(probe) if "cast" in onednn_kernels(device, dtype, probe) \
+    return _answers(device, dtype, probe)["plain_casts"]
+
+
+def _plain_cast_readers(device: str, dtype: str, probe: Probe) -> frozenset[str]:
+    return refuse_onednn_casts(probe) if "cast" in _onednn_kernels(device, dtype, probe) \
         else frozenset()
 
 
@@ -240,7 +285,6 @@ def runs_onednn_bf16(op: str, backward: bool = False, probe: Optional[Probe] = N
     return _probe(probe).runs(op, _RECIPES[op], backward, cast_in=cast_in)
 
 
-@functools.lru_cache(maxsize=None)
 def slow_broadcast_grads(device: str, dtype: str, probe: Optional[Probe] = None
                          ) -> frozenset[str]:
     """Of the ops whose ``dtype`` kernel on ``device`` is oneDNN's, those whose gradient for
@@ -248,9 +292,12 @@ def slow_broadcast_grads(device: str, dtype: str, probe: Optional[Probe] = None
     fails (``onednn_log`` of the op's bf16 forward and backward on a 3-D input): such an
     instance would run slower than in float32, or not at all. Empty where oneDNN runs no
     bf16; where its log cannot be read, only the failures."""
-    probe = _probe(probe)
+    return _answers(device, dtype, probe)["slow"]
+
+
+def _slow_broadcast_grads(device: str, dtype: str, probe: Probe) -> frozenset[str]:
     slow = set()
-    for op in sorted(onednn_kernels(device, dtype, probe) & set(_BROADCAST_RECIPES)):
+    for op in sorted(_onednn_kernels(device, dtype, probe) & set(_BROADCAST_RECIPES)):
         with onednn_log() as log:
             ran = probe.runs(op, _BROADCAST_RECIPES[op], True)
         if not ran or any(impl.startswith("ref") for _, impl in executed(log)):

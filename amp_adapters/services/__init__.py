@@ -11,6 +11,7 @@ Files:
                   its child module); the book, the lookup and the job server per source
     timing.py     side-by-side timing: interleaved pairs, median ratio and spread
     measure_process.py  measurements in a kept child process (the planning process untouched)
+    device_book.py  a backend's answers about this machine's kernels: asked in that child, kept
     memory.py     a step's peak memory: a fresh process per run, VmHWM, median of three
     batch_fit.py  the largest batch in a memory budget: a line through measured peaks
     speed_report.py  info --measure / profile: per-op measured speed, the saved profile

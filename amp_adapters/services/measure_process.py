@@ -157,6 +157,7 @@ class _Child:
 
 _children: dict[tuple, _Child] = {}
 _lock = threading.Lock()
+serving = False  # this process is a measuring child (``serve``): it asks no child of its own
 
 
 def child_env() -> dict:
@@ -205,6 +206,8 @@ def serve(*functions: Callable) -> None:
     ``functions`` (by name) on the original stdout, which nothing else writes to (what
     the framework prints goes to stderr), until stdin ends (the parent closed it, or
     died)."""
+    global serving
+    serving = True
     served = {f.__name__: f for f in functions}
     answers = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)

@@ -19,7 +19,12 @@ role table maps the three):
     kernels.py       what this CPU runs low in eager mode (lowp_kernels, device_profile):
                      the oneDNN route, its probe
     speed.py         policy="auto": eager mode's speed source (the core's book and child)
-    dispatch.py      the per-op cast: paddle._C_ops entry points wrapped inside a region
+    dispatch.py      the per-op cast: a region opened and closed (push, pop), the wrappers
+                     installed while one decides
+    frames.py        the regions' state: a Frame per region, each thread's stack, the
+                     wrappers' fast-path flags
+    wrappers.py      paddle._C_ops's GEMM/conv entry points and Tensor @ inside a region:
+                     the fast path, else planned and run as decided
     layer_paths.py   the path of the Layer running an op, for a policy's layer rules
     legacy.py        a region in a legacy program being built: its ops written at exit
     jit.py           to_static: programs keyed by the region state; a legacy trace in one

@@ -29,7 +29,7 @@ from __future__ import annotations
 import functools
 import itertools
 
-from . import dispatch, legacy
+from . import frames, legacy
 
 _KEY = "paddle_amp.dygraph region"  # our entry in CacheKey.kwargs
 _installed: list = []
@@ -51,7 +51,7 @@ def install() -> None:
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
         init(self, *args, **kwargs)
-        self.kwargs[_KEY] = dispatch.state_key()
+        self.kwargs[_KEY] = frames.state_key()
 
     @functools.wraps(hash_)
     def __hash__(self):
@@ -62,10 +62,10 @@ def install() -> None:
 
     @functools.wraps(trace)
     def from_func_spec(*args, **kwargs):
-        frame = dispatch.current()
+        frame = frames.current()
         if frame is None or not frame.on:
             return trace(*args, **kwargs)
-        with dispatch.tracing() as written:
+        with frames.tracing() as written:
             concrete = trace(*args, **kwargs)
         from paddle.base import framework, unique_name
         # in static mode (the trace is over: eager mode again), with names of its own (the
@@ -81,7 +81,7 @@ def install() -> None:
 
 def _replay_reports() -> None:
     """A report's region (``cast_report``, the doctor) traces its own program (its key says
-    so: ``dispatch.state_key``), and logs the decisions as they are built in; a second
+    so: ``frames.state_key``), and logs the decisions as they are built in; a second
     report of the same program finds it cached, built already: the decisions its trace
     logged are kept with the cache and logged again."""
     try:
@@ -92,7 +92,7 @@ def _replay_reports() -> None:
 
     @functools.wraps(get)
     def __getitem__(self, item):
-        frame = dispatch.current()
+        frame = frames.current()
         if frame is None or frame.log is None or not frame.on:
             return get(self, item)
         logs = self.__dict__.setdefault("_paddle_amp_reports", {})

@@ -15,7 +15,10 @@ nearest even, wherever the plain one does not (``rounding_cast``, a probe, not a
 forward and backward, on tiny inputs. Gated by the project's device truth
 (``amp_adapters.rules.isa.bf16_class``: no oneDNN bf16 kernel on a CPU class ``"none"``, such as
 ``AMP_ADAPTERS_CPU=avx2``). float16 has no CPU kernel on either route (``emulate=True``
-rounds through it instead). Answers are cached per process.
+rounds through it instead). The probes run in the measuring child, once per machine and
+Paddle version, their answers kept on disk (``eager_answers``,
+``amp_adapters.services.device_book``): what they load never stays in the process that
+trains. Answers are cached per process.
 """
 from __future__ import annotations
 
@@ -307,25 +310,52 @@ def _runs(op: str, dtype: str, x_shape=(2, 3)) -> bool:
 
 
 @functools.lru_cache(maxsize=None)
+def _answers(dtype: str) -> dict:
+    """``eager_answers(dtype)``, asked once per machine and Paddle version in the measuring
+    child and kept on disk (``amp_adapters.services.device_book``): the probes' oneDNN
+    primitives and tensors never load in the process that trains."""
+    import paddle
+
+    from amp_adapters.services import device_book
+    return device_book.answer("paddle", paddle.__version__, f"eager {dtype}",
+                              "paddle_amp.speed_child", eager_answers, dtype)
+
+
+@_eagerly
+def eager_answers(dtype: str) -> dict:
+    """Found here by running the probes: {"missing": ``missing_routes``, "slow":
+    ``slow_broadcast_grads``} in ``dtype`` on a CPU whose class has bf16 (what the measuring
+    child runs, ``_answers``)."""
+    missing = {op: why for op in ROUTES if (why := _probe(op, dtype)) is not None}
+    from ..onednn_log import executed, onednn_log
+    slow = []
+    for op in sorted((set(ROUTES) - set(missing)) & GEMMS):
+        with onednn_log() as log:
+            ran = _runs(op, dtype, x_shape=(2, 2, 3))
+        if not ran or any(impl.startswith("ref") for _, impl in executed(log)):
+            slow.append(op)
+    return {"missing": missing, "slow": slow}
+
+
+def _has_bf16(dtype: str) -> bool:
+    return dtype == "bfloat16" and bf16_class(machine()) != "none"
+
+
+@functools.lru_cache(maxsize=None)
 def missing_routes(dtype: str) -> dict[str, str]:
     """{op: why its ``dtype`` route does not run here} (empty on a CPU class without bf16,
     where the device truth says why)."""
-    if dtype != "bfloat16" or bf16_class(machine()) == "none":
-        return {}
-    return {op: why for op in ROUTES if (why := _probe(op, dtype)) is not None}
+    return dict(_answers(dtype)["missing"]) if _has_bf16(dtype) else {}
 
 
 @functools.lru_cache(maxsize=None)
-@_eagerly
 def lowp_kernels(dtype: str) -> frozenset[str]:
     """The program ops whose ``dtype`` route runs here in eager mode, forward and backward."""
-    if dtype != "bfloat16" or bf16_class(machine()) == "none":
-        return frozenset()
-    return frozenset(set(ROUTES) - set(missing_routes(dtype)))
+    return frozenset(set(ROUTES) - set(missing_routes(dtype))) if _has_bf16(dtype) \
+        else frozenset()
 
 
 @functools.lru_cache(maxsize=None)
-@_eagerly
 def slow_broadcast_grads(dtype: str) -> frozenset[str]:
     """Of ``lowp_kernels``, the ops whose gradient for an operand of fewer dimensions than the
     result (a Linear's weight on a batch of sequences) runs a reference implementation in
@@ -333,14 +363,7 @@ def slow_broadcast_grads(dtype: str) -> frozenset[str]:
     2.6.2 and 3.3.1), so the planner keeps those instances float32
     (``DeviceProfile.refusal``), as the static drop-in does. Where the log cannot be read,
     only the failures."""
-    from ..onednn_log import executed, onednn_log
-    slow = set()
-    for op in sorted(lowp_kernels(dtype) & GEMMS):
-        with onednn_log() as log:
-            ran = _runs(op, dtype, x_shape=(2, 2, 3))
-        if not ran or any(impl.startswith("ref") for _, impl in executed(log)):
-            slow.add(op)
-    return frozenset(slow)
+    return frozenset(_answers(dtype)["slow"]) if _has_bf16(dtype) else frozenset()
 
 
 @functools.lru_cache(maxsize=None)
@@ -359,5 +382,6 @@ def forget() -> None:
     """Read the device truth again at the next question (every answer above is cached for
     the process): after the CPU class changes under it (``AMP_ADAPTERS_CPU`` set by a test).
     The probes of what runs are not forgotten: they ran on this CPU."""
-    for cached in (missing_routes, lowp_kernels, slow_broadcast_grads, device_profile):
+    for cached in (_answers, missing_routes, lowp_kernels, slow_broadcast_grads,
+                   device_profile):
         cached.cache_clear()

@@ -2,10 +2,10 @@
 with ``FLAGS_enable_pir_api=0``): the ops it appended, run as eager mode runs them.
 
 In a legacy program Paddle's layers append ops through ``LayerHelper``, never through the
-``paddle._C_ops`` entry points ``dispatch`` wraps. So a region remembers where its block
+``paddle._C_ops`` entry points ``wrappers`` wraps. So a region remembers where its block
 stood when it opened (Paddle's own ``convert_auto_cast`` records a region the same way: a
 block and an op range) and, when it closes, goes over the ops appended since: each op
-``dispatch`` wraps in eager mode (``OPS``) is planned by the region (``Frame.plan``, the same
+``wrappers`` wraps in eager mode (``OPS``) is planned by the region (``Frame.plan``, the same
 decisions, recorded in ``region.ran``) and written with the static drop-in's legacy writing
 (``paddle_amp.ir.legacy``) as eager mode runs it:
 
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-# program op -> its floating input slots, in the order eager mode plans them (dispatch)
+# program op -> its floating input slots, in the order eager mode plans them (wrappers)
 OPS = {"matmul_v2": ("X", "Y"), "conv2d": ("Input", "Filter")}
 
 
@@ -156,7 +156,7 @@ _OUT = {"matmul_v2": "Out", "conv2d": "Output"}
 def _every_operand_wants_grad(ir, op, cast: list) -> None:
     """oneDNN's bf16 ``matmul_v2_grad`` crashes (SIGSEGV) on one missing gradient: where one
     operand of ``op`` wants a gradient (an O2 weight stored bf16, or a cast of a float32
-    one), every operand then wants one, as in eager mode (``dispatch._run``): a cast made
+    one), every operand then wants one, as in eager mode (``wrappers._run``): a cast made
     here directly, an operand of the caller's (an input stored low) through a copy."""
     block = ir.block
     now = [op.input(slot)[0] for slot in OPS[op.type]]

@@ -6,7 +6,7 @@ only lists each parameter's readers (``ParamUse``) by every layer that holds it,
 the answer. A dygraph model has no program to read its readers from, so they come from the
 layer's type (``READERS``: a ``Linear``'s weight is read by ``matmul_v2``, a norm's scale by
 its norm op in the ``Scale`` slot, ...). A reader that this runtime does not route
-(``dispatch.PLANNED_OPS``: only the wrapped ops meet a low parameter with a cast or a
+(``wrappers.PLANNED_OPS``: only the wrapped ops meet a low parameter with a cast or a
 oneDNN kernel; any other op would get a bf16 tensor it has no CPU kernel for) is marked
 ``force_fp32``, so the parameter it reads stays float32 (a bias added after the GEMM, a
 norm's scale and bias, an embedding). So is every parameter of ``excluded_layers`` and of
@@ -20,7 +20,7 @@ from typing import Any, Iterable, Optional
 
 from amp_adapters import ParamPlan, ParamUse, plan_params
 
-from . import dispatch, kernels
+from . import kernels, wrappers
 
 NOT_ROUTED = ("this runtime does not route it in eager mode (it runs as "
               "Paddle runs it: float32 on a CPU, where a bf16 tensor has no kernel)")
@@ -94,7 +94,7 @@ def plan(models: list, policy: Any, excluded_layers: Any = None) -> tuple[ParamP
             continue
         op, slot = reader
         force = EXCLUDED if id(layer) in excluded else (
-            None if op in dispatch.PLANNED_OPS else NOT_ROUTED)
+            None if op in wrappers.PLANNED_OPS else NOT_ROUTED)
         found[p.name].append(ParamUse(op, slot=slot, force_fp32=force,
                                       instance=(type(layer).__name__,)))
     # a parameter any holder of which reads it in a way not known here: no readers (float32)

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import dispatch
+from . import frames
 
 
 def is_autocast_enabled(device_type: Any = None) -> bool:
     """True inside a region that runs mixed precision (not O0, not ``enable=False``)."""
-    frame = dispatch.current()
+    frame = frames.current()
     return frame is not None and frame.policy.enabled
 
 
 def get_autocast_dtype(device_type: Any = None) -> str:
     """The active region's low dtype, else ``"float16"`` (the native's default answer)."""
-    frame = dispatch.current()
+    frame = frames.current()
     return frame.policy.dtype if is_autocast_enabled() and frame is not None else "float16"
 
 

@@ -46,7 +46,7 @@ from amp_adapters.rules.errors import check_flag
 from amp_adapters.rules.loss_scale import check_guard, check_state, step
 from amp_adapters.rules.loss_scale.checks import f32
 
-from . import dispatch, masters
+from . import frames, masters
 
 log = logging.getLogger("paddle_amp.dygraph")
 
@@ -140,10 +140,10 @@ class AmpScaler:
         if not isinstance(var, core.eager.Tensor):
             raise TypeError(f"{type(self).__name__}.scale(): var must be a paddle Tensor, got "
                             f"{type(var).__name__}")
-        if self._enable and self._dynamic and dispatch.last_dtype() != "float16":
+        if self._enable and self._dynamic and frames.last_dtype() != "float16":
             self._enable = False
             warnings.warn(f"It is not recommended to use dynamic loss scaling for "
-                          f"{dispatch.last_dtype()}, so GradScaler is disable by default.")
+                          f"{frames.last_dtype()}, so GradScaler is disable by default.")
         if not self._enable:
             return var
         return var * float(self._state.scale)

@@ -9,7 +9,7 @@ is timed where it has an eager low route here (``kernels.lowp_kernels``: ``matmu
 which ``paddle.matmul``, ``Tensor.matmul`` and ``F.linear``'s GEMM plan as; ``conv2d`` has
 no eager oneDNN route, so it falls back without being timed) at shapes that fit it (the
 core's ``speed_source.gemm_transposes``: one rule for turning a shape class into a GEMM). The job
-(``time_job``, in the measuring child) is the route ``dispatch`` runs: the operands cast
+(``time_job``, in the measuring child) is the route ``wrappers`` runs: the operands cast
 into the low dtype (``kernels.rounding_cast``), ``kernels.ROUTES[op]``, the result cast
 back to float32, against the op in float32 (``speed_source.cost_of``); forward for a region
 without gradients, forward and backward (``paddle.grad`` of both operands) for a training
@@ -92,7 +92,7 @@ def note_native_speed(policy: Policy, training: bool) -> None:
     """Say once per process when the native's decisions run an op slower than float32 here
     (``speed_source.note``; only for a policy with the native's defaults: a region without
     ``policy=``). It applies in eager mode too: ``paddle.amp`` itself does nothing on a
-    CPU, but this runtime runs its lists there (``dispatch``), on oneDNN's bf16 GEMM,
+    CPU, but this runtime runs its lists there (``wrappers``), on oneDNN's bf16 GEMM,
     which an AVX-512 CPU without ``avx512_bf16`` emulates. The answer is kept per (policy,
     training): a region per training step reads neither the CPU nor the cache again."""
     if _seen.get((id(policy), training)) is policy:  # (hashing a Policy costs about 1 us)

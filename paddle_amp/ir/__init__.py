@@ -7,6 +7,7 @@ programs unless ``FLAGS_enable_pir_api=0``: a program's IR is its own type (``ki
 never a flag; this folder is the only place that knows PIR's Python types."""
 from __future__ import annotations
 
+import os
 import weakref
 
 import paddle
@@ -59,6 +60,13 @@ def probe_named(name: str) -> Probe:
     return probes[name]
 
 
+def inherited_flag() -> str:
+    """``FLAGS_enable_pir_api`` as a child process inherits it (the environment; "" unset):
+    the IR a measuring child builds in by default, fixed at its import, so part of the key
+    of what it answers (``kernels._answers``)."""
+    return os.environ.get("FLAGS_enable_pir_api", "")
+
+
 def default_probe() -> Probe:
     """The probe asked where no program is at hand (the list objects' kernel sets, ``info``):
     the legacy IR's, whose answers are the native's vocabulary on every Paddle."""
@@ -67,6 +75,5 @@ def default_probe() -> Probe:
 
 __all__ = ["BF16_GUARD_SCOPE", "CONTROL_FLOW", "DoctorIR", "FP16_GUARD_SCOPE", "GUARD_SCOPES",
            "LegacyProgram", "MastersIR", "PirProgram", "Probe", "ProgramIR", "ScalingIR", "Slot",
-           "StateOps", "ValuesIR", "WritingIR", "default_probe", "kind", "of", "probe_named",
-           "program_types",
-           "value_types"]
+           "StateOps", "ValuesIR", "WritingIR", "default_probe", "inherited_flag", "kind", "of",
+           "probe_named", "program_types", "value_types"]

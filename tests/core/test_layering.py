@@ -58,6 +58,7 @@ SERVICES = (  # its services: they measure, keep and tell
     "amp_adapters.services.doctor",
     "amp_adapters.services.quiet",
     "amp_adapters.services.fallback",
+    "amp_adapters.services.device_book",  # a backend's kernel answers, asked in its child
 )
 BESIDE = ("amp_adapters._version",)  # the version string: imports nothing, read by all
 

@@ -11,7 +11,7 @@ from amp_adapters import OpLists, Policy
 from amp_adapters.rules.errors import AmpConfigError, ConflictingOpError, UnknownOpError
 from amp_adapters.rules.isa import bf16_class, machine
 from paddle_amp import dygraph as amp
-from paddle_amp.dygraph import dispatch
+from paddle_amp.dygraph import dispatch, frames, wrappers
 
 BF16_CLASS = bf16_class(machine())
 NO_BF16 = BF16_CLASS == "none"
@@ -135,7 +135,7 @@ def test_nothing_is_wrapped_outside_a_region():
         with amp.auto_cast(dtype="float16"):
             assert paddle._C_ops.matmul is not ORIGINAL_MATMUL
         assert paddle._C_ops.matmul is not ORIGINAL_MATMUL
-    assert paddle._C_ops.matmul is ORIGINAL_MATMUL and dispatch.current() is None
+    assert paddle._C_ops.matmul is ORIGINAL_MATMUL and frames.current() is None
 
 
 @pytest.mark.parametrize("kwargs, error, words", [
@@ -152,7 +152,7 @@ def test_bad_input_is_refused_before_anything_is_switched_on(kwargs, error, word
     with pytest.raises(error, match=words):
         with amp.auto_cast(**kwargs):
             pytest.fail("entered the region")
-    assert dispatch.current() is None and paddle._C_ops.matmul is ORIGINAL_MATMUL
+    assert frames.current() is None and paddle._C_ops.matmul is ORIGINAL_MATMUL
 
 
 @pytest.mark.parametrize("first", ["float32", "int32"])
@@ -232,12 +232,12 @@ def test_regions_closed_out_of_order_close_the_right_one():
     cms = [amp.auto_cast(dtype="bfloat16") for _ in range(3)]
     a, b, c = (cm.__enter__() for cm in cms)
     cms[1].__exit__(None, None, None)  # a generator's region closed first (the middle one)
-    frames = dispatch._regions.frames
-    assert len(frames) == 2 and frames[0] is a and frames[1] is c
+    stack = frames._regions.frames
+    assert len(stack) == 2 and stack[0] is a and stack[1] is c
     cms[2].__exit__(None, None, None)
-    assert dispatch.current() is a
+    assert frames.current() is a
     cms[0].__exit__(None, None, None)
-    assert dispatch.current() is None and paddle._C_ops.matmul is ORIGINAL_MATMUL
+    assert frames.current() is None and paddle._C_ops.matmul is ORIGINAL_MATMUL
 
 
 def test_a_region_reaches_only_its_own_thread():
@@ -246,7 +246,7 @@ def test_a_region_reaches_only_its_own_thread():
     seen = {}
 
     def reader():
-        seen["region"] = dispatch.current()
+        seen["region"] = frames.current()
         seen["out"] = paddle.matmul(x, w).numpy()
 
     with amp.auto_cast(dtype="float16", emulate=True) as region:
@@ -316,7 +316,7 @@ def test_a_bf16_region_in_another_thread_does_not_switch_this_threads_scaler_off
         entered.wait(10)
         seen["scaled"] = scaler.scale(paddle.ones([1])).item()
         seen["enabled"] = scaler.is_enable()
-        seen["dtype"] = dispatch.last_dtype()
+        seen["dtype"] = frames.last_dtype()
 
     threads = [threading.Thread(target=other), threading.Thread(target=trainer)]
     threads[0].start()
@@ -335,11 +335,11 @@ def test_a_region_closed_from_another_thread_is_closed():
     plain = paddle.matmul(x, w).numpy()
     cm = amp.auto_cast(dtype="float16", emulate=True)
     frame = cm.__enter__()
-    assert dispatch.current() is frame
+    assert frames.current() is frame
     t = threading.Thread(target=cm.__exit__, args=(None, None, None))
     t.start()
     t.join()
-    assert dispatch.current() is None
+    assert frames.current() is None
     assert paddle._C_ops.matmul is ORIGINAL_MATMUL
     np.testing.assert_array_equal(paddle.matmul(x, w).numpy(), plain)  # float32 again
 
@@ -362,8 +362,8 @@ def test_a_float32_call_the_region_keeps_float32_is_not_planned_per_call(monkeyp
     with amp.auto_cast(dtype="bfloat16", custom_black_list={"matmul_v2"}) as region:
         paddle.matmul(x, w)  # (a first call, before the probe below)
         planned = []
-        real = dispatch._planned
-        monkeypatch.setattr(dispatch, "_planned", lambda *a: planned.append(a) or real(*a))
+        real = wrappers._planned
+        monkeypatch.setattr(wrappers, "_planned", lambda *a: planned.append(a) or real(*a))
         out = paddle.matmul(x, w)
         assert planned == [] and region.ran["matmul_v2"].run_dtype == "float32"
         low = paddle.matmul(x.astype("bfloat16"), w.astype("bfloat16"))
@@ -386,7 +386,7 @@ def test_regions_opened_and_closed_in_any_order_from_any_thread(steps):
     decides (not ``O0``) is open; all closed, nothing stays."""
     import threading
     opened = []  # (kind, context manager, frame), in opening order
-    last = dispatch.last_dtype()
+    last = frames.last_dtype()
     try:
         for step in steps:
             if step[0] == "open":
@@ -402,14 +402,14 @@ def test_regions_opened_and_closed_in_any_order_from_any_thread(steps):
                     t.join()
                 else:
                     cm.__exit__(None, None, None)
-            assert dispatch.current() is (opened[-1][2] if opened else None)
+            assert frames.current() is (opened[-1][2] if opened else None)
             deciding = any(kind != "O0" for kind, _, _ in opened)
             assert (paddle._C_ops.matmul is not ORIGINAL_MATMUL) == deciding
-            assert dispatch.last_dtype() == last
+            assert frames.last_dtype() == last
     finally:
         for _, cm, _ in reversed(opened):
             cm.__exit__(None, None, None)
-    assert dispatch.current() is None and paddle._C_ops.matmul is ORIGINAL_MATMUL
+    assert frames.current() is None and paddle._C_ops.matmul is ORIGINAL_MATMUL
 
 
 def test_a_missing_kernel_is_warned_once_in_the_cores_words_and_then_kept_quiet(
@@ -421,7 +421,7 @@ def test_a_missing_kernel_is_warned_once_in_the_cores_words_and_then_kept_quiet(
     import logging
 
     from amp_adapters.services.fallback import FallbackNotices
-    monkeypatch.setattr(dispatch, "_notices", FallbackNotices("paddle_amp.dygraph"))
+    monkeypatch.setattr(frames, "_notices", FallbackNotices("paddle_amp.dygraph"))
     monkeypatch.setattr(dispatch, "_quiet", {})
     x, w = _data()
     with caplog.at_level(logging.WARNING, logger="paddle_amp.dygraph"):
@@ -447,7 +447,7 @@ def test_a_route_that_fails_in_eager_mode_says_why_in_the_cores_warning(monkeypa
     why = kernels.missing_routes("bfloat16").get("conv2d")
     if why is None:
         pytest.skip("conv2d's eager oneDNN route runs on this Paddle")
-    monkeypatch.setattr(dispatch, "_notices", FallbackNotices("paddle_amp.dygraph"))
+    monkeypatch.setattr(frames, "_notices", FallbackNotices("paddle_amp.dygraph"))
     with caplog.at_level(logging.WARNING, logger="paddle_amp.dygraph"):
         with amp.auto_cast(dtype="bfloat16"):
             paddle.nn.functional.conv2d(paddle.rand([2, 3, 8, 8]), paddle.rand([4, 3, 3, 3]))

@@ -1,8 +1,9 @@
-"""The wrappers' fast path (``dispatch``, "The fast path"): a float32 call a region hands on as
-it is is recorded once per region, not per call, and the path closes whenever handing a call
-on unrecorded would lose something: a region opened inside (in this thread or another) that
-casts, another input dtype recorded, a region closed. And the Tensor's ``@``, parked between
-regions (not set on the Tensor class at every region's exit), is Paddle's outside them."""
+"""The wrappers' fast path (``paddle_amp.dygraph.frames``, "The fast path"): a float32 call a
+region hands on as it is is recorded once per region, not per call, and the path closes
+whenever handing a call on unrecorded would lose something: a region opened inside (in this
+thread or another) that casts, another input dtype recorded, a region closed. And the Tensor's
+``@``, parked between regions (not set on the Tensor class at every region's exit), is Paddle's
+outside them."""
 import threading
 
 import numpy as np

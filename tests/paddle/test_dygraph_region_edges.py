@@ -9,7 +9,7 @@ import pytest
 
 from amp_adapters.rules.isa import bf16_class, machine
 from paddle_amp import dygraph as amp
-from paddle_amp.dygraph import dispatch
+from paddle_amp.dygraph import frames, wrappers
 
 BF16 = bf16_class(machine()) != "none"
 BF16_ONLY = pytest.mark.skipif(not BF16, reason="the device truth (isa.bf16_class) says this "
@@ -99,7 +99,7 @@ def test_a_matmul_keyword_paddle_does_not_know_is_a_clear_type_error():
     x, w = _xw()
     with amp.auto_cast(dtype="bfloat16"):
         with pytest.raises((TypeError, ValueError)):
-            dispatch._matmul(x, w, bogus=1)
+            wrappers._matmul(x, w, bogus=1)
 
 
 @pytest.mark.legacy_ir
@@ -119,15 +119,15 @@ def test_an_error_while_a_region_writes_its_program_still_closes_it(monkeypatch)
     x, w = _xw()
     with pytest.raises(Exception, match="injected"):
         paddle.jit.to_static(f, full_graph=True)(x, w)
-    assert dispatch.current() is None and dispatch._open[0] == 0
-    assert paddle._C_ops.matmul is not dispatch._matmul
+    assert frames.current() is None and frames._open[0] == 0
+    assert paddle._C_ops.matmul is not wrappers._matmul
 
 
 @BF16_ONLY
 def test_the_matmul_operator_is_decided_as_paddle_matmul_and_restored_after():
     """``x @ w`` in a region is what ``paddle.matmul`` is there (bf16 here), as Paddle's
     native AMP and a program lower it; after the region the operator is Paddle's again, put
-    back by its first use outside (``dispatch._SITES``: parked till then)."""
+    back by its first use outside (``wrappers._SITES``: parked till then)."""
     x, w = _xw()
     ref = (x @ w).numpy()  # (a use outside: an operator parked by an earlier test goes back)
     before = paddle.Tensor.__matmul__
