@@ -84,7 +84,7 @@ def push(policy: Policy, log: Optional[list] = None,
         speed.note_native_speed(policy, training)  # the native's lists, slower here?
     frame = Frame(policy, device, log=log, training=training)
     if inherit:
-        frame.grad_copies, frame.watched = outer.grad_copies, outer.watched
+        frame.watched = outer.watched
         frame.governs = outer.governs
     if _master_grads and enabled and policy.level == "O2" and log is None:
         _hook_master_grads()

@@ -203,7 +203,6 @@ class Doctor(Session):
         log: list = []
         self._busy = True
         frame = dispatch.push(policy, log=log, training=True)
-        frame.grad_copies = []  # a low route's operands: asked for too (Frame.grad_copies)
         frame.watched = []  # every wrapped call: its decision, inputs, result, Layer path
         frame.governs = True  # the model's own regions run under the policy examined
         paths.enter()  # (the Layer path of each call, whatever the policy's rules)
@@ -222,7 +221,7 @@ class Doctor(Session):
             for x in (x for w in wants for x in w):
                 asked.setdefault(id(x), x)
             targets = list(asked.values())
-            grads = paddle.grad([loss * scale], targets + frame.grad_copies,
+            grads = paddle.grad([loss * scale], targets,
                                 allow_unused=True)
         finally:
             paths.leave()

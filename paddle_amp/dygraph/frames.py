@@ -47,10 +47,6 @@ class Frame:
     # ``Layer.__call__``, which costs tens of microseconds a step to put in and take out): a
     # region whose wrapped ops all run float32 calls as they are casts nothing to share
     shares: bool = False
-    # when a list: the operands each low route made want a gradient (``_wants_grad``), for
-    # a caller that asks ``paddle.grad`` for gradients of its own (the doctor): it must ask
-    # for theirs too, or Paddle prunes them and oneDNN's bf16 grad kernel crashes
-    grad_copies: Optional[list] = None
     # a region with layer rules opened inside a forward: the Layer calls it found running
     # (``layer_paths.adopt``), put back when it closes
     adopted: Optional[tuple] = None

@@ -5,9 +5,9 @@ build has no plain bf16 GEMM: ``paddle.matmul`` on bf16 tensors fails (2.6.2 and
 whatever ``FLAGS_use_mkldnn`` says. oneDNN's bf16 kernels are reached through the legacy
 op entry (``paddle._legacy_C_ops``) with the attributes a program's native bf16 rewrite
 sets (``use_mkldnn``, ``mkldnn_data_type``), forward and backward (its grad op inherits
-them). That is the route (``ROUTES``). Two faults of that route are worked around where
-the route is called (``wrappers``): oneDNN's bf16 ``matmul_v2_grad`` crashes the process
-(SIGSEGV) when only one operand wants a gradient, so both then do; and Paddle 2.6.2's
+them). That is the route (``ROUTES``). Two faults of that route are worked around:
+oneDNN's bf16 ``matmul_v2_grad`` crashes the process (SIGSEGV) when one of its gradients
+is not asked for, so the GEMM route never runs it (``matmul_v2``); and Paddle 2.6.2's
 plain bf16 cast truncates, so the casts into bf16 go to oneDNN's cast, which rounds to
 nearest even, wherever the plain one does not (``rounding_cast``, a probe, not a version).
 
@@ -113,10 +113,151 @@ def _rounded_bf16() -> Callable:
     return RoundedBf16.apply
 
 
-def matmul_v2(x, y, trans_x: bool = False, trans_y: bool = False):
-    """``matmul_v2`` on oneDNN in bfloat16 (``x``, ``y`` bf16; a bf16 result)."""
+def _onednn_matmul(x, y, trans_x: bool = False, trans_y: bool = False):
+    """oneDNN's bf16 ``matmul_v2`` kernel, forward (its own gradient kernel: ``matmul_v2``)."""
     from paddle import _legacy_C_ops
     return _legacy_C_ops.matmul_v2(x, y, "trans_x", trans_x, "trans_y", trans_y, *ONEDNN_ATTRS)
+
+
+def _onednn_mul(x, y):
+    """oneDNN's bf16 ``mul`` (``x`` [..., K] by a matrix ``y`` [K, N]): the same forward
+    kernel as ``matmul_v2``'s, and a gradient kernel that computes only the gradients
+    asked for."""
+    from paddle import _legacy_C_ops
+    return _legacy_C_ops.mul(x, y, "x_num_col_dims", len(x.shape) - 1, "y_num_col_dims", 1,
+                             *ONEDNN_ATTRS)
+
+
+def matmul_v2(x, y, trans_x: bool = False, trans_y: bool = False):
+    """``matmul_v2`` on oneDNN in bfloat16 (``x``, ``y`` bf16; a bf16 result, float32 where
+    both operands want a gradient and the GEMM is not a ``mul``).
+
+    oneDNN's bf16 ``matmul_v2_grad`` crashes the process (SIGSEGV, Paddle 2.6.2 and 3.3.1)
+    when one of its two gradients is not asked for: an operand with ``stop_gradient`` set,
+    or one ``paddle.grad`` prunes (an operand not among its ``inputs``). So its gradient
+    never runs: where an operand wants one, a matrix ``y`` read untransposed (a Linear's
+    weight) goes to oneDNN's ``mul``, whose gradient kernel tolerates a pruned gradient;
+    any other GEMM to ``_operand_gemm``, one PyLayer per operand wanting a gradient, each
+    with that operand as its only input (a PyLayer must return None for a pruned input,
+    and cannot see which one is); where both want one, the result is float32 (Paddle's
+    CPU ``add`` has no bf16 kernel, and oneDNN's fails on batches). A vector's transpose
+    is ignored, as Paddle's own matmul does (oneDNN's kernel fails on it, or corrupts the
+    heap)."""
+    if trans_x and len(x.shape) == 1:
+        trans_x = False
+    if trans_y and len(y.shape) == 1:
+        trans_y = False
+    want_x, want_y = not x.stop_gradient, not y.stop_gradient
+    if not (want_x or want_y) or not _grad_enabled():
+        return _onednn_matmul(x, y, trans_x, trans_y)
+    if not trans_x and not trans_y and len(y.shape) == 2 and len(x.shape) >= 2:
+        return _onednn_mul(x, y)
+    gemm = _operand_gemm()
+    if want_x and want_y:  # y's gradient edge: float32 zeros added to the result (exact)
+        from paddle import _C_ops
+        shared = _Held(None)  # the result's gradient in bf16, narrowed once for both
+        out = gemm(x, _Held(y), 0, trans_x, trans_y, shared, None)
+        return _C_ops.add(out, gemm(y, _Held(x), 1, trans_x, trans_y, shared, _Held(out)))
+    if want_x:
+        return gemm(x, _Held(y), 0, trans_x, trans_y, None, None)
+    return gemm(y, _Held(x), 1, trans_x, trans_y, None, None)
+
+
+class _Held:
+    """A tensor handed to a PyLayer out of its inputs' sight (no gradient edge to it)."""
+    __slots__ = ("t",)
+
+    def __init__(self, t):
+        self.t = t
+
+
+def _grad_enabled() -> bool:
+    from paddle.base.framework import _dygraph_tracer
+    tracer = _dygraph_tracer()
+    return tracer is not None and tracer._has_grad
+
+
+def _to_bf16(x):
+    """float32 ``x`` in bf16, rounded to nearest even (``plain_cast_rounds``), untracked."""
+    import paddle
+    from paddle import _C_ops
+    return _C_ops.cast(x, paddle.bfloat16) if plain_cast_rounds() else \
+        onednn_cast(x, "float32", "bfloat16")
+
+
+def _summed_to(g, shape: list, final: list):
+    """The gradient ``g`` of a GEMM operand of matrix ``shape`` (broadcast: fewer or size-1
+    batch dimensions), ``final`` its own shape (a vector's differs): the batch's bf16
+    products summed in float32 and rounded once, as oneDNN's own grad kernel does
+    (bit-identical here). Reshaped in float32: a oneDNN result's reshape fails in oneDNN's
+    cast gradient ("could not create a primitive descriptor for a reorder primitive")."""
+    import paddle
+    from paddle import _C_ops
+    if list(g.shape) == list(shape) == list(final):
+        return g
+    lead = len(g.shape) - len(shape)
+    axes = list(range(lead)) + [lead + i for i, n in enumerate(shape[:-2])
+                                if n == 1 and g.shape[lead + i] != 1]
+    g32 = _C_ops.cast(g, paddle.float32)
+    if axes:
+        g32 = _C_ops.sum(g32, axes, None, True)
+    return _to_bf16(_C_ops.reshape(g32, list(final)))
+
+
+def _gemm_grad(x, y, d, trans_x: bool, trans_y: bool, which: int):
+    """The gradient of operand ``which`` (0: ``x``, 1: ``y``) of ``matmul_v2(x, y, trans_x,
+    trans_y)`` for the result's gradient ``d``, by oneDNN's bf16 forward kernel: the
+    products Paddle's grad kernel computes, per transpose combination."""
+    from paddle import _C_ops
+    mm = _onednn_matmul
+    x_shape, y_shape = list(x.shape), list(y.shape)
+    if len(x_shape) == 1 or len(y_shape) == 1:  # a vector as a matrix, and the result
+        shape = list(d.shape) + [1] if len(y_shape) == 1 else list(d.shape)
+        if len(x_shape) == 1:
+            x = _C_ops.reshape(x, [1, x_shape[0]])
+            shape = shape[:-1] + [1] + shape[-1:]
+        if len(y_shape) == 1:
+            y = _C_ops.reshape(y, [y_shape[0], 1])
+        d = _C_ops.reshape(d, shape)
+    if which == 0:
+        g = mm(d, y, False, not trans_y) if not trans_x else mm(y, d, trans_y, True)
+        return _summed_to(g, list(x.shape), x_shape)
+    g = mm(x, d, not trans_x, False) if not trans_y else mm(d, x, True, trans_x)
+    return _summed_to(g, list(y.shape), y_shape)
+
+
+@functools.lru_cache(maxsize=None)
+def _operand_gemm() -> Callable:
+    """``gemm(t, other, which, trans_x, trans_y, shared, zeros_like)``: ``matmul_v2`` on
+    oneDNN in bf16 of ``t`` (operand ``which``) and ``other.t``, whose backward is ``t``'s
+    gradient only (``_gemm_grad``). With ``shared`` (a holder) the result is widened to
+    float32 (as the route's own cast would), and with ``zeros_like`` too (a held result)
+    float32 zeros of that shape instead, the second operand's gradient edge (added to the
+    result: exact); the pair narrows the result's gradient to bf16 once, by Paddle's plain
+    cast, as the gradient of the route's cast does. Gradients bit-identical to oneDNN's
+    ``matmul_v2_grad``'s (transposes, batches, broadcasting)."""
+    import paddle
+    from paddle import _C_ops
+
+    class OperandGemm(paddle.autograd.PyLayer):
+        @staticmethod
+        def forward(ctx, t, other, which, trans_x, trans_y, shared, zeros_like):
+            ctx.gemm = ((t, other.t) if which == 0 else (other.t, t), trans_x, trans_y, which)
+            ctx.shared = shared
+            if zeros_like is not None:
+                return paddle.zeros(zeros_like.t.shape, paddle.float32)
+            out = _onednn_matmul(*ctx.gemm[0], trans_x, trans_y)
+            return out if shared is None else _C_ops.cast(out, paddle.float32)
+
+        @staticmethod
+        def backward(ctx, d):
+            (x, y), trans_x, trans_y, which = ctx.gemm
+            if ctx.shared is not None:
+                if ctx.shared.t is None:
+                    ctx.shared.t = _C_ops.cast(d, paddle.bfloat16)
+                d = ctx.shared.t
+            return _gemm_grad(x, y, d, trans_x, trans_y, which)
+    return OperandGemm.apply
 
 
 def conv2d(x, w, strides=(1, 1), paddings=(0, 0), padding_algorithm="EXPLICIT",

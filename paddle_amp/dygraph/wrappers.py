@@ -32,15 +32,11 @@ def _in_program(x) -> bool:
 
 
 def _wants_grad(a, ours: bool):
-    """``a`` (a copy, unless it is a cast ``_run`` made) with ``stop_gradient`` off (kept in
-    the region's ``grad_copies`` where it keeps them)."""
+    """``a`` (a copy, unless it is a cast ``_run`` made) with ``stop_gradient`` off."""
     if not ours:
         from paddle import _C_ops
         a = _C_ops.assign(a)
     a.stop_gradient = False
-    frame = current()
-    if frame is not None and frame.grad_copies is not None:
-        frame.grad_copies.append(a)
     return a
 
 
@@ -59,9 +55,11 @@ def _run(d: OpDecision, inputs: tuple, plain: Callable, low: Callable):
         return _round(out, low_dtype) if d.round_outputs else out
     if d.run_dtype is not None and d.run_dtype == d.low_dtype:
         args = tuple(cast_to(x, c) if c else x for x, c in zip(inputs, d.casts))
-        if any(not a.stop_gradient for a in args):
-            # oneDNN's bf16 matmul_v2_grad crashes (SIGSEGV) if one operand wants no
-            # gradient: every operand then wants one (a copy of a caller's own tensor)
+        if _in_program(args[0]) and any(not a.stop_gradient for a in args):
+            # a PIR program runs the op itself, and oneDNN's bf16 matmul_v2_grad crashes
+            # (SIGSEGV) if one operand wants no gradient: every operand then wants one (a
+            # copy of a caller's own value). Eager mode's route never runs that kernel
+            # (``kernels.matmul_v2``)
             args = tuple(a if not a.stop_gradient else _wants_grad(a, c is not None)
                          for a, c in zip(args, d.casts))
         return cast(low(*args), "float32")

@@ -185,6 +185,9 @@ def test_a_broadcast_gemm_whose_bf16_gradient_is_slow_here_stays_float32():
         paddle.matmul(flat, w)
         out = paddle.matmul(seq, w)
         flat_out = paddle.matmul(flat, w)  # after a 3-D call: still its own plan
+    if not slow:  # (the route's gradient is oneDNN's mul's here: one plan for every rank)
+        assert region.ran["matmul_v2"].execution == "kernel" and _bf16_exact(out.numpy())
+        return
     plans = {k[-2:]: d for k, d in region.decisions.items() if k[-2:] in ((2, 2), (3, 2))}
     assert plans[(2, 2)].execution == "kernel" and _bf16_exact(flat_out.numpy())
     d = plans[(3, 2)]
