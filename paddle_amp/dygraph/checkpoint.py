@@ -2,9 +2,8 @@
 
 The model's and the optimizer's ``state_dict`` (``paddle.save``'s files, readable by
 ``paddle.load``: ``model.pdparams``, ``model.pdopt``) and the scaler's loss-scale state go
-through ``amp_adapters.services.checkpoint`` (a temp folder, fsync, rename, a pointer swap), so a
-kill
-at any moment leaves the previous checkpoint loadable. ``load_checkpoint`` verifies the
+through ``amp_adapters.services.checkpoint`` (a temp folder, fsync, rename, a pointer swap),
+so a kill at any moment leaves the previous checkpoint loadable. ``load_checkpoint`` verifies the
 checksums (and the policy, when one is given), then checks that the saved parameters are
 exactly the model's (names, shapes, dtypes) before it sets anything. Paddle's own
 ``set_state_dict`` can still fail half way (an optimizer with moments meets a state
@@ -13,7 +12,8 @@ transaction: the values it may change (parameters, buffers, moments, O2's master
 schedule) are copied first and put back on any error, which is then a ``CheckpointError``.
 Nothing changes on error; the copy costs the memory of the model's and optimizer's state
 for the length of the load. The resumed run continues the same trajectory: parameters,
-optimizer moments (O2's masters too) and the loss scale with all its counters. The model's
+optimizer moments (O2's masters too) and the loss scale with all its counters (or, for a
+dynamic scaler that turned itself off in a bfloat16 run, a scaler turned off). The model's
 values are saved in their own dtypes (``save_dtype``'s hook is for ``paddle.save``: a
 resume must be exact).
 """
@@ -59,6 +59,19 @@ def _renamed(state: dict, saved: Any, now: dict[str, str], where: str) -> dict:
     return out
 
 
+def optimizer_state(optimizer: Any) -> dict:
+    """The optimizer's state as a checkpoint holds it: ``state_dict()`` plus what a load
+    handed it that it has not taken yet. Paddle's ``set_state_dict`` parks moments it has
+    no accumulator for (none before the first update) in ``_accumulators_holder`` and
+    ``state_dict()`` leaves them out, so a resumed run whose first step was skipped (an
+    overflow) saved a checkpoint without Adam's moments, and the next resume restarted
+    them from zero."""
+    state = optimizer.state_dict()
+    for key, value in getattr(optimizer, "_accumulators_holder", {}).items():
+        state.setdefault(key, value)
+    return state
+
+
 def save_checkpoint(path: Any, model: Any, optimizer: Any, scaler: Any = None, *,
                     step: Optional[int] = None, policy: Any = None) -> Path:
     """Save ``model``, ``optimizer`` and ``scaler`` (a ``GradScaler``; None or disabled: no
@@ -72,9 +85,10 @@ def save_checkpoint(path: Any, model: Any, optimizer: Any, scaler: Any = None, *
     with ckpt_core.save(path, framework="paddle-dygraph", step=step, policy=policy,
                         loss_scale=loss_scale,
                         meta={"optimizer": type(optimizer).__name__,
-                              "params": _param_names(model)}) as folder:
+                              "params": _param_names(model),
+                              "scaler_off_for": getattr(scaler, "_off_for", None)}) as folder:
         paddle.save(model.state_dict(use_hook=False), str(folder / MODEL))
-        paddle.save(optimizer.state_dict(), str(folder / OPTIMIZER))
+        paddle.save(optimizer_state(optimizer), str(folder / OPTIMIZER))
     return Path(path)
 
 
@@ -88,7 +102,11 @@ def load_checkpoint(path: Any, model: Any, optimizer: Any, scaler: Any = None, *
     ckpt_core.check_meta(ckpt, "optimizer", type(optimizer).__name__, "the optimizer")
     where = f"checkpoint {str(path)!r}"
     scaled = scaler is not None and scaler.is_enable()
-    if scaled != (ckpt.loss_scale is not None):
+    # The saved scaler was dynamic and turned itself off under a bfloat16 region (as the
+    # native does at scale()); a fresh one given to resume it is turned off the same way.
+    off_for = ckpt.meta.get("scaler_off_for")
+    turn_off = scaled and off_for is not None and ckpt.loss_scale is None and scaler._dynamic
+    if scaled != (ckpt.loss_scale is not None) and not turn_off:
         raise CheckpointError(f"{where} does not fit: it was saved "
                               f"{'with' if ckpt.loss_scale is not None else 'without'} a loss "
                               f"scale, and the scaler given is "
@@ -116,7 +134,9 @@ def load_checkpoint(path: Any, model: Any, optimizer: Any, scaler: Any = None, *
         undo()
         raise CheckpointError(f"{where} could not be loaded into this model and optimizer "
                               f"({type(e).__name__}: {e}); both are as they were") from e
-    if scaled:
+    if turn_off:
+        scaler._turn_off(off_for)
+    elif scaled:
         scaler._restore(ckpt.loss_scale.config, ckpt.loss_scale.state)
     return ckpt.step
 

@@ -115,6 +115,7 @@ class AmpScaler:
                     "use_dynamic_loss_scaling": True, **self._DEFAULTS, **given}
             config = native_config(**args, where=where)
         self._enable = bool(enable) and config.checks_overflow
+        self._off_for: Optional[str] = None  # the dtype under which scale() turned it off
         self._config = config
         self._state = LossScaleState.initial(config)
         self._init_loss_scaling = config.init_scale
@@ -141,7 +142,7 @@ class AmpScaler:
             raise TypeError(f"{type(self).__name__}.scale(): var must be a paddle Tensor, got "
                             f"{type(var).__name__}")
         if self._enable and self._dynamic and frames.last_dtype() != "float16":
-            self._enable = False
+            self._turn_off(frames.last_dtype())
             warnings.warn(f"It is not recommended to use dynamic loss scaling for "
                           f"{frames.last_dtype()}, so GradScaler is disable by default.")
         if not self._enable:
@@ -261,6 +262,11 @@ class AmpScaler:
         self._set(config, state)
         self._init_loss_scaling = config.init_scale
         self._stages = defaultdict(lambda: INIT)
+
+    def _turn_off(self, dtype: str) -> None:
+        """Off, as ``scale()`` turns a dynamic scaler off under a ``dtype`` (bfloat16) region;
+        a checkpoint records it so a resume turns a fresh scaler off the same way."""
+        self._enable, self._off_for = False, dtype
 
     def _set(self, config: LossScaleConfig, state: LossScaleState) -> None:
         check_state(config, state, f"{type(self).__name__}.{{}}".format)

@@ -1,7 +1,8 @@
 """Kill a checkpointing worker with SIGKILL at random points; check every resume is exact.
 
-A worker (tests/mxnet/ckpt_kill_worker.py, tests/paddle/ckpt_kill_worker.py)
-resumes from a checkpoint folder if it holds a complete checkpoint, trains to
+A worker (tests/mxnet/ckpt_kill_worker.py, tests/paddle/paddle_ckpt_kill_worker.py,
+tests/paddle/dygraph_ckpt_kill_worker.py) resumes from a checkpoint folder if it
+holds a complete checkpoint, trains to
 step N and checkpoints after every step, printing fingerprints of its whole
 state (see the workers). Each run is a new process forked by a fork server
 (zygote.py) that has only imported the framework, so 20+ runs take seconds,

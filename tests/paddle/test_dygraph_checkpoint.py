@@ -111,3 +111,55 @@ def test_a_failure_half_way_through_paddles_loaders_changes_nothing(tmp_path):
     assert all(np.array_equal(before[1][k], after[1][k]) for k in before[1])
     assert before[2] == after[2] and sched2.state_dict() == lr
     _step(net2, opt2, scaler2, 7)  # and the run goes on
+
+
+def test_a_resume_whose_first_step_is_skipped_keeps_adams_moments(tmp_path):
+    """Paddle parks the moments a load hands an Adam that has no accumulators yet (a fresh
+    process) until its first update; ``state_dict()`` leaves them out. A resumed run whose
+    first step overflowed (skipped: no update) saved a checkpoint without them, and the next
+    resume restarted Adam's moments from zero (found by the kill test)."""
+    net, opt, scaler = _setup()
+    for i in range(STEPS):
+        _step(net, opt, scaler, i)
+    straight = _state(net, opt, scaler)
+
+    net, opt, scaler = _setup()
+    for i in range(INJECT[0]):
+        _step(net, opt, scaler, i)
+    amp.save_checkpoint(tmp_path / "a", net, opt, scaler)
+    net2, opt2, scaler2 = _setup()
+    amp.load_checkpoint(tmp_path / "a", net2, opt2, scaler2)
+    _step(net2, opt2, scaler2, INJECT[0])  # overflows: skipped, Adam takes nothing
+    amp.save_checkpoint(tmp_path / "b", net2, opt2, scaler2)
+    net3, opt3, scaler3 = _setup()
+    assert amp.load_checkpoint(tmp_path / "b", net3, opt3, scaler3) == INJECT[0] + 1
+    for i in range(INJECT[0] + 1, STEPS):
+        _step(net3, opt3, scaler3, i)
+    resumed = _state(net3, opt3, scaler3)
+    assert straight[1].keys() == resumed[1].keys()
+    assert all(np.array_equal(straight[1][k], resumed[1][k]) for k in straight[1])
+    assert all(np.array_equal(a, b) for a, b in zip(straight[0], resumed[0]))
+    assert straight[2] == resumed[2]
+
+
+def test_a_bf16_run_whose_scaler_turned_itself_off_resumes(tmp_path):
+    """Under bfloat16 a dynamic GradScaler turns itself off at its first ``scale()``, as the
+    native's does; the checkpoint then has no loss scale, and resuming it with the same
+    (fresh, enabled) scaler was refused ("saved without a loss scale") (found by the kill
+    test). The resumed scaler is turned off as the saved one was; a checkpoint saved with
+    no scaler at all still refuses an enabled one."""
+    x = paddle.ones([8, 8])
+    net, opt, scaler = _setup()
+    with pytest.warns(UserWarning, match="dynamic loss scaling for bfloat16"):
+        with amp.auto_cast(dtype="bfloat16"):
+            loss = (net(x) ** 2).mean()
+        scaled = scaler.scale(loss)
+    scaled.backward()
+    scaler.minimize(opt, scaled)
+    amp.save_checkpoint(tmp_path / "ckpt", net, opt, scaler, step=1)
+    net2, opt2, scaler2 = _setup()
+    assert amp.load_checkpoint(tmp_path / "ckpt", net2, opt2, scaler2) == 1
+    assert not scaler2.is_enable() and scaler2.loss_scale() == scaler.loss_scale()
+    amp.save_checkpoint(tmp_path / "none", net, opt, None, step=1)
+    with pytest.raises(CheckpointError, match="saved without a loss scale"):
+        amp.load_checkpoint(tmp_path / "none", net2, opt2, _setup()[2])
