@@ -113,11 +113,26 @@ def push(policy: Policy, log: Optional[list] = None,
         set_quick("matmul_v2", False)
         set_quick("conv2d", False)
     if frame.layered:  # inside a forward: the Layer calls running are the model's (adopt)
-        layer_paths.enter()
-        frame.adopted = layer_paths.adopt()
+        _track_layers(frame, frames)
     if enabled and log is None:  # a cast report's region is no training's dtype
         _regions.last_dtype = policy.dtype
     return frame
+
+
+def _track_layers(frame: Frame, frames: list) -> None:
+    """Follow the Layer calls for ``frame``'s layer rules (``layer_paths``); if that fails,
+    the region is closed again before the error goes on: no wrapper stays installed."""
+    try:
+        layer_paths.enter()
+    except BaseException:
+        frame.layered = False  # (entered nothing: nothing to leave)
+        _remove(frame, frames)
+        raise
+    try:
+        frame.adopted = layer_paths.adopt()
+    except BaseException:
+        _remove(frame, frames)
+        raise
 
 
 def _grad_enabled() -> bool:

@@ -250,3 +250,33 @@ def test_cast_report_of_a_sot_model_reports_its_ops_once_each_time():
     for _ in range(2):
         assert [d.precision for d in amp.cast_report(sot, x, dtype="bfloat16").decisions] \
             == want
+
+
+def test_a_region_whose_layer_tracking_fails_is_closed_before_the_error_goes_on(monkeypatch):
+    """A region with layer rules opened inside a forward follows the Layer calls running
+    (``layer_paths.adopt``); if that raises, the error reaches the caller and the region is
+    closed again: no region open, Paddle's own ops and ``Layer.__call__`` back."""
+    from amp_adapters.rules.layers import LayerLists
+    from amp_adapters.rules.policy import Policy
+    from paddle_amp.dygraph import layer_paths
+
+    policy = Policy.preset("O1-bf16").replace(paddle_layers=LayerLists(fp32={"0"}))
+    native_matmul, native_call = paddle._C_ops.matmul, paddle.nn.Layer.__call__
+
+    def broken():
+        raise RuntimeError("a Layer tree that cannot be walked")
+    monkeypatch.setattr(layer_paths, "adopt", broken)
+
+    class Net(paddle.nn.Layer):
+        def __init__(self):
+            super().__init__()
+            self.fc = paddle.nn.Linear(8, 8)
+
+        def forward(self, x):
+            with amp.auto_cast(policy=policy):
+                return self.fc(x)
+
+    with pytest.raises(RuntimeError, match="cannot be walked"):
+        Net()(_xw()[0])
+    assert frames.current() is None and frames._open[0] == 0
+    assert paddle._C_ops.matmul is native_matmul and paddle.nn.Layer.__call__ is native_call
