@@ -205,7 +205,12 @@ class Doctor(Session):
         frame = dispatch.push(policy, log=log, training=True)
         frame.watched = []  # every wrapped call: its decision, inputs, result, Layer path
         frame.governs = True  # the model's own regions run under the policy examined
-        paths.enter()  # (the Layer path of each call, whatever the policy's rules)
+        try:
+            paths.enter()  # (the Layer path of each call, whatever the policy's rules)
+        except BaseException:
+            dispatch.pop(frame)
+            self._busy = False
+            raise
         try:
             with detached(), paddle.enable_grad():
                 xs = [_leaf(x) for x in inputs]
