@@ -62,7 +62,7 @@ from amp_adapters.services import device_book
 from . import ir as program_ir
 from .env import VARTYPE_OF, from_low, to_low
 from .ir.protocol import ONEDNN_DTYPE, Probe
-from .onednn_log import executed, onednn_log
+from .onednn_log import slow_or_failing
 
 
 
@@ -298,8 +298,6 @@ def slow_broadcast_grads(device: str, dtype: str, probe: Optional[Probe] = None
 def _slow_broadcast_grads(device: str, dtype: str, probe: Probe) -> frozenset[str]:
     slow = set()
     for op in sorted(_onednn_kernels(device, dtype, probe) & set(_BROADCAST_RECIPES)):
-        with onednn_log() as log:
-            ran = probe.runs(op, _BROADCAST_RECIPES[op], True)
-        if not ran or any(impl.startswith("ref") for _, impl in executed(log)):
+        if slow_or_failing(lambda: probe.runs(op, _BROADCAST_RECIPES[op], True)):
             slow.add(op)
     return frozenset(slow)

@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 import tempfile
-from typing import Iterator
+from typing import Callable, Iterator
 
 import paddle
 
@@ -83,3 +83,12 @@ def executed(log: list[str]) -> list[tuple[str, str]]:
             i = fields.index("exec")
             out.append((fields[i + 2], fields[i + 3]))
     return out
+
+
+def slow_or_failing(run: Callable[[], bool]) -> bool:
+    """Whether ``run()`` (a probe: True where it ran) fails, or runs a oneDNN primitive on
+    its slow reference implementation (``ref``), read from oneDNN's log of the call: the one
+    test of a slow bf16 gradient, for the static programs' and eager mode's probes."""
+    with onednn_log() as log:
+        ran = run()
+    return not ran or any(impl.startswith("ref") for _, impl in executed(log))

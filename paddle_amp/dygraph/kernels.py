@@ -327,13 +327,9 @@ def eager_answers(dtype: str) -> dict:
     ``slow_broadcast_grads``} in ``dtype`` on a CPU whose class has bf16 (what the measuring
     child runs, ``_answers``)."""
     missing = {op: why for op in ROUTES if (why := _probe(op, dtype)) is not None}
-    from ..onednn_log import executed, onednn_log
-    slow = []
-    for op in sorted((set(ROUTES) - set(missing)) & GEMMS):
-        with onednn_log() as log:
-            ran = _runs(op, dtype, x_shape=(2, 2, 3))
-        if not ran or any(impl.startswith("ref") for _, impl in executed(log)):
-            slow.append(op)
+    from ..onednn_log import slow_or_failing
+    slow = [op for op in sorted((set(ROUTES) - set(missing)) & GEMMS)
+            if slow_or_failing(lambda: _runs(op, dtype, x_shape=(2, 2, 3)))]
     return {"missing": missing, "slow": slow}
 
 
