@@ -108,6 +108,10 @@ def push(policy: Policy, log: Optional[list] = None,
             _sharing[0] += 1
         frames = _regions.frames
         _owners[id(frame)] = frames
+        if block is not None:  # a backward appended inside it is built from written ops
+            if not _in_program:
+                legacy.hook_backward(_flush_in_program)
+            _in_program.add(id(frame))
         frames.append(frame)
         # this thread's innermost region is new: it has recorded nothing (``reopen``)
         set_quick("matmul_v2", False)
@@ -183,6 +187,10 @@ def _remove(frame: Frame, frames: Optional[list]) -> None:
         if frames is None or frame not in frames:
             return  # closed already
         del _owners[id(frame)]
+        if id(frame) in _in_program:
+            _in_program.discard(id(frame))
+            if not _in_program:
+                legacy.unhook_backward()
         if frames[-1] is frame:
             frames.pop()
         else:
@@ -208,6 +216,7 @@ def _remove(frame: Frame, frames: Optional[list]) -> None:
 
 
 _PROGRAM_OPS = ("matmul_v2", "conv2d")  # what the wrappers plan (``_WRAPPERS``)
+_in_program: set = set()  # ids of the regions open in a legacy program (``hook_backward``)
 
 
 def quiet(frame: Frame) -> dict:
@@ -256,3 +265,17 @@ def _close_in_program(frame: Frame, frames: list) -> None:
         outer[-1].legacy[2].update(legacy.claimed(block, start))
     elif _regions.written is not None:
         _regions.written.update(legacy.claimed(block, start))
+
+
+def _flush_in_program() -> None:
+    """A backward is appended while this thread's regions are open in a legacy program
+    (``loss.backward()`` inside ``auto_cast``): each writes the ops appended in it so far,
+    innermost first (as they would close), and starts again past them, so the gradient ops
+    are built from the forward eager mode runs (bf16 GEMMs on oneDNN), not from float32
+    ops written only after them."""
+    frames = _regions.frames
+    open_ = [(f, f.legacy[0]) for f in frames if f.legacy is not None]
+    for frame, _ in reversed(open_):  # (each claimed by the next one out, still open)
+        _close_in_program(frame, frames)
+    for frame, block in open_:
+        frame.legacy = (block, len(block.ops), set())

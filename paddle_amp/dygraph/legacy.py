@@ -212,6 +212,31 @@ def _copy(ir, op, name: str) -> str:
     return out.name
 
 
+def hook_backward(before) -> None:
+    """Call ``before()`` ahead of each ``append_backward`` (what a legacy program's
+    ``loss.backward()`` calls: ``Variable.backward`` imports it from ``paddle.base.backward``
+    at each call, so the module's attribute is what it runs), while a region is open in a
+    legacy program: a backward appended inside a region is built from the ops the region
+    has written so far, not from its unwritten float32 forward."""
+    from paddle.base import backward
+    original = backward.append_backward
+
+    def append_backward(*args, **kwargs):
+        before()
+        return original(*args, **kwargs)
+    _HOOKED.append(original)
+    backward.append_backward = append_backward
+
+
+def unhook_backward() -> None:
+    """Undo ``hook_backward``: Paddle's own ``append_backward`` again."""
+    from paddle.base import backward
+    backward.append_backward = _HOOKED.pop()
+
+
+_HOOKED: list = []  # Paddle's own append_backward while hooked
+
+
 def claimed(block, start: int) -> set:
     """The ids of the ops ``block`` holds from ``start`` on (a closed region's: an enclosing
     region leaves them as written)."""
