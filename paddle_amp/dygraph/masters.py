@@ -28,6 +28,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
+from amp_adapters.rules.errors import AmpConfigError
+
 from . import kernels
 
 KEY = "_amp_adapters_o2"  # the optimizer's attribute holding its Masters
@@ -120,6 +122,20 @@ class Masters:
                     master.clear_gradient(False)
 
 
+def _refuse_in_program(method: str) -> None:
+    """An O2 optimizer's ``method`` called while a program is being built (a whole training
+    step under ``paddle.jit.to_static``, legacy IR): its float32 masters are eager state,
+    swapped and rounded back by eager ops, which a program trace cannot run (it crashed the
+    process in Paddle's eager cast). Refused, naming the way that works."""
+    import paddle
+    if not paddle.in_dynamic_mode():
+        raise AmpConfigError(
+            f"paddle_amp.dygraph: optimizer.{method}() of an O2-decorated optimizer inside "
+            "paddle.jit.to_static: its float32 master weights are eager state, which a "
+            "program cannot update; convert the model's forward with to_static and call "
+            f"loss.backward() and optimizer.{method}() outside it (docs/dygraph.md)")
+
+
 def optimizer_params(opt: Any) -> list:
     """The parameters ``opt`` updates (of every group)."""
     groups = getattr(opt, "_param_groups", None)
@@ -142,11 +158,13 @@ def attach(optimizer: Any, params: dict, dtype: str, keep: bool, fp32_values: di
     step, minimize, load = optimizer.step, optimizer.minimize, optimizer.set_state_dict
 
     def o2_step(*args: Any, **kwargs: Any):
+        _refuse_in_program("step")
         with masters.swapped():
             return step(*args, **kwargs)
 
     def o2_minimize(loss: Any, startup_program: Any = None, parameters: Any = None,
                     no_grad_set: Any = None):
+        _refuse_in_program("minimize")
         with masters.swapped():
             if parameters is not None:
                 parameters = [masters.masters.get(getattr(p, "name", None), p)

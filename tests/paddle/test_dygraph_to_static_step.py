@@ -101,3 +101,40 @@ def test_a_backward_inside_the_region_is_built_from_the_written_forward():
                                        err_msg=f"{name} after step {s}")
     # nothing stays hooked once the regions closed: Paddle's own append_backward again
     assert backward.append_backward is own
+
+
+class TrainerO2(paddle.nn.Layer):
+    """An O2 engine's step (``decorate(level="O2")``: fp16 parameters, emulated on every CPU
+    class, and float32 masters)."""
+
+    def __init__(self):
+        super().__init__()
+        model = _model()
+        opt = paddle.optimizer.SGD(0.5, parameters=model.parameters())
+        self.model, self.opt = amp.decorate(model, opt, level="O2", dtype="float16",
+                                            emulate=True)
+
+    def forward(self, x, y):
+        with amp.auto_cast(level="O2", dtype="float16", emulate=True):
+            loss = paddle.nn.functional.mse_loss(self.model(x).astype("float32"), y)
+        loss.backward()
+        self.opt.step()
+        self.opt.clear_grad()
+        return loss
+
+
+@pytest.mark.skipif(_pir(), reason="Paddle 3.3.1's PIR translator refuses backward() in a "
+                    "converted function (see above)")
+def test_an_o2_step_under_to_static_is_refused_naming_what_works():
+    """An O2 optimizer's float32 masters are eager state: its step inside a program being
+    built is refused with a clear error (it crashed the process in Paddle's eager cast), and
+    the same step runs eagerly after it."""
+    from amp_adapters.rules.errors import AmpConfigError
+    from paddle_amp.dygraph import frames
+    x, y = _data(0)
+    trainer = TrainerO2()
+    with pytest.raises(AmpConfigError, match=r"optimizer.step\(\) of an O2-decorated "
+                       r"optimizer inside paddle.jit.to_static.*outside it"):
+        paddle.jit.to_static(trainer, full_graph=True)(x, y)
+    assert frames.current() is None
+    assert np.isfinite(TrainerO2()(x, y).numpy())
