@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
-from amp_adapters.rules.errors import AmpConfigError
+from amp_adapters import AmpConfigError
 
 from . import kernels
 
