@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .. import _version
+from .._version import __version__
 from ..rules.isa import machine
 from . import measure_process
 from .speedbook import cache_dir, locked, machine_id, warn_once
@@ -72,7 +72,7 @@ def _write(path: Path, m: dict, answers: dict) -> None:
 def key_of(framework: str, build: str, question: str) -> str:
     """The entry of ``question`` about ``framework``'s ``build`` in this machine's file: this
     project's version is in it too (the recipes that answer are its code)."""
-    return f"{framework} {build} amp-adapters {_version.__version__} {question}"
+    return f"{framework} {build} amp-adapters {__version__} {question}"
 
 
 def answer(framework: str, build: str, question: str, server: str, fn: Callable[..., Any],

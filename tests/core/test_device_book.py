@@ -8,7 +8,6 @@ import string
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from amp_adapters import _version
 from amp_adapters.services import device_book, measure_process, speedbook
 
 pytestmark = pytest.mark.usefixtures("own_speed_cache")  # (the root conftest)
@@ -51,7 +50,7 @@ def test_an_answer_is_asked_in_the_child_once_per_machine_and_version_then_read(
 def test_another_project_version_asks_again(asked, monkeypatch):
     """The answers come from this project's probes (its code): a release asks again."""
     ask()
-    monkeypatch.setattr(_version, "__version__", "99.0.0")
+    monkeypatch.setattr(device_book, "__version__", "99.0.0")
     assert ask() == kernels_here("bfloat16")
     assert len(asked) == 2
 
