@@ -26,10 +26,11 @@ Two kinds of kernel count (``plain_kernels`` | ``onednn_kernels``):
   Paddle 2.6.2's oneDNN conv2d takes no bf16 filter, there is no bf16
   ``layer_norm_grad``, and Paddle 3.3.1's legacy-IR ``reshape2_grad`` fails ("could not
   reshape a memory descriptor"). Such an op stays fp32 (with the per-op warning). The
-  registry read and the probes run in the measuring child, once per machine, Paddle version
-  and IR, and their answers are kept on disk (``kernel_answers``,
-  ``amp_adapters.services.device_book``): what they load never stays in the process that
-  trains (it raised a float32 step's peak by 14 MB). Answers are cached per process.
+  registry read and the probes run in the measuring child, once per machine, Paddle build
+  (version, commit, CUDA), IR and project version, and their answers are kept on disk
+  (``kernel_answers``, ``amp_adapters.services.device_book``): what they load never stays
+  in the process that trains (it raised a float32 step's peak by 14 MB). Answers are
+  cached per process.
 
 A kernel that runs may still be slow. Where an operand of a GEMM or an elementwise op
 has fewer dimensions than its result (a Linear's weight on a batch of sequences, a bias
@@ -66,13 +67,20 @@ from .onednn_log import slow_or_failing
 
 
 
+def paddle_build() -> str:
+    """The Paddle build a kernel answer holds for (``device_book``'s key): its version, its
+    commit (two builds of one version may register other kernels) and whether it is
+    compiled with CUDA."""
+    return f"{paddle.__version__} {paddle.version.commit} cuda={paddle.is_compiled_with_cuda()}"
+
+
 def _probe(probe: Optional[Probe]) -> Probe:
     return program_ir.default_probe() if probe is None else probe
 
 
 @functools.lru_cache(maxsize=None)
 def _answers(device: str, dtype: str, probe: Optional[Probe] = None) -> dict[str, frozenset]:
-    """``kernel_answers`` for ``probe``'s IR, asked once per machine and Paddle version in
+    """``kernel_answers`` for ``probe``'s IR, asked once per machine and Paddle build in
     the measuring child and kept on disk (``amp_adapters.services.device_book``): the
     registry read and the probes never run in the process that trains. A probe that is not
     one of the IRs' own is asked here."""
@@ -81,7 +89,7 @@ def _answers(device: str, dtype: str, probe: Optional[Probe] = None) -> dict[str
         got = kernel_answers(device, dtype, probe)
     else:
         flag = program_ir.inherited_flag()
-        got = device_book.answer("paddle", paddle.__version__,
+        got = device_book.answer("paddle", paddle_build(),
                                  f"static {probe.name} {device} {dtype} pir_api={flag}",
                                  "paddle_amp.speed_child", kernel_answers, device, dtype,
                                  probe.name)

@@ -8,32 +8,35 @@ memory bench's fresh process, median of three): a float32 step after the static 
 peaked 14 MB (1.03x) above the same step without them, a good share of the 1.05x that
 ``auto`` may cost over float32 where it lowers nothing (bench/memory.py). So a backend asks
 here: ``answer`` runs the question in the backend's measuring child (``measure_process``,
-the process that times ops), once per machine and framework version, and keeps its JSON
-answer on disk, so the process that trains never loads what the probes load.
+the process that times ops), once per machine, framework build and project version, and
+keeps its JSON answer on disk, so the process that trains never loads what the probes load.
 
 Keyed as the speed book is: one file per machine (``devices-<machine_id>.json`` in the
 speed cache's directory, ``speedbook.cache_dir``: the CPU, its flags, the oneDNN ISA
 limits, thread settings and simulated CPU class of ``isa.machine``), an entry per
-framework, version and question. The answer is the question's own, exact: where the
-child cannot answer (it could not start, it died, or the question raised there) it is
-asked in this process, as it was before; a directory that cannot be written keeps the
-answer for this process only.
+framework build (its version, and what else the backend names: Paddle's commit and whether
+it is compiled with CUDA), this project's version (the probes' recipes are its code) and
+question. The answer is the question's own, exact: where the child cannot answer (it could
+not start, it died, or the question raised there) it is asked in this process, with a
+warning once per process (what the question loads then stays resident here); a directory
+that cannot be written keeps the answer for this process only.
 """
 from __future__ import annotations
 
 import json
-import logging
 import os
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from .._version import __version__
 from ..rules.isa import machine
 from . import measure_process
 from .speedbook import cache_dir, locked, machine_id, warn_once
 
-log = logging.getLogger("amp_adapters")
-FORMAT = 1  # the file's layout: {"format", "machine", "answers": {key: answer}}
+# The file's layout: {"format", "machine", "answers": {key: answer}}. 2: the key holds the
+# project's version and the framework's build (1 held the framework's version only).
+FORMAT = 2
 
 
 def book_path(m: Optional[dict] = None) -> Path:
@@ -66,10 +69,17 @@ def _write(path: Path, m: dict, answers: dict) -> None:
                   f"set AMP_ADAPTERS_CACHE to a writable directory to keep them")
 
 
-def answer(framework: str, version: str, question: str, server: str, fn: Callable[..., Any],
+def key_of(framework: str, build: str, question: str) -> str:
+    """The entry of ``question`` about ``framework``'s ``build`` in this machine's file: this
+    project's version is in it too (the recipes that answer are its code)."""
+    return f"{framework} {build} amp-adapters {__version__} {question}"
+
+
+def answer(framework: str, build: str, question: str, server: str, fn: Callable[..., Any],
            *args: Any) -> Any:
     """``fn(*args)`` (a JSON value: the answer to ``question`` about this machine's kernels in
-    ``framework`` ``version``), read from this machine's file, else asked in the measuring
+    ``framework``'s ``build``: its version and whatever else of its build the answer depends
+    on), read from this machine's file, else asked in the measuring
     child ``server`` (a module that serves ``fn``) and kept; asked in this process where the
     child gives no answer, and in a measuring child itself (``measure_process.serving``: its
     parent holds the file's lock while it waits for that child's answer)."""
@@ -77,7 +87,7 @@ def answer(framework: str, version: str, question: str, server: str, fn: Callabl
         return fn(*args)
     m = machine()
     path = book_path(m)
-    key = f"{framework} {version} {question}"
+    key = key_of(framework, build, question)
     answers = _read(path)
     if key in answers:
         return answers[key]
@@ -88,7 +98,9 @@ def answer(framework: str, version: str, question: str, server: str, fn: Callabl
         try:
             got = measure_process.call(server, fn, *args)
         except measure_process.MeasureError as e:
-            log.debug("amp_adapters: %s asked in this process (the child: %s)", key, e)
+            warn_once("devices:child", f"amp_adapters: the measuring process gave no answer "
+                      f"about this machine's kernels ({e}): asked in this process instead, so "
+                      f"what the question loads (its probes' memory) stays resident here")
             got = fn(*args)  # its own answer, or its own error, here
         _write(path, m, {**_read(path), key: got})
     return got

@@ -15,8 +15,8 @@ nearest even, wherever the plain one does not (``rounding_cast``, a probe, not a
 forward and backward, on tiny inputs. Gated by the project's device truth
 (``amp_adapters.rules.isa.bf16_class``: no oneDNN bf16 kernel on a CPU class ``"none"``, such as
 ``AMP_ADAPTERS_CPU=avx2``). float16 has no CPU kernel on either route (``emulate=True``
-rounds through it instead). The probes run in the measuring child, once per machine and
-Paddle version, their answers kept on disk (``eager_answers``,
+rounds through it instead). The probes run in the measuring child, once per machine,
+Paddle build and project version, their answers kept on disk (``eager_answers``,
 ``amp_adapters.services.device_book``): what they load never stays in the process that
 trains. Answers are cached per process.
 """
@@ -311,26 +311,30 @@ def _runs(op: str, dtype: str, x_shape=(2, 3)) -> bool:
 
 @functools.lru_cache(maxsize=None)
 def _answers(dtype: str) -> dict:
-    """``eager_answers(dtype)``, asked once per machine and Paddle version in the measuring
-    child and kept on disk (``amp_adapters.services.device_book``): the probes' oneDNN
-    primitives and tensors never load in the process that trains."""
-    import paddle
-
+    """``eager_answers(dtype)``, asked once per machine, Paddle build and set of ``ROUTES`` in
+    the measuring child and kept on disk (``amp_adapters.services.device_book``): the probes'
+    oneDNN primitives and tensors never load in the process that trains."""
     from amp_adapters.services import device_book
-    return device_book.answer("paddle", paddle.__version__, f"eager {dtype}",
+
+    from ..kernels import paddle_build
+    return device_book.answer("paddle", paddle_build(),
+                              f"eager {dtype} routes={','.join(sorted(ROUTES))}",
                               "paddle_amp.speed_child", eager_answers, dtype)
 
 
 @_eagerly
 def eager_answers(dtype: str) -> dict:
-    """Found here by running the probes: {"missing": ``missing_routes``, "slow":
-    ``slow_broadcast_grads``} in ``dtype`` on a CPU whose class has bf16 (what the measuring
-    child runs, ``_answers``)."""
-    missing = {op: why for op in ROUTES if (why := _probe(op, dtype)) is not None}
+    """Found here by running the probes: {"runs": the routes probed that ran, "missing":
+    ``missing_routes``, "slow": ``slow_broadcast_grads``} in ``dtype`` on a CPU whose class
+    has bf16 (what the measuring child runs, ``_answers``). What runs is named, never
+    derived from what is missing: a route the answer does not name was not probed."""
+    why = {op: _probe(op, dtype) for op in ROUTES}
+    runs = sorted(op for op, reason in why.items() if reason is None)
+    missing = {op: reason for op, reason in why.items() if reason is not None}
     from ..onednn_log import slow_or_failing
-    slow = [op for op in sorted((set(ROUTES) - set(missing)) & GEMMS)
+    slow = [op for op in sorted(set(runs) & GEMMS)
             if slow_or_failing(lambda: _runs(op, dtype, x_shape=(2, 2, 3)))]
-    return {"missing": missing, "slow": slow}
+    return {"runs": runs, "missing": missing, "slow": slow}
 
 
 def _has_bf16(dtype: str) -> bool:
@@ -346,9 +350,10 @@ def missing_routes(dtype: str) -> dict[str, str]:
 
 @functools.lru_cache(maxsize=None)
 def lowp_kernels(dtype: str) -> frozenset[str]:
-    """The program ops whose ``dtype`` route runs here in eager mode, forward and backward."""
-    return frozenset(set(ROUTES) - set(missing_routes(dtype))) if _has_bf16(dtype) \
-        else frozenset()
+    """The program ops whose ``dtype`` route runs here in eager mode, forward and backward:
+    the routes the probes ran (an answer's ``runs``; a route it does not name is not used)."""
+    return frozenset(_answers(dtype).get("runs", ())) & frozenset(ROUTES) \
+        if _has_bf16(dtype) else frozenset()
 
 
 @functools.lru_cache(maxsize=None)
