@@ -17,6 +17,7 @@ Files:
     isa.py        the device truth: machine() (CPU flags, CPUs, thread and ISA settings) and
                   what oneDNN uses for bf16 here: the flags capped by the ISA limit
     params.py     plan_params: which parameters O2 stores in the low dtype
+    recompute.py  recasts: the casts a backward makes again rather than keeping their copies
     loss_scale/   the loss-scale rule, once: LossScaleConfig, LossScaleState, update over
                   the ArrayOps vocabulary (NumpyOps here), check_guard, strict state dicts
     scaler.py     DynamicLossScale / StaticLossScale / NoOpLossScale: config + state views

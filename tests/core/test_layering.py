@@ -38,6 +38,7 @@ RULES = (  # the policy kernel: it decides
     "amp_adapters.rules.configcheck",
     "amp_adapters.rules.toml_duplicates",
     "amp_adapters.rules.params",
+    "amp_adapters.rules.recompute",
     "amp_adapters.rules.layers",
     "amp_adapters.rules.scaler",
     "amp_adapters.rules.loss_scale",
