@@ -19,6 +19,7 @@ from paddle.base import core, framework
 
 from amp_adapters import CastReport, DeviceProfile, LossScale, ParamPlan, Policy
 from amp_adapters.rules.errors import check_flag
+from amp_adapters.rules.recompute import recasts
 
 from .amp_nn import check_finite_and_unscale, update_loss_scaling  # noqa: F401 (native names)
 from .casting import cast_model_to_fp16, cast_parameters_to_fp16  # noqa: F401 (native names)
@@ -121,6 +122,8 @@ class OptimizerWithMixedPrecision:
             ir.end_forward()  # what the cast report counts (PIR ops carry no role)
             params_grads = self._optimizer.backward(self._scaled_loss, startup_program,
                                                     parameter_list, no_grad_set, callbacks)
+            if self.policy.enabled:  # a low copy the backward reads is cast again there
+                ir.recast(recasts(ir.op_uses()))  # rather than kept, where its source lives
             ir.end_backward(params_grads)  # what the doctor examines
             if self._masters is not None:
                 params_grads = self._masters.swap_in(ir, params_grads)

@@ -45,13 +45,22 @@ class GraphCasts:
     round_trips: int  # of ``total``: emulation's casts to the low dtype and straight back
     nbytes: Optional[int] = None  # None: the backend gave no sizes
     unsized: int = 0
+    # forward copies the backward casts again rather than keeping them from the forward
+    # (``rules.recompute``), and what those casts write per step (None: a size not known)
+    recast: int = 0
+    recast_bytes: Optional[int] = 0
 
     @classmethod
-    def count(cls, casts: Iterable[tuple]) -> "GraphCasts":
+    def count(cls, casts: Iterable[tuple], recast: Iterable[Optional[int]] = ()
+              ) -> "GraphCasts":
         """From ``(input, output, to_dtype)`` of every cast node (``to_dtype`` None when it is
         decided at run time), or ``(input, output, to_dtype, nbytes)`` with the bytes of its
         output (None: not known). A cast to float32 of a cast's output in a low dtype is a
-        round trip: both count as emulation's."""
+        round trip: both count as emulation's. ``recast``: the bytes of each cast the
+        backward makes again (None: not known)."""
+        recast = list(recast)
+        again = {"recast": len(recast), "recast_bytes": None if None in recast
+                 else sum(recast)}
         casts = list(casts)
         low_outputs = {out for _, out, to, *_ in casts if to in LOW_DTYPES}
         back = {inp for inp, _, to, *_ in casts if to == "float32" and inp in low_outputs}
@@ -59,19 +68,24 @@ class GraphCasts:
                        (to in LOW_DTYPES and out in back) for inp, out, to, *_ in casts)
         sizes = [c[3] for c in casts if len(c) > 3]
         if not sizes:
-            return cls(len(casts), rounding)
+            return cls(len(casts), rounding, **again)
         return cls(len(casts), rounding, sum(b for b in sizes if b is not None),
-                   sum(b is None for b in sizes))
+                   sum(b is None for b in sizes), **again)
 
     def bytes_line(self) -> str:
         """What the casts write per step, for a summary: '' when not counted."""
+        again = ""
+        if self.recast:
+            size = "" if self.recast_bytes is None else f", {_mib(self.recast_bytes)}"
+            again = (f"; {self.recast} of their copies cast again in the backward rather "
+                     f"than kept from the forward{size}")
         if self.nbytes is None:
-            return ""
+            return again
         known = f"{_mib(self.nbytes)} written by them per step"
         if self.unsized == self.total:
-            return "; their size waits for the batch"
+            return "; their size waits for the batch" + again
         return f"; {known}" + (f" (and {self.unsized} whose size waits for the batch)"
-                               if self.unsized else "")
+                               if self.unsized else "") + again
 
 
 def _mib(n: int) -> str:

@@ -4,7 +4,7 @@ The op walk (``rewrite.Rewriter``) and the loss-scaling sequence
 (``scaling.LossScaling``) are written once over this protocol, as the core's
 loss-scale rule is written once over ``ArrayOps``. It is split by concern (``ValuesIR``:
 values and the walk, ``WritingIR``, ``MastersIR``: O2's masters, ``ScalingIR``: loss
-scaling, ``DoctorIR``), each user typed against its part; ``ProgramIR`` is all of them. One
+scaling, ``DoctorIR``, ``RecomputeIR``: casts made again in the backward), each user typed against its part; ``ProgramIR`` is all of them. One
 implementation per IR,
 each bound to one program: ``ir.legacy.LegacyProgram`` (Paddle 2.6's program
 IR, and Paddle 3 under ``FLAGS_enable_pir_api=0``) and ``ir.pir.PirProgram``
@@ -245,7 +245,16 @@ class DoctorIR(Protocol):
     def replaying(self) -> ContextManager: ...  # static mode in this IR, for building a copy
 
 
+class RecomputeIR(Protocol):
+    """The casts the backward makes again rather than keeping their results
+    (``amp_adapters.rules.recompute``): the program as the core's ``OpUse``, the core's
+    ``Recast`` written back. Called once the backward is built."""
+
+    def op_uses(self) -> list: ...  # [OpUse] of the block's ops, in execution order
+    def recast(self, plan: tuple) -> None: ...  # the Recasts of the last ``op_uses``
+
+
 @runtime_checkable
-class ProgramIR(ValuesIR, WritingIR, MastersIR, ScalingIR, DoctorIR, Protocol):
+class ProgramIR(ValuesIR, WritingIR, MastersIR, ScalingIR, DoctorIR, RecomputeIR, Protocol):
     """One program, seen through its IR: every concern (``ir.of(program)`` gives one). A
     user of one concern is typed against its part (``scaling.LossScaling``: ``ScalingIR``)."""

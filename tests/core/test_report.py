@@ -174,3 +174,15 @@ def test_graph_casts_count_the_bytes_of_the_casts_of_a_known_size():
     assert unsized.nbytes is None and unsized.bytes_line() == ""
     assert GraphCasts.count([("w", "w.cast", "float16", 3 << 20)]).bytes_line() == \
         "; 3.00 MiB written by them per step"
+
+
+def test_the_summary_says_which_copies_the_backward_casts_again():
+    g = GraphCasts.count([("a", "a16", "bfloat16", 1 << 20), ("b", "b16", "bfloat16", 1 << 20)],
+                         recast=[1 << 20])
+    assert (g.recast, g.recast_bytes) == (1, 1 << 20)
+    assert g.bytes_line() == ("; 2.00 MiB written by them per step; 1 of their copies cast "
+                              "again in the backward rather than kept from the forward, "
+                              "1.00 MiB")
+    assert GraphCasts.count([("a", "a16", "bfloat16")], recast=[None]).bytes_line() == \
+        "; 1 of their copies cast again in the backward rather than kept from the forward"
+    assert "again" not in GraphCasts.count([("a", "a16", "bfloat16", 8)]).bytes_line()

@@ -1,7 +1,8 @@
 """``LegacyProgram``: the ``ProgramIR`` protocol on a legacy-IR program (Paddle 2.6, and 3.x
 with ``FLAGS_enable_pir_api=0``), one class composed of its concerns, each in its file:
 values and the walk (``values``), writing (``writing``), O2 masters (``masters``), loss
-scaling (``scaling``) and the doctor (``doctor``). Values are var names.
+scaling (``scaling``), the doctor (``doctor``) and recomputed casts (``recompute``).
+Values are var names.
 """
 from __future__ import annotations
 
@@ -9,12 +10,13 @@ from typing import AbstractSet, Optional
 
 from .doctor import Doctor
 from .masters import Masters
+from .recompute import Recompute
 from .scaling import Scaling
 from .values import Cursor, Values
 from .writing import Writing
 
 
-class LegacyProgram(Values, Writing, Masters, Scaling, Doctor):
+class LegacyProgram(Values, Writing, Masters, Scaling, Doctor, Recompute):
     """A legacy ``framework.Program``, through the ``ProgramIR`` protocol."""
 
     name = "legacy"
@@ -27,4 +29,5 @@ class LegacyProgram(Values, Writing, Masters, Scaling, Doctor):
         self.cursor: Optional[Cursor] = None  # the walk's, on the op it yields
         self._startup_block = None  # where the update's constants are filled
         self._read: Optional[set] = None  # (``is_output``)
+        self._listed: list = []  # the ops as ``op_uses`` listed them (``recast``)
         self._walk_readers: Optional[tuple] = None  # (``result_uses``)

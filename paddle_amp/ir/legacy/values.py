@@ -27,6 +27,7 @@ _NOT_FORWARD = int(core.op_proto_and_checker_maker.OpRole.Backward) | int(
     core.op_proto_and_checker_maker.OpRole.LRSched)
 _IO_OPS = frozenset({"feed", "fetch", "fetch_v2", "read", "create_py_reader"})
 _NOT_TENSORS = (VarType.FEED_MINIBATCH, VarType.FETCH_LIST, VarType.READER, VarType.RAW)
+RECAST = ".recast"  # in the name of a copy the backward casts again (``recompute``)
 
 
 def is_forward(op) -> bool:
@@ -234,12 +235,15 @@ class Values:
 
     def graph_casts(self) -> Optional[GraphCasts]:
         """Forward ``cast`` ops (not the backward's), emulation's round trips apart, with the
-        bytes each writes where its shape is known (a batch not yet fed is not)."""
+        bytes each writes where its shape is known (a batch not yet fed is not); and the
+        backward's casts of copies made again (``recompute``)."""
         block = self.block
 
         def entry(op):
             out = block._var_recursive(op.output("Out")[0])
             return (op.input("X")[0], op.output("Out")[0], dtype_name(out),
                     cast_bytes(tuple(out.shape), dtype_name(out)))
-        return GraphCasts.count(entry(op) for op in block.ops
-                                if op.type == "cast" and is_forward(op))
+        return GraphCasts.count((entry(op) for op in block.ops
+                                 if op.type == "cast" and is_forward(op)),
+                                (entry(op)[3] for op in block.ops if op.type == "cast"
+                                 and not is_forward(op) and RECAST in op.output("Out")[0]))

@@ -1,6 +1,7 @@
 """``PirProgram``: the ``ProgramIR`` protocol on a Paddle 3 PIR program, one class composed of
 its concerns, each in its file: values and the walk (``values``), writing (``writing``), O2
-masters (``masters``), loss scaling (``scaling``) and the doctor (``doctor``). PIR names
+masters (``masters``), loss scaling (``scaling``), the doctor (``doctor``) and recomputed
+casts (``recompute``). PIR names
 and operand names are given in the legacy vocabulary (``opnames``), so the core decides the
 same for both IRs.
 """
@@ -10,12 +11,13 @@ from typing import Optional
 
 from .doctor import Doctor
 from .masters import Masters
+from .recompute import Recompute
 from .scaling import Scaling
 from .values import Values
 from .writing import Writing
 
 
-class PirProgram(Values, Writing, Masters, Scaling, Doctor):
+class PirProgram(Values, Writing, Masters, Scaling, Doctor, Recompute):
     """A ``paddle.pir.Program``, through the ``ProgramIR`` protocol."""
 
     name = "pir"
@@ -30,3 +32,5 @@ class PirProgram(Values, Writing, Masters, Scaling, Doctor):
         self._grads: dict = {}  # grad value id -> parameter name, once the backward is built
         self._inserted_at: set[int] = set()
         self._top: Optional[frozenset[int]] = None  # (``result_uses``)
+        self._listed: list = []  # the ops as ``op_uses`` listed them (``recast``)
+        self._recasts: set[int] = set()  # the ids of the casts ``recast`` inserted

@@ -269,9 +269,13 @@ class Values:
         backward), emulation's round trips apart, as on the legacy IR. Not the backward's:
         the gradient of each forward cast is a cast back, so a trained program holds about
         twice as many (22 for the emulated MLP whose forward holds 12). With the bytes each
-        writes where its shape is known (a batch not yet fed is not)."""
+        writes where its shape is known (a batch not yet fed is not); and the backward's
+        casts of copies made again (``recompute``)."""
+        def entry(op):
+            out = op.result(0)
+            return (op.operand_source(0).id, out.id, value_dtype(out),
+                    cast_bytes(tuple(out.shape), value_dtype(out)))
         return GraphCasts.count(
-            (op.operand_source(0).id, op.result(0).id, value_dtype(op.result(0)),
-             cast_bytes(tuple(op.result(0).shape), value_dtype(op.result(0))))
-            for op in self.block.ops
-            if op.name() == "pd_op.cast" and (self._forward is None or op.id() in self._forward))
+            (entry(op) for op in self.block.ops if op.name() == "pd_op.cast" and
+             (self._forward is None or op.id() in self._forward)),
+            (entry(op)[3] for op in self.block.ops if op.id() in self._recasts))
