@@ -15,6 +15,7 @@ from . import frames as _f
 from . import kernels, layer_paths
 from .frames import (BY_RANK, Frame, _lock, _name, _open, _regions, _result_rank, _slot,
                      current, reopen)
+from .recast import kept_source
 from .stepcasts import cast_once
 
 _originals: dict[str, Callable] = {}  # name -> what a wrapper calls (Paddle's op, or a patch)
@@ -207,7 +208,8 @@ def _matmul_planned(x, y, transpose_x: bool, transpose_y: bool):
     else:
         plain = lambda a, b: orig(a, b, transpose_x, transpose_y)  # noqa: E731
         out = _run(d, (x, y), plain, plain if _in_program(x) else
-                   lambda a, b: kernels.matmul_v2(a, b, transpose_x, transpose_y))
+                   lambda a, b: kernels.matmul_v2(a, b, transpose_x, transpose_y,
+                                                  kept_source(x, a), kept_source(y, b)))
     if frame is not None and frame.watched is not None:
         _watched(frame, d, (x, y), out)
     return out
@@ -240,7 +242,8 @@ def _linear_planned(x, weight, bias):
         mm = _originals["matmul"]
         plain = lambda a, b: mm(a, b, False, False)  # noqa: E731
         out = _run(d, (x, weight), plain, plain if _in_program(x) else
-                   lambda a, b: kernels.matmul_v2(a, b, False, False))
+                   lambda a, b: kernels.matmul_v2(a, b, False, False, kept_source(x, a),
+                                                  kept_source(weight, b)))
         out = out if bias is None else _originals["add"](out, bias)
     if frame is not None and frame.watched is not None:
         _watched(frame, d, (x, weight), out)
