@@ -57,13 +57,22 @@ class _Recast:
         self.source, self.version, self.cast = source, source._inplace_version(), cast
 
     def make(self) -> Any:
-        if self.source._inplace_version() != self.version:
-            raise RuntimeError(
-                "a float32 tensor read by a bf16 GEMM under paddle_amp.dygraph was written "
-                f"in place after that GEMM (version {self.source._inplace_version()}, "
-                f"expected {self.version}); its gradient needs the value the GEMM read. "
-                "Write a copy instead (e.g. x = x + y, not x.add_(y)).")
-        return self.cast(self.source)
+        """The low copy again (called by Paddle's unpack hook, gradients off). An error
+        raised here would leave gradients off for the process (Paddle restores the mode
+        only when the hook returns): the mode of a backward pass, on, is set back first."""
+        try:
+            if self.source._inplace_version() != self.version:
+                raise RuntimeError(
+                    "a float32 tensor read by a bf16 GEMM under paddle_amp.dygraph was "
+                    f"written in place after that GEMM (version "
+                    f"{self.source._inplace_version()}, expected {self.version}); its "
+                    "gradient needs the value the GEMM read. Write a copy instead (e.g. "
+                    "x = x + y, not x.add_(y)).")
+            return self.cast(self.source)
+        except BaseException:
+            from paddle.base.framework import _dygraph_tracer
+            _dygraph_tracer()._has_grad = True
+            raise
 
 
 def _shared(t: Any) -> Any:
@@ -90,9 +99,7 @@ def saving_recast(run: Callable[[], Any], pairs: tuple, cast: Callable[[Any], An
         return run()
     from paddle.base import core
 
-    def pack(t):
-        if t is None:
-            return None
+    def pack(t):  # (never None: Paddle would not set gradients back on)
         for low, source in recipes:
             if t._is_shared_buffer_with(low):
                 return _Recast(source, cast)

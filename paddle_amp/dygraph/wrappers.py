@@ -72,6 +72,15 @@ def _run(d: OpDecision, inputs: tuple, plain: Callable, low: Callable):
 _MISSING = object()
 
 
+def _kept(x, a, y, b) -> tuple:
+    """For a GEMM of ``a``, ``b`` cast from ``x``, ``y``: the float32 operands the backward
+    keeps anyway (``recast.kept_source``), whose low copies the GEMM need not keep; none
+    while to_static's translator simulates this (it knows no ``grad_fn``)."""
+    if _in_sot[0]():
+        return None, None
+    return kept_source(x, a), kept_source(y, b)
+
+
 def _planned(frame: Optional[Frame], op: str, x, y) -> Any:
     """The plan of ``op`` on ``x``, ``y`` (eager tensors, or values of a PIR program being
     built) in ``frame`` (None: run it as it is; ``_MISSING``: not ours to plan: no region,
@@ -209,7 +218,7 @@ def _matmul_planned(x, y, transpose_x: bool, transpose_y: bool):
         plain = lambda a, b: orig(a, b, transpose_x, transpose_y)  # noqa: E731
         out = _run(d, (x, y), plain, plain if _in_program(x) else
                    lambda a, b: kernels.matmul_v2(a, b, transpose_x, transpose_y,
-                                                  kept_source(x, a), kept_source(y, b)))
+                                                  *_kept(x, a, y, b)))
     if frame is not None and frame.watched is not None:
         _watched(frame, d, (x, y), out)
     return out
@@ -242,8 +251,8 @@ def _linear_planned(x, weight, bias):
         mm = _originals["matmul"]
         plain = lambda a, b: mm(a, b, False, False)  # noqa: E731
         out = _run(d, (x, weight), plain, plain if _in_program(x) else
-                   lambda a, b: kernels.matmul_v2(a, b, False, False, kept_source(x, a),
-                                                  kept_source(weight, b)))
+                   lambda a, b: kernels.matmul_v2(a, b, False, False,
+                                                  *_kept(x, a, weight, b)))
         out = out if bias is None else _originals["add"](out, bias)
     if frame is not None and frame.watched is not None:
         _watched(frame, d, (x, weight), out)
