@@ -18,13 +18,15 @@ Not done where the tensor is not known kept (a leaf, a LayerNorm or an add outpu
 output: its node keeps its input), nor for the routes of ``kernels._operand_gemm`` (a
 PyLayer holding its operands), nor for emulation (another route), nor in a program.
 
-Paddle's saved-tensor hooks are one process-wide pair, and leaving them resets them: a
-GEMM of this route inside a user's own ``saved_tensors_hooks`` block (Paddle's recompute
-with ``use_reentrant=False``) ends that block's hooks for the ops after it. Its results
-stay exact; those ops then save their tensors as without the hooks.
+Paddle's saved-tensor hooks are one process-wide pair, which Paddle refuses to set while
+another is on: inside a user's own ``saved_tensors_hooks`` block (Paddle's recompute with
+``use_reentrant=False``), or while another thread's GEMM holds them, the GEMM keeps its
+copy as before, and the other pair is left as it is.
 """
 from __future__ import annotations
 
+import functools
+import sys
 from typing import Any, Callable, Optional
 
 # Paddle's gradient nodes (eager mode, 2.6.2 and 3.3.1) that save their op's output for
@@ -44,8 +46,42 @@ def kept_source(source: Any, low: Any) -> Optional[Any]:
     ``KEEPS_OUTPUT``), else None."""
     if low is source or source.stop_gradient or source.element_size() != 4:
         return None  # (4 bytes: float32, as AMP casts no integers; ``_to_bf16`` reads it)
-    node = source.grad_fn
-    return source if node is not None and node.name() in KEEPS_OUTPUT else None
+    return source if producer(source) in KEEPS_OUTPUT else None
+
+
+def producer(x: Any) -> Optional[str]:
+    """The name of ``x``'s gradient node (None: a leaf, or no gradient), read without
+    keeping the graph alive: Paddle's ``Tensor.grad_fn`` (2.6.2 and 3.3.1) hands back its
+    node with one reference too many, so each read kept the node, and every tensor its
+    graph saved, for good (``_grad_fn_leaks``: a probe, not a version)."""
+    node = x.grad_fn
+    if node is None:
+        return None
+    try:
+        return node.name()
+    finally:
+        if _grad_fn_leaks():
+            _decref(node)
+
+
+def _decref(obj: Any) -> None:
+    import ctypes
+    ctypes.pythonapi.Py_DecRef(ctypes.py_object(obj))
+
+
+@functools.lru_cache(maxsize=None)
+def _grad_fn_leaks() -> bool:
+    """Whether reading ``Tensor.grad_fn`` leaves one reference to the node it hands back:
+    on a node nothing else refers to from Python, its count is ours and the call's, plus
+    the one left."""
+    import paddle
+    t = paddle.ones([1], "float32")
+    t.stop_gradient = False
+    node = (t * 1.0).grad_fn
+    extra = sys.getrefcount(node) - 2
+    if extra == 1:
+        _decref(node)
+    return extra == 1
 
 
 class _Recast:
@@ -54,6 +90,8 @@ class _Recast:
     __slots__ = ("source", "version", "cast")
 
     def __init__(self, source: Any, cast: Callable[[Any], Any]) -> None:
+        # ``detach``: the same tensor (its buffer and in-place version), out of the graph
+        source = source.detach()
         self.source, self.version, self.cast = source, source._inplace_version(), cast
 
     def make(self) -> Any:
@@ -68,26 +106,53 @@ class _Recast:
                     f"{self.source._inplace_version()}, expected {self.version}); its "
                     "gradient needs the value the GEMM read. Write a copy instead (e.g. "
                     "x = x + y, not x.add_(y)).")
-            return self.cast(self.source)
+            if self.source is None:  # (a graph run again that Paddle kept: not reached)
+                raise RuntimeError("the float32 tensor a bf16 GEMM's gradient casts again "
+                                   "was released after a backward that freed its graph")
+            low = self.cast(self.source)
+            if not _graph_retained():  # the node will not run again: the tensor may go
+                self.source = None     # with the graph's own reference to it
+            return low
         except BaseException:
             from paddle.base.framework import _dygraph_tracer
             _dygraph_tracer()._has_grad = True
             raise
 
 
-def _shared(t: Any) -> Any:
-    """A new tensor sharing ``t``'s buffer: Paddle moves the buffer out of what an unpack
-    hook returns, which must not be a tensor still in use."""
-    from paddle.base import core
-    out = core.eager.Tensor()
-    t._share_buffer_to(out)
-    return out
+def _graph_retained() -> bool:
+    """Whether the backward running now keeps its graph, read from the frame of Paddle's
+    entry that runs it (``Tensor.backward``, ``paddle.autograd.backward``, ``paddle.grad``:
+    ``retain_graph``, resolved by ``paddle.grad`` before it runs); True where no such frame is
+    found. Without it the recipe, kept by Paddle with the node until the graph is freed,
+    would hold the float32 tensor past the backward (in a loop, through the next forward)."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name in ("backward", "grad") and \
+                "retain_graph" in frame.f_locals and \
+                str(frame.f_globals.get("__name__", "")).startswith("paddle."):
+            retain = frame.f_locals["retain_graph"]
+            return True if retain is None else bool(retain)
+        frame = frame.f_back
+    return True
 
 
-def _unpack(packed: Any) -> Any:
-    if isinstance(packed, _Recast):
-        return packed.make()
-    return None if packed is None else _shared(packed)
+class _Kept:
+    """A saved tensor kept as it is, until the node has read it in a backward that frees
+    the graph (as Paddle's own saved tensors are)."""
+    __slots__ = ("t",)
+
+    def __init__(self, t: Any) -> None:
+        self.t = t
+
+    def make(self) -> Any:
+        """A new tensor sharing the buffer: Paddle moves the buffer out of what an unpack
+        hook returns, which must not be a tensor still in use."""
+        from paddle.base import core
+        out = core.eager.Tensor()
+        self.t._share_buffer_to(out)
+        if not _graph_retained():
+            self.t = None
+        return out
 
 
 def saving_recast(run: Callable[[], Any], pairs: tuple, cast: Callable[[Any], Any]) -> Any:
@@ -98,14 +163,27 @@ def saving_recast(run: Callable[[], Any], pairs: tuple, cast: Callable[[Any], An
     if not recipes:
         return run()
     from paddle.base import core
+    # What the gradient node keeps is held by the unpack hook, one per GEMM (Paddle keeps it
+    # with the node's saved tensors, and drops it with them); a saved tensor's packed value
+    # is only its index there: Paddle 2.6.2 never releases a packed value.
+    saved: list = []
 
     def pack(t):  # (never None: Paddle would not set gradients back on)
         for low, source in recipes:
             if t._is_shared_buffer_with(low):
-                return _Recast(source, cast)
-        return t
+                saved.append(_Recast(source, cast))
+                break
+        else:
+            saved.append(_Kept(t))
+        return len(saved) - 1
 
-    core.eager.register_saved_tensors_hooks(pack, _unpack)
+    def unpack(i):
+        return saved[i].make()
+
+    try:
+        core.eager.register_saved_tensors_hooks(pack, unpack)
+    except ValueError:  # another pair is on (a user's, Paddle's recompute): it stays, and
+        return run()    # the copy is kept, as without this module
     try:
         return run()
     finally:

@@ -194,3 +194,115 @@ def test_an_activation_written_in_place_after_the_gemm_is_refused_in_the_backwar
     with pytest.raises(Exception, match="written in place after that GEMM"):
         out.sum().backward()
     assert paddle.is_grad_enabled()  # as the backward found it
+
+
+@NO_BF16
+def test_inside_a_users_saved_tensor_hooks_the_copy_is_kept_and_their_hooks_stay():
+    """Paddle holds one pair of saved-tensor hooks at a time (its recompute uses them): in a
+    user's block the GEMM keeps its bf16 copy as before, and every tensor saved in the block,
+    after the GEMM too, goes through the user's hooks."""
+    h = paddle.rand([8, 32], "float32")
+    h.stop_gradient = False
+    w = paddle.rand([32, 16], "float32")
+    w.stop_gradient = False
+    packed = []
+
+    def pack(t):
+        packed.append(tuple(t.shape))
+        return t
+
+    def unpack(t):
+        out = core.eager.Tensor()
+        t._share_buffer_to(out)
+        return out
+    with amp.auto_cast(policy="O1-bf16"):
+        with paddle.autograd.saved_tensors_hooks(pack, unpack):
+            out = F.relu(F.linear(F.relu(h), w))
+    assert (8, 16) in packed[-1:], packed  # the ReLU after the GEMM: still the user's hooks
+    assert packed.count((8, 32)) == 2, packed  # the first ReLU's output and the GEMM's copy
+    out.sum().backward()
+    assert h.grad is not None
+
+
+def test_reading_a_tensors_producer_keeps_no_graph_alive():
+    """``recast.producer`` reads the node's name; Paddle's ``Tensor.grad_fn`` alone keeps
+    the node (one reference too many) and every tensor its graph saved."""
+    w = paddle.rand([256, 256], "float32")
+    w.stop_gradient = False
+    before = _allocated()
+    h = F.relu(paddle.matmul(paddle.rand([1024, 256], "float32"), w))
+    assert [recast.producer(h) for _ in range(3)] == ["ReluGradNode"] * 3
+    del h
+    assert _allocated() == before
+
+
+def _mlp_step_bytes(keeps):
+    """(bytes held after the forward, after the backward while the graph is still
+    referenced, after it is released) of an O1-bf16 MLP step, over the bytes before it."""
+    paddle.seed(0)
+    net = MLP()
+    x = paddle.rand([B, U], "float32")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(recast, "KEEPS_OUTPUT", keeps)
+        before = _allocated()
+        with amp.auto_cast(policy="O1-bf16"):
+            loss = net(x).mean()
+        forward = _allocated() - before
+        loss.backward()
+        for p in net.parameters():
+            p.clear_gradient(False)  # (released, not zeroed)
+        backward = _allocated() - before
+        del loss
+        return forward, backward, _allocated() - before
+
+
+@NO_BF16
+def test_nothing_of_the_route_outlives_the_backward_or_the_graph():
+    """After the backward, while the step's graph is still referenced (a loop keeps its loss
+    into the next forward), the route holds what the route keeping the copy held (Paddle
+    drops a node's saved tensors once it ran); once the graph goes, nothing at all."""
+    fwd, bwd, end = _mlp_step_bytes(recast.KEEPS_OUTPUT)
+    fwd0, bwd0, end0 = _mlp_step_bytes(frozenset())
+    assert fwd0 - fwd == 3 * B * U * 2
+    assert (bwd, end) == (bwd0, end0) and end == 0
+
+
+RETAINED = r'''
+import sys, numpy as np, paddle
+import paddle.nn.functional as F
+from paddle_amp import dygraph as amp
+from paddle_amp.dygraph import recast
+if sys.argv[1] == "copy":
+    recast.KEEPS_OUTPUT = frozenset()
+rng = np.random.default_rng(0)
+h = paddle.to_tensor(rng.standard_normal((64, 32)).astype("float32"), stop_gradient=False)
+w = paddle.to_tensor(rng.standard_normal((32, 16)).astype("float32"), stop_gradient=False)
+with amp.auto_cast(policy="O1-bf16"):
+    loss = F.linear(F.relu(h), w).mean()
+loss.backward(retain_graph=True)
+print("once", h.grad.numpy().tobytes().hex()[:64], w.grad.numpy().tobytes().hex()[:64], flush=True)
+loss.backward()
+print("twice", h.grad.numpy().tobytes().hex()[:64], w.grad.numpy().tobytes().hex()[:64], flush=True)
+'''
+
+
+@NO_BF16
+def test_a_retained_graph_runs_again_as_the_route_keeping_the_copy_does(tmp_path):
+    """``retain_graph=True``: the second backward casts the float32 tensor again, and gives
+    what the route keeping the copy gives, in a child process each (on Paddle 2.6.2 that
+    route's second backward kills the process, before and after this change)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    script = tmp_path / "retained.py"
+    script.write_text(RETAINED)
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "GLOG_minloglevel": "3",
+           "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    runs = [subprocess.run([sys.executable, str(script), route], capture_output=True,
+                           text=True, timeout=120, env=env) for route in ("recast", "copy")]
+    said = [[line for line in r.stdout.splitlines() if line.startswith(("once", "twice"))]
+            for r in runs]
+    assert said[0] == said[1] and said[0], [(r.returncode, r.stdout[-800:]) for r in runs]
+    assert (runs[0].returncode == 0) == (runs[1].returncode == 0)
