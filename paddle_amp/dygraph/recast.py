@@ -12,7 +12,16 @@ through Paddle's saved-tensor hooks (``paddle.autograd.saved_tensors_hooks``, th
 of Paddle's own recompute) as a recipe: the float32 tensor, already held, and the cast is
 made again by the same rounding cast when the gradient node reads it. The kernels, their
 inputs and the graph are the route's own: results and gradients are bit-identical, and
-``paddle.grad`` asking for some operands only runs the same ``mul`` gradient kernel.
+``paddle.grad`` asking for some operands only runs the same ``mul`` gradient kernel. The
+forward still casts an activation once a step, however many GEMMs read it (``stepcasts``:
+the cast is held until the forward returns, then only by the GEMMs' inputs, not into the
+backward).
+
+What a GEMM saves is held by its unpack hook, which Paddle keeps with the node's saved
+tensors until the graph is freed (Paddle 2.6.2 never frees a packed value itself: those are
+only indices here). Each is dropped once read by a backward that frees its graph (Paddle
+drops its own saved tensors then); a retained graph (``retain_graph=True``) reads them
+again.
 
 Not done where the tensor is not known kept (a leaf, a LayerNorm or an add output, a GELU
 output: its node keeps its input), nor for the routes of ``kernels._operand_gemm`` (a

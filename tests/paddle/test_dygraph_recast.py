@@ -88,7 +88,7 @@ def _linear_after(producer, shape, n, bias, keeps):
 
 
 @NO_BF16
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(producer=st.sampled_from(["relu", "sigmoid", "tanh"]),
        lead=st.sampled_from([(8,), (24,), (3, 8), (2, 5)]),
        k=st.sampled_from([16, 32, 48]), n=st.sampled_from([16, 40]), bias=st.booleans())
