@@ -84,9 +84,13 @@ def _grad_fn_leaks() -> bool:
     on a node nothing else refers to from Python, its count is ours and the call's, plus
     the one left."""
     import paddle
-    t = paddle.ones([1], "float32")
-    t.stop_gradient = False
-    node = (t * 1.0).grad_fn
+    with paddle.set_grad_enabled(True):  # (asked first wherever: gradients on, eager mode)
+        t = paddle.ones([1], "float32")
+        t.stop_gradient = False
+        node = (t * 1.0).grad_fn
+    if node is None:
+        raise RuntimeError("Paddle recorded no gradient node for an eager op: cannot tell "
+                           "whether Tensor.grad_fn keeps its node")
     extra = sys.getrefcount(node) - 2
     if extra == 1:
         _decref(node)

@@ -13,8 +13,8 @@ from amp_adapters import OpDecision, ShapeClass
 
 from . import frames as _f
 from . import kernels, layer_paths
-from .frames import (BY_RANK, Frame, _lock, _name, _open, _regions, _result_rank, _slot,
-                     current, reopen)
+from .frames import (BY_RANK, Frame, _lock, _name, _open, _owners, _regions, _result_rank,
+                     _slot, current, reopen)
 from .recast import kept_source
 from .stepcasts import cast_once
 
@@ -75,8 +75,11 @@ _MISSING = object()
 def _kept(x, a, y, b) -> tuple:
     """For a GEMM of ``a``, ``b`` cast from ``x``, ``y``: the float32 operands the backward
     keeps anyway (``recast.kept_source``), whose low copies the GEMM need not keep; none
-    while to_static's translator simulates this (it knows no ``grad_fn``)."""
-    if _in_sot[0]():
+    while to_static's translator simulates this (it knows no ``grad_fn``), nor while a
+    region is open in another thread (Paddle's saved-tensor hooks are one pair for the
+    process, set and reset around each such GEMM: two threads would race on them)."""
+    mine = _regions.frames
+    if _in_sot[0]() or any(frames is not mine for frames in _owners.values()):
         return None, None
     return kept_source(x, a), kept_source(y, b)
 

@@ -306,3 +306,30 @@ def test_a_retained_graph_runs_again_as_the_route_keeping_the_copy_does(tmp_path
             for r in runs]
     assert said[0] == said[1] and said[0], [(r.returncode, r.stdout[-800:]) for r in runs]
     assert (runs[0].returncode == 0) == (runs[1].returncode == 0)
+
+
+@NO_BF16
+def test_while_a_region_is_open_in_another_thread_the_copy_is_kept():
+    """Paddle's saved-tensor hooks are one pair for the process: with a region open in
+    another thread the GEMM keeps its copy as before (counted exactly), rather than set and
+    reset them under the other thread's ops."""
+    import threading
+    opened, release = threading.Event(), threading.Event()
+
+    def other():
+        with amp.auto_cast(policy="O1-bf16"):
+            opened.set()
+            release.wait(30)
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        assert opened.wait(30)
+        paddle.seed(0)
+        net, x = MLP(), paddle.rand([B, U], "float32")
+        from contextlib import nullcontext
+        fp32 = _kept_after_forward(net, x, nullcontext)
+        bf16 = _kept_after_forward(net, x, lambda: amp.auto_cast(policy="O1-bf16"))
+    finally:
+        release.set()
+        t.join()
+    assert bf16 - fp32 == 4 * U * U * 2 + 4 * B * U * 2  # the input's and 3 ReLUs' copies
