@@ -168,14 +168,18 @@ def test_a_shared_activation_gives_the_routes_results_bit_for_bit():
     def grads(keeps):
         paddle.seed(1)
         net = ThreeHeads()
-        x = paddle.rand([64, U], "float32")
+        x = paddle.rand([B, U], "float32")
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(recast, "KEEPS_OUTPUT", keeps)
+            before = _allocated()
             with amp.auto_cast(policy="O1-bf16"):
                 out = net(x)
+            kept = _allocated() - before
             (out * out).sum().backward()
-        return [out.numpy()] + [p.grad.numpy() for p in net.parameters()]
-    for g, w in zip(grads(recast.KEEPS_OUTPUT), grads(frozenset())):
+        return kept, [out.numpy()] + [p.grad.numpy() for p in net.parameters()]
+    (kept, got), (kept_before, want) = grads(recast.KEEPS_OUTPUT), grads(frozenset())
+    assert kept_before - kept == B * U * 2  # the shared copy, recast in the backward
+    for g, w in zip(got, want):
         assert np.array_equal(g, w)
 
 
