@@ -29,8 +29,9 @@ PyLayer holding its operands), nor for emulation (another route), nor in a progr
 
 Paddle's saved-tensor hooks are one process-wide pair, which Paddle refuses to set while
 another is on: inside a user's own ``saved_tensors_hooks`` block (Paddle's recompute with
-``use_reentrant=False``), or while another thread's GEMM holds them, the GEMM keeps its
-copy as before, and the other pair is left as it is.
+``use_reentrant=False``) the GEMM keeps its copy as before, and the user's pair stays on.
+While a region is open in another thread the wrappers do not ask for this at all
+(``wrappers._kept``): the two threads would set and reset the one pair under each other.
 """
 from __future__ import annotations
 
