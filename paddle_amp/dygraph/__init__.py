@@ -25,6 +25,8 @@ role table maps the three):
                      wrappers' fast-path flags
     wrappers.py      paddle._C_ops's GEMM/conv entry points and Tensor @ inside a region:
                      the fast path, else planned and run as decided
+    recast.py        a bf16 GEMM's low copy of a float32 activation the backward keeps
+                     anyway (a ReLU's output): cast again in the backward, not kept
     layer_paths.py   the path of the Layer running an op, for a policy's layer rules
     legacy.py        a region in a legacy program being built: its ops written at exit
     jit.py           to_static: programs keyed by the region state; a legacy trace in one

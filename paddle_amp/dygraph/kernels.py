@@ -128,9 +128,12 @@ def _onednn_mul(x, y):
                              *ONEDNN_ATTRS)
 
 
-def matmul_v2(x, y, trans_x: bool = False, trans_y: bool = False):
+def matmul_v2(x, y, trans_x: bool = False, trans_y: bool = False, x_from=None, y_from=None):
     """``matmul_v2`` on oneDNN in bfloat16 (``x``, ``y`` bf16; a bf16 result, float32 where
-    both operands want a gradient and the GEMM is not a ``mul``).
+    both operands want a gradient and the GEMM is not a ``mul``). ``x_from``, ``y_from``: the
+    float32 tensor an operand was cast from where the backward keeps it anyway
+    (``recast.kept_source``): a ``mul`` then saves it, and casts it again when its gradient
+    reads it, rather than keeping the bf16 copy (``recast``; the other routes keep theirs).
 
     oneDNN's bf16 ``matmul_v2_grad`` crashes the process (SIGSEGV, Paddle 2.6.2 and 3.3.1)
     when one of its two gradients is not asked for: an operand with ``stop_gradient`` set,
@@ -151,7 +154,10 @@ def matmul_v2(x, y, trans_x: bool = False, trans_y: bool = False):
     if not (want_x or want_y) or not _grad_enabled():
         return _onednn_matmul(x, y, trans_x, trans_y)
     if not trans_x and not trans_y and len(y.shape) == 2 and len(x.shape) >= 2:
-        return _onednn_mul(x, y)
+        if x_from is None and y_from is None:
+            return _onednn_mul(x, y)
+        from .recast import saving_recast
+        return saving_recast(lambda: _onednn_mul(x, y), ((x, x_from), (y, y_from)), _to_bf16)
     gemm = _operand_gemm()
     if want_x and want_y:  # y's gradient edge: float32 zeros added to the result (exact)
         from paddle import _C_ops

@@ -13,8 +13,9 @@ from amp_adapters import OpDecision, ShapeClass
 
 from . import frames as _f
 from . import kernels, layer_paths
-from .frames import (BY_RANK, Frame, _lock, _name, _open, _regions, _result_rank, _slot,
-                     current, reopen)
+from .frames import (BY_RANK, Frame, _lock, _name, _open, _owners, _regions, _result_rank,
+                     _slot, current, reopen)
+from .recast import kept_source
 from .stepcasts import cast_once
 
 _originals: dict[str, Callable] = {}  # name -> what a wrapper calls (Paddle's op, or a patch)
@@ -69,6 +70,18 @@ def _run(d: OpDecision, inputs: tuple, plain: Callable, low: Callable):
 
 
 _MISSING = object()
+
+
+def _kept(x, a, y, b) -> tuple:
+    """For a GEMM of ``a``, ``b`` cast from ``x``, ``y``: the float32 operands the backward
+    keeps anyway (``recast.kept_source``), whose low copies the GEMM need not keep; none
+    while to_static's translator simulates this (it knows no ``grad_fn``), nor while a
+    region is open in another thread (Paddle's saved-tensor hooks are one pair for the
+    process, set and reset around each such GEMM: two threads would race on them)."""
+    mine = _regions.frames
+    if _in_sot[0]() or any(frames is not mine for frames in _owners.values()):
+        return None, None
+    return kept_source(x, a), kept_source(y, b)
 
 
 def _planned(frame: Optional[Frame], op: str, x, y) -> Any:
@@ -207,7 +220,8 @@ def _matmul_planned(x, y, transpose_x: bool, transpose_y: bool):
     else:
         plain = lambda a, b: orig(a, b, transpose_x, transpose_y)  # noqa: E731
         out = _run(d, (x, y), plain, plain if _in_program(x) else
-                   lambda a, b: kernels.matmul_v2(a, b, transpose_x, transpose_y))
+                   lambda a, b: kernels.matmul_v2(a, b, transpose_x, transpose_y,
+                                                  *_kept(x, a, y, b)))
     if frame is not None and frame.watched is not None:
         _watched(frame, d, (x, y), out)
     return out
@@ -240,7 +254,8 @@ def _linear_planned(x, weight, bias):
         mm = _originals["matmul"]
         plain = lambda a, b: mm(a, b, False, False)  # noqa: E731
         out = _run(d, (x, weight), plain, plain if _in_program(x) else
-                   lambda a, b: kernels.matmul_v2(a, b, False, False))
+                   lambda a, b: kernels.matmul_v2(a, b, False, False,
+                                                  *_kept(x, a, weight, b)))
         out = out if bias is None else _originals["add"](out, bias)
     if frame is not None and frame.watched is not None:
         _watched(frame, d, (x, weight), out)

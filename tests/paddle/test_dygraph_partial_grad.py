@@ -44,6 +44,12 @@ for tx in (False, True):
                        ((4, 8, 32), (32, 16)), ((8, 32), (4, 32, 16))):
             CASES.append((f"matmul {t(xs, tx)} {t(ys, ty)} tx={tx} ty={ty}", mm(tx, ty),
                           [t(xs, tx), t(ys, ty)]))
+# an operand the backward keeps in float32 anyway (a ReLU's output): its bf16 copy is cast
+# again in the backward, not kept (paddle_amp.dygraph.recast)
+CASES.append(("linear after relu", lambda x, w, b: F.linear(F.relu(x), w, b),
+              [(8, 32), (32, 16), (16,)]))
+CASES.append(("matmul of two relu outputs", lambda x, y: paddle.matmul(F.relu(x), F.relu(y)),
+              [(4, 8, 32), (32, 16)]))
 CASES.append(("matmul vector", mm(False, False), [(32,), (32, 16)]))
 CASES.append(("matmul vector, its transpose ignored", mm(True, True), [(32,), (16, 32)]))
 
