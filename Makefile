@@ -37,6 +37,7 @@ DEVICE_TESTS := tests/core/test_cpu_class.py tests/core/test_fallback_info.py \
 	tests/paddle/test_dygraph_partial_grad.py tests/paddle/test_dygraph_to_static_step.py \
 	tests/paddle/test_dygraph_doctor.py tests/paddle/test_dygraph_fast_path.py \
 	tests/paddle/test_dygraph_checkpoint_kill.py tests/paddle/test_paddle_device_book.py \
+	tests/paddle/test_paddle_recompute_casts.py tests/paddle/test_dygraph_recast.py \
 	tests/consistency/test_cast_reports.py tests/docs/test_doctor_page.py
 CPU_CLASSES := avx2 avx512_core
 
