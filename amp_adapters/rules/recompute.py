@@ -24,6 +24,8 @@ reads ``dst``, when
 Everything else stays as it is: a cast whose source the backward would not keep (a
 LayerNorm's output, which its gradient does not read) keeps its low copy, which is smaller.
 Framework-free: each program IR lists its ops as ``OpUse`` and writes the ``Recast`` back.
+Eager mode has no program to read: there the same rule is taken per GEMM, the source known
+kept when its producer's gradient node saves its output (``paddle_amp/dygraph/recast.py``).
 """
 from __future__ import annotations
 
