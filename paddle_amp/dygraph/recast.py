@@ -113,6 +113,9 @@ class _Recast:
         raised here would leave gradients off for the process (Paddle restores the mode
         only when the hook returns): the mode of a backward pass, on, is set back first."""
         try:
+            if self.source is None:  # (Paddle ran this node again after freeing its graph)
+                raise RuntimeError("the float32 tensor a bf16 GEMM's gradient casts again "
+                                   "was released after a backward that freed its graph")
             if self.source._inplace_version() != self.version:
                 raise RuntimeError(
                     "a float32 tensor read by a bf16 GEMM under paddle_amp.dygraph was "
@@ -120,9 +123,6 @@ class _Recast:
                     f"{self.source._inplace_version()}, expected {self.version}); its "
                     "gradient needs the value the GEMM read. Write a copy instead (e.g. "
                     "x = x + y, not x.add_(y)).")
-            if self.source is None:  # (a graph run again that Paddle kept: not reached)
-                raise RuntimeError("the float32 tensor a bf16 GEMM's gradient casts again "
-                                   "was released after a backward that freed its graph")
             low = self.cast(self.source)
             if not _graph_retained():  # the node will not run again: the tensor may go
                 self.source = None     # with the graph's own reference to it
@@ -135,13 +135,18 @@ class _Recast:
 
 def _graph_retained() -> bool:
     """Whether the backward running now keeps its graph, read from the frame of Paddle's
-    entry that runs it (``Tensor.backward``, ``paddle.autograd.backward``, ``paddle.grad``:
-    ``retain_graph``, resolved by ``paddle.grad`` before it runs); True where no such frame is
-    found. Without it the recipe, kept by Paddle with the node until the graph is freed,
-    would hold the float32 tensor past the backward (in a loop, through the next forward)."""
+    entry that runs it (``Tensor.backward``, ``paddle.autograd.backward``: ``retain_graph``);
+    True where no such frame is found, and under ``paddle.grad``, which runs on copies of the
+    graph's nodes whatever its ``retain_graph`` (the graph's own nodes keep what they saved,
+    and a ``backward`` after it reads them). Without it the recipe, kept by Paddle with the
+    node until the graph is freed, would hold the float32 tensor past the backward (in a
+    loop, through the next forward)."""
     frame = sys._getframe(1)
     while frame is not None:
-        if frame.f_code.co_name in ("backward", "grad") and \
+        if frame.f_code.co_name == "grad" and \
+                str(frame.f_globals.get("__name__", "")).startswith("paddle."):
+            return True
+        if frame.f_code.co_name == "backward" and \
                 "retain_graph" in frame.f_locals and \
                 str(frame.f_globals.get("__name__", "")).startswith("paddle."):
             retain = frame.f_locals["retain_graph"]

@@ -337,3 +337,25 @@ def test_while_a_region_is_open_in_another_thread_the_copy_is_kept():
         release.set()
         t.join()
     assert bf16 - fp32 == 4 * U * U * 2 + 4 * B * U * 2  # the input's and 3 ReLUs' copies
+
+
+def _grad_then_backward(keeps) -> list:
+    """``paddle.grad`` for the weight only (the graph not retained), then ``backward``: what
+    each gives, with ``recast.KEEPS_OUTPUT`` = ``keeps`` (empty: the route keeping its copy)."""
+    rng = np.random.default_rng(3)
+    h = paddle.to_tensor(rng.standard_normal((64, 32)).astype("float32"), stop_gradient=False)
+    w = paddle.to_tensor(rng.standard_normal((32, 16)).astype("float32"), stop_gradient=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(recast, "KEEPS_OUTPUT", keeps)
+        with amp.auto_cast(policy="O1-bf16"):
+            loss = F.linear(F.relu(h), w).mean()
+        (gw,) = paddle.grad(loss, [w], retain_graph=False)
+        loss.backward()  # paddle.grad ran on copies of the nodes: the graph is still whole
+    return [gw.numpy(), h.grad.numpy(), w.grad.numpy()]
+
+
+@NO_BF16
+def test_a_backward_after_paddle_grad_gives_what_the_route_keeping_the_copy_gives():
+    got, ref = _grad_then_backward(recast.KEEPS_OUTPUT), _grad_then_backward(frozenset())
+    for a, b in zip(got, ref):
+        assert np.array_equal(a, b)
