@@ -18,6 +18,8 @@ reads ``dst``, when
   again extends no lifetime;
 - nothing writes ``src`` or ``dst`` between the cast and the last backward read of ``dst``
   (the recast sees the value the cast saw, and the rewired readers the value they read);
+- no forward op reads ``dst`` after ``at`` (a program that builds a gradient, then more of
+  its forward: the copy lives on for it anyway);
 - ``src`` is not itself a cast's result (a chain such as emulation's round trip: recasting
   both links would leave the first one's source dead at the second's).
 
@@ -80,6 +82,8 @@ def recasts(ops: Sequence[OpUse]) -> tuple[Recast, ...]:
         if not late:
             continue
         at, last = late[0], late[-1]
+        if any(j > at and not ops[j].backward for j in readers.get(dst, ())):
+            continue  # a forward op after the backward's first read still reads the copy
         if not any(j >= at for j in readers.get(src, ())):
             continue  # the source dies before the backward reads the copy
         if any(i < j <= last for j in writers.get(src, ())) or \

@@ -159,14 +159,16 @@ def matmul_v2(x, y, trans_x: bool = False, trans_y: bool = False, x_from=None, y
         from .recast import saving_recast
         return saving_recast(lambda: _onednn_mul(x, y), ((x, x_from), (y, y_from)), _to_bf16)
     gemm = _operand_gemm()
+    kept = _Held((x_from, y_from)) if x_from is not None or y_from is not None else None
     if want_x and want_y:  # y's gradient edge: float32 zeros added to the result (exact)
         from paddle import _C_ops
         shared = _Held(None)  # the result's gradient in bf16, narrowed once for both
-        out = gemm(x, _Held(y), 0, trans_x, trans_y, shared, None)
-        return _C_ops.add(out, gemm(y, _Held(x), 1, trans_x, trans_y, shared, _Held(out)))
+        out = gemm(x, _Held(y), 0, trans_x, trans_y, shared, None, kept)
+        return _C_ops.add(out, gemm(y, _Held(x), 1, trans_x, trans_y, shared, _Held(out),
+                                    kept))
     if want_x:
-        return gemm(x, _Held(y), 0, trans_x, trans_y, None, None)
-    return gemm(y, _Held(x), 1, trans_x, trans_y, None, None)
+        return gemm(x, _Held(y), 0, trans_x, trans_y, None, None, kept)
+    return gemm(y, _Held(x), 1, trans_x, trans_y, None, None, kept)
 
 
 class _Held:
@@ -245,19 +247,28 @@ def _operand_gemm() -> Callable:
     import paddle
     from paddle import _C_ops
 
+    from .recast import Recipe
+
     class OperandGemm(paddle.autograd.PyLayer):
         @staticmethod
-        def forward(ctx, t, other, which, trans_x, trans_y, shared, zeros_like):
-            ctx.gemm = ((t, other.t) if which == 0 else (other.t, t), trans_x, trans_y, which)
+        def forward(ctx, t, other, which, trans_x, trans_y, shared, zeros_like, kept=None):
+            operands = (t, other.t) if which == 0 else (other.t, t)
+            sources = kept.t if kept is not None else (None, None)
+            # an operand whose float32 source the backward keeps anyway is held as that
+            # source and cast again in the backward (``recast``); the other as it is
+            ctx.gemm = (tuple(Recipe(src) if src is not None else low
+                              for low, src in zip(operands, sources)),
+                        trans_x, trans_y, which)
             ctx.shared = shared
             if zeros_like is not None:
                 return paddle.zeros(zeros_like.t.shape, paddle.float32)
-            out = _onednn_matmul(*ctx.gemm[0], trans_x, trans_y)
+            out = _onednn_matmul(*operands, trans_x, trans_y)
             return out if shared is None else _C_ops.cast(out, paddle.float32)
 
         @staticmethod
         def backward(ctx, d):
-            (x, y), trans_x, trans_y, which = ctx.gemm
+            held, trans_x, trans_y, which = ctx.gemm
+            x, y = (h.make() if isinstance(h, Recipe) else h for h in held)
             if ctx.shared is not None:
                 if ctx.shared.t is None:
                     ctx.shared.t = _C_ops.cast(d, paddle.bfloat16)

@@ -23,15 +23,24 @@ only indices here). Each is dropped once read by a backward that frees its graph
 drops its own saved tensors then); a retained graph (``retain_graph=True``) reads them
 again.
 
+A GEMM of two activations, or by a transposed or batched matrix, runs as our own PyLayers
+(``kernels._operand_gemm``): there no hook is needed, the PyLayer holds such an operand as
+a ``Recipe`` (the float32 tensor) and casts it again in its backward; Paddle drops a
+PyLayer's context after a backward that frees its graph (attention's softmax output before
+``@ v``: its bf16 copy is no longer kept).
+
 Not done where the tensor is not known kept (a leaf, a LayerNorm or an add output, a GELU
-output: its node keeps its input), nor for the routes of ``kernels._operand_gemm`` (a
-PyLayer holding its operands), nor for emulation (another route), nor in a program.
+output: its node keeps its input), nor for emulation (another route), nor in a program.
 
 Paddle's saved-tensor hooks are one process-wide pair, which Paddle refuses to set while
 another is on: inside a user's own ``saved_tensors_hooks`` block (Paddle's recompute with
 ``use_reentrant=False``) the GEMM keeps its copy as before, and the user's pair stays on.
 While a region is open in another thread the wrappers do not ask for this at all
-(``wrappers._kept``): the two threads would set and reset the one pair under each other.
+(``wrappers._kept``): the two threads would set and reset the one pair under each other. A
+thread recording gradients with no region of its own while a ``mul`` here runs may have its
+saved tensors packed by this pair too (kept as they are: the same values); Paddle releases
+the interpreter lock while it runs an op, so such a program should open a region (or
+none) in each thread.
 """
 from __future__ import annotations
 
@@ -116,13 +125,7 @@ class _Recast:
             if self.source is None:  # (Paddle ran this node again after freeing its graph)
                 raise RuntimeError("the float32 tensor a bf16 GEMM's gradient casts again "
                                    "was released after a backward that freed its graph")
-            if self.source._inplace_version() != self.version:
-                raise RuntimeError(
-                    "a float32 tensor read by a bf16 GEMM under paddle_amp.dygraph was "
-                    f"written in place after that GEMM (version "
-                    f"{self.source._inplace_version()}, expected {self.version}); its "
-                    "gradient needs the value the GEMM read. Write a copy instead (e.g. "
-                    "x = x + y, not x.add_(y)).")
+            _unwritten(self.source, self.version)
             low = self.cast(self.source)
             if not _graph_retained():  # the node will not run again: the tensor may go
                 self.source = None     # with the graph's own reference to it
@@ -131,6 +134,34 @@ class _Recast:
             from paddle.base.framework import _dygraph_tracer
             _dygraph_tracer()._has_grad = True
             raise
+
+
+def _unwritten(source: Any, version: int) -> None:
+    """Raise if ``source`` was written in place since it was at ``version`` (read by a GEMM
+    whose gradient casts it again)."""
+    if source._inplace_version() != version:
+        raise RuntimeError(
+            "a float32 tensor read by a bf16 GEMM under paddle_amp.dygraph was written in "
+            f"place after that GEMM (version {source._inplace_version()}, expected "
+            f"{version}); its gradient needs the value the GEMM read. Write a copy instead "
+            "(e.g. x = x + y, not x.add_(y)).")
+
+
+class Recipe:
+    """A bf16 operand held by a GEMM's own ``PyLayer`` (``kernels._operand_gemm``) as the
+    float32 tensor it was cast from, where the backward keeps that anyway: cast again by the
+    same rounding cast when the backward reads it. Paddle drops a PyLayer's context after a
+    backward that frees its graph, and keeps it for one that does not."""
+    __slots__ = ("source", "version")
+
+    def __init__(self, source: Any) -> None:
+        self.source = source.detach()  # (its buffer and in-place version, out of the graph)
+        self.version = self.source._inplace_version()
+
+    def make(self) -> Any:
+        from .kernels import _to_bf16
+        _unwritten(self.source, self.version)
+        return _to_bf16(self.source)
 
 
 def _graph_retained() -> bool:

@@ -38,7 +38,7 @@ def _live_bytes(ops, size, plan=()):
 @st.composite
 def programs(draw):
     """A forward of ops over values 0..n, some of them casts, then a backward reading any
-    earlier value (in place writes too); sizes per value."""
+    earlier value (in place writes too, and forward ops among it); sizes per value."""
     n_fwd = draw(st.integers(2, 8))
     ops, values = [], [0]
     for i in range(n_fwd):
@@ -56,7 +56,10 @@ def programs(draw):
         if draw(st.integers(0, 5)) == 0:  # an in-place write of a forward value
             writes.add(draw(st.sampled_from(values)))
         values.append(len(values))
-        ops.append(OpUse(frozenset(reads), frozenset(writes), backward=True))
+        # mostly the backward; now and then more forward after it (paddle.static.gradients
+        # before the rest of the model is built)
+        ops.append(OpUse(frozenset(reads), frozenset(writes),
+                         backward=draw(st.integers(0, 4)) > 0))
     size = {v: draw(st.sampled_from([1, 2, 4])) for v in values}
     return ops, size
 

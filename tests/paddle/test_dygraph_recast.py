@@ -359,3 +359,33 @@ def test_a_backward_after_paddle_grad_gives_what_the_route_keeping_the_copy_give
     got, ref = _grad_then_backward(recast.KEEPS_OUTPUT), _grad_then_backward(frozenset())
     for a, b in zip(got, ref):
         assert np.array_equal(a, b)
+
+
+def _attention(keeps) -> tuple:
+    """``softmax(q @ k^T) @ v`` in an O1-bf16 region (the GEMMs of two activations: the
+    ``_operand_gemm`` route), with ``recast.KEEPS_OUTPUT`` = ``keeps``: (the bytes the graph
+    holds after the forward, the result and the gradients of q, k, v)."""
+    rng = np.random.default_rng(5)
+    q, k, v = (paddle.to_tensor(rng.standard_normal((2, 4, 16, 8)).astype("float32"),
+                                stop_gradient=False) for _ in range(3))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(recast, "KEEPS_OUTPUT", keeps)
+        before = _allocated()
+        with amp.auto_cast(policy="O1-bf16") as region:
+            out = paddle.matmul(F.softmax(paddle.matmul(q, k, transpose_y=True), -1), v)
+        assert region.ran["matmul_v2"].execution == "kernel", region.ran["matmul_v2"]
+        held = _allocated() - before
+        weights = paddle.to_tensor(np.cos(np.arange(out.size)).reshape(out.shape)
+                                   .astype("float32"))
+        (out * weights).sum().backward()
+    return (held, *(t.numpy() for t in (out, q.grad, k.grad, v.grad)))
+
+
+@NO_BF16
+def test_a_gemm_of_a_softmax_output_keeps_no_copy_of_it_and_gives_the_same_bits():
+    held, *got = _attention(recast.KEEPS_OUTPUT)
+    held_before, *ref = _attention(frozenset())
+    for a, b in zip(got, ref):
+        assert np.array_equal(a, b)
+    # the attention weights' bf16 copy (2x4x16x16, 2 bytes each) is no longer held
+    assert held_before - held == 2 * 4 * 16 * 16 * 2

@@ -14,6 +14,9 @@ _BACKWARD = int(core.op_proto_and_checker_maker.OpRole.Backward)
 _OPTIMIZE = int(core.op_proto_and_checker_maker.OpRole.Optimize) | int(
     core.op_proto_and_checker_maker.OpRole.LRSched)
 _IO = frozenset({"feed", "fetch", "fetch_v2", "read", "create_py_reader"})
+# What a cast made again in the backward reads its source through (``recompute``): no
+# gradient, so not the doctor's to examine
+_ORDERING = frozenset({"depend", "share_data"})
 _FLOAT = (core.VarDesc.VarType.FP32, core.VarDesc.VarType.FP16, core.VarDesc.VarType.BF16,
           core.VarDesc.VarType.FP64)
 _LOW = (core.VarDesc.VarType.FP16, core.VarDesc.VarType.BF16)
@@ -37,7 +40,7 @@ def doctor_ops(program, is_forward):
     block._sync_with_cpp()
     forward = [op for op in block.ops if is_forward(op)]
     backward = [op for op in block.ops if not is_forward(op) and
-                int(op.attr(_ROLE)) & _BACKWARD]
+                int(op.attr(_ROLE)) & _BACKWARD and op.type not in _ORDERING]
     return prog, forward, backward
 
 

@@ -42,9 +42,12 @@ class Recompute:
             out.append(OpUse(frozenset(n for o in each for n in o.input_arg_names),
                              frozenset(n for o in each for n in o.output_arg_names),
                              bool(int(role(op)) & _BACKWARD), cast))
-        # the fed vars (``paddle.static.data``) stay in the scope the whole step (measured:
-        # alive at the step's peak): read, as it were, at its end
-        fed = frozenset(v.name for v in self.block.vars.values() if v.is_data)
+        # the fed vars (``paddle.static.data`` fed by ``exe.run``: no op of the block writes
+        # them) stay in the scope the whole step (measured: alive at the step's peak): read,
+        # as it were, at its end. One a ``read`` op fills is an op's output like any other
+        written = {n for op in self._listed for n in op.output_arg_names}
+        fed = frozenset(v.name for v in self.block.vars.values()
+                        if v.is_data and v.name not in written)
         return out + [OpUse(fed, frozenset(), backward=True)] if fed else out
 
     def recast(self, plan: tuple[Recast, ...]) -> None:
