@@ -177,8 +177,8 @@ def _asked(dtype: str, op: "str | None" = None) -> dict:
     (``amp_adapters.services.device_book``): what the probes load (oneDNN primitives, JIT
     code, freed memory the heap keeps: +15.4 MiB resident after six ops' probes, most of it
     the engine's first use, which a step pays too; 2 MiB of the bench's CNN step's peak)
-    never stays in the process that trains. Where the child gives no answer it is asked here (with a warning
-    once); a measuring child asks itself."""
+    never stays in the process that trains. Where the child gives no answer it is asked
+    here (with a warning once); a measuring child asks itself."""
     from amp_adapters.services import device_book
     question = f"kernels cpu {dtype}" + ("" if op is None else f" op {op}")
     args = (dtype,) if op is None else (dtype, [op])
