@@ -26,6 +26,7 @@ DEVICE_TESTS := tests/core/test_cpu_class.py tests/core/test_fallback_info.py \
 	tests/core/test_native_speed.py tests/mxnet/test_speed.py tests/mxnet/test_auto_device.py \
 	tests/mxnet/test_bench_bf16.py tests/mxnet/test_bf16_convert.py tests/mxnet/test_device.py \
 	tests/mxnet/test_doctor.py tests/mxnet/test_frozen_weight.py tests/mxnet/test_kernel_table.py \
+	tests/mxnet/test_mxnet_device_book.py \
 	tests/paddle/test_paddle_auto_device.py tests/paddle/test_paddle_bf16.py \
 	tests/paddle/test_paddle_bf16_dropin.py tests/paddle/test_paddle_bf16_guard.py \
 	tests/paddle/test_paddle_bf16_slow_grads.py tests/paddle/test_paddle_kernels_behind_casts.py \

@@ -16,6 +16,7 @@ would crash the first training step.
 from __future__ import annotations
 
 import collections.abc
+import hashlib
 from typing import Callable, Iterator, Sequence
 
 import mxnet as mx
@@ -120,24 +121,127 @@ def dtype_of(x: object) -> str:
     return dtype_name(getattr(x, "dtype", "float32"))
 
 
+def _probe(op: str, ctx: mx.Context, dtype: str, backward: bool) -> bool:
+    """``has_kernel``'s answer found here, by running ``op``'s recipe (or ``_generic``'s call)
+    on ``ctx``: forward, and with ``backward`` forward then backward (asked only where the
+    forward runs: the callers check that first). An op the probe cannot call even in
+    float32 is assumed to have the kernel (``has_kernel``)."""
+    recipe = _RECIPES.get(op) or _generic(op)
+    return _runs(recipe, ctx, dtype, backward) or not _runs(recipe, ctx, "float32", backward)
+
+
+def _mp_update_runs(ctx: mx.Context, dtype: str) -> bool:
+    """``has_mp_update``'s answer found here, by running ``mp_sgd_update`` on ``ctx``."""
+    def call(a: _Make) -> object:
+        w, master = a(4), nd.ones((4,), ctx=ctx)
+        return nd.mp_sgd_update(w, a(4), master, lr=0.1, out=w)
+    return _runs(call, ctx, dtype)
+
+
+def batch_ops(dtype: str) -> list[str]:
+    """The ops one question asks about at once (``kernel_answers``): every op with a recipe
+    and those the native default lists lower in ``dtype`` (``amp-adapters info``'s table)."""
+    from amp_adapters import effective_lists
+    lowered = effective_lists(Policy.preset("mxnet-native", dtype=dtype), "mxnet")["lower"]
+    return sorted(set(_RECIPES) | set(lowered))
+
+
+def mxnet_build() -> str:
+    """The MXNet build a kernel answer holds for (``device_book``'s key): its version, the
+    features it is compiled with (two builds of one version, with or without oneDNN, run
+    other kernels; MXNet 1.9.1 exposes no commit) and whether CUDA is among them."""
+    features = mx.runtime.Features()
+    enabled = ",".join(sorted(name for name, f in features.items() if f.enabled))
+    digest = hashlib.sha1(enabled.encode()).hexdigest()[:10]
+    return f"{mx.__version__} features={digest} cuda={features.is_enabled('CUDA')}"
+
+
+def kernel_answers(dtype: str, ops: "list[str] | None" = None) -> dict:
+    """``has_kernel``'s answers on the CPU for ``ops`` (default: ``batch_ops``), forward and
+    backward, found here by running the probes, and with the default batch
+    ``has_mp_update``'s: what the measuring child runs (``mxnet_amp.speed_child``,
+    ``_asked``). JSON: {"forward": {op: bool}, "backward": {op: bool}[, "mp_update": bool]}."""
+    ctx = mx.cpu()
+    names = batch_ops(dtype) if ops is None else list(ops)
+    got: dict = {"forward": {op: _probe(op, ctx, dtype, False) for op in names}}
+    got["backward"] = {op: got["forward"][op] and _probe(op, ctx, dtype, True) for op in names}
+    if ops is None:
+        got["mp_update"] = _mp_update_runs(ctx, dtype)
+    return got
+
+
+def _asked(dtype: str, op: "str | None" = None) -> dict:
+    """``kernel_answers(dtype)`` (``op`` None: the batch) or ``kernel_answers(dtype, [op])``,
+    asked once per machine (its simulated CPU class and oneDNN limits included), MXNet build
+    and project version in the measuring child and kept on disk
+    (``amp_adapters.services.device_book``): what the probes load (oneDNN primitives, JIT
+    code, freed memory the heap keeps: +15.4 MiB resident after six ops' probes, most of it
+    the engine's first use, which a step pays too; 2 MiB of the bench's CNN step's peak)
+    never stays in the process that trains. Where the child gives no answer it is asked
+    here (with a warning once); a measuring child asks itself."""
+    from amp_adapters.services import device_book
+    question = f"kernels cpu {dtype}" + ("" if op is None else f" op {op}")
+    args = (dtype,) if op is None else (dtype, [op])
+    return device_book.answer("mxnet", mxnet_build(), question, "mxnet_amp.speed_child",
+                              kernel_answers, *args)
+
+
+def _keep(dtype: str, got: dict) -> None:
+    """Hold ``kernel_answers``' answers in this process's cache (``_probed``, ``_mp_probed``);
+    an op a kept answer does not name is asked again, never assumed."""
+    for direction, backward in (("forward", False), ("backward", True)):
+        for op, ok in got.get(direction, {}).items():
+            _probed.setdefault(("cpu", dtype, op, backward), bool(ok))
+    if "mp_update" in got:
+        _mp_probed.setdefault(("cpu", dtype), bool(got["mp_update"]))
+
+
 _probed: dict[tuple[str, str, str, bool], bool] = {}
+_batched: set[str] = set()  # the dtypes whose batch this process asked
+
+
+def _from_book(op: "str | None", dtype: str) -> None:
+    """Fill this process's cache with the batch's answers for ``dtype`` (once), then, if
+    ``op`` is still unanswered (outside the batch, or a kept batch that does not name it),
+    with ``op``'s own answer, asked in the child as well and kept beside the batch."""
+    if dtype not in _batched:
+        _keep(dtype, _asked(dtype))
+        _batched.add(dtype)
+    if op is not None and ("cpu", dtype, op, False) not in _probed:
+        _keep(dtype, _asked(dtype, op))
+
+
+def forget() -> None:
+    """Drop this process's answers (the next question reads the device book again)."""
+    _probed.clear()
+    _mp_probed.clear()
+    _batched.clear()
+
+
+def _in_child_book(ctx: mx.Context) -> bool:
+    """Whether ``ctx``'s kernel questions go to the device book: the CPU's, asked from a
+    process that is not itself a measuring child. A GPU's are probed in this process: the
+    child would have to see the same device, and the answers of a GPU are not keyed by it
+    in the book (a GPU's probe leaves its memory on the GPU's own allocator anyway)."""
+    from amp_adapters.services import measure_process
+    return ctx.device_type == "cpu" and not measure_process.serving
 
 
 def has_kernel(op: str, ctx: mx.Context, dtype: str, backward: bool = False) -> bool:
     """True if ``op`` computes in ``dtype`` on ``ctx``'s device type (probed once, cached);
     with ``backward``, its gradient too (training).
 
-    An op the probe cannot call even in float32 (no recipe, unusual arity) is
-    assumed to have the kernel: it is not a GEMM/conv, whose recipes are known.
+    On the CPU the probes run in the measuring child, their answers kept on disk
+    (``_asked``); on a GPU, here. An op the probe cannot call even in float32 (no recipe,
+    unusual arity) is assumed to have the kernel: it is not a GEMM/conv, whose recipes are
+    known.
     """
     key = (ctx.device_type, dtype, op, backward)
-    if key not in _probed:
-        if backward and not has_kernel(op, ctx, dtype):
-            _probed[key] = False
-        else:
-            recipe = _RECIPES.get(op) or _generic(op)
-            _probed[key] = _runs(recipe, ctx, dtype, backward) or \
-                not _runs(recipe, ctx, "float32", backward)
+    if key not in _probed and _in_child_book(ctx):
+        _from_book(op, dtype)
+    if key not in _probed:  # a gradient only where the forward runs (as the probe asks)
+        _probed[key] = (not backward or has_kernel(op, ctx, dtype)) and \
+            _probe(op, ctx, dtype, backward)
     return _probed[key]
 
 
@@ -214,11 +318,11 @@ _mp_probed: dict[tuple[str, str], bool] = {}
 def has_mp_update(ctx: mx.Context, dtype: str) -> bool:
     """True if MXNet's fused multi-precision update (``mp_sgd_update``: a ``dtype`` weight, its
     float32 master) runs on ``ctx``'s device type. MXNet 1.9.1 registers it for float16
-    only ("Unknown type enum 12" for bfloat16); probed once, not assumed."""
+    only ("Unknown type enum 12" for bfloat16); probed once, not assumed (on the CPU in the
+    measuring child, with the batch of ``kernel_answers``)."""
     key = (ctx.device_type, dtype)
+    if key not in _mp_probed and _in_child_book(ctx):
+        _from_book(None, dtype)
     if key not in _mp_probed:
-        def call(a: _Make) -> object:
-            w, master = a(4), nd.ones((4,), ctx=ctx)
-            return nd.mp_sgd_update(w, a(4), master, lr=0.1, out=w)
-        _mp_probed[key] = _runs(call, ctx, dtype)
+        _mp_probed[key] = _mp_update_runs(ctx, dtype)
     return _mp_probed[key]
