@@ -256,7 +256,7 @@ def _operand_gemm() -> Callable:
             sources = kept.t if kept is not None else (None, None)
             # an operand whose float32 source the backward keeps anyway is held as that
             # source and cast again in the backward (``recast``); the other as it is
-            ctx.gemm = (tuple(Recipe(src) if src is not None else low
+            ctx.gemm = (tuple(Recipe(src, _to_bf16) if src is not None else low
                               for low, src in zip(operands, sources)),
                         trans_x, trans_y, which)
             ctx.shared = shared

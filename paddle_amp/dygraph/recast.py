@@ -152,16 +152,15 @@ class Recipe:
     float32 tensor it was cast from, where the backward keeps that anyway: cast again by the
     same rounding cast when the backward reads it. Paddle drops a PyLayer's context after a
     backward that frees its graph, and keeps it for one that does not."""
-    __slots__ = ("source", "version")
+    __slots__ = ("source", "version", "cast")
 
-    def __init__(self, source: Any) -> None:
+    def __init__(self, source: Any, cast: Callable[[Any], Any]) -> None:
         self.source = source.detach()  # (its buffer and in-place version, out of the graph)
-        self.version = self.source._inplace_version()
+        self.version, self.cast = self.source._inplace_version(), cast
 
     def make(self) -> Any:
-        from .kernels import _to_bf16
         _unwritten(self.source, self.version)
-        return _to_bf16(self.source)
+        return self.cast(self.source)
 
 
 def _graph_retained() -> bool:
