@@ -33,3 +33,18 @@ def own_speed_cache(tmp_path, monkeypatch):
     speed_source.forget()
     yield
     speed_source.forget()
+
+
+@pytest.fixture
+def child_asked(monkeypatch):
+    """The questions sent to the measuring child (the real one: counted, then delegated), as
+    (function name, *arguments): what the device-book tests of each backend check."""
+    from amp_adapters.services import measure_process
+    sent = []
+    call = measure_process.call
+
+    def counted(server, fn, *args):
+        sent.append((fn.__name__,) + args)
+        return call(server, fn, *args)
+    monkeypatch.setattr(measure_process, "call", counted)
+    return sent

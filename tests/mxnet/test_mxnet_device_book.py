@@ -19,19 +19,6 @@ OUTSIDE = "elemwise_add"  # a generic op a policy may ask about: no recipe, not 
 
 
 @pytest.fixture
-def child_asked(monkeypatch):
-    """The questions sent to the measuring child (the real one: counted, then delegated)."""
-    sent = []
-    call = measure_process.call
-
-    def counted(server, fn, *args):
-        sent.append((fn.__name__,) + args)
-        return call(server, fn, *args)
-    monkeypatch.setattr(measure_process, "call", counted)
-    return sent
-
-
-@pytest.fixture
 def fresh_answers():
     """This process's answers dropped before and after (a warm cache answers without asking)."""
     kernels.forget()

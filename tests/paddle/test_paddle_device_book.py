@@ -27,19 +27,6 @@ def _forget_static():
             getattr(kernels, name).cache_clear()
 
 
-@pytest.fixture
-def child_asked(monkeypatch):
-    """The questions sent to the measuring child (the real one: counted, then delegated)."""
-    sent = []
-    call = measure_process.call
-
-    def counted(server, fn, *args):
-        sent.append((fn.__name__,) + args)
-        return call(server, fn, *args)
-    monkeypatch.setattr(measure_process, "call", counted)
-    return sent
-
-
 def test_static_kernel_sets_come_from_the_child_and_equal_this_processs(monkeypatch,
                                                                        child_asked):
     def refused(*args, **kw):
