@@ -75,3 +75,18 @@ def paddle_dygraph_layered(kind):
             return paddle.mean(d * d) * LAYERED_FACTOR[kind]
 
     return paddle.nn.Sequential(*blocks), Loss()
+
+
+def paddle_dygraph_steps(kind, model, loss_fn, opt, scaler, policy, steps):
+    """``steps`` of a user's eager loop on ``kind``'s layered batches: the forward in an
+    ``auto_cast`` region under ``policy``, the scaled loss's backward, ``scaler.minimize``."""
+    import paddle
+    from paddle_amp import dygraph as amp
+    for s in range(steps):
+        x, y, _ = layered_arrays(kind, s)
+        with amp.auto_cast(policy=policy):
+            loss = loss_fn(model(paddle.to_tensor(x)), paddle.to_tensor(y))
+        scaled = scaler.scale(loss)
+        scaled.backward()
+        scaler.minimize(opt, scaled)
+        opt.clear_grad()

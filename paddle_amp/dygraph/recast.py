@@ -107,46 +107,6 @@ def _grad_fn_leaks() -> bool:
     return extra == 1
 
 
-class _Recast:
-    """A saved low copy, kept as the float32 tensor it was cast from (and that tensor's
-    in-place version then), made again when the backward reads it."""
-    __slots__ = ("source", "version", "cast")
-
-    def __init__(self, source: Any, cast: Callable[[Any], Any]) -> None:
-        # ``detach``: the same tensor (its buffer and in-place version), out of the graph
-        source = source.detach()
-        self.source, self.version, self.cast = source, source._inplace_version(), cast
-
-    def make(self) -> Any:
-        """The low copy again (called by Paddle's unpack hook, gradients off). An error
-        raised here would leave gradients off for the process (Paddle restores the mode
-        only when the hook returns): the mode of a backward pass, on, is set back first."""
-        try:
-            if self.source is None:  # (Paddle ran this node again after freeing its graph)
-                raise RuntimeError("the float32 tensor a bf16 GEMM's gradient casts again "
-                                   "was released after a backward that freed its graph")
-            _unwritten(self.source, self.version)
-            low = self.cast(self.source)
-            if not _graph_retained():  # the node will not run again: the tensor may go
-                self.source = None     # with the graph's own reference to it
-            return low
-        except BaseException:
-            from paddle.base.framework import _dygraph_tracer
-            _dygraph_tracer()._has_grad = True
-            raise
-
-
-def _unwritten(source: Any, version: int) -> None:
-    """Raise if ``source`` was written in place since it was at ``version`` (read by a GEMM
-    whose gradient casts it again)."""
-    if source._inplace_version() != version:
-        raise RuntimeError(
-            "a float32 tensor read by a bf16 GEMM under paddle_amp.dygraph was written in "
-            f"place after that GEMM (version {source._inplace_version()}, expected "
-            f"{version}); its gradient needs the value the GEMM read. Write a copy instead "
-            "(e.g. x = x + y, not x.add_(y)).")
-
-
 class Recipe:
     """A bf16 operand held by a GEMM's own ``PyLayer`` (``kernels._operand_gemm``) as the
     float32 tensor it was cast from, where the backward keeps that anyway: cast again by the
@@ -159,8 +119,38 @@ class Recipe:
         self.version, self.cast = self.source._inplace_version(), cast
 
     def make(self) -> Any:
-        _unwritten(self.source, self.version)
+        """The bf16 copy again; raises if the tensor was written in place since the GEMM."""
+        if self.source._inplace_version() != self.version:
+            raise RuntimeError(
+                "a float32 tensor read by a bf16 GEMM under paddle_amp.dygraph was written in "
+                f"place after that GEMM (version {self.source._inplace_version()}, expected "
+                f"{self.version}); its gradient needs the value the GEMM read. Write a copy "
+                "instead (e.g. x = x + y, not x.add_(y)).")
         return self.cast(self.source)
+
+
+class _Recast(Recipe):
+    """A low copy a ``mul`` saved through the hooks, as a ``Recipe``; its float32 tensor let
+    go once read by a backward that frees its graph (Paddle keeps the hook's values until
+    the graph itself goes)."""
+    __slots__ = ()
+
+    def make(self) -> Any:
+        """The low copy again (called by Paddle's unpack hook, gradients off). An error
+        raised here would leave gradients off for the process (Paddle restores the mode
+        only when the hook returns): the mode of a backward pass, on, is set back first."""
+        try:
+            if self.source is None:  # (Paddle ran this node again after freeing its graph)
+                raise RuntimeError("the float32 tensor a bf16 GEMM's gradient casts again "
+                                   "was released after a backward that freed its graph")
+            low = super().make()
+            if not _graph_retained():  # the node will not run again: the tensor may go
+                self.source = None     # with the graph's own reference to it
+            return low
+        except BaseException:
+            from paddle.base.framework import _dygraph_tracer
+            _dygraph_tracer()._has_grad = True
+            raise
 
 
 def _graph_retained() -> bool:

@@ -90,14 +90,7 @@ def _dygraph(kind):
     policy = P.policy(kind)
     scaler = amp.GradScaler(policy=policy)
     with amp.doctor(model, loss_fn, opt, policy=policy, scaler=scaler) as dr:
-        for s in range(2):
-            x, y, _ = P.layered_arrays(kind, s)
-            with amp.auto_cast(policy=policy):
-                loss = loss_fn(model(paddle.to_tensor(x)), paddle.to_tensor(y))
-            scaled = scaler.scale(loss)
-            scaled.backward()
-            scaler.minimize(opt, scaled)
-            opt.clear_grad()
+        P.paddle_dygraph_steps(kind, model, loss_fn, opt, scaler, policy, 2)
     return dr
 
 

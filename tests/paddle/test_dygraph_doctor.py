@@ -31,14 +31,7 @@ def _train(policy, steps, watch=False):
     if dr is not None:
         dr.__enter__()
     try:
-        for s in range(steps):
-            x, y, _ = P.layered_arrays(KIND, s)
-            with amp.auto_cast(policy=policy):
-                loss = loss_fn(model(paddle.to_tensor(x)), paddle.to_tensor(y))
-            scaled = scaler.scale(loss)
-            scaled.backward()
-            scaler.minimize(opt, scaled)
-            opt.clear_grad()
+        P.paddle_dygraph_steps(KIND, model, loss_fn, opt, scaler, policy, steps)
         state = scaler.loss_scale()[1]
     finally:
         if dr is not None:

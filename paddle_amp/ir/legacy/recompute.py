@@ -4,29 +4,16 @@ role), and a ``Recast`` written as a cast op of the backward role in front of th
 gradient op reading the copy, with the forward cast's oneDNN attributes (the same rounding)."""
 from __future__ import annotations
 
-from paddle.base import core, framework, unique_name
+from paddle.base import core, unique_name
 
 from amp_adapters.rules.recompute import OpUse, Recast
 
 from .doctor import inserted_cast
-from .values import _ROLE, RECAST, is_forward, role
-from .writing import _insert_cast_op, _ops_within
+from .values import RECAST, is_forward, role
+from .writing import _insert_cast_op, _ops_within, insert_op
 
 _BACKWARD = int(core.op_proto_and_checker_maker.OpRole.Backward)
 _ONEDNN = ("use_mkldnn", "mkldnn_data_type", "use_onednn", "onednn_data_type")
-
-
-def _insert_op(block, i: int, kind: str, inputs: dict, outputs: dict) -> None:
-    """A backward-role op of type ``kind`` at position ``i``, straight into the desc."""
-    desc = block.desc._insert_op(i)
-    desc.set_type(kind)
-    for slot, names in inputs.items():
-        desc.set_input(slot, names)
-    for slot, names in outputs.items():
-        desc.set_output(slot, names)
-    desc._set_int32_attr(_ROLE, _BACKWARD)
-    desc.check_attrs()
-    block.ops.insert(i, framework.Operator(block, desc))
 
 
 class Recompute:
@@ -36,7 +23,7 @@ class Recompute:
         self._listed = list(self.block.ops)
         out = []
         for op in self._listed:
-            each = [op, *(_ops_within(op) if op.has_attr("sub_block") else ())]
+            each = [op, *_ops_within(op)]
             cast = (op.input("X")[0], op.output("Out")[0]) \
                 if inserted_cast(op) and is_forward(op) else None
             out.append(OpUse(frozenset(n for o in each for n in o.input_arg_names),
@@ -76,11 +63,9 @@ class Recompute:
             _insert_cast_op(self.block, r.at, waited.name, new.name,
                             cast.attr("in_dtype"), cast.attr("out_dtype"), _BACKWARD,
                             {a: cast.attr(a) for a in _ONEDNN if cast.has_attr(a)})
-            _insert_op(self.block, r.at, "share_data", {"X": [src.name]},
-                       {"Out": [waited.name]})
-            _insert_op(self.block, r.at, "depend", {"X": [src.name], "Dep": [r.after]},
-                       {"Out": [src.name]})
+            insert_op(self.block, r.at, "share_data", {"X": [src.name]},
+                      {"Out": [waited.name]}, _BACKWARD)
+            insert_op(self.block, r.at, "depend", {"X": [src.name], "Dep": [r.after]},
+                      {"Out": [src.name]}, _BACKWARD)
             for j in r.readers:
-                for each in [ops[j], *(_ops_within(ops[j]) if ops[j].has_attr("sub_block")
-                                       else ())]:
-                    each._rename_input(r.dst, new.name)
+                self.rewire_within(ops[j], r.dst, new.name)

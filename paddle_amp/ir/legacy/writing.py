@@ -2,7 +2,7 @@
 inputs renamed, outputs retyped or rounded, oneDNN's attributes."""
 from __future__ import annotations
 
-from typing import AbstractSet
+from typing import AbstractSet, Optional
 
 from paddle.base import core, framework, unique_name
 
@@ -17,31 +17,42 @@ _NAMESCOPE = core.op_proto_and_checker_maker.kOpNameScopeAttrName()
 
 
 def _ops_within(op) -> list:
-    """Every op in ``op``'s sub-block, and in theirs, recursively."""
+    """Every op in ``op``'s sub-block, and in theirs, recursively (none: no sub-block)."""
     out = []
+    if not op.has_attr("sub_block"):
+        return out
     for inner in op._block_attr("sub_block").ops:
         out.append(inner)
-        if inner.has_attr("sub_block"):
-            out.extend(_ops_within(inner))
+        out.extend(_ops_within(inner))
     return out
+
+
+def insert_op(block, i: int, kind: str, inputs: dict, outputs: dict, role,
+              ints: Optional[dict] = None, attrs: Optional[dict] = None) -> None:
+    """An op of type ``kind`` at position ``i``, straight into the desc (its vars exist), with
+    ``role``, the int32 attributes ``ints`` and the other ``attrs``; the op's own defaults
+    for the rest."""
+    desc = block.desc._insert_op(i)
+    desc.set_type(kind)
+    for slot, names in inputs.items():
+        desc.set_input(slot, names)
+    for slot, names in outputs.items():
+        desc.set_output(slot, names)
+    for name, value in {**(ints or {}), _ROLE: role}.items():
+        desc._set_int32_attr(name, int(value))
+    desc._set_attr(_NAMESCOPE, framework._full_name_scope())
+    for name, value in (attrs or {}).items():
+        desc._set_attr(name, value)
+    desc.check_attrs()  # the op's defaults (a cast's use_mkldnn, ...)
+    block.ops.insert(i, framework.Operator(block, desc))
 
 
 def _insert_cast_op(block, i: int, src: str, out: str, in_dtype, out_dtype, role,
                     attrs: dict) -> None:
-    """A ``cast`` op at position ``i``, straight into the desc (its output var exists), with
-    ``attrs`` besides its dtypes (oneDNN's: ``LegacyProgram._cast_attrs``)."""
-    desc = block.desc._insert_op(i)
-    desc.set_type("cast")
-    desc.set_input("X", [src])
-    desc.set_output("Out", [out])
-    desc._set_int32_attr("in_dtype", int(in_dtype))
-    desc._set_int32_attr("out_dtype", int(out_dtype))
-    desc._set_int32_attr(_ROLE, int(role))
-    desc._set_attr(_NAMESCOPE, framework._full_name_scope())
-    for name, value in attrs.items():
-        desc._set_attr(name, value)
-    desc.check_attrs()  # the cast op's defaults (use_mkldnn, ...)
-    block.ops.insert(i, framework.Operator(block, desc))
+    """A ``cast`` op at position ``i`` with ``attrs`` besides its dtypes (oneDNN's:
+    ``LegacyProgram._cast_attrs``)."""
+    insert_op(block, i, "cast", {"X": [src]}, {"Out": [out]}, role,
+              {"in_dtype": in_dtype, "out_dtype": out_dtype}, attrs)
 
 
 class Writing:

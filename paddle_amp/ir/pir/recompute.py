@@ -20,7 +20,7 @@ class Recompute:
         forward = self._forward
         out = []
         for op in self._listed:
-            each = [op, *(_nested_ops(op) if op.num_regions() else ())]
+            each = [op, *_nested_ops(op)]
             backward = forward is not None and op.id() not in forward
             cast = (op.operand_source(0).id, op.result(0).id) \
                 if op.id() in self._inserted and not backward else None
