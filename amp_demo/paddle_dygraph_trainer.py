@@ -185,6 +185,18 @@ def doctor_model(kind: str):
     return paddle.nn.Sequential(*layers), _PlantedLoss(FACTOR[kind])
 
 
+def engine_steps(model, loss_fn, opt, scaler, policy: Policy, batches) -> None:
+    """A user's eager loop over ``batches`` ((x, y) arrays): the forward in an ``auto_cast``
+    region under ``policy``, the scaled loss's backward, ``scaler.minimize``."""
+    for x, y in batches:
+        with amp.auto_cast(policy=policy):
+            loss = loss_fn(model(paddle.to_tensor(x)), paddle.to_tensor(y))
+        scaled = scaler.scale(loss)
+        scaled.backward()
+        scaler.minimize(opt, scaled)
+        opt.clear_grad()
+
+
 def run_doctor(kind: str, policy: Policy, steps: int):
     """(report, recommendation) of ``paddle_amp.dygraph.doctor`` over ``steps`` steps of the
     planted ``kind``, trained as an engine trains (SGD, ``auto_cast``, ``GradScaler``)."""
@@ -195,14 +207,8 @@ def run_doctor(kind: str, policy: Policy, steps: int):
     scaler = amp.GradScaler(policy=policy)
     try:
         with amp.doctor(model, loss_fn, opt, policy=policy, scaler=scaler) as dr:
-            for s in range(steps):
-                x, y, _ = arrays(kind, s)
-                with amp.auto_cast(policy=policy):
-                    loss = loss_fn(model(paddle.to_tensor(x)), paddle.to_tensor(y))
-                scaled = scaler.scale(loss)
-                scaled.backward()
-                scaler.minimize(opt, scaled)
-                opt.clear_grad()
+            engine_steps(model, loss_fn, opt, scaler, policy,
+                         (arrays(kind, s)[:2] for s in range(steps)))
             return dr.report(), dr.recommendation()
     finally:
         if was_static:

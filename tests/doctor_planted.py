@@ -78,15 +78,8 @@ def paddle_dygraph_layered(kind):
 
 
 def paddle_dygraph_steps(kind, model, loss_fn, opt, scaler, policy, steps):
-    """``steps`` of a user's eager loop on ``kind``'s layered batches: the forward in an
-    ``auto_cast`` region under ``policy``, the scaled loss's backward, ``scaler.minimize``."""
-    import paddle
-    from paddle_amp import dygraph as amp
-    for s in range(steps):
-        x, y, _ = layered_arrays(kind, s)
-        with amp.auto_cast(policy=policy):
-            loss = loss_fn(model(paddle.to_tensor(x)), paddle.to_tensor(y))
-        scaled = scaler.scale(loss)
-        scaled.backward()
-        scaler.minimize(opt, scaled)
-        opt.clear_grad()
+    """``steps`` of a user's eager loop (``amp_demo``'s ``engine_steps``) on ``kind``'s
+    layered batches."""
+    from amp_demo.paddle_dygraph_trainer import engine_steps
+    engine_steps(model, loss_fn, opt, scaler, policy,
+                 (layered_arrays(kind, s)[:2] for s in range(steps)))
