@@ -23,6 +23,7 @@ trains. Answers are cached per process.
 from __future__ import annotations
 
 import functools
+import math
 from typing import Callable, Optional
 
 import numpy as np
@@ -31,6 +32,7 @@ from amp_adapters import DeviceProfile
 from amp_adapters.rules.isa import bf16_class, machine
 
 ONEDNN_ATTRS = ("use_mkldnn", True, "mkldnn_data_type", "bfloat16")
+CAST_SLICE_BYTES = 4 << 20  # the most of its input one oneDNN cast reads (``onednn_cast``)
 
 
 def _eagerly(probe: Callable) -> Callable:
@@ -55,10 +57,29 @@ def _vartype(dtype: str) -> int:
 
 
 def onednn_cast(x, src: str, dst: str):
-    """``x`` cast from ``src`` to ``dst`` by oneDNN (a reorder: round to nearest even)."""
-    from paddle import _legacy_C_ops
-    return _legacy_C_ops.cast(x, "in_dtype", _vartype(src), "out_dtype", _vartype(dst),
-                              "use_mkldnn", True)
+    """``x`` cast from ``src`` to ``dst`` by oneDNN (a reorder: round to nearest even).
+
+    Paddle's eager entry to a oneDNN kernel copies each input whole before the kernel runs
+    (``PreparePhiData``: the kernel's backend, ONEDNN, is not the tensor's, CPU; Paddle
+    2.6.2 and 3.3.1), so one cast of a large ``x`` held a copy of it beside the result: a
+    float32 64x128x1024 activation cost 32 MiB more at the step's peak. Where autograd
+    records nothing (untracked, or inside a PyLayer), a large ``x`` of two or more
+    dimensions is cast in slices of its rows (the last dimension kept: the join of 1-D
+    oneDNN results, or their reshape, fails in oneDNN's next reorder), each at most
+    ``CAST_SLICE_BYTES``, and joined: elementwise, so the same bits, and the copy is a
+    slice's. The join costs a second copy of the result while it runs: a win only while
+    Paddle copies inputs (2.6.2 is the Paddle whose rounding casts come here)."""
+    from paddle import _C_ops, _legacy_C_ops
+    attrs = ("in_dtype", _vartype(src), "out_dtype", _vartype(dst), "use_mkldnn", True)
+    shape = list(x.shape)
+    rows = math.prod(shape[:-1])
+    step = CAST_SLICE_BYTES // (shape[-1] * x.element_size()) if shape else 0
+    if not 1 <= step < rows or (not x.stop_gradient and _grad_enabled()):
+        return _legacy_C_ops.cast(x, *attrs)
+    matrix = _C_ops.reshape(x, [rows, shape[-1]])
+    pieces = [_legacy_C_ops.cast(_C_ops.slice(matrix, [0], [i], [min(i + step, rows)], [1],
+                                              []), *attrs) for i in range(0, rows, step)]
+    return _C_ops.reshape(_C_ops.concat(pieces, 0), shape)
 
 
 @functools.lru_cache(maxsize=None)
