@@ -7,6 +7,7 @@ emulated, or as it is). A call on values of a PIR program being built is planned
 call in SOT's simulation passes through untouched."""
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable, Optional
 
 from amp_adapters import OpDecision, ShapeClass
@@ -380,9 +381,27 @@ _EAGER: Any = ()  # the eager Tensor class (set at the first install; () matches
 # [(the classes a wrapper plans for: eager Tensor, PIR Value), PIR Value or None]: set at
 # the first install
 _Tensor: list = []
+def _never() -> bool:
+    return False
+
+
+def _ask_sot() -> None:
+    """Ask SOT (``in_sot()``) from now on if it is loaded; at each install, eagerly (SOT
+    cannot simulate this code before it is loaded, and asking from code it simulates must
+    not import). Importing ``paddle.jit.sot`` for the answer loaded 58 modules and
+    ``unittest`` into every process that trains under a region (about 5 MiB of Python heap,
+    measured; none in a float32 process)."""
+    if _in_sot[0] is _never and "paddle.jit.sot" in sys.modules:
+        try:
+            from paddle.jit.sot.psdb import in_sot
+        except ImportError:  # a SOT without psdb: nothing to ask
+            return
+        _in_sot[0] = in_sot
+
+
 # SOT's in_sot(): True while to_static's bytecode translator simulates the wrapper (which
-# then passes the op through, as the AST translator's program values do)
-_in_sot: list = [lambda: False]
+# then passes the op through, as the AST translator's program values do); ``_ask_sot``
+_in_sot: list = [_never]
 
 
 # (owner, name, wrapper): every entry point the wrappers go in, found at the first install
@@ -408,11 +427,6 @@ def _find_sites() -> None:
     value = value if isinstance(value, type) else None
     _Tensor.append((core.eager.Tensor,) + ((value,) if value is not None else ()))
     _Tensor.append(value)
-    try:
-        from paddle.jit.sot.psdb import in_sot
-        _in_sot[0] = in_sot
-    except ImportError:  # a Paddle without SOT
-        pass
     _originals.setdefault("add", getattr(_C_ops, "add"))
     _SITES.extend((_C_ops, name, wrapper) for name, wrapper in _WRAPPERS.items())
     _SITES.extend((_EAGER, name, wrapper) for name, wrapper in _OPERATORS.items()
@@ -422,6 +436,7 @@ def _find_sites() -> None:
 def _install() -> None:
     if not _SITES:
         _find_sites()
+    _ask_sot()
     for owner, name, wrapper in _SITES:
         _wrap(owner, name, wrapper)
 

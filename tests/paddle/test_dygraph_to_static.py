@@ -242,3 +242,41 @@ def test_a_region_first_opened_in_a_trace_leaves_paddles_mode_switch_working(tmp
                        timeout=300, env={**os.environ, "GLOG_minloglevel": "3"})
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1] == "False"
+
+
+SOT_LATE = r"""
+import sys
+import paddle
+from paddle_amp import dygraph as amp
+net = paddle.nn.Linear(16, 4)
+with amp.auto_cast(dtype="bfloat16"):
+    net(paddle.ones([8, 16])).mean().backward()
+print("sot after eager steps:", "paddle.jit.sot" in sys.modules)
+if sys.argv[1] == "no-sot":
+    sys.exit()
+def forward(x):
+    return net(x)
+with amp.auto_cast(dtype="bfloat16"):  # SOT loads inside an open region, then simulates
+    got = paddle.jit.to_static(forward, full_graph=False)(paddle.ones([8, 16]))
+print("sot after a to_static call:", "paddle.jit.sot" in sys.modules, list(got.shape))
+"""
+
+
+def test_training_under_a_region_loads_no_sot_and_sot_loaded_later_is_asked(tmp_path):
+    """The wrappers ask SOT whether it is simulating them only once SOT is loaded: importing
+    it for the answer loaded 58 modules and ``unittest`` (about 5 MiB) into every process
+    training under a region. A fresh process (SOT must not be loaded yet): eager steps leave
+    it unloaded, and a SOT translation that starts inside an open region runs where SOT
+    does (Paddle 2.6.2, and 3.x in PIR)."""
+    import subprocess
+    import sys
+    script = tmp_path / "sot_late.py"  # (a file: to_static reads the forward's source)
+    script.write_text(SOT_LATE)
+    sot = not (paddle.__version__.startswith("3.") and not _pir())  # (the skip above)
+    r = subprocess.run([sys.executable, str(script), "sot" if sot else "no-sot"],
+                       capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "GLOG_minloglevel": "3"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = r.stdout.strip().splitlines()
+    assert lines[-1 - sot] == "sot after eager steps: False"
+    assert not sot or lines[-1] == "sot after a to_static call: True [8, 4]"
