@@ -63,18 +63,23 @@ def onednn_cast(x, src: str, dst: str):
     (``PreparePhiData``: the kernel's backend, ONEDNN, is not the tensor's, CPU; Paddle
     2.6.2 and 3.3.1), so one cast of a large ``x`` held a copy of it beside the result: a
     float32 64x128x1024 activation cost 32 MiB more at the step's peak. Where autograd
-    records nothing (untracked, or inside a PyLayer), a large ``x`` of two or more
-    dimensions is cast in slices of its rows (the last dimension kept: the join of 1-D
-    oneDNN results, or their reshape, fails in oneDNN's next reorder), each at most
-    ``CAST_SLICE_BYTES``, and joined: elementwise, so the same bits, and the copy is a
-    slice's. The join costs a second copy of the result while it runs: a win only while
-    Paddle copies inputs (2.6.2 is the Paddle whose rounding casts come here)."""
+    records nothing (``_recorded``: untracked, or inside a PyLayer), a large ``x`` of two
+    or more dimensions is cast in slices of its rows (the last dimension kept: the join of
+    1-D oneDNN results, or their reshape, fails in oneDNN's next reorder), each at most
+    ``CAST_SLICE_BYTES`` (one row larger than that is cast whole; an empty tensor by
+    Paddle's plain cast, as oneDNN's fails on it), and
+    joined: elementwise, so the same bits, and the copy is a slice's. The join costs a
+    second copy of the result while it runs: a win only while Paddle copies inputs (2.6.2
+    is the Paddle whose rounding casts come here)."""
+    import paddle
     from paddle import _C_ops, _legacy_C_ops
-    attrs = ("in_dtype", _vartype(src), "out_dtype", _vartype(dst), "use_mkldnn", True)
     shape = list(x.shape)
+    if 0 in shape:  # oneDNN's cast fails on it ("could not create a primitive descriptor")
+        return _C_ops.cast(x, getattr(paddle, dst))  # (no value to round)
+    attrs = ("in_dtype", _vartype(src), "out_dtype", _vartype(dst), "use_mkldnn", True)
     rows = math.prod(shape[:-1])
     step = CAST_SLICE_BYTES // (shape[-1] * x.element_size()) if shape else 0
-    if not 1 <= step < rows or (not x.stop_gradient and _grad_enabled()):
+    if not 1 <= step < rows or _recorded(x):
         return _legacy_C_ops.cast(x, *attrs)
     matrix = _C_ops.reshape(x, [rows, shape[-1]])
     pieces = [_legacy_C_ops.cast(_C_ops.slice(matrix, [0], [i], [min(i + step, rows)], [1],
@@ -105,7 +110,7 @@ def rounding_cast() -> Callable:
 
     def cast(x, name):
         if name == "bfloat16" and x.dtype == paddle.float32:
-            if x.stop_gradient or x.is_leaf or not paddle.is_grad_enabled():
+            if not _recorded(x) or x.is_leaf:
                 return onednn_cast(x, "float32", "bfloat16")
             return _rounded_bf16()(x)
         return _C_ops.cast(x, dtypes[name])
@@ -204,6 +209,12 @@ def _grad_enabled() -> bool:
     from paddle.base.framework import _dygraph_tracer
     tracer = _dygraph_tracer()
     return tracer is not None and tracer._has_grad
+
+
+def _recorded(x) -> bool:
+    """Whether autograd records an op on ``x`` here: ``x`` wants a gradient and gradients
+    are on (off inside a PyLayer's forward and backward)."""
+    return not x.stop_gradient and _grad_enabled()
 
 
 def _to_bf16(x):

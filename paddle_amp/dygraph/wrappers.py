@@ -381,27 +381,30 @@ _EAGER: Any = ()  # the eager Tensor class (set at the first install; () matches
 # [(the classes a wrapper plans for: eager Tensor, PIR Value), PIR Value or None]: set at
 # the first install
 _Tensor: list = []
-def _never() -> bool:
-    return False
+def _sot_if_loaded() -> bool:
+    """SOT's ``in_sot()`` if SOT is loaded, else False, importing nothing (SOT simulates
+    the wrappers' code, and an import there is not to be simulated). Importing
+    ``paddle.jit.sot`` for the answer loaded 58 modules and ``unittest`` into every process
+    training under a region (about 5 MiB of Python heap, measured; none in a float32
+    process), and SOT cannot simulate this code before it is loaded. A dict lookup a
+    planned call until SOT is loaded; once it is, the next install asks SOT directly
+    (``_ask_sot``)."""
+    psdb = sys.modules.get("paddle.jit.sot.psdb")
+    return psdb is not None and psdb.in_sot()
 
 
 def _ask_sot() -> None:
-    """Ask SOT (``in_sot()``) from now on if it is loaded; at each install, eagerly (SOT
-    cannot simulate this code before it is loaded, and asking from code it simulates must
-    not import). Importing ``paddle.jit.sot`` for the answer loaded 58 modules and
-    ``unittest`` into every process that trains under a region (about 5 MiB of Python heap,
-    measured; none in a float32 process)."""
-    if _in_sot[0] is _never and "paddle.jit.sot" in sys.modules:
-        try:
-            from paddle.jit.sot.psdb import in_sot
-        except ImportError:  # a SOT without psdb: nothing to ask
-            return
-        _in_sot[0] = in_sot
+    """From the next call on, ask SOT's ``in_sot`` directly once SOT is loaded (at each
+    install: a lookup)."""
+    if _in_sot[0] is _sot_if_loaded:
+        psdb = sys.modules.get("paddle.jit.sot.psdb")
+        if psdb is not None:
+            _in_sot[0] = psdb.in_sot
 
 
 # SOT's in_sot(): True while to_static's bytecode translator simulates the wrapper (which
-# then passes the op through, as the AST translator's program values do); ``_ask_sot``
-_in_sot: list = [_never]
+# then passes the op through, as the AST translator's program values do)
+_in_sot: list = [_sot_if_loaded]
 
 
 # (owner, name, wrapper): every entry point the wrappers go in, found at the first install
