@@ -66,11 +66,11 @@ def onednn_cast(x, src: str, dst: str):
     records nothing (``_recorded``: untracked, or inside a PyLayer), a large ``x`` of two
     or more dimensions is cast in slices of its rows (the last dimension kept: the join of
     1-D oneDNN results, or their reshape, fails in oneDNN's next reorder), each at most
-    ``CAST_SLICE_BYTES`` (one row larger than that is cast whole; an empty tensor by
-    Paddle's plain cast, as oneDNN's fails on it), and
-    joined: elementwise, so the same bits, and the copy is a slice's. The join costs a
-    second copy of the result while it runs: a win only while Paddle copies inputs (2.6.2
-    is the Paddle whose rounding casts come here)."""
+    ``CAST_SLICE_BYTES``, and joined: elementwise, so the same bits, and the copy is a
+    slice's. One row larger than a slice is cast whole; an empty tensor by Paddle's plain
+    cast (oneDNN's fails on it). The join costs a second copy of the result while it runs:
+    a win only while Paddle copies inputs (2.6.2 is the Paddle whose rounding casts come
+    here)."""
     import paddle
     from paddle import _C_ops, _legacy_C_ops
     shape = list(x.shape)
