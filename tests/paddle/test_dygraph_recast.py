@@ -11,6 +11,8 @@ process's memory) against the bytes computed from the shapes.
 The GEMM tests need oneDNN's bf16 GEMM, which the device truth (``isa.bf16_class``) says
 this CPU class has (natively or emulated by oneDNN); the test of which gradient nodes keep
 their output runs everywhere (float32)."""
+import contextlib
+
 import numpy as np
 import paddle
 import paddle.nn.functional as F
@@ -66,6 +68,15 @@ def test_the_gradient_nodes_said_to_keep_their_output_keep_it():
     assert _held_after_del(lambda t: F.gelu(t * 1.0)) == 0
 
 
+@contextlib.contextmanager
+def _keeping(keeps):
+    """``recast.KEEPS_OUTPUT`` = ``keeps`` for the block (empty: the route keeping its
+    copy)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(recast, "KEEPS_OUTPUT", keeps)
+        yield
+
+
 def _linear_after(producer, shape, n, bias, keeps):
     """out, and the gradients of the producer's input, the weight and the bias, of
     ``F.linear(producer(h), w, b)`` in an O1-bf16 region with ``recast.KEEPS_OUTPUT`` =
@@ -76,8 +87,7 @@ def _linear_after(producer, shape, n, bias, keeps):
                          stop_gradient=False)
     b = paddle.to_tensor(rng.standard_normal(n).astype("float32"), stop_gradient=False) \
         if bias else None
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(recast, "KEEPS_OUTPUT", keeps)
+    with _keeping(keeps):
         with amp.auto_cast(policy="O1-bf16") as region:
             out = F.linear(producer(h), w, b)
         assert region.ran["matmul_v2"].execution == "kernel", region.ran["matmul_v2"]
@@ -120,6 +130,12 @@ class MLP(paddle.nn.Layer):
         return x
 
 
+def _seeded(model, seed=0):
+    """A new ``model`` and a [B, U] float32 input, drawn from ``seed``."""
+    paddle.seed(seed)
+    return model(), paddle.rand([B, U], "float32")
+
+
 class ThreeHeads(paddle.nn.Layer):
     """One ReLU output read by three Linears (an attention's q, k, v): cast once a step
     (``stepcasts``), and no reader keeps the cast."""
@@ -152,9 +168,7 @@ def test_after_the_forward_the_graph_keeps_no_bf16_copy_of_an_activation(model, 
     """O1-bf16 keeps, beyond float32's, the bf16 casts of the weights (one per Linear) and of
     the model's input (a leaf: nothing else keeps it) and nothing more: no copy of a ReLU
     output (the MLP's three, the shared one of the three heads), counted exactly."""
-    paddle.seed(0)
-    net = model()
-    x = paddle.rand([B, U], "float32")
+    net, x = _seeded(model)
     from contextlib import nullcontext
     fp32 = _kept_after_forward(net, x, nullcontext)
     bf16 = _kept_after_forward(net, x, lambda: amp.auto_cast(policy="O1-bf16"))
@@ -166,11 +180,8 @@ def test_a_shared_activation_gives_the_routes_results_bit_for_bit():
     """The three heads' activation is cast once in the forward and its bf16 gradients summed
     before the cast's own gradient, as the route did: every gradient bit for bit."""
     def grads(keeps):
-        paddle.seed(1)
-        net = ThreeHeads()
-        x = paddle.rand([B, U], "float32")
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(recast, "KEEPS_OUTPUT", keeps)
+        net, x = _seeded(ThreeHeads, seed=1)
+        with _keeping(keeps):
             before = _allocated()
             with amp.auto_cast(policy="O1-bf16"):
                 out = net(x)
@@ -243,11 +254,8 @@ def test_reading_a_tensors_producer_keeps_no_graph_alive():
 def _mlp_step_bytes(keeps):
     """(bytes held after the forward, after the backward while the graph is still
     referenced, after it is released) of an O1-bf16 MLP step, over the bytes before it."""
-    paddle.seed(0)
-    net = MLP()
-    x = paddle.rand([B, U], "float32")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(recast, "KEEPS_OUTPUT", keeps)
+    net, x = _seeded(MLP)
+    with _keeping(keeps):
         before = _allocated()
         with amp.auto_cast(policy="O1-bf16"):
             loss = net(x).mean()
@@ -328,8 +336,7 @@ def test_while_a_region_is_open_in_another_thread_the_copy_is_kept():
     t.start()
     try:
         assert opened.wait(30)
-        paddle.seed(0)
-        net, x = MLP(), paddle.rand([B, U], "float32")
+        net, x = _seeded(MLP)
         from contextlib import nullcontext
         fp32 = _kept_after_forward(net, x, nullcontext)
         bf16 = _kept_after_forward(net, x, lambda: amp.auto_cast(policy="O1-bf16"))
@@ -345,8 +352,7 @@ def _grad_then_backward(keeps) -> list:
     rng = np.random.default_rng(3)
     h = paddle.to_tensor(rng.standard_normal((64, 32)).astype("float32"), stop_gradient=False)
     w = paddle.to_tensor(rng.standard_normal((32, 16)).astype("float32"), stop_gradient=False)
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(recast, "KEEPS_OUTPUT", keeps)
+    with _keeping(keeps):
         with amp.auto_cast(policy="O1-bf16"):
             loss = F.linear(F.relu(h), w).mean()
         (gw,) = paddle.grad(loss, [w], retain_graph=False)
@@ -368,8 +374,7 @@ def _attention(keeps) -> tuple:
     rng = np.random.default_rng(5)
     q, k, v = (paddle.to_tensor(rng.standard_normal((2, 4, 16, 8)).astype("float32"),
                                 stop_gradient=False) for _ in range(3))
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(recast, "KEEPS_OUTPUT", keeps)
+    with _keeping(keeps):
         before = _allocated()
         with amp.auto_cast(policy="O1-bf16") as region:
             out = paddle.matmul(F.softmax(paddle.matmul(q, k, transpose_y=True), -1), v)
